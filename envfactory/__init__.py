@@ -1,0 +1,3 @@
+"""EnvFactory: executable, stateful, verifiable tool environments for tool-use agents."""
+
+__version__ = "0.1.0"

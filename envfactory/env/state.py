@@ -1,0 +1,241 @@
+"""The state database `D`: a Pydantic model of collections keyed by id, with CRUD helpers.
+
+Every write goes through `create` / `update` / `delete` / `set` (the SynthAPI discipline), which
+append to a change log. The log gives a readable account of a call, lets a session roll back a
+failed call in O(changes), and yields the call's structural diff without dumping the whole state.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal, NamedTuple, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+from envfactory.env.diff import StateDiff, diff_into
+from envfactory.errors import NotFoundError, ScenarioError
+
+R = TypeVar("R", bound=BaseModel)
+S = TypeVar("S", bound="State")
+
+Op = Literal["create", "update", "delete", "set", "counter"]
+
+# A fixed epoch so that a state with no clock field of its own is still deterministic.
+DEFAULT_CLOCK = datetime(2026, 1, 5, 9, 0, 0)
+
+
+class Record(BaseModel):
+    """Base for records stored in a collection; forbids unknown fields so typos fail loudly."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChangeEntry(NamedTuple):
+    """One low-level change: enough to describe it, diff it and undo it."""
+
+    op: Op
+    collection: str  # collection field name, or the top-level field for `set`
+    key: str | None  # record id (None for `set`)
+    before: Any  # the replaced object (a Record, a value) or None when absent
+    after: Any
+
+
+class Change(BaseModel):
+    """Public, readable form of a change-log entry (what a session records per call)."""
+
+    op: Op
+    collection: str
+    id: str | None = None
+
+
+_MISSING = object()
+
+
+def _dump_value(v: Any) -> Any:
+    if isinstance(v, BaseModel):
+        return v.model_dump(mode="json")
+    if isinstance(v, (dict, list, tuple)) or not isinstance(v, (str, int, float, bool, type(None))):
+        # plain containers / datetimes: use pydantic's JSON conversion for exact parity with dump()
+        from pydantic_core import to_jsonable_python
+
+        return to_jsonable_python(v)
+    return v
+
+
+class State(BaseModel):
+    """Base class of every environment's state model.
+
+    Subclasses add collections such as `hotels: dict[str, Hotel] = {}` and scalar fields.
+    `counters` feeds deterministic ids; `clock` is the environment's "now".
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    counters: dict[str, int] = Field(default_factory=dict, description="next-id counters per prefix")
+    clock: datetime = Field(default=DEFAULT_CLOCK, description="the environment's current time")
+
+    _log: list[ChangeEntry] = PrivateAttr(default_factory=list)
+
+    # ---- load / dump -------------------------------------------------------------------
+    @classmethod
+    def load(cls: type[S], data: dict[str, Any] | None = None, source: str = "<config>") -> S:
+        """Build a state from a JSON-compatible dump (None or {} gives the defaults)."""
+        try:
+            return cls.model_validate(data or {})
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+            raise ScenarioError(f"{source}: does not fit {cls.__name__}: at '{loc}': {err['msg']}") from None
+
+    @classmethod
+    def load_bytes(cls: type[S], data: bytes, source: str = "<config>") -> S:
+        """Build a state from JSON bytes (the fast fork path: all-new objects, validated in Rust)."""
+        try:
+            return cls.model_validate_json(data)
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+            raise ScenarioError(f"{source}: does not fit {cls.__name__}: at '{loc}': {err['msg']}") from None
+
+    @classmethod
+    def load_json(cls: type[S], path: str | Path) -> S:
+        p = Path(path)
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ScenarioError(f"{p}: cannot read: {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise ScenarioError(f"{p}: invalid JSON at line {e.lineno}: {e.msg}") from None
+        return cls.load(data, str(p))
+
+    def dump(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def dump_json(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.dump(), indent=2) + "\n", encoding="utf-8")
+
+    # ---- ids and time ------------------------------------------------------------------
+    def new_id(self, prefix: str, width: int = 4) -> str:
+        """Next deterministic id for `prefix`, e.g. `BK-0001`."""
+        old = self.counters.get(prefix)
+        n = (old or 0) + 1
+        self.counters[prefix] = n
+        self._log.append(ChangeEntry("counter", "counters", prefix, old, n))
+        return f"{prefix}-{n:0{width}d}"
+
+    def now(self) -> datetime:
+        return self.clock
+
+    def advance_clock(self, **delta: float) -> datetime:
+        self.set("clock", self.clock + timedelta(**delta))
+        return self.clock
+
+    # ---- CRUD --------------------------------------------------------------------------
+    def _collection(self, collection: str) -> dict[str, Any]:
+        coll = getattr(self, collection, _MISSING)
+        if not isinstance(coll, dict):
+            raise AttributeError(f"{type(self).__name__} has no collection '{collection}'")
+        return coll
+
+    def get(self, collection: str, key: str, what: str | None = None) -> Any:
+        """Read one record; an unknown id raises `NotFoundError` (a structured tool error)."""
+        rec = self._collection(collection).get(key, _MISSING)
+        if rec is _MISSING:
+            raise NotFoundError(f"no {what or collection.rstrip('s')} with id '{key}'", collection=collection, id=key)
+        return rec
+
+    def exists(self, collection: str, key: str) -> bool:
+        return key in self._collection(collection)
+
+    def find(self, collection: str, **equals: Any) -> list[Any]:
+        """Records whose fields equal the given values, in id order."""
+        coll = self._collection(collection)
+        return [r for r in coll.values() if all(getattr(r, f) == v for f, v in equals.items())]
+
+    def create(self, collection: str, key: str, record: R) -> R:
+        coll = self._collection(collection)
+        before = coll.get(key)
+        coll[key] = record
+        self._log.append(ChangeEntry("create", collection, key, before, record))
+        return record
+
+    def update(self, collection: str, key: str, **fields: Any) -> Any:
+        """Replace a record by a copy with `fields` changed (records are never mutated in place)."""
+        coll = self._collection(collection)
+        old = self.get(collection, key)
+        unknown = [f for f in fields if f not in type(old).model_fields]
+        if unknown:
+            raise AttributeError(f"{type(old).__name__} has no field '{unknown[0]}'")
+        new = old.model_copy(update=fields)
+        coll[key] = new
+        self._log.append(ChangeEntry("update", collection, key, old, new))
+        return new
+
+    def delete(self, collection: str, key: str) -> Any:
+        coll = self._collection(collection)
+        old = self.get(collection, key)
+        del coll[key]
+        self._log.append(ChangeEntry("delete", collection, key, old, None))
+        return old
+
+    def set(self, field: str, value: Any) -> None:
+        """Set a top-level field (a balance, a current directory...), logged like a record change."""
+        if field not in type(self).model_fields:
+            raise AttributeError(f"{type(self).__name__} has no field '{field}'")
+        old = getattr(self, field)
+        object.__setattr__(self, field, value)
+        self._log.append(ChangeEntry("set", field, None, old, value))
+
+    # ---- change log --------------------------------------------------------------------
+    def log_mark(self) -> int:
+        return len(self._log)
+
+    def log_since(self, mark: int) -> list[ChangeEntry]:
+        return self._log[mark:]
+
+    def rollback(self, mark: int) -> None:
+        """Undo every change after `mark`, newest first."""
+        for e in reversed(self._log[mark:]):
+            if e.op == "set":
+                object.__setattr__(self, e.collection, e.before)
+                continue
+            coll = self._collection(e.collection)
+            if e.before is None:
+                coll.pop(e.key, None)
+            else:
+                coll[e.key] = e.before
+        del self._log[mark:]
+
+    def diff_since(self, mark: int) -> StateDiff:
+        """Structural diff of the state now against the state at `mark`, from the log alone.
+
+        Equal to `diff_states(dump_at_mark, dump_now)` as long as every write used the CRUD helpers.
+        """
+        first: dict[tuple[str, str | None], Any] = {}
+        for e in self._log[mark:]:
+            first.setdefault((e.collection, e.key), e.before)
+        out = StateDiff()
+        for (collection, key), before in first.items():
+            if key is None:  # a top-level field
+                diff_into(_dump_value(before), _dump_value(getattr(self, collection)), collection, out)
+                continue
+            coll = getattr(self, collection)
+            path = f"{collection}.{key}"
+            after = coll.get(key, _MISSING)
+            if before is None and after is _MISSING:
+                continue
+            if before is None:
+                out.added.append(path)
+            elif after is _MISSING:
+                out.removed.append(path)
+            else:
+                diff_into(_dump_value(before), _dump_value(after), path, out)
+        return out.sorted()
+
+    def changes_since(self, mark: int) -> list[Change]:
+        return [Change(op=e.op, collection=e.collection, id=e.key) for e in self._log[mark:]]
+
+    def clear_log(self) -> None:
+        self._log.clear()
