@@ -91,18 +91,27 @@ class BaseEnvironment(ABC):
             raise ScenarioError(f"{path}: a scenario must be a JSON object (a state dump)")
         return data
 
+    def default_scenario(self) -> str | None:
+        """`default` when the environment ships one: what a CLI user or a server starts from."""
+        return "default" if "default" in self.scenario_names() else None
+
     def resolve_config(self, config: dict[str, Any] | str | Path | None) -> tuple[dict[str, Any] | None, str]:
         """Accept a dump, a scenario name or a JSON file path; return (dump, source label)."""
         if config is None or isinstance(config, dict):
             return config, "<config>"
-        p = Path(config)
-        if p.suffix == ".json" and p.exists():
+        text = str(config)
+        if isinstance(config, Path) or text.endswith(".json") or "/" in text:
+            p = Path(config)
             try:
                 data = json.loads(p.read_text(encoding="utf-8"))
+            except OSError as e:
+                raise ScenarioError(f"{p}: cannot read the config file: {e.strerror}") from None
             except json.JSONDecodeError as e:
                 raise ScenarioError(f"{p}: invalid JSON at line {e.lineno}: {e.msg}") from None
+            if not isinstance(data, dict):
+                raise ScenarioError(f"{p}: a config must be a JSON object (a state dump)")
             return data, str(p)
-        return self.scenario(str(config)), f"{self.name}/scenarios/{config}.json"
+        return self.scenario(text), f"{self.name}/scenarios/{text}.json"
 
     def session(self, config: dict[str, Any] | str | Path | None = None, **kwargs: Any) -> Session:
         from envfactory.env.session import Session

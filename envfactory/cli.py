@@ -1,0 +1,164 @@
+"""The `envfactory` command (typer + rich). Errors print one line and exit non-zero."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from envfactory.config import get_settings
+from envfactory.env.environment import Environment
+from envfactory.env.metadata import dump_metadata
+from envfactory.env.pool import EnvPool, load_env_folder
+from envfactory.env.validate import sync_registry, validate_env
+from envfactory.errors import EnvFactoryError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=__doc__)
+envs_app = typer.Typer(no_args_is_help=True, help="The environment pool.")
+app.add_typer(envs_app, name="envs")
+
+out = Console()
+err = Console(stderr=True)
+
+
+class Transport(str, Enum):
+    stdio = "stdio"
+    http = "http"
+
+
+def _pool() -> EnvPool:
+    return EnvPool(get_settings())
+
+
+@envs_app.command("list")
+def envs_list(
+    native_only: Annotated[bool, typer.Option("--native", help="only the bundled folders under envs/")] = False,
+) -> None:
+    """List the environments: domain, tools (write tools), scenarios, source."""
+    pool = _pool()
+    table = Table("name", "domain", "tools", "write", "scenarios", "source")
+    for name in pool.names(include_imported=not native_only):
+        try:
+            env = pool.get(name)
+        except EnvFactoryError as e:
+            table.add_row(name, "[red]broken[/red]", "", "", "", str(e)[:60])
+            continue
+        m = env.metadata
+        source = m.source or ("hand-written" if isinstance(env, Environment) else "imported")
+        writes = sum(t.kind == "write" for t in m.tools)
+        table.add_row(name, m.domain, str(len(m.tools)), str(writes), ", ".join(env.scenario_names()), source)
+    out.print(table)
+
+
+@envs_app.command("validate")
+def envs_validate(
+    name: Annotated[str | None, typer.Argument(help="one environment; all when omitted")] = None,
+) -> None:
+    """Validate environments against the contract and update configs/mcp_server.json."""
+    pool = _pool()
+    names = [name] if name else pool.names()
+    reports = [validate_env(pool, n) for n in names]
+    sync_registry(pool, reports)
+    table = Table("name", "verdict", "tools", "write", "problems")
+    for r in reports:
+        verdict = "[green]ok[/green]" if r.ok else "[red]failed[/red]"
+        table.add_row(r.name, verdict, str(r.tools), str(r.write_tools), "; ".join(r.problems))
+    out.print(table)
+    failed = [r.name for r in reports if not r.ok]
+    out.print(f"registry: {pool.settings.registry_file}")
+    if failed:
+        raise EnvFactoryError(f"{len(failed)} of {len(reports)} environments failed validation: {', '.join(failed)}")
+
+
+@envs_app.command("metadata")
+def envs_metadata(
+    name: str,
+    write: Annotated[bool, typer.Option("--write", help="write envs/NAME/metadata.json from the code")] = False,
+) -> None:
+    """Print the metadata the code defines (signatures and docstrings), or write it to metadata.json."""
+    pool = _pool()
+    folder = pool.folder / name
+    env = load_env_folder(folder, with_metadata=False)
+    meta = env.derived_metadata()
+    if write:
+        dump_metadata(meta, folder / "metadata.json")
+        out.print(f"wrote {folder / 'metadata.json'} ({len(meta.tools)} tools)")
+    else:
+        out.print_json(meta.model_dump_json(exclude_none=True))
+
+
+@app.command("serve")
+def serve(
+    name: str,
+    transport: Annotated[Transport, typer.Option(help="stdio: one client; http: streamable HTTP, many sessions")] = (
+        Transport.stdio
+    ),
+    host: Annotated[str | None, typer.Option(help="HTTP bind address (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (default from ENVFACTORY_HTTP_PORT)")] = None,
+    scenario: Annotated[str | None, typer.Option(help="default initial config: a scenario name or a JSON file")] = None,
+) -> None:
+    """Serve an environment as an MCP server (each MCP session gets its own isolated state)."""
+    from envfactory.env.mcp_server import EnvMCPServer
+
+    settings = get_settings()
+    env = EnvPool(settings).get(name)
+    server = EnvMCPServer(
+        env,
+        default_config=scenario or env.default_scenario(),
+        host=host or settings.http_host,
+        port=port or settings.http_port,
+    )
+    if transport is Transport.http:
+        err.print(f"serving {name} on http://{server.settings.host}:{server.settings.port}/mcp")
+        server.run(transport="streamable-http")
+    else:
+        server.run(transport="stdio")
+
+
+@app.command("call")
+def call(
+    name: str,
+    tool: str,
+    args: Annotated[str, typer.Option("--args", help="tool arguments as a JSON object")] = "{}",
+    state: Annotated[
+        Path | None, typer.Option(help="state file: read before the call (if it exists), written after")
+    ] = None,
+    scenario: Annotated[str | None, typer.Option(help="initial config when there is no state file")] = None,
+) -> None:
+    """Call one tool on a fresh session; with --state, chain calls across invocations through a file."""
+    try:
+        arguments: Any = json.loads(args)
+    except json.JSONDecodeError as e:
+        raise EnvFactoryError(f"--args is not valid JSON: {e.msg} at column {e.colno}") from None
+    if not isinstance(arguments, dict):
+        raise EnvFactoryError("--args must be a JSON object, e.g. '{\"city\": \"Lisbon\"}'")
+    env = _pool().get(name)
+    config: Any = scenario or env.default_scenario()
+    if state is not None and state.exists():
+        config = state
+    session = env.session(config)
+    rec = session.call(tool, arguments)
+    if state is not None and rec.ok:
+        state.write_text(json.dumps(session.dump(), indent=2) + "\n", encoding="utf-8")
+    out.print_json(json.dumps(rec.payload()))
+    if not rec.ok:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point: click handles usage errors; our errors print one line and exit 1."""
+    try:
+        app()
+    except EnvFactoryError as e:
+        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,156 @@
+"""Serve an environment over MCP (FastMCP from the official SDK), one `Session` per MCP session.
+
+The EnvFactory paper's servers hold one global state per process, so every client of a process
+shares it. Here each MCP session (each `initialize` over streamable HTTP, or the one stdio
+connection) gets its own `Session`, keyed weakly on the SDK's `ServerSession` object: many isolated
+conversations per process, and a session's state is freed when the client goes away.
+
+Initial config: the server's default (`--scenario`), overridden per session by the `scenario`
+query parameter or the `x-envfactory-scenario` header on the HTTP connection, or at any time by
+the `envfactory_reset` control tool (a scenario name or a whole state dump).
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from typing import Any
+
+from mcp import types
+from mcp.server.fastmcp import FastMCP
+
+from envfactory.env.environment import BaseEnvironment
+from envfactory.env.session import Session
+from envfactory.errors import EnvFactoryError
+
+RESET_TOOL = "envfactory_reset"
+STATE_TOOL = "envfactory_state"
+SCENARIO_HEADER = "x-envfactory-scenario"
+
+_CONTROL_TOOLS = [
+    types.Tool(
+        name=RESET_TOOL,
+        description=(
+            "Reset this session's environment state: to a named scenario, to a full state dump given as"
+            " `config`, or (neither given) to the server's default initial config."
+        ),
+        inputSchema={
+            "type": "object",
+            "properties": {
+                "scenario": {"type": "string", "description": "name of a bundled initial config"},
+                "config": {"type": "object", "description": "a full state dump to start from"},
+            },
+        },
+    ),
+    types.Tool(
+        name=STATE_TOOL,
+        description="Return this session's current environment state (a JSON dump), for verification.",
+        inputSchema={"type": "object", "properties": {}},
+    ),
+]
+
+
+def _mcp_output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
+    """MCP wants structured output to be an object: wrap other results as {"result": ...}."""
+    if schema is None:
+        return None
+    if schema.get("type") == "object" and "properties" in schema:
+        return schema
+    inner = {k: v for k, v in schema.items() if k != "$defs"}
+    wrapped: dict[str, Any] = {"type": "object", "properties": {"result": inner}, "required": ["result"]}
+    if "$defs" in schema:  # refs resolve from the root, so definitions move up with the wrapper
+        wrapped["$defs"] = schema["$defs"]
+    return wrapped
+
+
+class EnvMCPServer(FastMCP):  # type: ignore[type-arg]
+    """A FastMCP server whose tools are an environment's tools, dispatched to per-session state."""
+
+    def __init__(
+        self,
+        env: BaseEnvironment,
+        *,
+        default_config: dict[str, Any] | str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        control_tools: bool = True,
+        log_level: str = "WARNING",
+    ) -> None:
+        meta = env.metadata
+        super().__init__(
+            name=f"envfactory-{env.name}",
+            instructions=meta.description,
+            host=host,
+            port=port,
+            log_level=log_level,  # type: ignore[arg-type]
+        )
+        self.env = env
+        self.default_config = default_config
+        self.control_tools = control_tools
+        clash = {t.name for t in _CONTROL_TOOLS} & set(meta.tool_names)
+        if control_tools and clash:
+            raise EnvFactoryError(f"environment '{env.name}' defines reserved tool names: {sorted(clash)}")
+        env.resolve_config(default_config)  # fail at start, not at the first call, on a bad scenario
+        self._sessions: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
+        self._tools = [
+            types.Tool(
+                name=t.name,
+                description=t.description,
+                inputSchema=t.input_schema,
+                outputSchema=_mcp_output_schema(t.output_schema),
+                annotations=types.ToolAnnotations(readOnlyHint=t.kind == "read", idempotentHint=t.kind == "read"),
+            )
+            for t in meta.tools
+        ]
+        self._wraps = {t.name: _mcp_output_schema(t.output_schema) is not t.output_schema for t in meta.tools}
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._sessions)
+
+    async def list_tools(self) -> list[types.Tool]:
+        return self._tools + (_CONTROL_TOOLS if self.control_tools else [])
+
+    def _initial_config(self) -> dict[str, Any] | str | None:
+        request = self.get_context().request_context.request
+        if request is not None and hasattr(request, "query_params"):
+            chosen = request.query_params.get("scenario") or request.headers.get(SCENARIO_HEADER)
+            if chosen:
+                return str(chosen)
+        return self.default_config
+
+    def session_for_request(self) -> Session:
+        key = self.get_context().request_context.session
+        session = self._sessions.get(key)
+        if session is None:
+            session = Session.fork(self.env, self._initial_config())
+            self._sessions[key] = session
+        return session
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:  # type: ignore[override]
+        try:
+            session = self.session_for_request()
+            if self.control_tools and name == RESET_TOOL:
+                config = arguments.get("config") or arguments.get("scenario") or self.default_config
+                session.reset(config)
+                return _result({"reset": True, "source": session.source}, wrap=False)
+            if self.control_tools and name == STATE_TOOL:
+                return _result(session.dump(), wrap=False)
+        except EnvFactoryError as e:  # e.g. an unknown scenario: the client gets an error result
+            return _result({"error": {"type": "invalid_config", "message": str(e)}}, wrap=False, error=True)
+        rec = session.call(name, arguments)
+        return _result(rec.payload(), wrap=self._wraps.get(name, False), error=not rec.ok)
+
+
+def _result(payload: Any, *, wrap: bool, error: bool = False) -> types.CallToolResult:
+    text = json.dumps(payload, ensure_ascii=False)
+    structured = None if error else ({"result": payload} if wrap else payload)
+    if structured is not None and not isinstance(structured, dict):
+        structured = None
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structuredContent=structured, isError=error
+    )
+
+
+def build_server(env: BaseEnvironment, **kwargs: Any) -> EnvMCPServer:
+    return EnvMCPServer(env, **kwargs)

@@ -1,0 +1,70 @@
+"""`envfactory envs validate`: check environments against the contract and sync the registry."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from envfactory.env.environment import Environment
+from envfactory.env.pool import EnvPool
+from envfactory.env.registry import ServerEntry, load_registry, save_registry
+from envfactory.errors import EnvFactoryError
+
+
+class EnvReport(BaseModel):
+    """The verdict on one environment."""
+
+    name: str
+    ok: bool
+    domain: str | None = None
+    source: str | None = None
+    tools: int = 0
+    write_tools: int = 0
+    scenarios: list[str] = Field(default_factory=list)
+    problems: list[str] = Field(default_factory=list)
+
+
+def validate_env(pool: EnvPool, name: str) -> EnvReport:
+    try:
+        env = pool.get(name)
+    except EnvFactoryError as e:
+        return EnvReport(name=name, ok=False, problems=[str(e)])
+    meta = env.metadata
+    report = EnvReport(
+        name=name,
+        ok=True,
+        domain=meta.domain,
+        source=meta.source or ("hand-written" if isinstance(env, Environment) else "imported"),
+        tools=len(meta.tools),
+        write_tools=sum(t.kind == "write" for t in meta.tools),
+        scenarios=env.scenario_names(),
+    )
+    if isinstance(env, Environment) and "default" not in report.scenarios:
+        report.problems.append(f"{name}: no scenarios/default.json (the default initial config)")
+    for scenario in report.scenarios:
+        try:
+            env.new_state(env.scenario(scenario), f"{name}/scenarios/{scenario}.json")
+        except EnvFactoryError as e:
+            report.problems.append(str(e))
+    if report.write_tools == 0:
+        report.problems.append(f"{name}: no write tool; a stateful environment needs at least one")
+    report.ok = not report.problems
+    return report
+
+
+def sync_registry(pool: EnvPool, reports: list[EnvReport]) -> None:
+    """Add every verified environment to the registry; drop the ones that failed."""
+    path = pool.settings.registry_file
+    registry = load_registry(path)
+    for r in reports:
+        if r.ok:
+            registry.mcpServers[r.name] = ServerEntry(
+                args=["serve", r.name, "--transport", "stdio"],
+                domain=r.domain or "",
+                tools=r.tools,
+                write_tools=r.write_tools,
+                source=r.source or "",
+                scenarios=r.scenarios,
+            )
+        else:
+            registry.mcpServers.pop(r.name, None)
+    save_registry(path, registry)
