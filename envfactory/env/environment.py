@@ -76,6 +76,14 @@ class BaseEnvironment(ABC):
         return sorted(p.stem for p in (self.folder / "scenarios").glob("*.json"))
 
     def scenario(self, name: str) -> dict[str, Any]:
+        """A named initial config (a copy: callers may change it)."""
+        return copy.deepcopy(self._scenario(name))
+
+    def _scenario(self, name: str) -> dict[str, Any]:
+        """The cached, parsed scenario file: read once per environment, never handed out to mutate."""
+        cache: dict[str, dict[str, Any]] = self.__dict__.setdefault("_scenario_cache", {})
+        if name in cache:
+            return cache[name]
         names = self.scenario_names()
         if name not in names:
             raise ScenarioError(
@@ -89,6 +97,7 @@ class BaseEnvironment(ABC):
             raise ScenarioError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
         if not isinstance(data, dict):
             raise ScenarioError(f"{path}: a scenario must be a JSON object (a state dump)")
+        cache[name] = data
         return data
 
     def default_scenario(self) -> str | None:
@@ -111,7 +120,8 @@ class BaseEnvironment(ABC):
             if not isinstance(data, dict):
                 raise ScenarioError(f"{p}: a config must be a JSON object (a state dump)")
             return data, str(p)
-        return self.scenario(text), f"{self.name}/scenarios/{text}.json"
+        # not copied: `new_state` builds the state through JSON, so nothing is shared
+        return self._scenario(text), f"{self.name}/scenarios/{text}.json"
 
     def session(self, config: dict[str, Any] | str | Path | None = None, **kwargs: Any) -> Session:
         from envfactory.env.session import Session

@@ -13,11 +13,15 @@ the `envfactory_reset` control tool (a scenario name or a whole state dump).
 from __future__ import annotations
 
 import json
+import logging
 import weakref
 from typing import Any
 
+import anyio
 from mcp import types
 from mcp.server.fastmcp import FastMCP
+from starlette.applications import Starlette
+from starlette.responses import PlainTextResponse
 
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.session import Session
@@ -50,6 +54,48 @@ _CONTROL_TOOLS = [
 ]
 
 
+class _DropClientDisconnects(logging.Filter):
+    """Drop the tracebacks the SDK and uvicorn log when a client closes a session mid-flight.
+
+    mcp 1.30 logs one each time a client closes a session's GET stream, and uvicorn one when a
+    POST races the session's DELETE (both end in anyio.ClosedResourceError). They are harmless,
+    and rendering them (rich tracebacks, on the event loop) costs ~60-100 ms per closed session:
+    most of the server's time when conversations are short.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc: BaseException | None = record.exc_info[1] if record.exc_info else None
+        while exc is not None:
+            if isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError):
+                return False
+            exc = exc.__context__
+        return True
+
+
+_DISCONNECT_FILTER = _DropClientDisconnects()
+
+
+class _NoServerStream:
+    """Answer the optional standalone GET stream with 405, as the streamable-HTTP spec allows.
+
+    Our tools answer every request in its own response and never send server-initiated messages,
+    so the per-session SSE stream the SDK would open (a task, memory streams, a held connection)
+    is pure cost: without it the server starts sessions about a third faster.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["method"] == "GET":
+            response = PlainTextResponse(
+                "this server sends no server-initiated messages", status_code=405, headers={"Allow": "POST, DELETE"}
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
 def _mcp_output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     """MCP wants structured output to be an object: wrap other results as {"result": ...}."""
     if schema is None:
@@ -75,6 +121,8 @@ class EnvMCPServer(FastMCP):  # type: ignore[type-arg]
         port: int = 8765,
         control_tools: bool = True,
         log_level: str = "WARNING",
+        json_response: bool = True,
+        server_stream: bool = False,
     ) -> None:
         meta = env.metadata
         super().__init__(
@@ -83,10 +131,17 @@ class EnvMCPServer(FastMCP):  # type: ignore[type-arg]
             host=host,
             port=port,
             log_level=log_level,  # type: ignore[arg-type]
+            # tools answer at once and send no progress: plain JSON responses skip SSE framing
+            json_response=json_response,
         )
+        for logger_name in ("mcp.server.streamable_http", "uvicorn.error"):
+            logger = logging.getLogger(logger_name)
+            if _DISCONNECT_FILTER not in logger.filters:
+                logger.addFilter(_DISCONNECT_FILTER)
         self.env = env
         self.default_config = default_config
         self.control_tools = control_tools
+        self.server_stream = server_stream
         clash = {t.name for t in _CONTROL_TOOLS} & set(meta.tool_names)
         if control_tools and clash:
             raise EnvFactoryError(f"environment '{env.name}' defines reserved tool names: {sorted(clash)}")
@@ -103,6 +158,12 @@ class EnvMCPServer(FastMCP):  # type: ignore[type-arg]
             for t in meta.tools
         ]
         self._wraps = {t.name: _mcp_output_schema(t.output_schema) is not t.output_schema for t in meta.tools}
+
+    def streamable_http_app(self) -> Starlette:
+        app = super().streamable_http_app()
+        if not self.server_stream:
+            app.add_middleware(_NoServerStream)
+        return app
 
     @property
     def open_sessions(self) -> int:

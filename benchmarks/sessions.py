@@ -1,0 +1,281 @@
+"""Sessions benchmark: fork time, in-process calls/s, MCP over streamable HTTP vs one stdio process per conversation.
+
+    python benchmarks/sessions.py [--env hotels] [--concurrency 8] [--conversations 200] [--baseline 6]
+
+A "conversation" is what a QueryGen solver or an RL rollout does: open an MCP session on a fresh
+state, call a few tools (search, book, read back), close. The paper's way starts a stdio server
+process per conversation; ours opens an MCP session on one long-lived streamable-HTTP server.
+The table prints both, measured in this run, and the ratio. The load generator runs in its own
+process so that client and server do not share one interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from envfactory.config import Settings  # noqa: E402
+from envfactory.env.pool import EnvPool  # noqa: E402
+
+# the calls of one conversation, on the default scenario of the chosen environment
+CONVERSATIONS: dict[str, list[tuple[str, dict[str, Any]]]] = {
+    "hotels": [
+        ("search_hotels", {"city": "Lisbon"}),
+        ("book_room", {"hotel_id": "HT-LIS-01", "guest_name": "Ana Costa", "check_in": "2026-03-01", "nights": 2}),
+        ("get_booking", {"booking_id": "BK-0002"}),
+    ]
+}
+
+
+def bench_fork(env: Any, n: int) -> float:
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        env.session("default")
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bench_inprocess(env: Any, calls: list[tuple[str, dict[str, Any]]], seconds: float) -> float:
+    """Calls/s on one session: the conversation's read calls repeated (write calls would pile up state)."""
+    session = env.session("default")
+    for tool, args in calls:
+        assert session.call(tool, args).ok
+    reads = [(t, a) for t, a in calls if env.binding(t).kind == "read"]
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        for tool, args in reads:
+            session.call(tool, args)
+        n += len(reads)
+        session.history.clear()
+    return n / (time.perf_counter() - start)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "PYTHONPATH": str(ROOT)}
+
+
+# ---- load generator (runs in a child process: `python sessions.py --client ...`) ----------------
+async def _conversation_http(url: str, calls: list[tuple[str, dict[str, Any]]], http: Any) -> float:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    t = time.perf_counter()
+    async with streamable_http_client(url, http_client=http) as (r, w, _), ClientSession(r, w) as s:
+        await s.initialize()
+        for tool, args in calls:
+            res = await s.call_tool(tool, args)
+            assert not res.isError, res
+    return time.perf_counter() - t
+
+
+async def _conversation_stdio(env_name: str, calls: list[tuple[str, dict[str, Any]]]) -> float:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "envfactory.cli", "serve", env_name], env=_env())
+    t = time.perf_counter()
+    async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+        await s.initialize()
+        for tool, args in calls:
+            res = await s.call_tool(tool, args)
+            assert not res.isError, res
+    return time.perf_counter() - t
+
+
+async def _run_many(kind: str, target: str, calls: list[Any], total: int, concurrency: int) -> dict[str, float]:
+    import httpx
+
+    sem = asyncio.Semaphore(concurrency)
+    latencies: list[float] = []
+    # one HTTP client for all sessions, as a rollout worker keeps one: a new httpx client per
+    # session spends ~45 ms loading CA certificates, more than the whole MCP session costs
+    http = httpx.AsyncClient(timeout=httpx.Timeout(30, read=300), limits=httpx.Limits(max_connections=4 * concurrency))
+
+    async def one() -> None:
+        async with sem:
+            if kind == "http":
+                latencies.append(await _conversation_http(target, calls, http))
+            else:
+                latencies.append(await _conversation_stdio(target, calls))
+
+    start = time.perf_counter()
+    async with http:
+        await asyncio.gather(*(one() for _ in range(total)))
+    wall = time.perf_counter() - start
+    return {"per_s": total / wall, "median_ms": statistics.median(latencies) * 1000, "n": total}
+
+
+async def _calls_in_sessions(url: str, calls: list[Any], concurrency: int, seconds: float) -> float:
+    """Tool calls/s with `concurrency` MCP sessions open on one server, each calling in a loop."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    import httpx
+
+    reads = [c for c in calls if not c[0].startswith(("book", "cancel", "modify"))]
+    counts = [0] * concurrency
+    http = httpx.AsyncClient(timeout=30)
+
+    async def worker(i: int, stop: float) -> None:
+        async with streamable_http_client(url, http_client=http) as (r, w, _), ClientSession(r, w) as s:
+            await s.initialize()
+            while time.perf_counter() < stop:
+                for tool, args in reads:
+                    await s.call_tool(tool, args)
+                counts[i] += len(reads)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(i, start + seconds) for i in range(concurrency)))
+    return sum(counts) / (time.perf_counter() - start)
+
+
+def client_main(argv: list[str]) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--client", choices=["http", "stdio", "calls"])
+    p.add_argument("--target")
+    p.add_argument("--env")
+    p.add_argument("--total", type=int)
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--seconds", type=float, default=3.0)
+    p.add_argument("--no-calls", action="store_true", help="open and initialize sessions only")
+    a = p.parse_args(argv)
+    calls = [] if a.no_calls else CONVERSATIONS[a.env]
+    if a.client == "calls":
+        out: Any = {"per_s": asyncio.run(_calls_in_sessions(a.target, calls, a.concurrency, a.seconds))}
+    else:
+        out = asyncio.run(_run_many(a.client, a.target, calls, a.total, a.concurrency))
+    print(json.dumps(out))
+
+
+def _client(*args: str) -> dict[str, float]:
+    res = subprocess.run([sys.executable, __file__, *args], env=_env(), capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(res.stderr[-2000:])
+    return dict(json.loads(res.stdout.strip().splitlines()[-1]))
+
+
+def _start_http(env_name: str) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envfactory.cli", "serve", env_name, "--transport", "http", "--port", str(port)],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, url
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("HTTP server did not start")
+
+
+def main() -> None:
+    if "--client" in sys.argv:
+        client_main(sys.argv[1:])
+        return
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="hotels", choices=sorted(CONVERSATIONS))
+    p.add_argument("--concurrency", type=int, default=8, help="concurrent conversations / sessions (N)")
+    p.add_argument("--conversations", type=int, default=200, help="HTTP conversations to run")
+    p.add_argument("--baseline", type=int, default=6, help="stdio process-per-conversation runs (slow)")
+    p.add_argument("--seconds", type=float, default=3.0, help="duration of the calls/s measurements")
+    a = p.parse_args()
+
+    pool = EnvPool(Settings(root=ROOT, bfcl=False))
+    env = pool.get(a.env)
+    calls = CONVERSATIONS[a.env]
+    fork_s = bench_fork(env, 2000)
+    inproc = bench_inprocess(env, calls, a.seconds)
+
+    def conv(kind: str, target: str, total: int, concurrency: int, *extra: str) -> dict[str, float]:
+        return _client(
+            "--client",
+            kind,
+            "--target",
+            target,
+            "--env",
+            a.env,
+            "--total",
+            str(total),
+            "--concurrency",
+            str(concurrency),
+            *extra,
+        )
+
+    proc, url = _start_http(a.env)
+    try:
+        conv("http", url, 10, 2)  # warm-up
+        http_start = conv("http", url, a.conversations, a.concurrency, "--no-calls")
+        http_conv = conv("http", url, a.conversations, a.concurrency)
+        http_calls = _client(
+            "--client",
+            "calls",
+            "--target",
+            url,
+            "--env",
+            a.env,
+            "--concurrency",
+            str(a.concurrency),
+            "--seconds",
+            str(a.seconds),
+        )
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    base_n = min(a.concurrency, a.baseline)
+    stdio_start = conv("stdio", a.env, a.baseline, base_n, "--no-calls")
+    stdio_conv = conv("stdio", a.env, a.baseline, base_n)
+
+    ratio_start = http_start["per_s"] / stdio_start["per_s"]
+    ratio_conv = http_conv["per_s"] / stdio_conv["per_s"]
+    t = Table(title=f"sessions benchmark: env={a.env}, N={a.concurrency} concurrent, {os.cpu_count()} CPUs")
+    for col in ("measure", "value", "target", "met"):
+        t.add_column(col)
+
+    def row(name: str, value: str, target: str, met: bool | None) -> None:
+        t.add_row(name, value, target, "" if met is None else ("yes" if met else "[red]no[/red]"))
+
+    def rate(m: dict[str, float]) -> str:
+        return f"{m['per_s']:.1f} /s (median {m['median_ms']:.0f} ms)"
+
+    row("session fork, in-process (median)", f"{fork_s * 1e6:.1f} µs", "< 1 ms", fork_s < 1e-3)
+    row("tool calls, in-process", f"{inproc:,.0f} /s", ">= 20,000 /s", inproc >= 20_000)
+    row(f"tool calls, MCP HTTP, {a.concurrency} sessions on 1 process", f"{http_calls['per_s']:,.0f} /s", "", None)
+    row("conversations started: HTTP session each", rate(http_start), "", None)
+    row("conversations started: stdio process each (baseline)", rate(stdio_start), "", None)
+    row("  ratio HTTP / baseline (started)", f"{ratio_start:.0f}×", ">= 50×", ratio_start >= 50)
+    row(f"conversations completed ({len(calls)} calls): HTTP", rate(http_conv), "", None)
+    row(f"conversations completed ({len(calls)} calls): stdio (baseline)", rate(stdio_conv), "", None)
+    row("  ratio HTTP / baseline (completed)", f"{ratio_conv:.0f}×", "", None)
+    Console().print(t)
+
+
+if __name__ == "__main__":
+    main()
