@@ -151,6 +151,17 @@ def call(
         raise typer.Exit(1)
 
 
+@app.command("demo")
+def demo() -> None:
+    """Run the main job offline on the bundled pool (what `make demo` runs)."""
+    from envfactory.demo import run_demo
+
+    reports = run_demo(get_settings(), out)
+    failed = [r.name for r in reports if not r.ok]
+    if failed:
+        raise EnvFactoryError(f"demo: {len(failed)} environments failed validation: {', '.join(failed)}")
+
+
 def main() -> None:
     """Entry point: click handles usage errors; our errors print one line and exit 1."""
     try:

@@ -1,0 +1,42 @@
+# `make demo` and `make test` do all set-up on a fresh machine: .venv is created when missing.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test lint typecheck pytest bench clean
+
+setup: $(STAMP)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# torch first, pinned: the CPU build on this machine's disk (a plain `torch` would pull a CUDA build).
+# bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none).
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q --no-deps bfcl-eval
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+demo: setup
+	$(BIN)/envfactory demo
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: setup
+	$(BIN)/mypy
+
+pytest: setup
+	$(BIN)/python -m pytest -q
+
+test: lint typecheck pytest
+
+bench: setup
+	$(BIN)/python benchmarks/sessions.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,108 @@
+"""`envfactory demo`: the main job, offline, on the bundled pool (grows with the pipeline).
+
+1. validate every environment of the pool (bundled + BFCL) and sync configs/mcp_server.json;
+2. serve one environment over streamable HTTP and run two concurrent MCP conversations on it,
+   each walking a dependency chain (search → book → cancel) in its own isolated state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.env.validate import EnvReport, sync_registry, validate_env
+from envfactory.errors import EnvFactoryError
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def _conversation(url: str, guest: str) -> list[tuple[str, Any]]:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    steps: list[tuple[str, Any]] = []
+    async with streamable_http_client(url) as (r, w, _), ClientSession(r, w) as s:
+        await s.initialize()
+
+        async def call(tool: str, args: dict[str, Any]) -> Any:
+            res = await s.call_tool(tool, args)
+            payload = json.loads(res.content[0].text)
+            steps.append((f"{tool}({json.dumps(args)})", payload))
+            if res.isError:
+                raise EnvFactoryError(f"demo call {tool} failed: {payload}")
+            return payload
+
+        hotels = await call("search_hotels", {"city": "Lisbon", "max_price": 150})
+        booking = await call(
+            "book_room", {"hotel_id": hotels[0]["id"], "guest_name": guest, "check_in": "2026-03-02", "nights": 2}
+        )
+        await call("cancel_booking", {"booking_id": booking["id"]})
+        await call("list_bookings", {"guest_name": guest})
+    return steps
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EnvFactoryError("the demo MCP server exited at start")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise EnvFactoryError(f"the demo MCP server did not listen on port {port} within {timeout:.0f} s")
+
+
+def run_demo(settings: Settings, console: Console | None = None) -> list[EnvReport]:
+    console = console or Console()
+    pool = EnvPool(settings)
+    console.rule("1. validate the environment pool")
+    reports = [validate_env(pool, name) for name in pool.names()]
+    sync_registry(pool, reports)
+    table = Table("environment", "domain", "tools", "write", "verdict")
+    for r in reports:
+        table.add_row(r.name, r.domain or "", str(r.tools), str(r.write_tools), "ok" if r.ok else "; ".join(r.problems))
+    console.print(table)
+    ok = sum(r.ok for r in reports)
+    console.print(f"{ok}/{len(reports)} verified; registry: {settings.registry_file}")
+
+    console.rule("2. two isolated MCP conversations on one streamable-HTTP server")
+    port = _free_port()
+    env = {**os.environ, "ENVFACTORY_ROOT": str(settings.root)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envfactory.cli", "serve", "hotels", "--transport", "http", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_ready(port, proc)
+        url = f"http://127.0.0.1:{port}/mcp"
+
+        async def both() -> list[list[tuple[str, Any]]]:
+            return list(await asyncio.gather(_conversation(url, "Ana Costa"), _conversation(url, "Rui Alves")))
+
+        for guest, steps in zip(("Ana Costa", "Rui Alves"), asyncio.run(both()), strict=True):
+            console.print(f"[bold]{guest}[/bold]")
+            for call, payload in steps:
+                console.print(f"  {call}\n    → {json.dumps(payload)[:150]}")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    return reports
