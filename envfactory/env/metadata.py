@@ -41,7 +41,7 @@ class ToolSpec(BaseModel):
     @classmethod
     def _object_schema(cls, v: dict[str, Any]) -> dict[str, Any]:
         if v.get("type") != "object":
-            raise ValueError("must be a JSON Schema with \"type\": \"object\"")
+            raise ValueError('must be a JSON Schema with "type": "object"')
         props = v.get("properties", {})
         if not isinstance(props, dict):
             raise ValueError("'properties' must be an object mapping parameter names to schemas")
@@ -79,7 +79,7 @@ class EnvMetadata(BaseModel):
     description: str = Field(min_length=1)
     domain: Domain
     version: str = "1"
-    source: str | None = Field(default=None, description="where the environment came from (hand-written, bfcl, envgen...)")
+    source: str | None = Field(default=None, description="where it came from: hand-written, bfcl:<class>, envgen")
     tools: list[ToolSpec] = Field(min_length=1)
 
     @field_validator("name")
@@ -153,4 +153,5 @@ def load_metadata(path: str | Path) -> EnvMetadata:
 
 
 def dump_metadata(meta: EnvMetadata, path: str | Path) -> None:
-    Path(path).write_text(json.dumps(meta.model_dump(mode="json", exclude_none=True), indent=2) + "\n", encoding="utf-8")
+    text = json.dumps(meta.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+    Path(path).write_text(text, encoding="utf-8")

@@ -139,7 +139,9 @@ class Session:
         except ToolError as e:
             self.state = env.rollback(state, token)
             return self._record(
-                tool, args, error=ToolErrorInfo(type=e.code, message=e.message, details=e.details)  # type: ignore[arg-type]
+                tool,
+                args,
+                error=ToolErrorInfo(type=e.code, message=e.message, details=e.details),
             )
         except Exception as e:  # a bug in the tool: recorded, state restored, the run goes on
             self.state = env.rollback(state, token)

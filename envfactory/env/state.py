@@ -15,7 +15,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from envfactory.env.diff import StateDiff, diff_into
-from envfactory.errors import NotFoundError, ScenarioError
+from envfactory.errors import ConflictError, NotFoundError, ScenarioError, ToolError
 
 R = TypeVar("R", bound=BaseModel)
 S = TypeVar("S", bound="State")
@@ -40,6 +40,7 @@ class ChangeEntry(NamedTuple):
     key: str | None  # record id (None for `set`)
     before: Any  # the replaced object (a Record, a value) or None when absent
     after: Any
+    position: int = -1  # for `delete`: where the record stood, so that undo keeps the order
 
 
 class Change(BaseModel):
@@ -150,25 +151,33 @@ class State(BaseModel):
         return key in self._collection(collection)
 
     def find(self, collection: str, **equals: Any) -> list[Any]:
-        """Records whose fields equal the given values, in id order."""
+        """Records whose fields equal the given values, in collection order (scenario order, then creation)."""
         coll = self._collection(collection)
         return [r for r in coll.values() if all(getattr(r, f) == v for f, v in equals.items())]
 
     def create(self, collection: str, key: str, record: R) -> R:
+        """Insert a new record; an id already in use is a `ConflictError`, never a silent overwrite."""
         coll = self._collection(collection)
-        before = coll.get(key)
+        if key in coll:
+            raise ConflictError(f"{collection} already has a record with id '{key}'", collection=collection, id=key)
         coll[key] = record
-        self._log.append(ChangeEntry("create", collection, key, before, record))
+        self._log.append(ChangeEntry("create", collection, key, None, record))
         return record
 
     def update(self, collection: str, key: str, **fields: Any) -> Any:
-        """Replace a record by a copy with `fields` changed (records are never mutated in place)."""
+        """Replace a record by a validated copy with `fields` changed (records are never mutated in place)."""
         coll = self._collection(collection)
         old = self.get(collection, key)
-        unknown = [f for f in fields if f not in type(old).model_fields]
+        model = type(old)
+        unknown = [f for f in fields if f not in model.model_fields]
         if unknown:
-            raise AttributeError(f"{type(old).__name__} has no field '{unknown[0]}'")
-        new = old.model_copy(update=fields)
+            raise AttributeError(f"{model.__name__} has no field '{unknown[0]}'")
+        try:
+            new = model.model_validate({**dict(old), **fields})
+        except ValidationError as e:
+            err = e.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"])
+            raise ToolError(f"invalid value for {model.__name__}.{loc}: {err['msg']}") from None
         coll[key] = new
         self._log.append(ChangeEntry("update", collection, key, old, new))
         return new
@@ -176,8 +185,9 @@ class State(BaseModel):
     def delete(self, collection: str, key: str) -> Any:
         coll = self._collection(collection)
         old = self.get(collection, key)
+        position = list(coll).index(key)
         del coll[key]
-        self._log.append(ChangeEntry("delete", collection, key, old, None))
+        self._log.append(ChangeEntry("delete", collection, key, old, None, position))
         return old
 
     def set(self, field: str, value: Any) -> None:
@@ -204,6 +214,11 @@ class State(BaseModel):
             coll = self._collection(e.collection)
             if e.before is None:
                 coll.pop(e.key, None)
+            elif e.op == "delete":  # back where it stood: tools that list records see the same order
+                items = list(coll.items())
+                items.insert(e.position, (e.key, e.before))
+                coll.clear()
+                coll.update(items)
             else:
                 coll[e.key] = e.before
         del self._log[mark:]

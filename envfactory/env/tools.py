@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from datetime import datetime, time
 from typing import Any, get_type_hints
 
 import docstring_parser
@@ -91,15 +92,17 @@ class Tool:
             default = ... if p.default is p.empty else p.default
             fields[p.name] = (hints[p.name], Field(default, description=param_docs.get(p.name) or None))
         self.param_names = list(fields)
-        self.args_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        # the state clock is naive local time; an aware datetime or time could not be compared with it
+        self._clock_params = [n for n, (tp, _) in fields.items() if "time" in str(tp)]
+        self.args_model: type[BaseModel] = create_model(
             f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
         )
         self._validate_json = self.args_model.__pydantic_validator__.validate_json
         ret = hints.get("return", Any)
         self._ret_adapter: TypeAdapter[Any] = TypeAdapter(ret)
-        self.output_schema: dict[str, Any] | None = (
-            None if ret in (Any, None, type(None)) else _strip_titles(self._ret_adapter.json_schema(mode="serialization"))
-        )
+        self.output_schema: dict[str, Any] | None = None
+        if ret not in (Any, None, type(None)):
+            self.output_schema = _strip_titles(self._ret_adapter.json_schema(mode="serialization"))
         self._dump = self._ret_adapter.dump_python
 
     def input_schema(self) -> dict[str, Any]:
@@ -108,8 +111,13 @@ class Tool:
         out: dict[str, Any] = {"type": "object", "properties": props}
         if schema.get("required"):
             out["required"] = schema["required"]
-        if "$defs" in schema:
-            out["$defs"] = schema["$defs"]
+        if "$defs" in schema:  # nested models (a list of line items...): tidy their optionals too
+            out["$defs"] = {
+                name: {**d, "properties": {k: _collapse_optional(v) for k, v in d.get("properties", {}).items()}}
+                if "properties" in d
+                else d
+                for name, d in schema["$defs"].items()
+            }
         return out
 
     def spec(self) -> ToolSpec:
@@ -127,7 +135,13 @@ class Tool:
             model = self._validate_json(to_json(args), strict=True)
         except PydanticValidationError as e:
             raise ArgumentError(pydantic_errors_to_problems(e)) from None
-        return {k: getattr(model, k) for k in self.param_names}
+        kwargs = {k: getattr(model, k) for k in self.param_names}
+        for name in self._clock_params:
+            value = kwargs[name]
+            if isinstance(value, datetime | time) and value.tzinfo is not None:
+                problem = "give a local time without a time zone, e.g. 2026-03-01T14:30:00"
+                raise ArgumentError([ArgumentProblem(parameter=name, problem=problem)])
+        return kwargs
 
     def invoke(self, state: Any, kwargs: dict[str, Any]) -> Any:
         """Run the tool and return its result as JSON-compatible data."""

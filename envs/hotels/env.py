@@ -64,9 +64,7 @@ def _overlaps(b: Booking, check_in: date, nights: int) -> bool:
 
 def _rooms_free(db: HotelDB, hotel: Hotel, check_in: date, nights: int, ignore: str | None = None) -> int:
     taken = sum(
-        1
-        for b in db.bookings.values()
-        if b.hotel_id == hotel.id and b.id != ignore and _overlaps(b, check_in, nights)
+        1 for b in db.bookings.values() if b.hotel_id == hotel.id and b.id != ignore and _overlaps(b, check_in, nights)
     )
     return hotel.rooms_total - taken
 

@@ -39,7 +39,9 @@ def test_check_availability(s: Session) -> None:
 
 
 def test_book_room_then_get_and_list(s: Session) -> None:
-    rec = s.call("book_room", {"hotel_id": "HT-LIS-01", "guest_name": "Ana Costa", "check_in": "2026-02-01", "nights": 3})
+    rec = s.call(
+        "book_room", {"hotel_id": "HT-LIS-01", "guest_name": "Ana Costa", "check_in": "2026-02-01", "nights": 3}
+    )
     assert rec.ok and rec.result["id"] == "BK-0002" and rec.result["total_price"] == 360.0
     assert rec.diff.added == ["bookings.BK-0002"] and rec.diff.changed == ["counters.BK"]
     assert [c.op for c in rec.changes] == ["counter", "create"]
