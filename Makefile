@@ -14,10 +14,11 @@ $(BIN)/python:
 
 # torch first, pinned: the CPU build on this machine's disk (a plain `torch` would pull a CUDA build).
 # bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none).
+# mpmath is the one dependency BFCL's MathAPI needs (the version bfcl-eval pins).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]" mpmath==1.3.0
 	$(BIN)/pip install -q --no-deps bfcl-eval
-	$(BIN)/pip install -q -e ".[dev]"
 	touch $(STAMP)
 
 demo: setup
