@@ -129,10 +129,9 @@ async def _run_many(kind: str, target: str, calls: list[Any], total: int, concur
 
 async def _calls_in_sessions(url: str, calls: list[Any], concurrency: int, seconds: float) -> float:
     """Tool calls/s with `concurrency` MCP sessions open on one server, each calling in a loop."""
+    import httpx
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
-
-    import httpx
 
     reads = [c for c in calls if not c[0].startswith(("book", "cancel", "modify"))]
     counts = [0] * concurrency

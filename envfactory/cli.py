@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,7 +27,7 @@ out = Console()
 err = Console(stderr=True)
 
 
-class Transport(str, Enum):
+class Transport(StrEnum):
     stdio = "stdio"
     http = "http"
 
@@ -65,11 +65,16 @@ def envs_validate(
     names = [name] if name else pool.names()
     reports = [validate_env(pool, n) for n in names]
     sync_registry(pool, reports)
-    table = Table("name", "verdict", "tools", "write", "problems")
+    table = Table("name", "verdict", "domain", "tools", "write", "scenarios")
     for r in reports:
-        verdict = "[green]ok[/green]" if r.ok else "[red]failed[/red]"
-        table.add_row(r.name, verdict, str(r.tools), str(r.write_tools), "; ".join(r.problems))
+        verdict = "[green]ok[/green]" if r.ok else f"[red]failed ({len(r.problems)})[/red]"
+        table.add_row(r.name, verdict, r.domain or "", str(r.tools), str(r.write_tools), str(len(r.scenarios)))
     out.print(table)
+    for r in reports:
+        for problem in r.problems:  # full lines, not table cells: paths and messages stay greppable
+            out.print(f"[red]{r.name}[/red]: {problem}", highlight=False, soft_wrap=True)
+        for warning in r.warnings:
+            out.print(f"[yellow]{r.name}[/yellow] (warning): {warning}", highlight=False, soft_wrap=True)
     failed = [r.name for r in reports if not r.ok]
     out.print(f"registry: {pool.settings.registry_file}")
     if failed:
@@ -137,7 +142,7 @@ def call(
     except json.JSONDecodeError as e:
         raise EnvFactoryError(f"--args is not valid JSON: {e.msg} at column {e.colno}") from None
     if not isinstance(arguments, dict):
-        raise EnvFactoryError("--args must be a JSON object, e.g. '{\"city\": \"Lisbon\"}'")
+        raise EnvFactoryError('--args must be a JSON object, e.g. \'{"city": "Lisbon"}\'')
     env = _pool().get(name)
     config: Any = scenario or env.default_scenario()
     if state is not None and state.exists():

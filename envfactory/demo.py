@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from mcp.types import TextContent
 from rich.console import Console
 from rich.table import Table
 
@@ -41,7 +42,8 @@ async def _conversation(url: str, guest: str) -> list[tuple[str, Any]]:
 
         async def call(tool: str, args: dict[str, Any]) -> Any:
             res = await s.call_tool(tool, args)
-            payload = json.loads(res.content[0].text)
+            block = res.content[0]
+            payload = json.loads(block.text) if isinstance(block, TextContent) else None
             steps.append((f"{tool}({json.dumps(args)})", payload))
             if res.isError:
                 raise EnvFactoryError(f"demo call {tool} failed: {payload}")

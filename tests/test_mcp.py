@@ -121,8 +121,18 @@ async def test_http_initial_config_at_session_start_and_by_reset(http_url: str) 
         assert not reset.isError
         again = _payload(await s.call_tool("get_booking", {"booking_id": "BK-0001"}))
         assert again["status"] == "confirmed"
-        custom = {"hotels": {"H1": {"id": "H1", "name": "Solo", "city": "Oslo", "stars": 2,
-                                    "price_per_night": 50.0, "rooms_total": 1}}}
+        custom = {
+            "hotels": {
+                "H1": {
+                    "id": "H1",
+                    "name": "Solo",
+                    "city": "Oslo",
+                    "stars": 2,
+                    "price_per_night": 50.0,
+                    "rooms_total": 1,
+                }
+            }
+        }
         await s.call_tool(RESET_TOOL, {"config": custom})
         found = await s.call_tool("search_hotels", {"city": "Oslo"})
         assert [h["id"] for h in found.structuredContent["result"]] == ["H1"]

@@ -187,9 +187,13 @@ class Environment(BaseEnvironment):
         if strict:
             full = diff_states(before, state.dump())
             if full != diff:
-                return full, changes, (
-                    "state changed outside the CRUD helpers (create/update/delete/set): "
-                    f"the dump differs at {sorted(full.paths() ^ diff.paths())[:5]}"
+                return (
+                    full,
+                    changes,
+                    (
+                        "state changed outside the CRUD helpers (create/update/delete/set): "
+                        f"the dump differs at {sorted(full.paths() ^ diff.paths())[:5]}"
+                    ),
                 )
         return diff, changes, None
 

@@ -109,7 +109,7 @@ def _mcp_output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     return wrapped
 
 
-class EnvMCPServer(FastMCP):  # type: ignore[type-arg]
+class EnvMCPServer(FastMCP):
     """A FastMCP server whose tools are an environment's tools, dispatched to per-session state."""
 
     def __init__(

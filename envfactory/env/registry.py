@@ -29,7 +29,7 @@ class ServerEntry(BaseModel):
 class Registry(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    mcpServers: dict[str, ServerEntry] = Field(default_factory=dict)  # noqa: N815 - the MCP clients' key
+    mcpServers: dict[str, ServerEntry] = Field(default_factory=dict)
 
 
 class RegistryError(EnvFactoryError):

@@ -1,0 +1,94 @@
+"""The `envfactory` CLI, run as a real subprocess on a temporary project folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture()
+def project(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "envs" / "hotels", tmp_path / "envs" / "hotels")
+    broken = tmp_path / "envs" / "broken"
+    shutil.copytree(ROOT / "envs" / "hotels", broken)
+    meta = json.loads((broken / "metadata.json").read_text())
+    meta["name"] = "broken"
+    (broken / "metadata.json").write_text(json.dumps(meta))
+    code = (broken / "env.py").read_text().replace('"hotels",', '"broken",', 1)
+    (broken / "env.py").write_text(
+        code.replace('@env.tool(kind="write")\ndef cancel_booking', '@env.tool(kind="read")\ndef cancel_booking')
+    )
+    return tmp_path
+
+
+def run(project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "ENVFACTORY_ROOT": str(project), "ENVFACTORY_BFCL": "false", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "envfactory.cli", *args], env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def one_line_error(res: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert res.returncode == 1, res
+    assert "Traceback" not in res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], res.stderr
+
+
+def test_envs_list(project: Path) -> None:
+    res = run(project, "envs", "list")
+    assert res.returncode == 0, res.stderr
+    assert "hotels" in res.stdout and "travel" in res.stdout
+    assert "broken" in res.stdout  # listed, even though it will fail validation
+
+
+def test_envs_validate_syncs_registry(project: Path) -> None:
+    registry = project / "configs" / "mcp_server.json"
+    res = run(project, "envs", "validate")
+    one_line_error(res, "1 of 2 environments failed validation: broken")
+    assert "kind 'write', env.py says 'read'" in res.stdout
+    servers = json.loads(registry.read_text())["mcpServers"]
+    assert list(servers) == ["hotels"]
+    assert servers["hotels"]["args"] == ["serve", "hotels", "--transport", "stdio"]
+    assert servers["hotels"]["tools"] == 8 and servers["hotels"]["write_tools"] == 3
+
+    (project / "envs" / "broken" / "metadata.json").unlink()
+    shutil.rmtree(project / "envs" / "broken")
+    assert run(project, "envs", "validate", "hotels").returncode == 0
+    assert list(json.loads(registry.read_text())["mcpServers"]) == ["hotels"]
+
+
+def test_call_and_state_file(project: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    args = json.dumps({"hotel_id": "HT-POR-01", "guest_name": "Ana", "check_in": "2026-03-01", "nights": 1})
+    res = run(project, "call", "hotels", "book_room", "--args", args, "--state", str(state))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["id"] == "BK-0002"
+    res = run(project, "call", "hotels", "cancel_booking", "--args", '{"booking_id": "BK-0002"}', "--state", str(state))
+    assert json.loads(res.stdout)["status"] == "cancelled"
+    assert json.loads(state.read_text())["bookings"]["BK-0002"]["status"] == "cancelled"
+    res = run(project, "call", "hotels", "get_booking", "--args", '{"booking_id": "BK-0404"}')
+    assert res.returncode == 1 and json.loads(res.stdout)["error"]["type"] == "not_found"
+
+
+def test_cli_errors_are_one_line(project: Path) -> None:
+    one_line_error(run(project, "call", "nope", "x"), "no environment 'nope'")
+    one_line_error(run(project, "call", "hotels", "get_hotel", "--args", "{bad"), "--args is not valid JSON")
+    one_line_error(run(project, "call", "hotels", "get_hotel", "--args", "[1]"), "--args must be a JSON object")
+    one_line_error(run(project, "call", "hotels", "get_hotel", "--scenario", "nope"), "has no scenario 'nope'")
+    one_line_error(run(project, "serve", "hotels", "--scenario", "nope"), "has no scenario 'nope'")
+
+
+def test_envs_metadata_prints_the_code_schema(project: Path) -> None:
+    res = run(project, "envs", "metadata", "hotels")
+    assert res.returncode == 0, res.stderr
+    meta = json.loads(res.stdout)
+    assert meta == json.loads((project / "envs" / "hotels" / "metadata.json").read_text())
