@@ -273,7 +273,7 @@ def main() -> None:
     row(f"conversations completed ({len(calls)} calls): HTTP", rate(http_conv), "", None)
     row(f"conversations completed ({len(calls)} calls): stdio (baseline)", rate(stdio_conv), "", None)
     row("  ratio HTTP / baseline (completed)", f"{ratio_conv:.0f}×", "", None)
-    Console().print(t)
+    Console(width=120).print(t)
 
 
 if __name__ == "__main__":
