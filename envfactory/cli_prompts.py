@@ -1,0 +1,56 @@
+"""`envfactory prompts`: list and show the prompt files (of ENVFACTORY_PROMPTS_DIR, default <root>/prompts)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from envfactory.config import get_settings
+from envfactory.errors import EnvFactoryError
+from envfactory.prompts import PromptLibrary, library_from_settings
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="The prompt files (prompts/<group>/<name>.yaml).")
+out = Console()
+
+
+def _library() -> PromptLibrary:
+    return library_from_settings(get_settings())
+
+
+@app.command("list")
+def prompts_list() -> None:
+    """List the prompts: name, description, variables."""
+    library = _library()
+    table = Table("name", "description", "variables", title=f"prompts in {library.folder}")
+    for name in library.names():
+        prompt = library.get(name)
+        table.add_row(name, escape(prompt.description), ", ".join(prompt.variables) or "-")
+    out.print(table)
+
+
+@app.command("show")
+def prompts_show(
+    name: str,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="fill a variable: --set name=value (repeatable); others stay as {name}"),
+    ] = None,
+) -> None:
+    """Show a prompt's messages, with its variables listed (unfilled ones as {name} placeholders)."""
+    prompt = _library().get(name)
+    values: dict[str, str] = {}
+    for item in set_ or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise EnvFactoryError(f"--set expects name=value, got '{item}'")
+        values[key] = value
+    text = prompt.text(**values)  # unknown --set names fail here, naming the variable
+    out.print(f"[bold]{escape(prompt.name)}[/bold] — {escape(prompt.description)}", highlight=False)
+    out.print(f"source: {escape(prompt.source)}", highlight=False)
+    out.print(f"variables: {', '.join(prompt.variables) or 'none'}", highlight=False)
+    out.print()
+    out.print(escape(text), highlight=False, soft_wrap=True)

@@ -1,0 +1,648 @@
+"""Chat models per role: `openai` (any OpenAI-compatible endpoint), `local` (llama.cpp GGUF), `scripted`.
+
+`chat_model(role)` reads `settings.llm_for(role)`; every model reports token usage in
+`AIMessage.usage_metadata`, so one `UsageTracker` counts usage the same way for every provider.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+from uuid import UUID
+
+import yaml
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForLLMRun,
+    BaseCallbackHandler,
+    CallbackManagerForLLMRun,
+)
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, ToolCall, convert_to_openai_messages
+from langchain_core.messages.ai import UsageMetadata
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
+from rich.table import Table
+
+from envfactory.config import ROLES, LLMSettings, Role, Settings, get_settings
+from envfactory.errors import EnvFactoryError
+from envfactory.prompts import PROMPT_KEY
+
+ANY_PROMPT = "*"  # script key for calls whose prompt has no responses of its own (or no prompt name)
+ToolLike = dict[str, Any] | type | Callable[..., Any] | BaseTool
+
+
+class LLMConfigError(EnvFactoryError):
+    """The LLM settings for a role cannot produce a model (provider none, missing file or package)."""
+
+
+class LLMCallError(EnvFactoryError):
+    """A model call failed for a transport reason (timeout, connection, HTTP error) after the client's retries."""
+
+
+class ScriptExhaustedError(EnvFactoryError):
+    """A scripted model was asked for more responses than its script holds."""
+
+
+# ---- token counting ------------------------------------------------------------------------------
+
+
+def approx_tokens(text: str) -> int:
+    """Scripted models count ceil(characters / 4): the usual rule of thumb for BPE tokenizers on English."""
+    return math.ceil(len(text) / 4)
+
+
+def message_text(message: BaseMessage) -> str:
+    """The text of a message, content blocks joined (providers differ in str vs. block content)."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    parts = [b if isinstance(b, str) else str(b.get("text", "")) for b in content if isinstance(b, str | dict)]
+    return "".join(parts)
+
+
+def _message_tokens(message: BaseMessage) -> int:
+    text = message_text(message)
+    if isinstance(message, AIMessage) and message.tool_calls:
+        text += json.dumps([{"name": c["name"], "args": c["args"]} for c in message.tool_calls])
+    return approx_tokens(text)
+
+
+# ---- usage tracking ------------------------------------------------------------------------------
+
+
+class RoleUsage(BaseModel):
+    role: str
+    calls: int = 0
+    errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+class _RoleUsageHandler(BaseCallbackHandler):
+    """Feeds one role's model calls into a tracker."""
+
+    run_inline = True  # cheap and lock-protected: no need for an executor hop in async runs
+
+    def __init__(self, tracker: UsageTracker, role: str) -> None:
+        self.tracker, self.role = tracker, role
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any) -> None:
+        input_tokens = output_tokens = 0
+        for generations in response.generations:
+            for gen in generations:
+                message = gen.message if isinstance(gen, ChatGeneration) else None
+                usage = message.usage_metadata if isinstance(message, AIMessage) else None
+                if usage:
+                    input_tokens += usage.get("input_tokens", 0)
+                    output_tokens += usage.get("output_tokens", 0)
+        if not (input_tokens or output_tokens) and response.llm_output:
+            # older integrations report only the provider's raw `token_usage`
+            raw = response.llm_output.get("token_usage") or {}
+            input_tokens, output_tokens = raw.get("prompt_tokens", 0), raw.get("completion_tokens", 0)
+        self.tracker.add(self.role, calls=1, input_tokens=input_tokens, output_tokens=output_tokens)
+
+    def on_llm_error(self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kw: Any) -> None:
+        self.tracker.add(self.role, errors=1)
+
+
+class UsageTracker:
+    """Counts calls, errors and tokens per role; safe to share across threads and concurrent branches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._rows: dict[str, RoleUsage] = {}
+
+    def handler(self, role: str) -> BaseCallbackHandler:
+        """A LangChain callback handler that counts into this tracker under `role`."""
+        return _RoleUsageHandler(self, role)
+
+    def add(self, role: str, *, calls: int = 0, errors: int = 0, input_tokens: int = 0, output_tokens: int = 0) -> None:
+        with self._lock:
+            row = self._rows.setdefault(role, RoleUsage(role=role))
+            row.calls += calls
+            row.errors += errors
+            row.input_tokens += input_tokens
+            row.output_tokens += output_tokens
+
+    def report(self) -> list[RoleUsage]:
+        """One row per role seen, in the order of `ROLES`, then other roles alphabetically."""
+        order: dict[str, int] = {r: i for i, r in enumerate(ROLES)}
+        with self._lock:
+            rows = [r.model_copy() for r in self._rows.values()]
+        return sorted(rows, key=lambda r: (order.get(r.role, len(order)), r.role))
+
+    def table(self) -> Table:
+        return usage_table(self.report())
+
+
+def usage_table(rows: Sequence[RoleUsage]) -> Table:
+    table = Table("role", "calls", "errors", "input tokens", "output tokens", "total", title="LLM usage")
+    shown = list(rows)
+    if len(rows) > 1:
+        shown.append(
+            RoleUsage(
+                role="all",
+                calls=sum(r.calls for r in rows),
+                errors=sum(r.errors for r in rows),
+                input_tokens=sum(r.input_tokens for r in rows),
+                output_tokens=sum(r.output_tokens for r in rows),
+            )
+        )
+    for r in shown:
+        counts = (r.calls, r.errors, r.input_tokens, r.output_tokens, r.total_tokens)
+        table.add_row(r.role, *(str(c) for c in counts), end_section=r is rows[-1] and len(shown) > len(rows))
+    return table
+
+
+# ---- scripted ------------------------------------------------------------------------------------
+
+
+class ScriptedToolCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    id: str | None = None
+
+
+class ScriptedResponse(BaseModel):
+    """One scripted reply: a plain string in the file means `{content: <string>}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = ""
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any) -> Any:
+        return {"content": data} if isinstance(data, str) else data
+
+
+Script = list[ScriptedResponse] | dict[str, list[ScriptedResponse]]
+
+
+class ScriptedCall(BaseModel):
+    """What a scripted model was asked: the record tests and step-through debugging look at."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    index: int  # 0-based, over all calls of the script
+    prompt: str | None
+    messages: list[BaseMessage]
+    tools: list[str]
+    response: ScriptedResponse
+
+
+def prompt_name(messages: Sequence[BaseMessage]) -> str | None:
+    """The prompt a conversation was rendered from: set by `Prompt.render` on the first message."""
+    if not messages:
+        return None
+    name = messages[0].additional_kwargs.get(PROMPT_KEY)
+    return name if isinstance(name, str) else None
+
+
+class _ScriptPlayer:
+    """The replay position of one script; shared by every model replaying the same script file."""
+
+    def __init__(self, script: Script, source: str) -> None:
+        self.script, self.source = script, source
+        self._lock = threading.Lock()
+        self._cursors: dict[str, int] = {}
+        self.calls: list[ScriptedCall] = []
+
+    def _key(self, prompt: str | None) -> str:
+        if isinstance(self.script, list):
+            return ANY_PROMPT
+        if prompt is not None and prompt in self.script:
+            return prompt
+        if ANY_PROMPT in self.script:
+            return ANY_PROMPT
+        scripted = ", ".join(sorted(self.script)) or "none"
+        raise ScriptExhaustedError(
+            f"scripted model ({self.source}): no responses scripted for prompt '{prompt or '(unnamed)'}' "
+            f"(call {len(self.calls) + 1} overall; scripted prompts: {scripted})"
+        )
+
+    def next(self, prompt: str | None, messages: list[BaseMessage], tools: list[str]) -> ScriptedCall:
+        with self._lock:  # concurrent branches must never receive the same response twice
+            key = self._key(prompt)
+            responses = self.script if isinstance(self.script, list) else self.script[key]
+            pos = self._cursors.get(key, 0)
+            if pos >= len(responses):
+                which = "the script" if key == ANY_PROMPT else f"prompt '{key}'"
+                raise ScriptExhaustedError(
+                    f"scripted model ({self.source}): script exhausted: {which} has {len(responses)} scripted "
+                    f"responses and call {pos + 1} for it has none (prompt '{prompt or '(unnamed)'}', "
+                    f"call {len(self.calls) + 1} overall)"
+                )
+            self._cursors[key] = pos + 1
+            call = ScriptedCall(
+                index=len(self.calls), prompt=prompt, messages=list(messages), tools=tools, response=responses[pos]
+            )
+            self.calls.append(call)
+            return call
+
+    def remaining(self) -> dict[str, int]:
+        with self._lock:
+            lists = {ANY_PROMPT: self.script} if isinstance(self.script, list) else self.script
+            return {k: len(v) - self._cursors.get(k, 0) for k, v in lists.items()}
+
+
+class ScriptedChatModel(BaseChatModel):
+    """Replays scripted responses: a list (in order) or a mapping prompt name → list (in order per prompt).
+
+    The prompt name comes from the conversation's first message (see `envfactory.prompts`), so a
+    repair re-ask after bad output takes the next response of the *original* prompt. In a mapping,
+    the key `"*"` serves calls whose prompt has no list of its own. Usage: ceil(characters / 4).
+    """
+
+    script: Script
+    source: str = "inline script"
+    _player: _ScriptPlayer = PrivateAttr()
+    _bound_tools: list[str] = PrivateAttr(default_factory=list)
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)  # keeps langchain-core's version metadata
+        self._player = _ScriptPlayer(self.script, self.source)
+
+    @classmethod
+    def from_file(cls, path: Path, **kwargs: Any) -> ScriptedChatModel:
+        """A model with its own replay position over a YAML or JSON script file."""
+        return cls(script=load_script(path), source=str(path), **kwargs)
+
+    @property
+    def _llm_type(self) -> str:
+        return "envfactory-scripted"
+
+    @property
+    def calls(self) -> list[ScriptedCall]:
+        return list(self._player.calls)
+
+    @property
+    def bound_tools(self) -> list[str]:
+        """Names of the tools given to the last `bind_tools` call."""
+        return list(self._bound_tools)
+
+    def remaining(self) -> dict[str, int]:
+        """Responses left per script key (`"*"` for a list script)."""
+        return self._player.remaining()
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        tools = [t.get("function", t).get("name", "?") for t in kwargs.get("tools") or [] if isinstance(t, dict)]
+        call = self._player.next(prompt_name(messages), messages, tools)
+        resp = call.response
+        tool_calls = [
+            ToolCall(name=tc.name, args=tc.args, id=tc.id or f"call_{call.index}_{j}", type="tool_call")
+            for j, tc in enumerate(resp.tool_calls)
+        ]
+        message = AIMessage(content=resp.content, tool_calls=tool_calls)
+        input_tokens = sum(_message_tokens(m) for m in messages)
+        output_tokens = _message_tokens(message)
+        message.usage_metadata = UsageMetadata(
+            input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens
+        )
+        message.response_metadata = {"model_name": "scripted", "prompt": call.prompt, "call": call.index}
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def bind_tools(
+        self, tools: Sequence[ToolLike], *, tool_choice: str | None = None, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        self._bound_tools = [t["function"]["name"] for t in formatted]
+        if tool_choice is not None:
+            kwargs["tool_choice"] = tool_choice
+        return self.bind(tools=formatted, **kwargs)
+
+
+def load_script(path: Path) -> Script:
+    """Parse a script file: YAML (JSON is YAML too) holding a list or a mapping of lists of responses."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise LLMConfigError(f"script file {path}: cannot read it ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise LLMConfigError(f"script file {path}: not valid YAML/JSON: {str(e).splitlines()[0]}") from None
+    try:
+        return _SCRIPT.validate_python(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise LLMConfigError(
+            f"script file {path}: {loc or '(top level)'}: {first['msg']} "
+            "(expected a list of responses or a mapping prompt name -> list of responses)"
+        ) from None
+
+
+_SCRIPT: TypeAdapter[Script] = TypeAdapter(Script)
+_players_lock = threading.Lock()
+_players: dict[tuple[str, int], _ScriptPlayer] = {}
+
+
+def _shared_scripted(path: Path, **kwargs: Any) -> ScriptedChatModel:
+    """Models built by `chat_model` for one script file share its replay position (across roles and calls),
+    so a graph that builds its model inside each node still walks the script forward."""
+    resolved = path.resolve()
+    key = (str(resolved), resolved.stat().st_mtime_ns)
+    with _players_lock:
+        player = _players.get(key)
+        if player is None:
+            player = _players[key] = _ScriptPlayer(load_script(resolved), str(path))
+    model = ScriptedChatModel(script=player.script, source=str(path), **kwargs)
+    model._player = player
+    return model
+
+
+def reset_scripted_models() -> None:
+    """Forget the shared replay positions: the next `chat_model` call replays script files from the start."""
+    with _players_lock:
+        _players.clear()
+
+
+# ---- local (llama.cpp) ---------------------------------------------------------------------------
+
+
+class LlamaCppChatModel(BaseChatModel):
+    """An embedded llama.cpp model (`llama-cpp-python`), loaded on first use.
+
+    Built on `Llama.create_chat_completion` directly: that is all langchain-community's wrapper
+    adds, and it keeps langchain-community out of the dependencies.
+    """
+
+    gguf_path: Path
+    n_ctx: int = 8192
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int | None = None
+    _llama: Any = PrivateAttr(default=None)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "envfactory-llama-cpp"
+
+    def _client(self) -> Any:
+        if self._llama is None:
+            llama_cpp = _import_llama_cpp()
+            self._llama = llama_cpp.Llama(model_path=str(self.gguf_path), n_ctx=self.n_ctx, verbose=False)
+        return self._llama
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        request: dict[str, Any] = {
+            "messages": convert_to_openai_messages(messages),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_tokens": self.max_tokens,
+            "stop": stop,
+        }
+        for key in ("tools", "tool_choice"):
+            if kwargs.get(key) is not None:
+                request[key] = kwargs[key]
+        with self._lock:  # a llama.cpp context is not safe for concurrent use
+            response = self._client().create_chat_completion(**request)
+        return _chat_result(response)
+
+    def bind_tools(
+        self, tools: Sequence[ToolLike], *, tool_choice: str | None = None, **kwargs: Any
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        formatted = [convert_to_openai_tool(t) for t in tools]
+        if tool_choice in ("any", "required"):
+            kwargs["tool_choice"] = "required"
+        elif tool_choice in ("auto", "none"):
+            kwargs["tool_choice"] = tool_choice
+        elif tool_choice is not None:  # a tool name
+            kwargs["tool_choice"] = {"type": "function", "function": {"name": tool_choice}}
+        return self.bind(tools=formatted, **kwargs)
+
+
+def _chat_result(response: Mapping[str, Any]) -> ChatResult:
+    """An OpenAI-style completion dict (what llama.cpp returns) as a LangChain result."""
+    choice = response["choices"][0]["message"]
+    tool_calls: list[ToolCall] = []
+    invalid: list[dict[str, Any]] = []
+    for tc in choice.get("tool_calls") or []:
+        fn = tc.get("function", {})
+        try:
+            args = json.loads(fn.get("arguments") or "{}")
+            tool_calls.append(ToolCall(name=fn.get("name", ""), args=args, id=tc.get("id"), type="tool_call"))
+        except json.JSONDecodeError as e:
+            invalid.append({"name": fn.get("name"), "args": fn.get("arguments"), "id": tc.get("id"), "error": str(e)})
+    usage = response.get("usage") or {}
+    message = AIMessage(
+        content=choice.get("content") or "",
+        tool_calls=tool_calls,
+        invalid_tool_calls=invalid,
+        usage_metadata=UsageMetadata(
+            input_tokens=usage.get("prompt_tokens", 0),
+            output_tokens=usage.get("completion_tokens", 0),
+            total_tokens=usage.get("total_tokens", 0),
+        ),
+        response_metadata={"model_name": response.get("model", "llama.cpp")},
+    )
+    return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+_LOCAL_HINT = "pip install 'envfactory[local]'"
+
+
+def _import_llama_cpp() -> Any:
+    try:
+        import llama_cpp
+    except ImportError:
+        raise LLMConfigError(f"the local provider needs llama-cpp-python: {_LOCAL_HINT}") from None
+    return llama_cpp
+
+
+# ---- openai-compatible ---------------------------------------------------------------------------
+
+
+class _ChatOpenAI(ChatOpenAI):
+    """ChatOpenAI whose transport failures become one-line `LLMCallError`s naming role, model and endpoint.
+
+    Retries happen below this, in the openai client (openai `_base_client.py`, `_should_retry` and
+    `_calculate_retry_timeout`, read in openai 3.57): 408, 409, 429, every 5xx, connection errors and
+    timeouts are retried `max_retries` times with exponential backoff (0.5 s doubling to 8 s, up to
+    25 % jitter), or after the server's `Retry-After` when it is above 0 and at most 120 s (so
+    `Retry-After: 0` still backs off 0.5 s). langchain-openai 1.8 passes `max_retries` and `timeout`
+    straight to that client.
+    """
+
+    envfactory_role: str = ""
+
+    def _fail(self, e: Exception) -> NoReturn:
+        import openai
+
+        where = (
+            f"role '{self.envfactory_role}', model '{self.model_name}' at {self.openai_api_base or 'api.openai.com'}"
+        )
+        if isinstance(e, openai.APITimeoutError):
+            raise LLMCallError(
+                f"LLM call timed out after {self.request_timeout} s ({where}, max_retries={self.max_retries}); "
+                "raise ENVFACTORY_LLM__TIMEOUT_S or check the server"
+            ) from e
+        if isinstance(e, openai.APIConnectionError):
+            raise LLMCallError(f"cannot reach the LLM server ({where}): {e.__cause__ or e}") from e
+        if isinstance(e, openai.APIStatusError):
+            raise LLMCallError(f"LLM server answered HTTP {e.status_code} ({where}): {e.message}") from e
+        raise LLMCallError(f"LLM call failed ({where}): {type(e).__name__}: {e}") from e
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        import openai
+
+        try:
+            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        except openai.APIError as e:
+            self._fail(e)
+
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        import openai
+
+        try:
+            return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        except openai.APIError as e:
+            self._fail(e)
+
+    def _stream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> Iterator[ChatGenerationChunk]:
+        import openai
+
+        try:
+            yield from super()._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
+        except openai.APIError as e:
+            self._fail(e)
+
+    async def _astream(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        import openai
+
+        try:
+            async for chunk in super()._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
+                yield chunk
+        except openai.APIError as e:
+            self._fail(e)
+
+
+def _openai_model(role: Role, cfg: LLMSettings, callbacks: list[BaseCallbackHandler]) -> BaseChatModel:
+    api_key = cfg.api_key or os.environ.get("OPENAI_API_KEY") or ("EMPTY" if cfg.base_url else None)
+    if api_key is None:
+        raise LLMConfigError(
+            f"role '{role}': the openai provider needs ENVFACTORY_LLM__BASE_URL (an OpenAI-compatible server) "
+            "or an API key (ENVFACTORY_LLM__API_KEY or OPENAI_API_KEY)"
+        )
+    return _ChatOpenAI(
+        envfactory_role=role,
+        model=cfg.model,
+        base_url=cfg.base_url,
+        api_key=api_key,
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_tokens=cfg.max_tokens,
+        timeout=cfg.timeout_s,
+        max_retries=cfg.max_retries,
+        # vLLM, SGLang, Ollama and llama.cpp servers speak /v1/chat/completions; the Responses API,
+        # which langchain-openai picks for some model names, is OpenAI's own.
+        use_responses_api=False,
+        callbacks=callbacks,
+    )
+
+
+# ---- the factory ---------------------------------------------------------------------------------
+
+
+def _resolve(path: Path, settings: Settings) -> Path:
+    """Relative paths are tried from the working directory, then from the project root."""
+    path = path.expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    return settings.root / path
+
+
+def _var(role: Role, field: str) -> str:
+    return f"ENVFACTORY_LLM__{field} (or ENVFACTORY_LLM_ROLES__{role.upper()}__{field} for this role only)"
+
+
+def chat_model(role: Role, settings: Settings | None = None, usage: UsageTracker | None = None) -> BaseChatModel:
+    """The chat model configured for `role`; with `usage`, its calls are counted under that role."""
+    settings = settings or get_settings()
+    cfg = settings.llm_for(role)
+    callbacks: list[BaseCallbackHandler] = [usage.handler(role)] if usage is not None else []
+    if cfg.provider == "openai":
+        return _openai_model(role, cfg, callbacks)
+    if cfg.provider == "local":
+        if cfg.gguf_path is None:
+            raise LLMConfigError(f"role '{role}': the local provider needs a GGUF file: set {_var(role, 'GGUF_PATH')}")
+        gguf = _resolve(cfg.gguf_path, settings)
+        if not gguf.is_file():
+            raise LLMConfigError(f"role '{role}': GGUF file {gguf} does not exist (set {_var(role, 'GGUF_PATH')})")
+        if importlib.util.find_spec("llama_cpp") is None:  # fail now, not at the first call mid-run
+            raise LLMConfigError(f"role '{role}': the local provider needs llama-cpp-python: {_LOCAL_HINT}")
+        return LlamaCppChatModel(
+            gguf_path=gguf,
+            n_ctx=cfg.n_ctx,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_tokens,
+            callbacks=callbacks,
+        )
+    if cfg.provider == "scripted":
+        if cfg.script is None:
+            raise LLMConfigError(
+                f"role '{role}': the scripted provider needs a script file: set {_var(role, 'SCRIPT')}"
+            )
+        script = _resolve(cfg.script, settings)
+        if not script.is_file():
+            raise LLMConfigError(f"role '{role}': script file {script} does not exist (set {_var(role, 'SCRIPT')})")
+        return _shared_scripted(script, callbacks=callbacks)
+    raise LLMConfigError(
+        f"no LLM is configured for role '{role}': set {_var(role, 'PROVIDER')} to openai (with "
+        "ENVFACTORY_LLM__BASE_URL and ENVFACTORY_LLM__MODEL), local (with ENVFACTORY_LLM__GGUF_PATH) "
+        "or scripted (with ENVFACTORY_LLM__SCRIPT)"
+    )

@@ -1,0 +1,376 @@
+"""Chat models per role: scripted replay, usage tracking, config errors, and the openai provider
+against a real OpenAI-compatible HTTP server on 127.0.0.1 (retries on 429/5xx, timeouts)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import math
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.tools import tool
+from rich.console import Console
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from envfactory.config import LLMSettings, Settings
+from envfactory.llm import (
+    LLMCallError,
+    LLMConfigError,
+    ScriptedChatModel,
+    ScriptExhaustedError,
+    UsageTracker,
+    _chat_result,
+    approx_tokens,
+    chat_model,
+    reset_scripted_models,
+)
+from envfactory.prompts import PromptLibrary
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def settings_with(tmp_path: Path, **llm: Any) -> Settings:
+    return Settings(root=tmp_path, llm=LLMSettings(**llm))
+
+
+def named(prompt: str, text: str = "go") -> list[HumanMessage]:
+    """A conversation as `Prompt.render` makes it: the first message carries the prompt name."""
+    return [HumanMessage(content=text, additional_kwargs={"prompt": prompt})]
+
+
+# ---- scripted ------------------------------------------------------------------------------------
+
+
+def test_scripted_in_order_then_exhausted() -> None:
+    model = ScriptedChatModel(script=["one", "two"])
+    assert model.invoke("a").content == "one"
+    assert model.invoke([HumanMessage("b")]).content == "two"
+    assert model.remaining() == {"*": 0}
+    with pytest.raises(ScriptExhaustedError) as e:
+        model.invoke("c")
+    msg = str(e.value)
+    assert "inline script" in msg and "2 scripted responses" in msg and "call 3" in msg
+    assert [c.index for c in model.calls] == [0, 1]
+
+
+def test_scripted_keyed_by_prompt_name(tmp_path: Path) -> None:
+    folder = tmp_path / "prompts"
+    for name in ("ask", "other"):
+        (folder / "demo").mkdir(parents=True, exist_ok=True)
+        (folder / "demo" / f"{name}.yaml").write_text(
+            f"description: d\nvariables: [q]\nmessages:\n  - role: system\n    content: {name}\n"
+            "  - role: user\n    content: '{q}'\n"
+        )
+    lib = PromptLibrary(folder)
+    model = ScriptedChatModel(script={"demo/ask": ["ask-1", "ask-2"], "demo/other": ["other-1"], "*": ["any-1"]})
+    assert model.invoke(lib.get("demo/ask").render(q="x")).content == "ask-1"
+    assert model.invoke(lib.get("demo/other").render(q="x")).content == "other-1"
+    assert model.invoke(lib.get("demo/ask").render(q="y")).content == "ask-2"
+    assert model.invoke("no prompt name").content == "any-1"  # "*" serves unnamed calls
+    assert [c.prompt for c in model.calls] == ["demo/ask", "demo/other", "demo/ask", None]
+    with pytest.raises(ScriptExhaustedError, match=r"prompt 'demo/ask' has 2 scripted responses and call 3"):
+        model.invoke(lib.get("demo/ask").render(q="z"))
+
+    strict = ScriptedChatModel(script={"demo/ask": ["x"]})
+    with pytest.raises(ScriptExhaustedError, match=r"no responses scripted for prompt 'demo/other'.*demo/ask"):
+        strict.invoke(named("demo/other"))
+
+
+def test_scripted_tool_calls_from_yaml_file(tmp_path: Path) -> None:
+    script = tmp_path / "solver.yaml"
+    script.write_text(
+        """
+solver/step:
+  - content: Let me look that up.
+    tool_calls:
+      - {name: find_hotel, args: {city: Lisbon}, id: call_a}
+      - {name: find_hotel, args: {city: Porto}}
+  - The cheapest is in Porto.
+"""
+    )
+    model = chat_model("solver", settings_with(tmp_path, provider="scripted", script=script))
+
+    @tool
+    def find_hotel(city: str) -> str:
+        """Find hotels in a city."""
+        return city
+
+    bound = model.bind_tools([find_hotel])
+    first = bound.invoke(named("solver/step"))
+    assert isinstance(first, AIMessage)
+    assert first.content == "Let me look that up."
+    assert [(c["name"], c["args"], c["id"]) for c in first.tool_calls] == [
+        ("find_hotel", {"city": "Lisbon"}, "call_a"),
+        ("find_hotel", {"city": "Porto"}, "call_0_1"),  # generated ids are deterministic
+    ]
+    second = bound.invoke([*named("solver/step"), first])
+    assert second.content == "The cheapest is in Porto." and second.tool_calls == []
+    assert isinstance(model, ScriptedChatModel)
+    assert model.bound_tools == ["find_hotel"]
+    assert [c.tools for c in model.calls] == [["find_hotel"], ["find_hotel"]]
+
+
+def test_script_file_json_and_errors(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(["a", {"content": "b"}]))
+    model = ScriptedChatModel.from_file(path)
+    assert [model.invoke("x").content for _ in range(2)] == ["a", "b"]
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- content: x\n  tool_calls: [{args: {}}]\n")
+    with pytest.raises(LLMConfigError, match=r"script file .*bad\.yaml: .*tool_calls"):
+        chat_model("code", settings_with(tmp_path, provider="scripted", script=bad))
+    with pytest.raises(LLMConfigError, match=r"script file .*nope\.yaml does not exist"):
+        chat_model("code", settings_with(tmp_path, provider="scripted", script=tmp_path / "nope.yaml"))
+    with pytest.raises(LLMConfigError, match=r"ENVFACTORY_LLM__SCRIPT"):
+        chat_model("code", settings_with(tmp_path, provider="scripted"))
+
+
+def test_models_from_one_script_file_share_its_position(tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text("- r1\n- r2\n- r3\n")
+    settings = settings_with(tmp_path, provider="scripted", script=Path("s.yaml"))  # relative to the root
+    assert chat_model("code", settings).invoke("x").content == "r1"
+    assert chat_model("test", settings).invoke("x").content == "r2"  # a new model walks on, not back
+    reset_scripted_models()
+    assert chat_model("code", settings).invoke("x").content == "r1"
+
+
+def test_scripted_is_thread_safe() -> None:
+    n_threads, per_thread = 8, 25
+    model = ScriptedChatModel(script=[f"r{i}" for i in range(n_threads * per_thread)])
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(per_thread):
+            content = str(model.invoke("x").content)
+            with lock:
+                seen.append(content)
+
+    threads = [threading.Thread(target=worker) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(seen) == sorted(f"r{i}" for i in range(n_threads * per_thread))  # each exactly once
+    assert model.remaining() == {"*": 0}
+
+
+# ---- usage ---------------------------------------------------------------------------------------
+
+
+def test_usage_is_tracked_per_role(tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text(
+        "code/generate: [hello world]\ntest/scenarios: [{content: ok, tool_calls: [{name: f, args: {x: 1}}]}]\n"
+    )
+    settings = settings_with(tmp_path, provider="scripted", script=script)
+    usage = UsageTracker()
+    code, test = chat_model("code", settings, usage=usage), chat_model("test", settings, usage=usage)
+
+    reply = code.invoke(named("code/generate", "write the code please"))
+    assert reply.usage_metadata == {"input_tokens": 6, "output_tokens": 3, "total_tokens": 9}  # ceil(chars / 4)
+    asyncio.run(test.ainvoke(named("test/scenarios", "abcd")))
+    with pytest.raises(ScriptExhaustedError):
+        code.invoke(named("code/generate"))
+
+    rows = {r.role: r for r in usage.report()}
+    assert [r.role for r in usage.report()] == ["code", "test"]
+    assert (rows["code"].calls, rows["code"].errors) == (1, 1)
+    assert (rows["code"].input_tokens, rows["code"].output_tokens) == (6, 3)
+    tool_text = "ok" + json.dumps([{"name": "f", "args": {"x": 1}}])
+    assert (rows["test"].calls, rows["test"].input_tokens) == (1, 1)
+    assert rows["test"].output_tokens == approx_tokens(tool_text) == math.ceil(len(tool_text) / 4)
+    assert rows["test"].total_tokens == 1 + rows["test"].output_tokens
+
+    console = Console(record=True, width=120)
+    console.print(usage.table())
+    text = console.export_text()
+    assert "code" in text and "test" in text and "all" in text
+
+
+# ---- config errors -------------------------------------------------------------------------------
+
+
+def test_provider_none_explains_how_to_configure(tmp_path: Path) -> None:
+    with pytest.raises(LLMConfigError) as e:
+        chat_model("search", settings_with(tmp_path))
+    msg = str(e.value)
+    assert "no LLM is configured for role 'search'" in msg
+    assert "ENVFACTORY_LLM__PROVIDER" in msg and "ENVFACTORY_LLM_ROLES__SEARCH__PROVIDER" in msg
+
+
+def test_role_override_picks_the_provider(tmp_path: Path) -> None:
+    script = tmp_path / "s.yaml"
+    script.write_text("- coded\n")
+    settings = Settings(root=tmp_path, llm_roles={"code": LLMSettings(provider="scripted", script=script)})
+    assert chat_model("code", settings).invoke("x").content == "coded"
+    with pytest.raises(LLMConfigError, match="role 'user'"):
+        chat_model("user", settings)
+
+
+def test_local_provider_errors(tmp_path: Path) -> None:
+    with pytest.raises(LLMConfigError, match=r"needs a GGUF file: set ENVFACTORY_LLM__GGUF_PATH"):
+        chat_model("code", settings_with(tmp_path, provider="local"))
+    with pytest.raises(LLMConfigError, match=r"GGUF file .*missing\.gguf does not exist"):
+        chat_model("code", settings_with(tmp_path, provider="local", gguf_path=tmp_path / "missing.gguf"))
+    if importlib.util.find_spec("llama_cpp") is not None:
+        pytest.skip("llama-cpp-python is installed here: the missing-package error cannot be shown")
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF")
+    with pytest.raises(LLMConfigError, match=r"pip install 'envfactory\[local\]'"):
+        chat_model("code", settings_with(tmp_path, provider="local", gguf_path=gguf))
+
+
+def test_llama_cpp_response_conversion() -> None:
+    """What `Llama.create_chat_completion` returns becomes a LangChain message with tools and usage."""
+    result = _chat_result(
+        {
+            "model": "m.gguf",
+            "choices": [
+                {
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}},
+                            {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{bad"}},
+                        ],
+                    }
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
+        }
+    )
+    message = result.generations[0].message
+    assert isinstance(message, AIMessage)
+    assert message.content == ""
+    assert [(c["name"], c["args"], c["id"]) for c in message.tool_calls] == [("f", {"a": 1}, "c1")]
+    assert [c["name"] for c in message.invalid_tool_calls] == ["g"]
+    assert message.usage_metadata == {"input_tokens": 5, "output_tokens": 2, "total_tokens": 7}
+
+
+def test_openai_needs_an_endpoint_or_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(LLMConfigError, match=r"ENVFACTORY_LLM__BASE_URL"):
+        chat_model("code", settings_with(tmp_path, provider="openai"))
+
+
+# ---- openai provider against a real local server -------------------------------------------------
+
+
+class FakeOpenAI:
+    """An OpenAI-compatible /v1/chat/completions endpoint that plays a planned list of behaviours."""
+
+    def __init__(self) -> None:
+        self.plan: list[str] = []
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.sleep_s = 0.0
+        self.port = 0
+
+    async def completions(self, request: Request) -> JSONResponse:
+        self.requests.append(await request.json())
+        self.headers.append(dict(request.headers))
+        step = self.plan.pop(0) if self.plan else "ok"
+        if step == "429":
+            error = {"error": {"message": "slow down", "type": "rate_limit_error"}}
+            return JSONResponse(error, status_code=429, headers={"retry-after": "0"})
+        if step == "500":
+            return JSONResponse({"error": {"message": "boom", "type": "server_error"}}, status_code=500)
+        if step == "sleep":
+            await asyncio.sleep(self.sleep_s)
+        return JSONResponse(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "test-model",
+                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "pong"}}],
+                "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
+            }
+        )
+
+
+@pytest.fixture()
+def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # a proxy in the environment must not intercept us
+    fake = FakeOpenAI()
+    app = Starlette(routes=[Route("/v1/chat/completions", fake.completions, methods=["POST"])])
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # a free port, bound by us: whatever answers there is this server
+    fake.port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+    uv = uvicorn.Server(config)
+    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not uv.started:
+        assert time.monotonic() < deadline, "local server did not start"
+        time.sleep(0.02)
+    yield fake
+    uv.should_exit = True
+    thread.join(timeout=10)
+    sock.close()
+
+
+def openai_settings(tmp_path: Path, fake: FakeOpenAI, **llm: Any) -> Settings:
+    base = {"provider": "openai", "base_url": f"http://127.0.0.1:{fake.port}/v1", "model": "test-model"}
+    return settings_with(tmp_path, **{**base, **llm})
+
+
+def test_openai_retries_429_and_500_then_succeeds(
+    tmp_path: Path, server: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    server.plan = ["429", "500", "ok"]
+    usage = UsageTracker()
+    settings = openai_settings(tmp_path, server, max_retries=2, temperature=0.2, top_p=0.9, max_tokens=64)
+    model = chat_model("code", settings, usage=usage)
+    reply = model.invoke(named("code/generate", "ping"))
+    assert reply.content == "pong"
+    assert len(server.requests) == 3
+    body = server.requests[-1]
+    assert body["model"] == "test-model" and body["temperature"] == 0.2 and body["top_p"] == 0.9
+    assert body["messages"] == [{"role": "user", "content": "ping"}]  # the prompt name is not sent
+    assert server.headers[-1]["authorization"] == "Bearer EMPTY"
+    [row] = usage.report()
+    assert (row.role, row.calls, row.errors, row.input_tokens, row.output_tokens) == ("code", 1, 0, 11, 7)
+
+
+def test_openai_timeout_is_a_clear_error(tmp_path: Path, server: FakeOpenAI) -> None:
+    server.plan, server.sleep_s = ["sleep"], 1.5
+    usage = UsageTracker()
+    model = chat_model("test", openai_settings(tmp_path, server, timeout_s=0.3, max_retries=0), usage=usage)
+    started = time.monotonic()
+    with pytest.raises(LLMCallError) as e:
+        model.invoke("ping")
+    assert time.monotonic() - started < 1.4
+    msg = str(e.value)
+    assert "timed out after 0.3 s" in msg and "role 'test'" in msg and "test-model" in msg
+    assert f"127.0.0.1:{server.port}" in msg and "max_retries=0" in msg
+    assert len(server.requests) == 1
+    assert usage.report()[0].errors == 1
+
+
+def test_openai_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()  # nothing listens there now
+    settings = settings_with(tmp_path, provider="openai", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+    with pytest.raises(LLMCallError, match=r"cannot reach the LLM server \(role 'code'"):
+        asyncio.run(chat_model("code", settings).ainvoke("ping"))
