@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from envfactory.cli_prompts import app as prompts_app
 from envfactory.config import get_settings
 from envfactory.env.environment import Environment
 from envfactory.env.metadata import dump_metadata
@@ -22,6 +23,7 @@ from envfactory.errors import EnvFactoryError
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 envs_app = typer.Typer(no_args_is_help=True, help="The environment pool.")
 app.add_typer(envs_app, name="envs")
+app.add_typer(prompts_app, name="prompts")
 
 out = Console()
 err = Console(stderr=True)
@@ -167,9 +169,22 @@ def demo() -> None:
         raise EnvFactoryError(f"demo: {len(failed)} environments failed validation: {', '.join(failed)}")
 
 
+def _add_plugins(argv: list[str]) -> None:
+    """Sub-apps registered by other packages (`envgen` from graphs/) under the `envfactory.cli` entry
+    point group. Loaded only when named on the command line (or for help): importing LangGraph
+    would slow every other command, `serve` included."""
+    from importlib.metadata import entry_points
+
+    wanted = argv[1] if len(argv) > 1 else "--help"
+    for ep in entry_points(group="envfactory.cli"):
+        if wanted in (ep.name, "--help"):
+            app.add_typer(ep.load(), name=ep.name)
+
+
 def main() -> None:
     """Entry point: click handles usage errors; our errors print one line and exit 1."""
     try:
+        _add_plugins(sys.argv)
         app()
     except EnvFactoryError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)

@@ -1,0 +1,50 @@
+"""What every agent needs: settings, the prompt library, chat models per role, token usage."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+
+from envfactory.config import Role, Settings, get_settings
+from envfactory.llm import UsageTracker, chat_model
+from envfactory.prompts import PromptLibrary, library_from_settings
+
+# Models are cached per process and per model settings: a scripted model keeps its place in the
+# script across the nodes of a run, and a local GGUF model is loaded once.
+_MODELS: dict[tuple[str, str], BaseChatModel] = {}
+_LOCK = threading.Lock()
+_USAGE = UsageTracker()
+
+
+def process_usage() -> UsageTracker:
+    """Token usage of every model this process built, per role."""
+    return _USAGE
+
+
+@dataclass
+class AgentDeps:
+    settings: Settings = field(default_factory=get_settings)
+    prompt_overrides: dict[str, Any] = field(default_factory=dict)
+    _prompts: PromptLibrary | None = None
+
+    @property
+    def prompts(self) -> PromptLibrary:
+        if self._prompts is None:
+            self._prompts = library_from_settings(self.settings, overrides=self.prompt_overrides or None)
+        return self._prompts
+
+    def model(self, role: Role) -> BaseChatModel:
+        key = (role, self.settings.llm_for(role).model_dump_json())
+        with _LOCK:
+            if key not in _MODELS:
+                _MODELS[key] = chat_model(role, self.settings, usage=_USAGE)
+            return _MODELS[key]
+
+
+def reset_model_cache() -> None:
+    """Forget cached models (tests switch scripts between runs in one process)."""
+    with _LOCK:
+        _MODELS.clear()

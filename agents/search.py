@@ -1,0 +1,159 @@
+"""Search Agent: find a coverage gap in the pool, propose a new scenario that is not a near-duplicate,
+gather authentic sources, and write the environment's metadata.
+
+A user can skip the search: start from their own metadata file or from an OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agents.common import AgentDeps
+from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, load_metadata
+from envfactory.env.pool import EnvPool
+from envfactory.errors import EnvFactoryError
+from envfactory.structured import ask_structured
+
+
+class ToolIdea(BaseModel):
+    name: str
+    kind: ToolKind
+    purpose: str
+
+
+class Proposal(BaseModel):
+    """A proposed environment, before it is grounded in sources."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    domain: Domain
+    description: str
+    entities: list[str] = Field(default_factory=list)
+    tools: list[ToolIdea] = Field(min_length=1)
+
+    def text(self) -> str:
+        return f"{self.description} Tools: " + "; ".join(f"{t.name}: {t.purpose}" for t in self.tools)
+
+
+class NoveltyCheck(BaseModel):
+    name: str
+    nearest: str | None
+    similarity: float
+    threshold: float
+    duplicate: bool
+
+
+class SearchReport(BaseModel):
+    """What the Search Agent did and why: visible in the graph state and in Studio."""
+
+    mode: Literal["search", "metadata", "openapi"]
+    domain: str | None = None
+    gaps: list[dict[str, Any]] = Field(default_factory=list)
+    novelty: list[NoveltyCheck] = Field(default_factory=list)
+    sources: list[str] = Field(default_factory=list)
+    proposal: Proposal | None = None
+
+
+class SearchOutcome(BaseModel):
+    ok: bool
+    metadata: EnvMetadata | None = None
+    report: SearchReport
+    error: str | None = None
+
+
+class EnvGenRequest(BaseModel):
+    """How to start: from the pool's gaps (search), a metadata file, or an OpenAPI document."""
+
+    metadata_path: str | None = None
+    openapi_path: str | None = None
+    domain: Domain | None = None
+    name: str | None = None
+    hint: str = ""
+
+    @property
+    def mode(self) -> Literal["search", "metadata", "openapi"]:
+        if self.metadata_path:
+            return "metadata"
+        return "openapi" if self.openapi_path else "search"
+
+
+def _from_user(request: EnvGenRequest) -> SearchOutcome:
+    if request.metadata_path:
+        meta = load_metadata(request.metadata_path)
+        return SearchOutcome(ok=True, metadata=meta, report=SearchReport(mode="metadata", domain=meta.domain))
+    from envfactory.env.openapi import openapi_to_metadata
+
+    assert request.openapi_path is not None
+    meta = openapi_to_metadata(Path(request.openapi_path), name=request.name, domain=request.domain or "utilities")
+    return SearchOutcome(ok=True, metadata=meta, report=SearchReport(mode="openapi", domain=meta.domain))
+
+
+def search_environment(deps: AgentDeps, request: EnvGenRequest, attempts: int = 3) -> SearchOutcome:
+    if request.mode != "search":
+        return _from_user(request)
+    from envfactory.coverage import PoolIndex
+    from envfactory.embeddings import Embedder
+    from envfactory.sources import search_sources
+
+    settings = deps.settings
+    pool = EnvPool(settings)
+    embedder = Embedder(settings.embedding_model)
+    index = PoolIndex(pool, embedder, settings.data_path / "chroma")
+    gaps = index.domain_gaps()  # least covered first
+    domain = request.domain or gaps[0].domain
+    report = SearchReport(mode="search", domain=domain, gaps=[g.model_dump() for g in gaps])
+    existing = next((g.envs for g in gaps if g.domain == domain), [])
+
+    rejected: list[str] = []
+    proposal: Proposal | None = None
+    for _ in range(attempts):
+        messages = deps.prompts.get("search/propose").render(
+            domain=domain,
+            gaps="\n".join(f"- {g.domain}: {g.env_count} environments, {g.tool_count} tools" for g in gaps),
+            existing=", ".join(existing) or "none",
+            hint=request.hint or "none",
+            rejected="\n".join(rejected) or "none",
+        )
+        answer = ask_structured(
+            deps.model("search"), messages, Proposal, library=deps.prompts, retries=settings.structured_retries
+        )
+        if not answer.ok or answer.value is None:
+            return SearchOutcome(ok=False, report=report, error=f"search/propose: {answer.error}")
+        candidate = answer.value
+        # the description alone: a tool list appended to it dilutes the embedding below the threshold
+        verdict = index.novelty(candidate.description, settings.similarity_threshold)
+        check = NoveltyCheck(
+            name=candidate.name,
+            nearest=verdict.nearest.env if verdict.nearest else None,
+            similarity=round(verdict.similarity, 4),
+            threshold=settings.similarity_threshold,
+            duplicate=verdict.is_duplicate or candidate.name in pool.names(),
+        )
+        report.novelty.append(check)
+        if not check.duplicate:
+            proposal = candidate
+            break
+        rejected.append(f"- {candidate.name}: {check.similarity:.2f} similar to {check.nearest}")
+    if proposal is None:
+        return SearchOutcome(ok=False, report=report, error=f"every proposal was a near-duplicate: {rejected}")
+    report.proposal = proposal
+
+    try:
+        docs = search_sources(proposal.text(), settings, k=4, embedder=embedder)
+    except EnvFactoryError as e:  # no source configured or reachable: ground on the proposal alone
+        docs = []
+        report.sources.append(f"(no sources: {e})")
+    report.sources.extend(d.location for d in docs)
+    sources_text = "\n\n".join(f"## {d.title} ({d.location})\n{d.text[:3000]}" for d in docs) or "none found"
+    messages = deps.prompts.get("search/metadata").render(
+        proposal=proposal.model_dump_json(indent=2), sources=sources_text
+    )
+    answer_meta = ask_structured(
+        deps.model("search"), messages, EnvMetadata, library=deps.prompts, retries=settings.structured_retries
+    )
+    if not answer_meta.ok or answer_meta.value is None:
+        return SearchOutcome(ok=False, report=report, error=f"search/metadata: {answer_meta.error}")
+    meta = answer_meta.value.model_copy(update={"name": proposal.name, "domain": proposal.domain, "source": "envgen"})
+    return SearchOutcome(ok=True, metadata=meta, report=report)

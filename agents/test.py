@@ -1,0 +1,53 @@
+"""Test Agent: LLM-written scenarios plus schema-derived checks, executed in the sandbox and judged.
+
+The verdict is computed by `envfactory.env.checks` from what the code actually did in a fresh
+sandbox process — never from the model's claim that a scenario passed (the published code's flaw).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agents.common import AgentDeps
+from envfactory.env.checks import ErrorReport, TestScenario, schema_checks, validate_generated
+from envfactory.env.metadata import EnvMetadata
+from envfactory.env.sandbox import SandboxLimits
+from envfactory.structured import ask_structured
+
+
+class ScenarioSet(BaseModel):
+    scenarios: list[TestScenario] = Field(min_length=1)
+
+
+class ScenarioResult(BaseModel):
+    ok: bool
+    scenarios: list[TestScenario] = Field(default_factory=list)
+    error: str | None = None
+    attempts: int = 0
+
+
+def generate_scenarios(deps: AgentDeps, metadata: EnvMetadata, n: int = 4) -> ScenarioResult:
+    messages = deps.prompts.get("test/scenarios").render(
+        metadata=metadata.model_dump_json(indent=2, exclude_none=True), n_scenarios=str(n)
+    )
+    answer = ask_structured(
+        deps.model("test"), messages, ScenarioSet, library=deps.prompts, retries=deps.settings.structured_retries
+    )
+    if not answer.ok or answer.value is None:
+        return ScenarioResult(ok=False, error=answer.error, attempts=answer.attempts)
+    scenarios = [s.model_copy(update={"source": "llm"}) for s in answer.value.scenarios]
+    return ScenarioResult(ok=True, scenarios=scenarios, attempts=answer.attempts)
+
+
+def initial_config_for(scenarios: list[TestScenario]) -> dict[str, Any]:
+    """The initial state schema checks run on: the first LLM scenario's (it has real ids)."""
+    return scenarios[0].initial_config if scenarios else {}
+
+
+def run_tests(deps: AgentDeps, code: str, metadata: EnvMetadata, scenarios: list[TestScenario]) -> ErrorReport:
+    """Execute LLM scenarios + schema checks against `code` in a fresh sandbox process; judge."""
+    checks = schema_checks(metadata, initial_config_for(scenarios))
+    limits = SandboxLimits.from_settings(deps.settings)
+    return validate_generated(code, metadata, [*scenarios, *checks], limits, deps.settings.pass_threshold)

@@ -1,0 +1,69 @@
+"""Checkpointers: a SQLite file by default, Postgres when `ENVFACTORY_POSTGRES_DSN` is set.
+
+The CLI uses the sync savers (one per process: SQLite locks under concurrent writers from several
+connections, see FIELD-NOTES). `langgraph dev` gets its own persistent saver through
+`langgraph.json`'s `checkpointer` key, which must be an async context manager (`dev_checkpointer`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from envfactory.config import Settings, get_settings
+from envfactory.errors import EnvFactoryError
+
+
+def checkpoint_path(settings: Settings) -> Path:
+    return settings.data_path / "checkpoints.sqlite"
+
+
+@contextmanager
+def open_checkpointer(settings: Settings | None = None) -> Iterator[BaseCheckpointSaver[str]]:
+    """A sync saver for `graph.invoke`: Postgres if a DSN is set, else `<data>/checkpoints.sqlite`."""
+    settings = settings or get_settings()
+    if settings.postgres_dsn:
+        try:
+            from langgraph.checkpoint.postgres import PostgresSaver
+        except ImportError:
+            raise EnvFactoryError("a Postgres DSN is set: pip install 'envfactory[postgres]'") from None
+        with PostgresSaver.from_conn_string(settings.postgres_dsn) as pg:
+            pg.setup()
+            yield pg
+        return
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    path = checkpoint_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), check_same_thread=False)
+    try:
+        yield SqliteSaver(conn)
+    finally:
+        conn.close()
+
+
+@asynccontextmanager
+async def dev_checkpointer() -> AsyncIterator[BaseCheckpointSaver[str]]:
+    """For `langgraph dev` (langgraph.json): an async saver on a file outside the project folder.
+
+    The dev server's reloader loops when SQLite files change inside the project, so the default
+    path is under the user's cache unless `ENVFACTORY_DATA_DIR` says otherwise.
+    """
+    settings = get_settings()
+    if settings.postgres_dsn:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        async with AsyncPostgresSaver.from_conn_string(settings.postgres_dsn) as pg:
+            await pg.setup()
+            yield pg
+        return
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    base = settings.data_dir or Path.home() / ".cache" / "envfactory"
+    base.mkdir(parents=True, exist_ok=True)
+    async with AsyncSqliteSaver.from_conn_string(str(base / "studio-checkpoints.sqlite")) as saver:
+        yield saver

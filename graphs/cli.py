@@ -1,0 +1,188 @@
+"""`envfactory envgen run|resume|history` (registered with the CLI through an entry point).
+
+The CLI lives beside the graphs because `envfactory/` must not import LangGraph; `envfactory.cli`
+loads this sub-app only when its name is on the command line.
+"""
+
+from __future__ import annotations
+
+import uuid
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from agents.common import process_usage
+from agents.search import EnvGenRequest
+from envfactory.config import get_settings
+from envfactory.env.metadata import DOMAINS
+from envfactory.errors import EnvFactoryError
+from graphs.checkpoint import open_checkpointer
+from graphs.envgen import EnvGenContext, build
+
+app = typer.Typer(no_args_is_help=True, help="EnvGen: synthesize and verify new environments (LangGraph).")
+out = Console()
+NODES = ("search", "code", "test", "revise", "register", "reject")
+
+
+def _context(prompt: list[str], budget: int | None, threshold: float | None) -> EnvGenContext:
+    overrides: dict[str, str] = {}
+    for item in prompt:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value:
+            raise EnvFactoryError(f"--prompt takes NAME=FILE (e.g. code/generate=my_prompt.yaml), got '{item}'")
+        overrides[name] = value
+    return EnvGenContext(prompt_overrides=overrides, revision_budget=budget, pass_threshold=threshold)
+
+
+def _check_nodes(names: list[str]) -> list[str]:
+    bad = [n for n in names if n not in NODES]
+    if bad:
+        raise EnvFactoryError(f"--interrupt-before: unknown node '{bad[0]}'; nodes: {', '.join(NODES)}")
+    return names
+
+
+def _run_one(
+    saver: BaseCheckpointSaver[Any],
+    thread: str,
+    payload: dict[str, Any] | None,
+    ctx: EnvGenContext,
+    interrupt_before: list[str],
+) -> dict[str, Any]:
+    graph = build(saver)
+    cfg: Any = {"configurable": {"thread_id": thread}}
+    graph.invoke(payload, cfg, context=ctx, durability="sync", interrupt_before=interrupt_before or None)
+    snap = graph.get_state(cfg)
+    values = dict(snap.values)
+    if snap.next:
+        values["status"] = f"interrupted before {', '.join(snap.next)}"
+    return {"thread": thread, **values}
+
+
+def _summary(rows: list[dict[str, Any]]) -> None:
+    table = Table("thread", "environment", "status", "revisions", "tests passed", "output / failure")
+    for r in rows:
+        meta = r.get("metadata") or {}
+        report = r.get("report") or {}
+        passed = f"{report.get('scenarios_passed', 0)}/{report.get('scenarios_run', 0)}" if report else ""
+        table.add_row(
+            r["thread"],
+            meta.get("name", ""),
+            str(r.get("status", "")),
+            str(r.get("revision", 0)),
+            passed,
+            str(r.get("output") or r.get("failure") or ""),
+        )
+    out.print(table)
+    usage = process_usage()
+    if usage.report():
+        out.print(usage.table())
+    for r in rows:
+        if str(r.get("status", "")).startswith("interrupted"):
+            out.print(f"resume with: envfactory envgen resume {r['thread']}")
+
+
+@app.command("run")
+def run(
+    metadata: Annotated[list[Path] | None, typer.Option(help="start from metadata file(s); repeatable")] = None,
+    openapi: Annotated[list[Path] | None, typer.Option(help="start from OpenAPI document(s); repeatable")] = None,
+    n: Annotated[int, typer.Option(help="with neither: search the pool's gaps for N new environments")] = 1,
+    domain: Annotated[str | None, typer.Option(help="domain to search (default: the least covered)")] = None,
+    hint: Annotated[str, typer.Option(help="an idea for the Search Agent")] = "",
+    concurrency: Annotated[int, typer.Option(min=1, help="environments generated at once")] = 2,
+    interrupt_before: Annotated[list[str] | None, typer.Option(help="stop before this node; repeatable")] = None,
+    thread_id: Annotated[str | None, typer.Option(help="thread id (one environment only)")] = None,
+    prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE; repeatable")] = None,
+    budget: Annotated[int | None, typer.Option(help="revision budget (default from settings)")] = None,
+    threshold: Annotated[float | None, typer.Option(help="pass threshold (default from settings)")] = None,
+) -> None:
+    """Generate environments: search (or metadata/OpenAPI) → code → test ⇄ revise → register | reject."""
+    if domain is not None and domain not in DOMAINS:
+        raise EnvFactoryError(f"--domain must be one of {', '.join(DOMAINS)}, not '{domain}'")
+    requests: list[EnvGenRequest] = [EnvGenRequest(metadata_path=str(p)) for p in metadata or []]
+    requests += [EnvGenRequest(openapi_path=str(p), domain=domain) for p in openapi or []]
+    if not requests:
+        requests = [EnvGenRequest(domain=domain, hint=hint) for _ in range(n)]
+    if thread_id and len(requests) > 1:
+        raise EnvFactoryError("--thread-id names one run; it cannot be used with several environments")
+    ctx = _context(prompt or [], budget, threshold)
+    stops = _check_nodes(interrupt_before or [])
+    threads = [thread_id] if thread_id else [f"envgen-{uuid.uuid4().hex[:10]}" for _ in requests]
+    rows: list[dict[str, Any]] = []
+    with (
+        open_checkpointer(get_settings()) as saver,
+        Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=out
+        ) as progress,
+    ):
+        task = progress.add_task("envgen", total=len(requests))
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            futures = {
+                pool.submit(_run_one, saver, t, {"request": r.model_dump(mode="json")}, ctx, stops): t
+                for t, r in zip(threads, requests, strict=True)
+            }
+            for fut in as_completed(futures):
+                try:
+                    rows.append(fut.result())
+                except EnvFactoryError as e:  # a batch records a failure and goes on
+                    rows.append({"thread": futures[fut], "status": "failed", "failure": str(e)})
+                progress.advance(task)
+    _summary(sorted(rows, key=lambda r: threads.index(r["thread"])))
+
+
+@app.command("resume")
+def resume(
+    thread: str,
+    interrupt_before: Annotated[list[str] | None, typer.Option(help="stop before this node again")] = None,
+    prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE")] = None,
+    budget: Annotated[int | None, typer.Option(help="revision budget")] = None,
+    threshold: Annotated[float | None, typer.Option(help="pass threshold")] = None,
+) -> None:
+    """Continue a thread from its last checkpoint (after an interrupt or a crash)."""
+    with open_checkpointer(get_settings()) as saver:
+        graph = build(saver)
+        cfg: Any = {"configurable": {"thread_id": thread}}
+        snap = graph.get_state(cfg)
+        if not snap.values:
+            raise EnvFactoryError(f"no checkpoint for thread '{thread}' (see `envfactory envgen history`)")
+        if not snap.next:
+            out.print(f"thread {thread} has finished: {snap.values.get('status')}")
+            _summary([{"thread": thread, **snap.values}])
+            return
+        row = _run_one(
+            saver, thread, None, _context(prompt or [], budget, threshold), _check_nodes(interrupt_before or [])
+        )
+    _summary([row])
+
+
+@app.command("history")
+def history(thread: str) -> None:
+    """The checkpoints of a thread, oldest first: which node ran, what is next, the verdict so far."""
+    with open_checkpointer(get_settings()) as saver:
+        graph = build(saver)
+        snaps = list(graph.get_state_history({"configurable": {"thread_id": thread}}))
+    if not snaps:
+        raise EnvFactoryError(f"no checkpoint for thread '{thread}'")
+    table = Table("step", "ran", "next", "revision", "status", "tests passed", "checkpoint")
+    previous: tuple[str, ...] = ()
+    for snap in reversed(snaps):  # oldest first: what ran at a step is what was next before it
+        meta = snap.metadata or {}
+        ran = ", ".join(previous) if previous else str(meta.get("source", ""))
+        report = snap.values.get("report") or {}
+        passed = f"{report.get('scenarios_passed', 0)}/{report.get('scenarios_run', 0)}" if report else ""
+        table.add_row(
+            str(meta.get("step", "")),
+            ran,
+            ", ".join(snap.next),
+            str(snap.values.get("revision", "")),
+            str(snap.values.get("status", "")),
+            passed,
+            str(snap.config["configurable"].get("checkpoint_id", ""))[:13],
+        )
+        previous = tuple(snap.next)
+    out.print(table)

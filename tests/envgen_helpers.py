@@ -1,0 +1,97 @@
+"""Shared set-up for EnvGen tests: a temporary project, scripted models, graph runs, node sequences."""
+
+from __future__ import annotations
+
+import shutil
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agents.common import reset_model_cache
+from envfactory.config import get_settings
+from envfactory.llm import reset_scripted_models
+from graphs.checkpoint import open_checkpointer
+from graphs.envgen import EnvGenContext, build
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "envgen"
+METADATA = DATA / "notebook_metadata.json"
+
+
+def code(name: str) -> str:
+    return (DATA / f"notes_{name}.py").read_text()
+
+
+def fenced(text: str) -> str:
+    return f"Here is env.py:\n\n```python\n{text}```\n"
+
+
+SCENARIOS = (DATA / "notebook_scenarios.json").read_text()
+
+
+def setup_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: dict[str, list[Any]]) -> Path:
+    """A temporary project (one pool env, repo prompts) whose LLM replays `script` (prompt -> answers)."""
+    root = tmp_path / "project"
+    shutil.copytree(ROOT / "envs" / "hotels", root / "envs" / "hotels")
+    script_path = tmp_path / "script.yaml"
+    script_path.write_text(yaml.safe_dump(script, sort_keys=False))
+    for key, value in env_vars(root, script_path).items():
+        monkeypatch.setenv(key, value)
+    reset_model_cache()
+    reset_scripted_models()
+    return root
+
+
+def env_vars(root: Path, script_path: Path) -> dict[str, str]:
+    return {
+        "ENVFACTORY_ROOT": str(root),
+        "ENVFACTORY_DATA_DIR": str(root / ".envfactory"),
+        "ENVFACTORY_PROMPTS_DIR": str(ROOT / "prompts"),
+        "ENVFACTORY_BFCL": "false",
+        "ENVFACTORY_LLM__PROVIDER": "scripted",
+        "ENVFACTORY_LLM__SCRIPT": str(script_path),
+        "ENVFACTORY_SANDBOX_TIMEOUT_S": "4",
+        "ENVFACTORY_SANDBOX_MEMORY_MB": "512",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def run_graph(
+    request: dict[str, Any], ctx: EnvGenContext | None = None, thread: str = "t1", **kwargs: Any
+) -> tuple[dict[str, Any], list[str]]:
+    """Run (or resume, with request=None) one thread in-process; return its final values and node sequence."""
+    with open_checkpointer(get_settings()) as saver:
+        graph = build(saver)
+        cfg: Any = {"configurable": {"thread_id": thread}}
+        payload = None if request is None else {"request": request}
+        graph.invoke(payload, cfg, context=ctx or EnvGenContext(), durability="sync", **kwargs)
+        return dict(graph.get_state(cfg).values), node_sequence(graph, thread)
+
+
+def node_sequence(graph: Any, thread: str) -> list[str]:
+    """The nodes that ran, in order, read from the checkpoint history (what was `next` before each step)."""
+    snaps = list(reversed(list(graph.get_state_history({"configurable": {"thread_id": thread}}))))
+    ran: list[str] = []
+    for before, after in pairwise(snaps):
+        if after.metadata and after.metadata.get("source") == "loop":
+            ran.extend(n for n in before.next if n != "__start__")
+    return ran
+
+
+def metadata_request() -> dict[str, Any]:
+    return {"metadata_path": str(METADATA)}
+
+
+def scripted_calls(prompt: str) -> list[str]:
+    """Every conversation the scripted model received for `prompt`, as one text each, in order."""
+    from agents.common import _MODELS
+
+    seen: dict[int, str] = {}
+    for model in _MODELS.values():  # models of several roles share one replay of the script file
+        for call in getattr(model, "calls", []):
+            if call.prompt == prompt:
+                seen[call.index] = "\n".join(str(m.content) for m in call.messages)
+    return [seen[i] for i in sorted(seen)]

@@ -1,0 +1,112 @@
+"""EnvGen through the CLI: a real process killed with SIGKILL mid-loop resumes from its checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envfactory.config import get_settings
+from graphs.checkpoint import open_checkpointer
+from graphs.envgen import build
+from tests.envgen_helpers import METADATA, SCENARIOS, code, fenced, node_sequence, setup_project
+
+THREAD = "envgen-killed"
+# module-level work makes the second test round last long enough to be killed inside it
+SLOW_GOOD = code("good") + "\n\n_WARM_UP = sum(i * i for i in range(12_000_000))\n"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "envfactory.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "250"},
+    )
+
+
+def _snapshot() -> Any:
+    for _ in range(50):  # the running process may hold the write lock for a moment
+        try:
+            with open_checkpointer(get_settings()) as saver:
+                return build(saver).get_state({"configurable": {"thread_id": THREAD}})
+        except sqlite3.OperationalError:
+            time.sleep(0.05)
+    raise AssertionError("checkpoint database stayed locked")
+
+
+def test_sigkill_mid_loop_then_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    setup_project(
+        tmp_path,
+        monkeypatch,
+        {"code/generate": [fenced(code("bug"))], "test/scenarios": [SCENARIOS], "code/revise": [fenced(SLOW_GOOD)]},
+    )
+    monkeypatch.setenv("ENVFACTORY_SANDBOX_TIMEOUT_S", "60")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envfactory.cli", "envgen", "run", "--metadata", str(METADATA), "--thread-id", THREAD],
+        env=os.environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 120
+    try:
+        while True:  # wait until the loop has revised once and the second test round is running
+            assert proc.poll() is None, f"envgen exited before it could be killed: {proc.stderr.read()!r}"  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "never reached the second test round"
+            snap = _snapshot() if (tmp_path / "project" / ".envfactory" / "checkpoints.sqlite").exists() else None
+            if snap is not None and snap.values.get("revision") == 1 and snap.next == ("test",):
+                break
+            time.sleep(0.1)
+        time.sleep(0.3)  # inside the test node now
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL
+    killed = _snapshot()
+    assert killed.next == ("test",) and killed.values.get("status") == "running"
+    assert len(killed.values["reports"]) == 1  # the interrupted round left nothing behind
+
+    resumed = _cli("envgen", "resume", THREAD)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "registered" in resumed.stdout
+    with open_checkpointer(get_settings()) as saver:
+        graph = build(saver)
+        final = graph.get_state({"configurable": {"thread_id": THREAD}})
+        ran = node_sequence(graph, THREAD)
+    # every node exactly once, in order: nothing repeated from before the kill, nothing lost
+    assert ran == ["search", "code", "test", "revise", "test", "register"]
+    assert final.values["status"] == "registered" and len(final.values["reports"]) == 2
+
+    history = _cli("envgen", "history", THREAD)
+    assert history.returncode == 0 and "revise" in history.stdout
+    again = _cli("envgen", "resume", THREAD)
+    assert again.returncode == 0 and "has finished" in again.stdout
+    missing = _cli("envgen", "resume", "no-such-thread")
+    assert missing.returncode == 1 and "no checkpoint for thread 'no-such-thread'" in missing.stderr
+
+
+def test_cli_interrupt_before_revise_then_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    setup_project(
+        tmp_path,
+        monkeypatch,
+        {"code/generate": [fenced(code("bug"))], "test/scenarios": [SCENARIOS], "code/revise": [fenced(code("good"))]},
+    )
+    thread = "envgen-stepped"
+    first = _cli("envgen", "run", "--metadata", str(METADATA), "--thread-id", thread, "--interrupt-before", "revise")
+    assert first.returncode == 0, first.stderr
+    assert "interrupted before revise" in first.stdout and f"envfactory envgen resume {thread}" in first.stdout
+    assert "LLM usage" in first.stdout  # token usage per role, reported at the end of the run
+    resumed = _cli("envgen", "resume", thread)
+    assert resumed.returncode == 0 and "registered" in resumed.stdout, resumed.stdout + resumed.stderr
+    bad = _cli("envgen", "run", "--metadata", str(METADATA), "--interrupt-before", "nowhere")
+    assert bad.returncode == 1 and "unknown node 'nowhere'" in bad.stderr
