@@ -28,6 +28,7 @@ from envfactory.config import Settings, get_settings
 from envfactory.env.checks import ErrorReport, TestScenario
 from envfactory.env.metadata import EnvMetadata, dump_metadata
 from envfactory.env.pool import EnvPool, load_env_folder
+from envfactory.env.registry import registry_lock
 from envfactory.env.validate import sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 
@@ -158,16 +159,18 @@ def node_register(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGen
     settings = _settings(runtime.context)
     meta = _meta(state)
     folder = settings.envs_path / meta.name
-    if (folder / "env.py").exists() and not (folder / "envgen.json").exists():
-        return _failed(f"register: {folder} holds a hand-written environment; not overwritten")
-    _write_env(folder, state, meta)
-    pool = EnvPool(settings)
-    try:
-        load_env_folder(folder)
-    except EnvFactoryError as e:
-        return _failed(f"register: the written environment does not load: {e}")
-    report = validate_env(pool, meta.name)
-    sync_registry(pool, [report])
+    # one registration at a time (threads of a batch, other processes): write, load, validate, list
+    with registry_lock(settings.registry_file):
+        if (folder / "env.py").exists() and not (folder / "envgen.json").exists():
+            return _failed(f"register: {folder} holds a hand-written environment; not overwritten")
+        _write_env(folder, state, meta)
+        pool = EnvPool(settings)
+        try:
+            load_env_folder(folder)
+        except EnvFactoryError as e:
+            return _failed(f"register: the written environment does not load: {e}")
+        report = validate_env(pool, meta.name)
+        sync_registry(pool, [report])
     if not report.ok:
         return _failed(f"register: validation failed: {'; '.join(report.problems)}")
     return {"status": "registered", "output": str(folder)}

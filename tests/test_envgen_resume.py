@@ -110,3 +110,31 @@ def test_cli_interrupt_before_revise_then_resume(tmp_path: Path, monkeypatch: py
     assert resumed.returncode == 0 and "registered" in resumed.stdout, resumed.stdout + resumed.stderr
     bad = _cli("envgen", "run", "--metadata", str(METADATA), "--interrupt-before", "nowhere")
     assert bad.returncode == 1 and "unknown node 'nowhere'" in bad.stderr
+
+
+def test_cli_batch_runs_concurrently_and_records_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = tmp_path / "broken_metadata.json"
+    broken.write_text('{"name": "x", "domain": "space"}')
+    setup_project(
+        tmp_path,
+        monkeypatch,
+        {"code/generate": [fenced(code("good"))] * 2, "test/scenarios": [SCENARIOS] * 2},
+    )
+    res = _cli(
+        "envgen",
+        "run",
+        "--metadata",
+        str(METADATA),
+        "--metadata",
+        str(METADATA),
+        "--metadata",
+        str(broken),
+        "--concurrency",
+        "2",
+    )
+    assert res.returncode == 0, res.stderr
+    rows = [line for line in res.stdout.splitlines() if "envgen-" in line]
+    assert len(rows) == 3
+    assert sum("registered" in r for r in rows) == 2, res.stdout
+    failed = [r for r in rows if "failed" in r]
+    assert len(failed) == 1 and "broken_metadata.json" in failed[0]  # the batch went on past the bad file

@@ -6,7 +6,13 @@ paper's code) can start a registered environment from its entry; the extra keys 
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -49,9 +55,37 @@ def load_registry(path: Path) -> Registry:
         raise RegistryError(f"{path}: field '{loc}': {err['msg']}; fix or delete it") from None
 
 
+_THREAD_LOCK = threading.RLock()
+_HELD = threading.local()  # how deep this thread is inside registry_lock
+
+
+@contextmanager
+def registry_lock(path: Path) -> Iterator[None]:
+    """Exclusive access to the registry for a read-modify-write: across threads (an RLock, so a
+    holder may re-enter) and across processes (flock on a lock file beside it; taken once per
+    thread, since a second flock on another descriptor of the same file would wait for the first)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _THREAD_LOCK:
+        depth = getattr(_HELD, "depth", 0)
+        _HELD.depth = depth + 1
+        try:
+            if depth:
+                yield
+                return
+            with open(path.with_name(path.name + ".lock"), "a") as fh:
+                fcntl.flock(fh, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(fh, fcntl.LOCK_UN)
+        finally:
+            _HELD.depth = depth
+
+
 def save_registry(path: Path, registry: Registry) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     ordered = Registry(mcpServers=dict(sorted(registry.mcpServers.items())))
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ordered.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)  # atomic: a crash never leaves a half-written registry
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(ordered.model_dump(mode="json"), indent=2) + "\n")
+    os.replace(tmp, path)  # atomic: a crash never leaves a half-written registry

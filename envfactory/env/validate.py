@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, Field
 
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
-from envfactory.env.registry import ServerEntry, load_registry, save_registry
+from envfactory.env.registry import ServerEntry, load_registry, registry_lock, save_registry
 from envfactory.errors import EnvFactoryError
 
 
@@ -55,6 +57,11 @@ def validate_env(pool: EnvPool, name: str) -> EnvReport:
 def sync_registry(pool: EnvPool, reports: list[EnvReport]) -> None:
     """Add every verified environment to the registry; drop the ones that failed."""
     path = pool.settings.registry_file
+    with registry_lock(path):
+        _sync(path, reports)
+
+
+def _sync(path: Path, reports: list[EnvReport]) -> None:
     registry = load_registry(path)
     for r in reports:
         if r.ok:
