@@ -12,6 +12,7 @@ import math
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 from uuid import UUID
@@ -512,6 +513,16 @@ class _ChatOpenAI(ChatOpenAI):
             raise LLMCallError(f"LLM server answered HTTP {e.status_code} ({where}): {e.message}") from e
         raise LLMCallError(f"LLM call failed ({where}): {type(e).__name__}: {e}") from e
 
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Turn the client's errors into one-line LLMCallErrors, for all four call paths."""
+        import openai
+
+        try:
+            yield
+        except openai.APIError as e:
+            self._fail(e)
+
     def _generate(
         self,
         messages: list[BaseMessage],
@@ -519,12 +530,8 @@ class _ChatOpenAI(ChatOpenAI):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        import openai
-
-        try:
+        with self._errors():
             return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
-        except openai.APIError as e:
-            self._fail(e)
 
     async def _agenerate(
         self,
@@ -533,12 +540,8 @@ class _ChatOpenAI(ChatOpenAI):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> ChatResult:
-        import openai
-
-        try:
+        with self._errors():
             return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
-        except openai.APIError as e:
-            self._fail(e)
 
     def _stream(
         self,
@@ -547,12 +550,8 @@ class _ChatOpenAI(ChatOpenAI):
         run_manager: CallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> Iterator[ChatGenerationChunk]:
-        import openai
-
-        try:
+        with self._errors():
             yield from super()._stream(messages, stop=stop, run_manager=run_manager, **kwargs)
-        except openai.APIError as e:
-            self._fail(e)
 
     async def _astream(
         self,
@@ -561,13 +560,9 @@ class _ChatOpenAI(ChatOpenAI):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        import openai
-
-        try:
+        with self._errors():
             async for chunk in super()._astream(messages, stop=stop, run_manager=run_manager, **kwargs):
                 yield chunk
-        except openai.APIError as e:
-            self._fail(e)
 
 
 def _openai_model(role: Role, cfg: LLMSettings, callbacks: list[BaseCallbackHandler]) -> BaseChatModel:

@@ -21,8 +21,32 @@ DATA = ROOT / "tests" / "data" / "envgen"
 METADATA = DATA / "notebook_metadata.json"
 
 
+GOOD = (DATA / "notes_good.py").read_text()
+
+# Broken variants of the good code, as a Code Agent might write them: (text to find, replacement).
+VARIANTS: dict[str, tuple[str, str]] = {
+    # a critical interface error: the tool the metadata names is missing
+    "bug": ("def delete_note(", "def remove_note("),
+    # a behaviour bug only executed checks catch: it reports success and deletes nothing
+    "nodelete": ('    return db.delete("notes", note_id)', '    return db.get("notes", note_id, "note")'),
+    # rejected by the static check
+    "subprocess": ("from __future__ import annotations\n", "from __future__ import annotations\n\nimport subprocess\n"),
+    # never returns: killed by the sandbox's time limit
+    "loop": ("    q = query.lower()\n", "    q = query.lower()\n    while True:\n        q = q + ''\n"),
+    # allocates without bound at import: killed by the memory limit
+    "alloc": (
+        "env = Environment(",
+        "_CACHE = []\nwhile True:\n    _CACHE.append('x' * 10_000_000)\n\nenv = Environment(",
+    ),
+}
+
+
 def code(name: str) -> str:
-    return (DATA / f"notes_{name}.py").read_text()
+    if name == "good":
+        return GOOD
+    find, replace = VARIANTS[name]
+    assert find in GOOD, f"variant '{name}' no longer applies to notes_good.py"
+    return GOOD.replace(find, replace, 1)
 
 
 def fenced(text: str) -> str:

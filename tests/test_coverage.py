@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from envfactory.config import Settings
 from envfactory.coverage import PoolIndex, entry_texts
-from envfactory.embeddings import PACKAGED_MODEL, Embedder
 from envfactory.env.metadata import DOMAINS, load_metadata
 from envfactory.env.pool import EnvPool
+from tests.embedding_helpers import CountingEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
 HOTELS = "Hotel reservations: search hotels by city, check room availability, book, modify and cancel stays."
-
-
-class CountingEmbedder(Embedder):
-    def __init__(self) -> None:
-        super().__init__(PACKAGED_MODEL)
-        self.texts = 0
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self.texts += len(texts)
-        return super().embed(texts)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -26,22 +25,9 @@ from envfactory.embeddings import (
     text_hash,
 )
 from envfactory.errors import EnvFactoryError
+from tests.embedding_helpers import CountingEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class CountingEmbedder(Embedder):
-    """The real embedder, counting how often (and on how many texts) the model runs."""
-
-    def __init__(self) -> None:
-        super().__init__(PACKAGED_MODEL)
-        self.calls = 0
-        self.texts = 0
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self.calls += 1
-        self.texts += len(texts)
-        return super().embed(texts)
 
 
 @pytest.fixture(scope="session")

@@ -9,11 +9,10 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -22,23 +21,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from envfactory.config import Settings
-from envfactory.embeddings import PACKAGED_MODEL, Embedder
 from envfactory.errors import EnvFactoryError
 from envfactory.sources import LocalSourceIndex, SourceSearchError, TavilySearch, chunk_text, search_sources
+from tests.embedding_helpers import CountingEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "sources"
 KEY = "tvly-test-key"
-
-
-class CountingEmbedder(Embedder):
-    def __init__(self) -> None:
-        super().__init__(PACKAGED_MODEL)
-        self.texts = 0
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        self.texts += len(texts)
-        return super().embed(texts)
 
 
 @pytest.fixture(scope="session")
