@@ -14,10 +14,11 @@ $(BIN)/python:
 
 # torch first, pinned: the CPU build on this machine's disk (a plain `torch` would pull a CUDA build).
 # bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none).
-# mpmath is the one dependency BFCL's MathAPI needs (the version bfcl-eval pins).
+# mpmath is the one dependency BFCL's MathAPI needs (the version bfcl-eval pins). llama-cpp-python
+# (extra `local`) compiles from source the first time (portable build: GGML_NATIVE=OFF).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev,embed,postgres]" mpmath==1.3.0
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[dev,embed,postgres,local]" mpmath==1.3.0
 	$(BIN)/pip install -q --no-deps bfcl-eval
 	touch $(STAMP)
 
