@@ -450,7 +450,7 @@ def _run_child_snippet(snippet: str) -> subprocess.CompletedProcess[str]:
 def test_socket_blocker_refuses_every_route() -> None:
     proc = _run_child_snippet(
         """
-        from envfactory.env.sandbox_child import block_network
+        from envfactory.env.sandbox.isolation import block_network
         block_network()
         import socket, _socket
         for attempt in (
@@ -490,7 +490,7 @@ def test_network_namespace_cuts_even_loopback() -> None:
     thread.start()
     snippet = f"""
         import socket, sys
-        from envfactory.env.sandbox_child import enter_network_namespace
+        from envfactory.env.sandbox.isolation import enter_network_namespace
         if sys.argv[-1] == "ns":
             print("netns", enter_network_namespace())
         try:

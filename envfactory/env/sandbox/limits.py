@@ -1,0 +1,44 @@
+"""The limits of one sandbox run: wall clock, per call, memory, CPU, file size, privileges, replay."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from envfactory.config import Settings
+
+
+class SandboxLimits(BaseModel):
+    """Limits of one sandbox run.
+
+    `timeout_s` is wall clock for the whole child, interpreter start included; `call_timeout_s`
+    (default a quarter of it, at least 0.5 s) stops one hanging tool call, so the run goes on with
+    the next scenario and reports every hang it meets. `memory_mb` is address space the code may
+    use on top of the child's baseline after the runtime is imported (a total would depend on the
+    machine's libraries). `cpu_s` defaults to the wall clock plus one second.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    timeout_s: float = Field(default=20.0, gt=0)
+    call_timeout_s: float | None = Field(default=None, gt=0)
+    memory_mb: int = Field(default=1024, gt=0)
+    cpu_s: float | None = Field(default=None, gt=0, description="RLIMIT_CPU, rounded up to whole seconds")
+    fsize_mb: int = Field(default=64, gt=0, description="largest file the child may write (its result, its log)")
+    drop_privileges: bool = Field(default=True, description="when started as root: run the code as nobody")
+    replay: bool = Field(default=True, description="replay each scenario to check the tools are deterministic")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SandboxLimits:
+        return cls(timeout_s=settings.sandbox_timeout_s, memory_mb=settings.sandbox_memory_mb)
+
+    @property
+    def call_limit_s(self) -> float:
+        return self.call_timeout_s if self.call_timeout_s is not None else max(0.5, self.timeout_s / 4)
+
+    @property
+    def cpu_limit_s(self) -> int:
+        return math.ceil(self.cpu_s) if self.cpu_s is not None else math.ceil(self.timeout_s) + 1
