@@ -1,0 +1,211 @@
+"""`envfactory graph`: build the dependency tool graph of the pool, inspect it, sample tool chains from it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from envfactory.config import Settings, get_settings
+from envfactory.toolgraph.errors import ToolGraphError
+from envfactory.toolgraph.graph import ToolGraph
+from envfactory.toolgraph.settings import ToolGraphSettings, graph_path
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="The dependency tool graph and chain sampling.")
+out = Console()
+err = Console(stderr=True)
+
+GraphOption = Annotated[
+    Path | None, typer.Option("--graph", help="graph file (default <data dir>/toolgraph/graph.json)")
+]
+
+
+def _load(settings: Settings, path: Path | None) -> ToolGraph:
+    from envfactory.toolgraph.io import load_graph
+
+    return load_graph(path or graph_path(settings))
+
+
+def parse_length(text: str) -> tuple[int, int]:
+    """`3..6` → (3, 6); `4` → (4, 4)."""
+    lo, sep, hi = text.partition("..")
+    try:
+        bounds = (int(lo), int(hi)) if sep else (int(lo), int(lo))
+    except ValueError:
+        raise ToolGraphError(f"--length expects N or MIN..MAX (e.g. 3..6), got '{text}'") from None
+    if bounds[0] < 1 or bounds[1] < bounds[0]:
+        raise ToolGraphError(f"--length {text}: needs 1 <= MIN <= MAX")
+    return bounds
+
+
+@app.command("build")
+def build(
+    out_path: Annotated[Path | None, typer.Option("--out", help="where to write the graph (default: data dir)")] = None,
+    graphml: Annotated[Path | None, typer.Option(help="also export GraphML here")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", help="only these environments (repeatable)")] = None,
+    no_llm: Annotated[bool, typer.Option("--no-llm", help="heuristic classification, no refinement")] = False,
+    threshold: Annotated[float | None, typer.Option(help="build_edge_threshold (default 0.85)")] = None,
+) -> None:
+    """Build the graph over the pool (envs/ and BFCL's environments) and save it."""
+    from envfactory.embeddings import Embedder, EmbeddingCache
+    from envfactory.env.pool import EnvPool
+    from envfactory.llm import chat_model
+    from envfactory.prompts import library_from_settings
+    from envfactory.toolgraph.build import build_tool_graph
+    from envfactory.toolgraph.collect import pool_sources
+    from envfactory.toolgraph.io import export_graphml, save_graph
+    from envfactory.toolgraph.settings import cache_path
+
+    settings = get_settings()
+    tg = ToolGraphSettings()
+    if threshold is not None:
+        tg = tg.model_copy(update={"build_edge_threshold": threshold})
+    sources = pool_sources(EnvPool(settings), env)
+    if not sources:
+        raise ToolGraphError("no tools to build a graph from (is the pool empty?)")
+    use_llm = tg.use_llm and not no_llm and settings.llm_for(tg.llm_role).provider != "none"
+    model = chat_model(tg.llm_role, settings) if use_llm else None
+    library = library_from_settings(settings) if use_llm else None
+    embedder = EmbeddingCache(cache_path(settings), Embedder(settings.embedding_model, batch_size=128))
+    with Progress(
+        TextColumn("embedding parameter texts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    ) as bar:
+        task = bar.add_task("embed", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        graph, report = build_tool_graph(
+            sources, embedder, tg, model=model, library=library, retries=settings.structured_retries, progress=progress
+        )
+    path = save_graph(graph, out_path or graph_path(settings))
+    if graphml is not None:
+        export_graphml(graph, graphml)
+    s = graph.stats()
+    table = Table("tools", "envs", "inputs (user / internal)", "outputs", "Tool_Depend", "cross-env", "llm")
+    table.add_row(
+        str(s.tools), str(s.envs), f"{s.inputs} ({s.user_provided} / {s.internal})", str(s.outputs),
+        str(s.tool_depend), str(s.cross_env_depend), str(s.llm_depend),
+    )  # fmt: skip
+    out.print(table)
+    t = report.timings
+    out.print(
+        f"texts {report.texts} (model ran on {report.embedded if report.embedded is not None else '?'}), "
+        f"embed {t.embed_s:.2f}s, similarity {t.similarity_s:.3f}s, graph {t.graph_s:.3f}s, "
+        f"llm {t.classify_s + t.refine_s:.2f}s; classification: {'llm' if use_llm else 'heuristic'}",
+        highlight=False,
+    )
+    for r in report.refinement:
+        for c in r.changes:
+            mark = "applied" if c.applied else f"skipped: {c.note}"
+            line = f"refine {r.env}: {c.action} {c.source} -> {c.target} ({c.reason}) [{mark}]"
+            out.print(line, highlight=False, markup=False)
+    out.print(f"wrote {path}" + (f" and {graphml}" if graphml else ""), highlight=False, markup=False)
+
+
+@app.command("stats")
+def stats(graph_file: GraphOption = None) -> None:
+    """Per environment: tools, inputs (user-provided / internal), dependencies."""
+    graph = _load(get_settings(), graph_file)
+    table = Table("env", "tools", "read", "write", "inputs", "user", "internal", "depend", "cross-env", "isolated")
+    for env in graph.envs():
+        s = graph.subgraph(env).stats()
+        cross = sum(
+            1 for a, b, d in graph.depend_edges() if d["cross_env"] and env in (graph.env_of(a), graph.env_of(b))
+        )
+        table.add_row(
+            env, str(s.tools), str(s.read_tools), str(s.write_tools), str(s.inputs), str(s.user_provided),
+            str(s.internal), str(s.tool_depend), str(cross), str(s.isolated_tools),
+        )  # fmt: skip
+    s = graph.stats()
+    table.add_row(
+        "[bold]all[/bold]", str(s.tools), str(s.read_tools), str(s.write_tools), str(s.inputs), str(s.user_provided),
+        str(s.internal), str(s.tool_depend), str(s.cross_env_depend), str(s.isolated_tools),
+    )  # fmt: skip
+    out.print(table)
+    out.print(
+        f"Parameter_Relate pairs: {s.parameter_relate}; LLM edges: {s.llm_depend}; "
+        f"tools with an unsatisfiable required input: {s.unsatisfiable_tools}",
+        highlight=False,
+    )
+
+
+@app.command("show")
+def show(
+    env: str,
+    graph_file: GraphOption = None,
+    html: Annotated[
+        Path | None, typer.Option(help="write the HTML view here (default <data dir>/toolgraph/ENV.html)")
+    ] = None,
+) -> None:
+    """One environment: its tools' inputs (user-provided or from which tools) and dependencies; writes an HTML view."""
+    from envfactory.toolgraph.html import render_env_html
+
+    settings = get_settings()
+    graph = _load(settings, graph_file)
+    if env not in graph.envs():
+        raise ToolGraphError(f"no environment '{env}' in the graph (known: {', '.join(graph.envs())})")
+    table = Table("tool", "kind", "inputs", "depends on", "feeds")
+    for t in graph.tools(env):
+        inputs = []
+        for p in graph.inputs(t):
+            d = graph.node(p)
+            flag = "user" if d.get("user_provided") else "internal"
+            inputs.append(f"{d['name']}{'*' if d.get('required') else ''} ({flag})")
+        short = [x.split(".", 1)[1] if graph.env_of(x) == env else x for x in graph.predecessor_tools(t)]
+        feeds = [x.split(".", 1)[1] if graph.env_of(x) == env else x for x in graph.successor_tools(t)]
+        table.add_row(
+            graph.node(t)["name"], graph.node(t)["kind"], ", ".join(inputs), ", ".join(short), ", ".join(feeds)
+        )
+    out.print(table)
+    out.print("* required", highlight=False)
+    target = html or settings.data_path / "toolgraph" / f"{env}.html"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_env_html(graph, env), encoding="utf-8")
+    out.print(f"wrote {target}", highlight=False, markup=False)
+
+
+@app.command("sample")
+def sample(
+    n: Annotated[int, typer.Option("--n", min=1, help="number of chains")] = 100,
+    length: Annotated[str, typer.Option(help="chain length N or MIN..MAX")] = "3..6",
+    seed: Annotated[int, typer.Option(help="seed: the same seed and graph give the same chains")] = 0,
+    out_path: Annotated[
+        Path | None,
+        typer.Option("--out", help="JSONL file, '-' for stdout (default <data dir>/toolgraph/chains.jsonl)"),
+    ] = None,
+    graph_file: GraphOption = None,
+) -> None:
+    """Sample dependency-satisfiable tool chains (topology-aware) and write them as JSONL."""
+    from envfactory.toolgraph.sampler import TopologySampler
+
+    settings = get_settings()
+    graph = _load(settings, graph_file)
+    chains = TopologySampler(graph).sample(n, parse_length(length), seed=seed)
+    lines = "".join(c.model_dump_json() + "\n" for c in chains)
+    if out_path is not None and str(out_path) == "-":
+        sys.stdout.write(lines)
+    else:
+        target = out_path or settings.data_path / "toolgraph" / "chains.jsonl"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(lines, encoding="utf-8")
+        err.print(f"wrote {len(chains)} chains to {target}", highlight=False, markup=False)
+    if len(chains) < n:
+        err.print(f"[yellow]only {len(chains)} of {n} chains could be sampled at length {length}[/yellow]")
+
+
+@app.command("export")
+def export(
+    graphml: Annotated[Path, typer.Option(help="GraphML file to write")],
+    graph_file: GraphOption = None,
+) -> None:
+    """Export the graph as GraphML (every attribute, user_provided included)."""
+    from envfactory.toolgraph.io import export_graphml
+
+    graph = _load(get_settings(), graph_file)
+    out.print(f"wrote {export_graphml(graph, graphml)}", highlight=False, markup=False)

@@ -1,0 +1,69 @@
+"""The dependency tool graph and topology-aware chain sampling (EnvFactory, section 3.3).
+
+Modules, one concept each:
+
+- `settings`: `ToolGraphSettings` (threshold, weights, cross-environment policy, sampler constants);
+- `names`: parameter and record names as tokens (split, singular, qualifiers, record-id names);
+- `params`: `ToolSource` (a tool of the pool) and `ParamSpec` (an input or output parameter), with
+  the rules that read outputs from output schemas or descriptions;
+- `collect`: the pool's tools as sources (with native tools' return type names);
+- `similarity`: the vectorized output × input similarity (and the naive loop it replaces);
+- `classify`: the `user_provided` heuristic; `llm_classify`: the same decision by the LLM;
+- `graph`: `ToolGraph`, the NetworkX DiGraph and its queries (`validate_parameter`...);
+- `build`: `build_tool_graph`, the pipeline from sources to graph; `refine`: LLM refinement;
+- `io`: JSON save/load with a format version, GraphML export; `html`: one environment's HTML view;
+- `sampler`: `TopologySampler` and `ToolChain`;
+- `bfcl_check`: recall of BFCL ground-truth data flows; `synthetic`: synthetic pools for benchmarks.
+"""
+
+from envfactory.toolgraph.bfcl_check import Flow, FlowReport, flow_report, ground_truth_flows
+from envfactory.toolgraph.build import BuildReport, BuildTimings, build_tool_graph, embed_texts
+from envfactory.toolgraph.classify import Verdict, classify
+from envfactory.toolgraph.collect import env_sources, pool_sources
+from envfactory.toolgraph.errors import ToolGraphError
+from envfactory.toolgraph.graph import GraphStats, ToolGraph
+from envfactory.toolgraph.html import render_env_html
+from envfactory.toolgraph.io import FORMAT_VERSION, export_graphml, load_graph, save_graph
+from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, output_params
+from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain, TopologySampler, split_turns
+from envfactory.toolgraph.settings import ToolGraphSettings, cache_path, graph_path
+from envfactory.toolgraph.similarity import naive_pairs, similar_pairs
+from envfactory.toolgraph.synthetic import synthetic_sources
+
+__all__ = [
+    "FORMAT_VERSION",
+    "BuildReport",
+    "BuildTimings",
+    "ChainStep",
+    "Flow",
+    "FlowReport",
+    "GraphStats",
+    "InputSource",
+    "ParamSpec",
+    "ToolChain",
+    "ToolGraph",
+    "ToolGraphError",
+    "ToolGraphSettings",
+    "ToolSource",
+    "TopologySampler",
+    "Verdict",
+    "build_tool_graph",
+    "cache_path",
+    "classify",
+    "embed_texts",
+    "env_sources",
+    "export_graphml",
+    "flow_report",
+    "graph_path",
+    "ground_truth_flows",
+    "input_params",
+    "load_graph",
+    "naive_pairs",
+    "output_params",
+    "pool_sources",
+    "render_env_html",
+    "save_graph",
+    "similar_pairs",
+    "split_turns",
+    "synthetic_sources",
+]

@@ -1,0 +1,281 @@
+"""Build the tool graph: parameters → embeddings → similarity pairs → user_provided → edges → LLM refinement.
+
+1. every tool's input and output parameters (`params`);
+2. each distinct parameter text embedded once (through the caller's embedder, normally the chromadb
+   `EmbeddingCache`), in batches so a progress bar can follow;
+3. all output → input pairs above the threshold in one vectorized pass (`similarity.similar_pairs`);
+4. `user_provided` for every input: the heuristic, grounded (`classify`, `grounding`), then the LLM
+   per environment when a model is given (`llm_classify`), which wins wherever it answers;
+5. edges: every pair inside an environment; a pair across environments only per
+   `cross_env_edges` ("external": into user-provided inputs only, since an id lives in its own
+   environment's state while a city or a date can travel), at most `cross_env_top_k` per input;
+6. with a model, the logical refinement of each environment (`refine`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from langchain_core.language_models import BaseChatModel
+from pydantic import BaseModel, Field
+
+from envfactory.embeddings import TextEmbedder
+from envfactory.prompts import PromptLibrary
+from envfactory.toolgraph.classify import Verdict, classify
+from envfactory.toolgraph.errors import ToolGraphError
+from envfactory.toolgraph.graph import ToolGraph
+from envfactory.toolgraph.grounding import ground_verdicts
+from envfactory.toolgraph.llm_classify import ClassifyReport, classify_env
+from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, output_params
+from envfactory.toolgraph.refine import RefineReport, refine_env
+from envfactory.toolgraph.settings import ToolGraphSettings
+from envfactory.toolgraph.similarity import Pairs, similar_pairs
+
+ProgressFn = Callable[[int, int], None]
+
+
+class BuildTimings(BaseModel):
+    extract_s: float = 0.0
+    embed_s: float = 0.0
+    similarity_s: float = 0.0
+    classify_s: float = 0.0
+    graph_s: float = 0.0
+    refine_s: float = 0.0
+    total_s: float = 0.0
+
+
+class BuildReport(BaseModel):
+    """What one build did, and how long each step took."""
+
+    embedding_model: str
+    llm: bool
+    envs: int
+    tools: int
+    inputs: int
+    outputs: int
+    texts: int  # distinct parameter texts (each embedded once)
+    embedded: int | None = None  # texts the model actually ran on (cache misses), when the embedder counts
+    key_pairs_scored: int = 0  # cells of the key-level similarity matrix
+    candidate_pairs: int = 0  # output → input pairs above the threshold
+    same_env_pairs: int = 0
+    cross_env_pairs_kept: int = 0
+    relations: int = 0  # Parameter_Relate pairs in the graph (before refinement)
+    timings: BuildTimings = Field(default_factory=BuildTimings)
+    classification: list[ClassifyReport] = Field(default_factory=list)
+    refinement: list[RefineReport] = Field(default_factory=list)
+
+
+def embed_texts(
+    embedder: TextEmbedder, texts: Sequence[str], batch: int, progress: ProgressFn | None = None
+) -> np.ndarray:
+    """Unit embeddings of `texts` (rows in order), `batch` texts per call; `progress(done, total)` after each.
+
+    Texts go to the model shortest first, so each batch pads to a similar length (on CPU, padding is
+    most of the cost of a mixed batch)."""
+    if not texts:
+        return np.zeros((0, 1), dtype=np.float32)
+    order = sorted(range(len(texts)), key=lambda k: (len(texts[k]), k))
+    parts: list[np.ndarray] = []
+    for start in range(0, len(order), batch):
+        chunk = [texts[k] for k in order[start : start + batch]]
+        parts.append(np.asarray(embedder.embed(chunk), dtype=np.float32))
+        if progress is not None:
+            progress(min(start + batch, len(texts)), len(texts))
+    emb = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+    emb[np.asarray(order)] = np.concatenate(parts)
+    norms = np.linalg.norm(emb, axis=1, keepdims=True)
+    # embedders normally return unit rows already; a zero row (empty text) stays zero
+    return np.divide(emb, norms, out=np.zeros_like(emb), where=norms > 0)
+
+
+def _top_k_per_input(pairs: Pairs, rows: np.ndarray, k: int) -> np.ndarray:
+    """Of the pair indices `rows`, the k best-scoring per input parameter."""
+    if k <= 0 or len(rows) == 0:
+        return rows[:0]
+    order = np.lexsort((-pairs.score[rows], pairs.in_idx[rows]))
+    rows = rows[order]
+    group = pairs.in_idx[rows]
+    starts = np.concatenate([[0], np.nonzero(np.diff(group))[0] + 1])
+    lengths = np.diff(np.concatenate([starts, [len(rows)]]))
+    rank = np.arange(len(rows)) - np.repeat(starts, lengths)
+    return rows[rank < k]
+
+
+def _best_producer(
+    pairs: Pairs, rows: np.ndarray, inputs: Sequence[ParamSpec], outputs: Sequence[ParamSpec]
+) -> np.ndarray:
+    """Per input, the best score of a same-environment output that could actually produce it: a producer
+    that itself requires an input of the same name does not count (`view_cart(customer_id)` returns
+    `customer_id`, but cannot be what first gives it). -inf where there is none."""
+    required: dict[str, set[str]] = defaultdict(set)
+    for p in inputs:
+        if p.required:
+            required[p.tool].add(p.name)
+    pairs_here = zip(pairs.out_idx[rows].tolist(), pairs.in_idx[rows].tolist(), strict=True)
+    circular = np.fromiter(
+        (inputs[i].name in required[outputs[o].tool] for o, i in pairs_here),
+        dtype=bool,
+        count=len(rows),
+    )
+    rows = rows[~circular]
+    best = np.full(len(inputs), -np.inf, dtype=np.float32)
+    np.maximum.at(best, pairs.in_idx[rows], pairs.score[rows])
+    return best
+
+
+def build_tool_graph(
+    sources: Sequence[ToolSource],
+    embedder: TextEmbedder,
+    settings: ToolGraphSettings | None = None,
+    *,
+    model: BaseChatModel | None = None,
+    library: PromptLibrary | None = None,
+    retries: int = 2,
+    progress: ProgressFn | None = None,
+) -> tuple[ToolGraph, BuildReport]:
+    """The graph over `sources`. With `model` (and `library`), classification and refinement use the LLM."""
+    settings = settings or ToolGraphSettings()
+    if model is not None and library is None:
+        raise ToolGraphError("an LLM needs the prompt library (prompts/toolgraph/*.yaml) to classify and refine")
+    t_start = time.perf_counter()
+    timings = BuildTimings()
+
+    # 1. parameters
+    seen: set[str] = set()
+    for s in sources:
+        if s.tool_id in seen:
+            raise ToolGraphError(f"tool '{s.tool_id}' is given twice")
+        seen.add(s.tool_id)
+    inputs = [p for s in sources for p in input_params(s)]
+    outputs = [p for s in sources for p in output_params(s)]
+    texts = sorted({p.text for p in inputs} | {p.text for p in outputs})
+    timings.extract_s = time.perf_counter() - t_start
+
+    # 2. embeddings
+    t = time.perf_counter()
+    misses_before = getattr(embedder, "misses", None)
+    emb = embed_texts(embedder, texts, settings.embed_batch, progress)
+    misses_after = getattr(embedder, "misses", None)
+    timings.embed_s = time.perf_counter() - t
+
+    # 3. similarity
+    t = time.perf_counter()
+    pairs = similar_pairs(outputs, inputs, texts, emb, settings)
+    env_out = np.array([p.env for p in outputs], dtype=object)
+    env_in = np.array([p.env for p in inputs], dtype=object)
+    same_env = env_out[pairs.out_idx] == env_in[pairs.in_idx] if len(pairs) else np.zeros(0, dtype=bool)
+    timings.similarity_s = time.perf_counter() - t
+
+    # 4. user_provided
+    t = time.perf_counter()
+    same_rows = np.nonzero(same_env)[0]
+    best = _best_producer(pairs, same_rows, inputs, outputs)
+    verdicts: dict[str, Verdict] = {
+        p.node_id: classify(p, float(best[j]) if np.isfinite(best[j]) else None, settings.lean_internal_threshold)
+        for j, p in enumerate(inputs)
+    }
+    verdicts = ground_verdicts(verdicts, inputs, outputs, pairs.out_idx[same_rows], pairs.in_idx[same_rows])
+    reports: list[ClassifyReport] = []
+    if model is not None and library is not None:
+        produced_by: dict[str, list[tuple[float, str]]] = defaultdict(list)
+        for r in same_rows[np.argsort(-pairs.score[same_rows], kind="stable")]:
+            o = outputs[pairs.out_idx[r]]
+            produced_by[inputs[pairs.in_idx[r]].node_id].append((float(pairs.score[r]), f"{o.tool}.{o.name}"))
+        by_env: dict[str, list[ParamSpec]] = defaultdict(list)
+        for p in inputs:
+            by_env[p.env].append(p)
+        descriptions = {s.env: s.env_description for s in sources}
+        for env in sorted(by_env):
+            found, env_report = classify_env(
+                env,
+                descriptions.get(env, ""),
+                by_env[env],
+                verdicts,
+                {k: [name for _, name in v] for k, v in produced_by.items()},
+                model=model,
+                library=library,
+                retries=retries,
+                role=settings.llm_role,
+            )
+            verdicts.update(found)
+            reports.append(env_report)
+    timings.classify_s = time.perf_counter() - t
+
+    # 5. graph
+    t = time.perf_counter()
+    cross_rows = np.nonzero(~same_env)[0]
+    if settings.cross_env_edges == "none":
+        cross_rows = cross_rows[:0]
+    elif settings.cross_env_edges == "external":
+        external = np.array([verdicts[p.node_id].user_provided for p in inputs], dtype=bool)
+        cross_rows = cross_rows[external[pairs.in_idx[cross_rows]]]
+    cross_rows = _top_k_per_input(pairs, cross_rows, settings.cross_env_top_k)
+    keep = np.sort(np.concatenate([same_rows, cross_rows]))
+
+    graph = ToolGraph(settings=settings)
+    graph.g.graph["embedding_model"] = embedder.model_name
+    for s in sources:
+        graph.add_tool(s)
+    for p in outputs:
+        graph.add_param(p)
+    for p in inputs:
+        v = verdicts[p.node_id]
+        pid = graph.add_param(p)
+        graph.g.nodes[pid].update(
+            user_provided=v.user_provided, user_provided_source=v.source, user_provided_reason=v.reason
+        )
+    for r in keep:
+        graph.relate(
+            outputs[pairs.out_idx[r]].node_id,
+            inputs[pairs.in_idx[r]].node_id,
+            score=round(float(pairs.score[r]), 4),
+            name_type=round(float(pairs.name_type[r]), 4),
+            desc=round(float(pairs.desc[r]), 4),
+        )
+    timings.graph_s = time.perf_counter() - t
+
+    # 6. refinement
+    t = time.perf_counter()
+    refinements: list[RefineReport] = []
+    if model is not None and library is not None:
+        descriptions = {s.env: s.env_description for s in sources}
+        for env in graph.envs():
+            refinements.append(
+                refine_env(
+                    graph,
+                    env,
+                    descriptions.get(env, ""),
+                    model=model,
+                    library=library,
+                    retries=retries,
+                    role=settings.llm_role,
+                )
+            )
+    timings.refine_s = time.perf_counter() - t
+    timings.total_s = time.perf_counter() - t_start
+
+    report = BuildReport(
+        embedding_model=embedder.model_name,
+        llm=model is not None,
+        envs=len({s.env for s in sources}),
+        tools=len(sources),
+        inputs=len(inputs),
+        outputs=len(outputs),
+        texts=len(texts),
+        embedded=(misses_after - misses_before)
+        if isinstance(misses_before, int) and isinstance(misses_after, int)
+        else None,
+        key_pairs_scored=pairs.key_pairs_scored,
+        candidate_pairs=len(pairs),
+        same_env_pairs=len(same_rows),
+        cross_env_pairs_kept=len(cross_rows),
+        relations=len(keep),
+        timings=timings,
+        classification=reports,
+        refinement=refinements,
+    )
+    graph.g.graph["build"] = report.model_dump(mode="json", exclude={"classification", "refinement"})
+    return graph, report

@@ -1,0 +1,97 @@
+"""Save and load the graph (JSON node-link with a format version) and export it as GraphML.
+
+A saved file is `{"format": "envfactory-toolgraph", "format_version": N, "graph": <node-link data>}`.
+Loading a file of another version fails with a message saying how to rebuild, instead of handing
+the sampler a graph whose attributes mean something else.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import networkx as nx
+
+from envfactory.toolgraph.errors import ToolGraphError
+from envfactory.toolgraph.graph import ToolGraph
+
+FORMAT = "envfactory-toolgraph"
+FORMAT_VERSION = 1
+
+
+def graph_to_data(graph: ToolGraph) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "graph": nx.node_link_data(graph.g, edges="edges"),
+    }
+
+
+def graph_from_data(data: Any, source: str = "<data>") -> ToolGraph:
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ToolGraphError(f'{source}: not a tool graph file (no "format": "{FORMAT}")')
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ToolGraphError(
+            f"{source}: tool graph format version {version!r}, but this envfactory reads version "
+            f"{FORMAT_VERSION}: rebuild it with `envfactory graph build`"
+        )
+    try:
+        g = nx.node_link_graph(data["graph"], directed=True, multigraph=False, edges="edges")
+    except (KeyError, TypeError, nx.NetworkXError) as e:
+        raise ToolGraphError(f"{source}: malformed graph data: {type(e).__name__}: {e}") from None
+    return ToolGraph(nx.DiGraph(g))
+
+
+def save_graph(graph: ToolGraph, path: str | Path) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(graph_to_data(graph), separators=(",", ":")), encoding="utf-8")
+    tmp.replace(p)  # a reader never sees half a file
+    return p
+
+
+def load_graph(path: str | Path) -> ToolGraph:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ToolGraphError(f"{p}: no tool graph here: build one with `envfactory graph build`") from None
+    except OSError as e:
+        raise ToolGraphError(f"{p}: cannot read: {e.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ToolGraphError(f"{p}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    return graph_from_data(data, str(p))
+
+
+def _graphml_value(value: Any) -> str | int | float | bool:
+    """GraphML holds scalars only: lists and dicts become JSON text, None the empty string."""
+    if isinstance(value, bool | int | float | str):
+        return value
+    if value is None:
+        return ""
+    return json.dumps(value, separators=(",", ":"))
+
+
+def export_graphml(graph: ToolGraph, path: str | Path) -> Path:
+    """GraphML (for Gephi, yEd, Cytoscape): every attribute kept, `user_provided` included."""
+    g = nx.DiGraph()
+    g.graph.update(
+        {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "embedding_model": graph.g.graph.get("embedding_model", ""),
+        }
+    )
+    for n, d in graph.g.nodes(data=True):
+        g.add_node(n, **{k: _graphml_value(v) for k, v in d.items()})
+    for a, b, d in graph.g.edges(data=True):
+        g.add_edge(a, b, **{k: _graphml_value(v) for k, v in d.items()})
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    nx.write_graphml(g, p)
+    return p

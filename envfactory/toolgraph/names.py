@@ -1,0 +1,113 @@
+"""Parameter and record names as tokens: the vocabulary the name part of parameter similarity works on.
+
+`booking_id`, `bookingId` and `BookingIDs` all give `["booking", "id"]`: names are split at
+underscores, non-alphanumerics and case changes, lower-cased, and plural tokens are made singular
+(so `paper_ids` meets `paper_id`).
+"""
+
+from __future__ import annotations
+
+import re
+
+_SPLIT = re.compile(r"[^A-Za-z0-9]+")
+# lower→Upper, Upper→Upper+lower ("HTTPServer" → HTTP Server), letter↔digit
+_CAMEL = re.compile(r"(?<=[a-z])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=[0-9])|(?<=[0-9])(?=[A-Za-z])")
+
+# Role words that say which of two values of the same kind is meant, not what the value is:
+# `from_account_id` takes an `account_id`; `new_start` takes a `start`.
+QUALIFIERS = frozenset(
+    {"from", "to", "src", "dst", "source", "target", "new", "old", "current", "existing", "selected", "original"}
+    | {"parent", "primary", "my", "the", "a"}
+)
+
+# Words that decorate a record's class name without naming the entity: `HotelSummary` is a hotel.
+RECORD_DECORATIONS = frozenset(
+    {"summary", "detail", "info", "record", "result", "response", "data", "out", "output", "view", "model", "dto"}
+)
+
+# Leading verbs of tool names (`get_order_details` is about an order) and words after the noun.
+TOOL_VERBS = frozenset(
+    {"get", "list", "search", "find", "fetch", "retrieve", "view", "show", "read", "lookup", "query", "browse"}
+    | {"create", "add", "make", "new", "post", "book", "reserve", "update", "modify", "edit", "set", "change"}
+    | {"delete", "remove", "cancel", "check", "register", "submit", "send", "place", "request", "open", "close"}
+    | {"start", "stop", "display", "all", "my", "current"}
+)
+_TOOL_TAIL = frozenset({"by", "for", "with", "from", "in", "of", "on"})
+_TOOL_TRAILING = frozenset({"detail", "details", "info"})
+
+_NOT_PLURAL = ("ss", "us", "is", "ous", "ics")
+
+
+def singular(token: str) -> str:
+    """A crude English singular, enough for identifiers: `ids`→`id`, `cities`→`city`, `statuses`→`status`."""
+    if len(token) <= 3 or token.endswith(_NOT_PLURAL):
+        return token
+    if token.endswith("ies"):
+        return token[:-3] + "y"
+    if token.endswith(("sses", "xes", "ches", "shes", "uses")):
+        return token[:-2]
+    if token.endswith("s"):
+        return token[:-1]
+    return token
+
+
+def split_words(name: str) -> list[str]:
+    """`fanSpeed` → [fan, speed]; `HotelSummary` → [hotel, summary]; `cityA` → [city, a]; lower case."""
+    words: list[str] = []
+    name = name.replace("IDs", "Ids")  # `BookingIDs`: a plural acronym, not I + Ds
+    for part in _SPLIT.split(name):
+        words.extend(w.lower() for w in _CAMEL.split(part) if w)
+    return words
+
+
+def tokens(name: str) -> list[str]:
+    """The name's words, singular, in order (`ids` and `id` are one token; `id` itself stays `id`)."""
+    return [singular(w) if w != "ids" else "id" for w in split_words(name)]
+
+
+def unqualified(name: str) -> list[str]:
+    """Tokens without leading role qualifiers (`from_account_id` → [account, id]). Only leading ones:
+    in `travel_from` the last word is the meaning. The full tokens if nothing is left."""
+    toks = tokens(name)
+    start = 0
+    while start < len(toks) - 1 and toks[start] in QUALIFIERS:
+        start += 1
+    return toks[start:]
+
+
+def snake(words: list[str]) -> str:
+    return "_".join(words)
+
+
+def record_words(record: str) -> list[str]:
+    """The entity a record class names: `HotelSummary` → [hotel]; `FlightBooking` → [flight, booking]."""
+    words = [singular(w) for w in split_words(record)]
+    kept = [w for w in words if w not in RECORD_DECORATIONS]
+    return kept or words
+
+
+def tool_noun(tool_name: str) -> list[str]:
+    """The entity a tool is about, from its name: `get_order_details` → [order]; `list_all_airports` →
+    [airport]; `get_symbol_by_name` → [symbol]. Empty when the name is only verbs (`logout`)."""
+    words = split_words(tool_name)
+    while words and (words[0] in TOOL_VERBS or words[0] in _TOOL_TAIL or words[0] == "to"):
+        words = words[1:]
+    for i, w in enumerate(words):
+        if w in _TOOL_TAIL:
+            words = words[:i]
+            break
+    while len(words) > 1 and words[-1] in _TOOL_TRAILING:
+        words = words[:-1]
+    return [singular(w) for w in words]
+
+
+def record_id_names(record: list[str]) -> list[str]:
+    """Names an `id` field of a record goes by: `x_id` for record words x (the node's name), then the head
+    noun's id for compound records (`flight_booking` → `booking_id`), then plain `id`."""
+    if not record:
+        return ["id"]
+    names = [snake([*record, "id"])]
+    if len(record) > 1:
+        names.append(snake([record[-1], "id"]))
+    names.append("id")
+    return names
