@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool  # noqa: E402
+from envfactory.net import free_port  # noqa: E402
 
 # the calls of one conversation, on the default scenario of the chosen environment
 CONVERSATIONS: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -64,12 +65,6 @@ def bench_inprocess(env: Any, calls: list[tuple[str, dict[str, Any]]], seconds: 
         n += len(reads)
         session.history.clear()
     return n / (time.perf_counter() - start)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _env() -> dict[str, str]:
@@ -176,7 +171,7 @@ def _client(*args: str) -> dict[str, float]:
 
 
 def _start_http(env_name: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "envfactory.cli", "serve", env_name, "--transport", "http", "--port", str(port)],
         env=_env(),

@@ -24,12 +24,7 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.env.validate import EnvReport, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from envfactory.net import free_port
 
 
 async def _conversation(url: str, guest: str) -> list[tuple[str, Any]]:
@@ -85,7 +80,7 @@ def run_demo(settings: Settings, console: Console | None = None) -> list[EnvRepo
     console.print(f"{ok}/{len(reports)} verified; registry: {settings.registry_file}")
 
     console.rule("2. two isolated MCP conversations on one streamable-HTTP server")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "ENVFACTORY_ROOT": str(settings.root)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "envfactory.cli", "serve", "hotels", "--transport", "http", "--port", str(port)],

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,15 +18,10 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from envfactory.env.mcp_server import RESET_TOOL, STATE_TOOL
+from envfactory.net import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = {"hotel_id": "HT-POR-01", "guest_name": "Ana Costa", "check_in": "2026-03-01", "nights": 2}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _payload(result: Any) -> Any:
@@ -42,7 +36,7 @@ async def _initialize(url: str) -> str:
 
 @pytest.fixture(scope="module")
 def http_url() -> Iterator[str]:
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "ENVFACTORY_ROOT": str(ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "envfactory.cli", "serve", "hotels", "--transport", "http", "--port", str(port)],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,13 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from envfactory.net import free_port
 from tests.envgen_helpers import METADATA, ROOT, SCENARIOS, code, fenced, setup_project
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture()
@@ -29,7 +23,7 @@ def dev_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]
         monkeypatch,
         {"code/generate": [fenced(code("bug"))], "test/scenarios": [SCENARIOS], "code/revise": [fenced(code("good"))]},
     )
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "dev.log").open("w")
     langgraph = Path(sys.executable).with_name("langgraph")
     proc = subprocess.Popen(
