@@ -14,7 +14,7 @@ from rich.table import Table
 from envfactory.config import Settings, get_settings
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
-from envfactory.toolgraph.settings import ToolGraphSettings, graph_path
+from envfactory.toolgraph.settings import graph_path
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The dependency tool graph and chain sampling.")
 out = Console()
@@ -52,26 +52,10 @@ def build(
     threshold: Annotated[float | None, typer.Option(help="build_edge_threshold (default 0.85)")] = None,
 ) -> None:
     """Build the graph over the pool (envs/ and BFCL's environments) and save it."""
-    from envfactory.embeddings import Embedder, EmbeddingCache
-    from envfactory.env.pool import EnvPool
-    from envfactory.llm import chat_model
-    from envfactory.prompts import library_from_settings
-    from envfactory.toolgraph.build import build_tool_graph
-    from envfactory.toolgraph.collect import pool_sources
+    from envfactory.toolgraph.build import build_pool_graph
     from envfactory.toolgraph.io import export_graphml, save_graph
-    from envfactory.toolgraph.settings import cache_path
 
     settings = get_settings()
-    tg = ToolGraphSettings()
-    if threshold is not None:
-        tg = tg.model_copy(update={"build_edge_threshold": threshold})
-    sources = pool_sources(EnvPool(settings), env)
-    if not sources:
-        raise ToolGraphError("no tools to build a graph from (is the pool empty?)")
-    use_llm = tg.use_llm and not no_llm and settings.llm_for(tg.llm_role).provider != "none"
-    model = chat_model(tg.llm_role, settings) if use_llm else None
-    library = library_from_settings(settings) if use_llm else None
-    embedder = EmbeddingCache(cache_path(settings), Embedder(settings.embedding_model, batch_size=128))
     with Progress(
         TextColumn("embedding parameter texts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
     ) as bar:
@@ -80,9 +64,8 @@ def build(
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        graph, report = build_tool_graph(
-            sources, embedder, tg, model=model, library=library, retries=settings.structured_retries, progress=progress
-        )
+        graph, report = build_pool_graph(settings, env, no_llm=no_llm, threshold=threshold, progress=progress)
+    use_llm = report.llm
     path = save_graph(graph, out_path or graph_path(settings))
     if graphml is not None:
         export_graphml(graph, graphml)

@@ -1,4 +1,4 @@
-"""Shared fixtures: the real bundled pool, loaded once per test run."""
+"""Shared fixtures: the real bundled pool and its tool graph (real MiniLM embeddings), built once per test run."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 
 from envfactory.config import Settings
+from envfactory.embeddings import PACKAGED_MODEL, Embedder, EmbeddingCache
 from envfactory.env.pool import EnvPool
+from envfactory.toolgraph import ToolGraph, ToolGraphSettings, ToolSource, build_tool_graph, pool_sources
+from envfactory.toolgraph.build import BuildReport
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -15,3 +18,23 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def pool() -> EnvPool:
     return EnvPool(Settings(root=ROOT))
+
+
+@pytest.fixture(scope="session")
+def sources(pool: EnvPool) -> list[ToolSource]:
+    return pool_sources(pool)
+
+
+@pytest.fixture(scope="session")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingCache:
+    return EmbeddingCache(tmp_path_factory.mktemp("tg-embeddings"), Embedder(PACKAGED_MODEL, batch_size=128))
+
+
+@pytest.fixture(scope="session")
+def built(sources: list[ToolSource], cache: EmbeddingCache) -> tuple[ToolGraph, BuildReport]:
+    return build_tool_graph(sources, cache, ToolGraphSettings())
+
+
+@pytest.fixture(scope="session")
+def graph(built: tuple[ToolGraph, BuildReport]) -> ToolGraph:
+    return built[0]

@@ -16,8 +16,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from envfactory.embeddings import PACKAGED_MODEL, Embedder, EmbeddingCache
-from envfactory.env.pool import EnvPool
+from envfactory.embeddings import EmbeddingCache
 from envfactory.toolgraph import (
     FORMAT_VERSION,
     ParamSpec,
@@ -26,7 +25,6 @@ from envfactory.toolgraph import (
     ToolGraphSettings,
     ToolSource,
     TopologySampler,
-    build_tool_graph,
     classify,
     export_graphml,
     flow_report,
@@ -35,7 +33,6 @@ from envfactory.toolgraph import (
     load_graph,
     naive_pairs,
     output_params,
-    pool_sources,
     render_env_html,
     save_graph,
     similar_pairs,
@@ -48,26 +45,6 @@ from envfactory.toolgraph.io import graph_to_data
 RECALL_MEASURED = 0.175
 DISTINCT_RECALL_MEASURED = 0.391
 MARGIN = 0.05
-
-
-@pytest.fixture(scope="session")
-def sources(pool: EnvPool) -> list[ToolSource]:
-    return pool_sources(pool)
-
-
-@pytest.fixture(scope="session")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingCache:
-    return EmbeddingCache(tmp_path_factory.mktemp("tg-embeddings"), Embedder(PACKAGED_MODEL, batch_size=128))
-
-
-@pytest.fixture(scope="session")
-def built(sources: list[ToolSource], cache: EmbeddingCache) -> tuple[ToolGraph, BuildReport]:
-    return build_tool_graph(sources, cache, ToolGraphSettings())
-
-
-@pytest.fixture(scope="session")
-def graph(built: tuple[ToolGraph, BuildReport]) -> ToolGraph:
-    return built[0]
 
 
 def depend(graph: ToolGraph, a: str, b: str) -> dict:

@@ -22,6 +22,7 @@ import numpy as np
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
+from envfactory.config import Settings
 from envfactory.embeddings import TextEmbedder
 from envfactory.prompts import PromptLibrary
 from envfactory.toolgraph.classify import Verdict, classify
@@ -279,3 +280,35 @@ def build_tool_graph(
     )
     graph.g.graph["build"] = report.model_dump(mode="json", exclude={"classification", "refinement"})
     return graph, report
+
+
+def build_pool_graph(
+    settings: Settings,
+    envs: Sequence[str] | None = None,
+    *,
+    no_llm: bool = False,
+    threshold: float | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[ToolGraph, BuildReport]:
+    """The graph of the pool's tools (or of `envs`), embedded through the data dir's cache; the LLM
+    classifies and refines when one is configured (and `no_llm` is not set)."""
+    from envfactory.embeddings import Embedder, EmbeddingCache
+    from envfactory.env.pool import EnvPool
+    from envfactory.llm import chat_model
+    from envfactory.prompts import library_from_settings
+    from envfactory.toolgraph.collect import pool_sources
+    from envfactory.toolgraph.settings import cache_path
+
+    tg = ToolGraphSettings()
+    if threshold is not None:
+        tg = tg.model_copy(update={"build_edge_threshold": threshold})
+    sources = pool_sources(EnvPool(settings), list(envs) if envs else None)
+    if not sources:
+        raise ToolGraphError("no tools to build a graph from (is the pool empty?)")
+    use_llm = tg.use_llm and not no_llm and settings.llm_for(tg.llm_role).provider != "none"
+    model = chat_model(tg.llm_role, settings) if use_llm else None
+    library = library_from_settings(settings) if use_llm else None
+    embedder = EmbeddingCache(cache_path(settings), Embedder(settings.embedding_model, batch_size=128))
+    return build_tool_graph(
+        sources, embedder, tg, model=model, library=library, retries=settings.structured_retries, progress=progress
+    )

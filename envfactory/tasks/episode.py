@@ -1,0 +1,69 @@
+"""An episode over several environments: one isolated `Session` per environment, forked from given states.
+
+Chains may span up to three environments (the sampler's `max_servers`); a task's initial database
+is one state dump per environment. `replay` runs a list of calls from initial states and returns
+what each call gave and the final states — the privileged solver, the verifier's v(Exec(π*, Db⁰)),
+the selection of pass@k trajectories and the reward all use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from pydantic import BaseModel
+
+from envfactory.env.environment import BaseEnvironment
+from envfactory.env.pool import EnvPool
+from envfactory.env.session import CallRecord, Session, ToolErrorInfo
+from envfactory.tasks.models import States, ToolCall, ToolResult
+
+
+class Episode:
+    """Sessions per environment; environments not given an initial state start from their default scenario."""
+
+    def __init__(self, pool: EnvPool, initial: States, servers: Iterable[str] = ()) -> None:
+        self.pool = pool
+        self.sessions: dict[str, Session] = {}
+        for name in dict.fromkeys([*initial, *servers]):
+            env = pool.get(name)
+            self.sessions[name] = Session.fork(env, initial[name] if name in initial else env.default_scenario())
+
+    def env(self, server: str) -> BaseEnvironment:
+        return self.pool.get(server)
+
+    def call(self, server: str, tool: str, arguments: dict[str, Any]) -> CallRecord:
+        session = self.sessions.get(server)
+        if session is None:
+            known = ", ".join(self.sessions) or "none"
+            info = ToolErrorInfo(type="unknown_tool", message=f"no environment '{server}' in this episode ({known})")
+            return CallRecord(index=-1, tool=tool, arguments=arguments, ok=False, error=info)
+        return session.call(tool, arguments)
+
+    def dumps(self) -> States:
+        return {name: s.dump() for name, s in self.sessions.items()}
+
+
+class Replay(BaseModel):
+    """What replaying calls gave: one result per call and the final states."""
+
+    results: list[ToolResult]
+    final: States
+
+    @property
+    def failures(self) -> int:
+        return sum(not r.ok for r in self.results)
+
+
+def result_of(call: ToolCall, rec: CallRecord) -> ToolResult:
+    return ToolResult(server=call.server, name=call.name, ok=rec.ok, result=rec.payload(), call_id=call.id)
+
+
+def replay(pool: EnvPool, calls: Iterable[ToolCall], initial: States, servers: Iterable[str] = ()) -> Replay:
+    """Run `calls` in order in a fresh episode forked from `initial` (plus `servers` at their defaults).
+
+    A call to an environment outside the episode is an error result, not an exception: a model's
+    completion may name anything."""
+    episode = Episode(pool, initial, servers)
+    results = [result_of(c, episode.call(c.server, c.name, c.arguments)) for c in calls]
+    return Replay(results=results, final=episode.dumps())

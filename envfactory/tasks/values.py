@@ -1,0 +1,160 @@
+"""Argument values the privileged solver makes up when neither the state nor an earlier call supplies one.
+
+Read from the parameter's JSON Schema (enum, type, format, bounds) and its name (a guest's name,
+an email, a date, a number of nights), with dates relative to the environment's clock so that a
+check-in is in the future of the state, not of the wall clock. Seeded: one `random.Random` and one
+Faker per solve.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from faker import Faker
+
+# Free text whose exact wording no reward should compare: these arguments are masked.
+FREE_TEXT = re.compile(r"(description|message|body|note|notes|comment|content|text|reason|review|summary|bio)$")
+_MINUTES = re.compile(r"(minutes|duration|duration_min)$")
+_BOUND = re.compile(r"(\w+) must be between (-?[\d.]+) and (-?[\d.]+)")
+_SMALL_COUNT = re.compile(r"(nights|quantity|qty|count|guests|seats|people|party_size|size|tickets|passengers|days)$")
+
+
+def is_free_text(name: str) -> bool:
+    return bool(FREE_TEXT.search(name.lower()))
+
+
+class ValueMaker:
+    """Makes a plausible value for one parameter schema."""
+
+    def __init__(
+        self, rng: random.Random, clock: datetime, id_lookup: Callable[[str], str | None] | None = None
+    ) -> None:
+        self.rng = rng
+        self.clock = clock
+        self.id_lookup = id_lookup  # `device_id` → the id of some device of the state (for nested records)
+        self.defs: dict[str, Any] = {}
+        self.faker = Faker()
+        self.faker.seed_instance(rng.getrandbits(32))
+
+    def make(self, name: str, schema: dict[str, Any], bounds: tuple[float, float] | None = None) -> Any:
+        """A value for parameter `name`; `bounds` (learned from a tool's error message) override the schema's.
+        `$ref`s resolve through `self.defs` (set it to the input schema's `$defs`)."""
+        schema = _plain(schema)
+        ref = schema.get("$ref")
+        if isinstance(ref, str):
+            schema = {
+                **_plain(self.defs.get(ref.rsplit("/", 1)[-1], {})),
+                **{k: v for k, v in schema.items() if k != "$ref"},
+            }
+        if bounds is not None:
+            schema = {**schema, "minimum": bounds[0], "maximum": bounds[1]}
+        if schema.get("enum"):
+            return self.rng.choice(list(schema["enum"]))
+        kind = schema.get("type", "string")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), "string")
+        low = name.lower()
+        if kind == "boolean":
+            return self.rng.random() < 0.5
+        if kind == "integer":
+            if _MINUTES.search(low) and "minimum" not in schema:
+                return self.rng.choice([30, 45, 60, 90])
+            lo, hi = _bounds(schema, (1, 4) if _SMALL_COUNT.search(low) else (1, 5))
+            return self.rng.randint(int(lo), int(hi))
+        if kind == "number":
+            lo, hi = _bounds(schema, (10.0, 200.0))
+            return round(self.rng.uniform(float(lo), float(hi)), 2)
+        if kind == "array":
+            items = schema.get("items")
+            return [self.make(name.rstrip("s"), items if isinstance(items, dict) else {"type": "string"})]
+        if kind == "object" or "properties" in schema:
+            props = schema.get("properties") or {}
+            required = [k for k in props if k in schema.get("required", [])]
+            optional = [k for k in props if k not in required]
+            if optional:  # a record of settings means little without one of them
+                required.append(self.rng.choice(optional))
+            return {k: self.make(k, props[k]) for k in required}
+        if low.endswith("_id") and self.id_lookup is not None and (found := self.id_lookup(low[:-3])) is not None:
+            return found
+        return self._string(low, schema.get("format"))
+
+    def future_date(self) -> date:
+        return self.clock.date() + timedelta(days=self.rng.randint(3, 40))
+
+    def _string(self, name: str, fmt: Any) -> str:
+        f = self.faker
+        if fmt == "date" or re.search(r"(^|_)(date|day|check_in|check_out|birthday|due)$", name):
+            return self.future_date().isoformat()
+        if fmt == "date-time" or name.endswith(("_at", "datetime", "start", "end", "start_time", "end_time")):
+            when = datetime.combine(self.future_date(), datetime.min.time()) + timedelta(hours=self.rng.randint(9, 17))
+            return when.isoformat()
+        if fmt == "time" or name.endswith("time"):
+            return f"{self.rng.randint(9, 20):02d}:{self.rng.choice(['00', '30'])}"
+        if fmt == "email" or "email" in name:
+            return str(f.email())
+        if "phone" in name:
+            return str(f.phone_number())
+        if name.endswith("name") and any(w in name for w in ("guest", "customer", "owner", "passenger", "holder")):
+            return str(f.name())
+        if name in ("name", "full_name", "contact_name", "payee_name", "recipient", "person"):
+            return str(f.name())
+        if "city" in name:
+            return str(f.city())
+        if "country" in name:
+            return str(f.country())
+        if "address" in name:
+            return str(f.address()).replace("\n", ", ")
+        if "currency" in name:
+            return "USD"
+        if name.endswith(("title", "subject", "name", "label")):
+            return str(f.sentence(nb_words=3)).rstrip(".")
+        if is_free_text(name):
+            return str(f.sentence(nb_words=8))
+        return str(f.word())
+
+
+def learned_bounds(message: str) -> dict[str, tuple[float, float]]:
+    """Bounds a tool stated in an error ("duration_minutes must be between 15 and 480"): a privileged
+    solver may read the environment's answers and try again inside them."""
+    return {m[0]: (float(m[1]), float(m[2])) for m in _BOUND.findall(message)}
+
+
+def _plain(schema: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf: [T, null]` as T (optional parameters)."""
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list):
+            concrete = [o for o in options if isinstance(o, dict) and o.get("type") != "null"]
+            if concrete:
+                return {**{k: v for k, v in schema.items() if k != key}, **concrete[0]}
+    return schema
+
+
+def _bounds(schema: dict[str, Any], default: tuple[float, float]) -> tuple[float, float]:
+    lo = schema.get("minimum", schema.get("exclusiveMinimum", default[0]))
+    hi = schema.get("maximum", schema.get("exclusiveMaximum", max(default[1], lo)))
+    return (lo, hi) if lo <= hi else (lo, lo)
+
+
+def fits(value: Any, schema: dict[str, Any]) -> bool:
+    """Whether a value read from the state has the parameter's JSON type (so it may be passed as is)."""
+    schema = _plain(schema)
+    if schema.get("enum"):
+        return value in schema["enum"]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return any(fits(value, {**schema, "type": k}) for k in kind)
+    checks: dict[str, Any] = {
+        "string": lambda v: isinstance(v, str),
+        "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+        "boolean": lambda v: isinstance(v, bool),
+        "array": lambda v: isinstance(v, list),
+        "object": lambda v: isinstance(v, dict),
+        "null": lambda v: v is None,
+    }
+    return checks.get(str(kind), lambda v: v is not None)(value)

@@ -1,0 +1,191 @@
+"""The state verifier v: final-state equivalence (with volatile fields masked) plus per-task assertions.
+
+Tools are deterministic, so an agent that does what the privileged solver did reaches the very same
+state. Masking is for what may legitimately differ: the ids of records created during the episode
+(an agent that books the return flight before the outbound one swaps two generated ids), the
+counters behind them, and any glob-listed paths (timestamps of imported environments).
+
+A task is kept only if v(Db⁰) = 0 and v(Exec(π*, Db⁰)) = 1 (`admissible`).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from typing import Any
+
+from envfactory.env.diff import diff_states
+from envfactory.tasks.models import Assertion, MaskSpec, States, StateVerifier, Verdict
+
+MASKED = "<masked>"
+_MAX_REASONS = 8
+_INDEX = re.compile(r"\[(\d+)\]")
+
+
+def _collections(dump: dict[str, Any]) -> list[str]:
+    """Top-level fields that hold records keyed by id (dicts of dicts)."""
+    return [k for k, v in dump.items() if isinstance(v, dict) and v and all(isinstance(r, dict) for r in v.values())]
+
+
+def _new_ids(initial: dict[str, Any], final: dict[str, Any]) -> set[str]:
+    out: set[str] = set()
+    for coll in _collections(final):
+        before = initial.get(coll)
+        known: dict[str, Any] = before if isinstance(before, dict) else {}
+        out.update(k for k in final[coll] if k not in known)
+    return out
+
+
+def _replace_ids(value: Any, ids: set[str]) -> Any:
+    if isinstance(value, str):
+        return MASKED if value in ids else value
+    if isinstance(value, dict):
+        return {(MASKED if k in ids else k): _replace_ids(v, ids) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_ids(v, ids) for v in value]
+    return value
+
+
+def _mask_paths(value: Any, patterns: list[str], prefix: str = "") -> Any:
+    if not patterns:
+        return value
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            path = f"{prefix}.{k}" if prefix else str(k)
+            out[k] = MASKED if any(fnmatch.fnmatchcase(path, p) for p in patterns) else _mask_paths(v, patterns, path)
+        return out
+    if isinstance(value, list):
+        return [_mask_paths(v, patterns, f"{prefix}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def canonical(initial: dict[str, Any], final: dict[str, Any], mask: MaskSpec) -> dict[str, Any]:
+    """`final` with its volatile parts masked, relative to the episode's `initial` state.
+
+    Records created during the episode become a sorted list under `<collection>.<new>` (compared as a
+    multiset, without their ids); references to their ids elsewhere read `<masked>`.
+    """
+    out = _mask_paths(final, mask.paths)
+    if not mask.generated_ids:
+        return dict(out)
+    ids = _new_ids(initial, final)
+    out = dict(out)
+    out.pop("counters", None)  # they only feed the generated ids
+    for coll in _collections(final):
+        records = out.get(coll)
+        if not isinstance(records, dict):
+            continue
+        kept = {k: _replace_ids(v, ids) for k, v in records.items() if k not in ids}
+        created = sorted((_replace_ids(v, ids) for k, v in records.items() if k in ids), key=json.dumps)
+        if created:
+            kept["<new>"] = created
+        out[coll] = kept
+    return {k: (v if k in _collections(final) else _replace_ids(v, ids)) for k, v in out.items()}
+
+
+def state_differences(
+    initial: dict[str, Any], goal: dict[str, Any], actual: dict[str, Any], mask: MaskSpec
+) -> list[str]:
+    """Dotted paths where `actual` differs from `goal` once both are masked; empty when equivalent."""
+    diff = diff_states(canonical(initial, goal, mask), canonical(initial, actual, mask))
+    return (
+        [f"missing {p}" for p in diff.removed]
+        + [f"unexpected {p}" for p in diff.added]
+        + [f"different {p}" for p in diff.changed]
+    )
+
+
+def get_path(data: Any, path: str) -> Any:
+    """The value at a dotted path with `[i]` indices (`bookings.BK-0001.status`, `[0].id`); KeyError if absent."""
+    node = data
+    for part in _split(path):
+        if isinstance(part, int):
+            if not isinstance(node, list) or not -len(node) <= part < len(node):
+                raise KeyError(path)
+            node = node[part]
+        else:
+            if not isinstance(node, dict) or part not in node:
+                raise KeyError(path)
+            node = node[part]
+    return node
+
+
+def _split(path: str) -> list[str | int]:
+    parts: list[str | int] = []
+    for chunk in path.split("."):
+        head = _INDEX.split(chunk)
+        # "a[0][1]" splits into ["a", "0", "", "1", ""]: names at even positions, indices at odd ones
+        for i, piece in enumerate(head):
+            if i % 2:
+                parts.append(int(piece))
+            elif piece:
+                parts.append(piece)
+    return parts
+
+
+def answer_forms(value: Any) -> list[str]:
+    """Ways a value may be written in an answer: `1250.5` also as `1,250.50` and `1250.50`."""
+    if isinstance(value, bool):
+        return ["yes" if value else "no", str(value).lower()]
+    if isinstance(value, int | float):
+        forms = {f"{value}", f"{value:,}"}
+        if float(value).is_integer():
+            forms |= {str(int(value)), f"{int(value):,}"}
+        forms |= {f"{value:.2f}", f"{value:,.2f}"}
+        return sorted(forms)
+    return [str(value)]
+
+
+def check_assertion(a: Assertion, states: States, answer: str | None) -> str | None:
+    """None when the assertion holds, else why not."""
+    if a.kind == "answer_contains":
+        if not answer:
+            return f"no final answer (expected one mentioning {a.value!r})"
+        text = answer.lower()
+        if any(form.lower() in text for form in answer_forms(a.value)):
+            return None
+        return f"the answer does not mention {a.value!r}"
+    state = states.get(a.server or "")
+    if state is None:
+        return f"no state for environment '{a.server}'"
+    try:
+        value = get_path(state, a.path or "")
+    except KeyError:
+        return None if a.kind == "state_absent" else f"{a.server}: nothing at {a.path}"
+    if a.kind == "state_absent":
+        return f"{a.server}: {a.path} should be absent"
+    return None if value == a.value else f"{a.server}: {a.path} is {value!r}, expected {a.value!r}"
+
+
+def verify(verifier: StateVerifier, initial: States, final: States, answer: str | None = None) -> Verdict:
+    """v(final): every environment's final state equivalent to its goal, every assertion holding."""
+    reasons: list[str] = []
+    if verifier.check_state:
+        for server, goal in verifier.goal.items():
+            actual = final.get(server)
+            if actual is None:
+                reasons.append(f"{server}: no final state")
+                continue
+            diffs = state_differences(initial.get(server, {}), goal, actual, verifier.mask)
+            reasons.extend(f"{server}: {d}" for d in diffs)
+    for a in verifier.assertions:
+        problem = check_assertion(a, final, answer)
+        if problem is not None:
+            reasons.append(problem)
+    shown = reasons[:_MAX_REASONS]
+    if len(reasons) > _MAX_REASONS:
+        shown.append(f"... and {len(reasons) - _MAX_REASONS} more")
+    return Verdict(ok=not reasons, reasons=shown)
+
+
+def admissible(verifier: StateVerifier, initial: States, solved: States, answer: str | None) -> tuple[bool, str | None]:
+    """SynthAPI's filter: (kept, why not). v(Db⁰) must be 0 — the goal must not already hold — and
+    v(Exec(π*, Db⁰)) must be 1."""
+    if verify(verifier, initial, initial, None).ok:
+        return False, "goal_already_holds: the initial state already satisfies the verifier"
+    after = verify(verifier, initial, solved, answer)
+    if not after.ok:
+        return False, "unsolved: the privileged solver's final state fails the verifier: " + "; ".join(after.reasons)
+    return True, None
