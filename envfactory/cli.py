@@ -23,6 +23,8 @@ from envfactory.errors import EnvFactoryError
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 envs_app = typer.Typer(no_args_is_help=True, help="The environment pool.")
 app.add_typer(envs_app, name="envs")
+hub_app = typer.Typer(no_args_is_help=True, help="The meta-tool hub: the whole pool behind list_apps/list_tools/...")
+app.add_typer(hub_app, name="hub")
 app.add_typer(prompts_app, name="prompts")
 
 out = Console()
@@ -126,6 +128,32 @@ def serve(
         server.run(transport="streamable-http")
     else:
         server.run(transport="stdio")
+
+
+@hub_app.command("serve")
+def hub_serve(
+    tasks: Annotated[Path | None, typer.Option(help="JSONL of conversations (e.g. a synth run's) or tasks")] = None,
+    transport: Annotated[Transport, typer.Option(help="stdio: one client; http: streamable HTTP")] = Transport.stdio,
+    host: Annotated[str | None, typer.Option(help="HTTP bind address (default 127.0.0.1)")] = None,
+    port: Annotated[int | None, typer.Option(help="HTTP port (default from ENVFACTORY_HTTP_PORT)")] = None,
+    task: Annotated[str | None, typer.Option(help="the task every session starts with (stdio)")] = None,
+    app_name: Annotated[list[str] | None, typer.Option("--app", help="serve only these apps (repeatable)")] = None,
+) -> None:
+    """Serve the pool through SynthAPI's meta-tools; a session picks its task with ?task=ID or envfactory_load_task."""
+    from envfactory.env.hub_server import serve_hub
+
+    settings = get_settings()
+    if transport is Transport.http:
+        err.print(f"serving the hub on http://{host or settings.http_host}:{port or settings.http_port}/mcp")
+    serve_hub(
+        EnvPool(settings),
+        tasks,
+        "streamable-http" if transport is Transport.http else "stdio",
+        host or settings.http_host,
+        port or settings.http_port,
+        default_task=task,
+        apps=app_name,
+    )
 
 
 @app.command("call")

@@ -1,0 +1,238 @@
+"""Serve the SynthAPI meta-tool hub over MCP: the whole pool behind five meta-tools, one episode per MCP session.
+
+An agent connected here sees `list_apps`, `list_tools`, `get_tool_documentation`, `call_tool` and
+`complete_task` (see `envfactory.env.hub` for why `call_tool` is the fifth) instead of every tool
+schema of every app. Each MCP session (each `initialize` over streamable HTTP, or the one stdio
+connection) gets its own `HubEpisode`, keyed weakly on the SDK's session object like
+`EnvMCPServer` does: its own `Session` per app, its own task, its own verdict.
+
+Task: the server's default task (`default_task`, e.g. for stdio), overridden per session by the
+`task` query parameter or the `x-envfactory-task` header on the HTTP connection, or at any time by
+the `envfactory_load_task` control tool (a `task_id` from the server's tasks file, or a whole `task`
+object). `envfactory_state` returns the session's state dumps per app. Both control tools can be
+turned off (`control_tools=False`).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from pathlib import Path
+from typing import Any, Literal
+
+from mcp import types
+from mcp.server.fastmcp import FastMCP
+from pydantic import ValidationError
+from starlette.applications import Starlette
+
+from envfactory.env.hub import CALL_TOOL, META_TOOLS, Hub, HubEpisode, HubError, TaskLoaded, load_tasks
+from envfactory.env.mcp_server import _DISCONNECT_FILTER, STATE_TOOL, _NoServerStream, _result
+from envfactory.env.pool import EnvPool
+from envfactory.errors import EnvFactoryError
+from envfactory.tasks.models import Task
+
+LOAD_TASK_TOOL = "envfactory_load_task"
+TASK_HEADER = "x-envfactory-task"
+TASK_PARAM = "task"
+
+HUB_INSTRUCTIONS = (
+    "A hub of apps (stateful tool environments). Discover what you need on demand: list_apps, then"
+    " list_tools(app), then get_tool_documentation(app, tool); run a tool with call_tool(app, tool, arguments)."
+    " Each app keeps its state across your calls in this session. When the task is done, call"
+    " complete_task(answer) once: it ends the episode and verifies the result."
+)
+
+_HUB_CONTROL_TOOLS = [
+    types.Tool(
+        name=LOAD_TASK_TOOL,
+        description=(
+            "Start this session over on a task: `task_id` names one of the server's tasks, or `task` gives a whole"
+            " Task object. Every app of the task starts from the task's initial state, every other app from its"
+            " default scenario. Neither given: restart the current task."
+        ),
+        inputSchema={
+            "type": "object",
+            "properties": {
+                "task_id": {"type": "string", "description": "id of a task in the server's tasks file"},
+                "task": {"type": "object", "description": "a whole Task object (id, instruction, servers, ...)"},
+            },
+        },
+    ),
+    types.Tool(
+        name=STATE_TOOL,
+        description="Return this session's current state dumps, one per app it holds a session of, for verification.",
+        inputSchema={"type": "object", "properties": {}},
+    ),
+]
+
+_META_TOOLS = [
+    types.Tool(
+        name=spec.name,
+        description=spec.description,
+        inputSchema=spec.input_schema,
+        outputSchema=spec.output_schema,
+        annotations=types.ToolAnnotations(
+            readOnlyHint=spec.name in ("list_apps", "list_tools", "get_tool_documentation"),
+        ),
+    )
+    for spec in META_TOOLS
+]
+
+
+class HubMCPServer(FastMCP):
+    """A FastMCP server whose tools are the hub's meta-tools, dispatched to per-session episodes."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        *,
+        default_task: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        control_tools: bool = True,
+        log_level: str = "WARNING",
+        json_response: bool = True,
+        server_stream: bool = False,
+    ) -> None:
+        super().__init__(
+            name="envfactory-hub",
+            instructions=HUB_INSTRUCTIONS,
+            host=host,
+            port=port,
+            log_level=log_level,  # type: ignore[arg-type]
+            json_response=json_response,
+        )
+        for logger_name in ("mcp.server.streamable_http", "uvicorn.error"):
+            logger = logging.getLogger(logger_name)
+            if _DISCONNECT_FILTER not in logger.filters:
+                logger.addFilter(_DISCONNECT_FILTER)
+        if default_task is not None:
+            hub.task(default_task)  # fail at start, not at the first call, on an unknown task id
+        self.hub = hub
+        self.default_task = default_task
+        self.control_tools = control_tools
+        self.server_stream = server_stream
+        self._episodes: weakref.WeakKeyDictionary[Any, HubEpisode] = weakref.WeakKeyDictionary()
+
+    def streamable_http_app(self) -> Starlette:
+        app = super().streamable_http_app()
+        if not self.server_stream:
+            app.add_middleware(_NoServerStream)
+        return app
+
+    @property
+    def open_episodes(self) -> int:
+        return len(self._episodes)
+
+    async def list_tools(self) -> list[types.Tool]:
+        return _META_TOOLS + (_HUB_CONTROL_TOOLS if self.control_tools else [])
+
+    def _connection_task(self) -> str | None:
+        request = self.get_context().request_context.request
+        if request is not None and hasattr(request, "query_params"):
+            chosen = request.query_params.get(TASK_PARAM) or request.headers.get(TASK_HEADER)
+            if chosen:
+                return str(chosen)
+        return self.default_task
+
+    def episode_for_request(self) -> HubEpisode:
+        """This MCP session's episode, created on its first call with the connection's task (if any)."""
+        key = self.get_context().request_context.session
+        episode = self._episodes.get(key)
+        if episode is None:
+            task_id = self._connection_task()
+            try:
+                episode = self.hub.episode(task_id)
+            except HubError as e:
+                if e.code == "unknown_task":
+                    raise HubError(e.code, f"{e.message}; given by this connection's task parameter") from None
+                raise
+            self._episodes[key] = episode
+        return episode
+
+    def _load_task(self, arguments: dict[str, Any]) -> types.CallToolResult:
+        key = self.get_context().request_context.session
+        episode = self._episodes.get(key)
+        if episode is None:  # a bad task on the connection must not keep the session from loading a good one
+            try:
+                episode = self.episode_for_request()
+            except HubError:
+                episode = self._episodes[key] = self.hub.episode()
+        task_id, raw = arguments.get("task_id"), arguments.get("task")
+        if task_id is not None and raw is not None:
+            raise HubError("invalid_arguments", f"give `task_id` or `task` to {LOAD_TASK_TOOL}, not both")
+        target: Task | str | None
+        if raw is not None:
+            try:
+                target = Task.model_validate(raw)
+            except ValidationError as e:
+                err = e.errors()[0]
+                loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+                raise HubError("invalid_task", f"`task` is not a valid Task: {loc}: {err['msg']}") from None
+        elif task_id is not None:
+            if not isinstance(task_id, str):
+                raise HubError("invalid_arguments", "`task_id` must be a string")
+            target = task_id
+        else:
+            target = episode.task
+        task = self.hub.load_task(episode, target)
+        if task is None:
+            return _result({"task_id": None, "apps": []}, wrap=False)
+        loaded = TaskLoaded(task_id=task.id, instruction=task.instruction, apps=task.servers)
+        return _result(loaded.model_dump(mode="json"), wrap=False)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:  # type: ignore[override]
+        arguments = arguments or {}
+        try:
+            if self.control_tools and name == LOAD_TASK_TOOL:
+                return self._load_task(arguments)
+            episode = self.episode_for_request()
+            if self.control_tools and name == STATE_TOOL:
+                return _result(self.hub.state(episode), wrap=False)
+        except HubError as e:
+            return _result(e.payload(), wrap=False, error=True)
+        except EnvFactoryError as e:  # e.g. an app whose code fails to load
+            return _result(HubError("environment_error", str(e)).payload(), wrap=False, error=True)
+        out = self.hub.invoke(episode, name, arguments)
+        # a tool's result may be any JSON value: structured content wraps it as {"result": ...}
+        return _result(out.payload, wrap=name == CALL_TOOL, error=not out.ok)
+
+
+def build_hub_server(
+    pool: EnvPool,
+    tasks_path: str | Path | None = None,
+    *,
+    apps: list[str] | None = None,
+    **kwargs: Any,
+) -> HubMCPServer:
+    """A hub server over `pool` with the tasks of `tasks_path` (a JSONL file of Conversations or Tasks)."""
+    tasks = load_tasks(tasks_path) if tasks_path is not None else None
+    return HubMCPServer(Hub(pool, tasks, apps=apps), **kwargs)
+
+
+def serve_hub(
+    pool: EnvPool,
+    tasks_path: str | Path | None = None,
+    transport: Literal["stdio", "streamable-http", "http"] = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    default_task: str | None = None,
+    control_tools: bool = True,
+    apps: list[str] | None = None,
+    log_level: str = "WARNING",
+) -> None:
+    """Serve the hub until interrupted: streamable HTTP on `host:port` (path /mcp), or stdio for one client."""
+    if transport not in ("stdio", "streamable-http", "http"):
+        raise EnvFactoryError(f"unknown transport '{transport}': use stdio or streamable-http")
+    server = build_hub_server(
+        pool,
+        tasks_path,
+        apps=apps,
+        default_task=default_task,
+        host=host,
+        port=port,
+        control_tools=control_tools,
+        log_level=log_level,
+    )
+    server.run(transport="stdio" if transport == "stdio" else "streamable-http")
