@@ -2,7 +2,9 @@
 
 1. validate every environment of the pool (bundled + BFCL) and sync configs/mcp_server.json;
 2. serve one environment over streamable HTTP and run two concurrent MCP conversations on it,
-   each walking a dependency chain (search → book → cancel) in its own isolated state.
+   each walking a dependency chain (search → book → cancel) in its own isolated state;
+3. synthesize verified conversations offline (no LLM): the tool graph, sampled chains, generated
+   initial databases, the privileged solver, SynthAPI's filter, template queries; one sample shown.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,6 +28,8 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.validate import EnvReport, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from envfactory.net import free_port
+from envfactory.tasks.batch import BatchSummary, SynthConfig, load_conversations
+from envfactory.tasks.run import run_batch
 
 
 async def _conversation(url: str, guest: str) -> list[tuple[str, Any]]:
@@ -102,4 +107,29 @@ def run_demo(settings: Settings, console: Console | None = None) -> list[EnvRepo
     finally:
         proc.terminate()
         proc.wait(10)
+
+    console.rule("3. verified conversations, offline: A environments × T tasks × S states, depth D")
+    synth_demo(settings, console)
     return reports
+
+
+def synth_demo(settings: Settings, console: Console) -> BatchSummary:
+    out = settings.data_path / "demo" / "synth"
+    shutil.rmtree(out, ignore_errors=True)  # the demo shows a whole run, not a resumed one
+    config = SynthConfig.model_validate({"T": 3, "S": 2, "D": 2, "seed": 0, "out": out})
+    summary = run_batch(config, settings, console=console)
+    conversations = load_conversations(out)
+    if not conversations:
+        raise EnvFactoryError("demo: the offline synthesis kept no conversation")
+    sample = max(conversations, key=lambda c: (len(c.nodes), len(c.tools)))
+    console.print(f"[bold]a sample conversation[/bold] ({sample.id}, tools {' → '.join(sample.tools)})")
+    for node in sample.nodes:
+        for step in node.steps:
+            text = (
+                step.content
+                if isinstance(step.content, str)
+                else json.dumps([c.model_dump(exclude_defaults=True) for c in step.content])
+            )
+            console.print(f"  [cyan]{step.role:>11}[/cyan] {text[:160]}", highlight=False)
+    console.print(f"written to {out}/conversations.jsonl (dropped units and reasons: dropped.jsonl)")
+    return summary

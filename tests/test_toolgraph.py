@@ -369,3 +369,14 @@ def test_embed_texts_keeps_order_and_norms(cache: EmbeddingCache) -> None:
     direct = cache.embed(texts)
     assert np.allclose(emb, direct, atol=1e-5)
     assert np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+
+
+def test_subgraph_keeps_the_graph_order(graph: ToolGraph) -> None:
+    """A subgraph lists nodes and inputs in the parent's order, whatever the process's hash seed: the
+    sampler's seeded choices follow that order (a networkx view's set order made chains differ between
+    processes)."""
+    sub = graph.subgraph("hotels")
+    assert list(sub.g.nodes) == [n for n in graph.g.nodes if n in sub.g]
+    for tool in sub.tools():
+        assert sub.inputs(tool) == [p for p in graph.inputs(tool) if p in sub.g]
+    assert list(sub.g.edges) == [(a, b) for a, b in graph.g.edges if a in sub.g and b in sub.g]

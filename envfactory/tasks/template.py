@@ -61,8 +61,8 @@ def _words(name: str) -> str:
 
 
 def _action(description: str) -> str:
-    """The first phrase of a description: up to the first period, comma or semicolon; lower-cased start."""
-    first = re.split(r"(?<=[a-z0-9\)])[.;,](\s|$)|\n", description.strip(), maxsplit=1)[0].strip()
+    """The first phrase of a description: up to the first period, comma, colon or semicolon; lower-cased start."""
+    first = re.split(r"(?<=[a-z0-9\)])[.;:,](\s|$)|\n", description.strip(), maxsplit=1)[0].strip()
     return first[:1].lower() + first[1:] if first else "do this"
 
 

@@ -297,10 +297,15 @@ class ToolGraph:
         tools = set(self.tools(env))
         if not tools:
             raise KeyError(env)
-        nodes = [n for n, d in self.g.nodes(data=True) if n in tools or d.get("tool") in tools]
-        sub = ToolGraph(nx.DiGraph(self.g.subgraph(nodes)))
-        sub.g.graph = dict(self.g.graph)
-        return sub
+        keep = {n for n, d in self.g.nodes(data=True) if n in tools or d.get("tool") in tools}
+        # built node by node and edge by edge in this graph's order: a networkx subgraph *view* iterates
+        # its node set, whose order changes with the process's hash seed, and the sampler's random
+        # choices follow the order of inputs, so the same seed would give other chains in another process
+        g = nx.DiGraph()
+        g.graph = dict(self.g.graph)
+        g.add_nodes_from((n, dict(d)) for n, d in self.g.nodes(data=True) if n in keep)
+        g.add_edges_from((a, b, dict(d)) for a, b, d in self.g.edges(data=True) if a in keep and b in keep)
+        return ToolGraph(g)
 
     def stats(self) -> GraphStats:
         tools = self.tools()

@@ -1,0 +1,281 @@
+"""Batch runs: a composition plan (A, T, S, D) → units → JSONL, one finished conversation at a time.
+
+SynthAPI's controls: A environments, T tasks (sampled chains) per environment, S initial databases
+per task, D data depth (1 core batch + D−1 distractor batches); N = A × T × S units. A unit's key
+(`env/t3/s1`) and seeds derive from the run's seed alone, so the plan is the same in every process.
+
+Crash safety: kept conversations go to `conversations.jsonl` and drops to `dropped.jsonl`, one line
+per unit, appended and fsync'ed as each unit finishes (only the main thread writes). A resumed run
+reads both files, cuts a torn last line (a kill mid-write), and skips every unit already there — no
+duplicates, nothing lost. Units that failed with an exception (`code: error`, e.g. an LLM server
+down) are retried on resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from envfactory.env.environment import Environment
+from envfactory.env.pool import EnvPool
+from envfactory.errors import EnvFactoryError
+from envfactory.tasks.models import Conversation
+from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
+from envfactory.toolgraph.graph import ToolGraph
+from envfactory.toolgraph.sampler import ToolChain, TopologySampler
+
+CONVERSATIONS = "conversations.jsonl"
+DROPPED = "dropped.jsonl"
+
+
+class SynthConfigError(EnvFactoryError):
+    """A synth config file is missing, malformed or asks for something the pool cannot give."""
+
+
+class SynthConfig(BaseModel):
+    """`envfactory synth --config FILE` (YAML or JSON)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    mode: Literal["offline", "llm"] = "offline"
+    envs: list[str] | None = Field(default=None, description="candidate environments; default: every native one")
+    apps: int | None = Field(default=None, ge=1, alias="A", description="A: environments used (seeded sample)")
+    tasks: int = Field(default=2, ge=1, alias="T", description="T: tasks (chains) per environment")
+    states: int = Field(default=1, ge=1, alias="S", description="S: initial databases per task")
+    depth: int = Field(default=1, ge=1, alias="D", description="D: 1 core batch + D-1 distractor batches")
+    seed: int = 0
+    chain_length: tuple[int, int] = (2, 4)
+    cross_env: bool = Field(default=False, description="chains may reach other environments (up to 3)")
+    concurrency: int = Field(default=2, ge=1)
+    out: Path = Field(default=Path(".envfactory/synth/run"), description="output folder (relative: to the root)")
+    graph: Path | None = Field(default=None, description="tool graph file; default: the data dir's, built if missing")
+    preset: str = Field(default="SFT_NON_CONV", description="llm mode: SFT_NON_CONV, SFT_CONV or RL_NON_CONV")
+    plot: bool = True
+
+    @model_validator(mode="after")
+    def _lengths(self) -> SynthConfig:
+        lo, hi = self.chain_length
+        if lo < 1 or hi < lo:
+            raise ValueError(f"chain_length {list(self.chain_length)} must be [MIN, MAX] with 1 <= MIN <= MAX")
+        return self
+
+
+def load_config(path: Path) -> SynthConfig:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except OSError as e:
+        raise SynthConfigError(f"synth config {path}: cannot read it ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise SynthConfigError(f"synth config {path}: not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise SynthConfigError(f"synth config {path}: expected a mapping of settings, got {type(data).__name__}")
+    try:
+        return SynthConfig.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise SynthConfigError(f"synth config {path}: {where}: {err['msg']}") from None
+
+
+class Unit(BaseModel):
+    """One conversation to make: a chain, a state variant s, a depth, a seed."""
+
+    key: str
+    env: str
+    task: int
+    state_variant: int
+    depth: int
+    seed: int
+    chain: ToolChain
+
+
+class Plan(BaseModel):
+    envs: list[str]
+    units: list[Unit]
+    shortfall: dict[str, int] = Field(default_factory=dict)  # env → chains the graph could not give
+
+
+def choose_envs(config: SynthConfig, pool: EnvPool) -> list[str]:
+    native = [n for n in pool.native_names() if isinstance(pool.get(n), Environment)]
+    envs = config.envs or native
+    unknown = [e for e in envs if e not in pool.names()]
+    if unknown:
+        raise SynthConfigError(f"unknown environment(s) {unknown}; the pool has: {', '.join(pool.names())}")
+    if config.apps is not None and config.apps < len(envs):
+        envs = sorted(random.Random(stable_seed(config.seed, "apps")).sample(sorted(envs), config.apps))
+    return list(envs)
+
+
+def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
+    envs = choose_envs(config, pool)
+    units: list[Unit] = []
+    shortfall: dict[str, int] = {}
+    for env in envs:
+        if env not in graph.envs():
+            raise SynthConfigError(f"the tool graph has no tools of '{env}': rebuild it (`envfactory graph build`)")
+        sampler = TopologySampler(graph if config.cross_env else graph.subgraph(env))
+        chains = _chains_from(sampler, graph, env, config)
+        if len(chains) < config.tasks:
+            shortfall[env] = config.tasks - len(chains)
+        for t, chain in enumerate(chains):
+            for s in range(config.states):
+                units.append(
+                    Unit(
+                        key=f"{env}/t{t}/s{s}",
+                        env=env,
+                        task=t,
+                        state_variant=s,
+                        depth=config.depth,
+                        seed=stable_seed(config.seed, env, t, s),
+                        chain=chain,
+                    )
+                )
+    return Plan(envs=envs, units=units, shortfall=shortfall)
+
+
+def _chains_from(sampler: TopologySampler, graph: ToolGraph, env: str, config: SynthConfig) -> list[ToolChain]:
+    """T chains that start in `env` (with cross_env, others may join), distinct by tool sequence."""
+    seen: set[tuple[str, ...]] = set()
+    chains: list[ToolChain] = []
+    for chain in sampler.iter_sample(config.tasks * 20, config.chain_length, stable_seed(config.seed, env)):
+        key = tuple(chain.tools)
+        if chain.servers[0] != env or key in seen:
+            continue
+        seen.add(key)
+        chains.append(chain)
+        if len(chains) == config.tasks:
+            break
+    return chains
+
+
+# ---- the JSONL files ------------------------------------------------------------------------------
+
+
+def _repair_tail(path: Path) -> None:
+    """Cut a torn last line (the process was killed mid-write) so the file is whole lines again."""
+    if not path.exists():
+        return
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    _repair_tail(path)
+    if not path.exists():
+        return []
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise SynthConfigError(f"{path}:{n}: not a JSON line ({e.msg}); fix or remove it to resume") from None
+    return rows
+
+
+def done_keys(out: Path) -> set[str]:
+    """Units already finished in `out`: kept ones, and drops other than errors (those are retried)."""
+    kept = {r["id"] for r in read_jsonl(out / CONVERSATIONS)}
+    dropped = {r["key"] for r in read_jsonl(out / DROPPED) if r.get("code") != "error"}
+    return kept | dropped
+
+
+class _Appender:
+    """Appends one line and fsyncs: a finished unit survives a kill right after."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def write(self, line: str) -> None:
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+# ---- running --------------------------------------------------------------------------------------
+
+
+class BatchSummary(BaseModel):
+    planned: int
+    skipped: int  # already done before this run
+    kept: int  # in the output now (all runs)
+    dropped: int
+    dropped_by_code: dict[str, int]
+    shortfall: dict[str, int]
+    out: Path
+
+
+UnitRunner = Callable[[Unit], UnitOutcome]
+Progress = Callable[[UnitOutcome], None]
+
+
+def run_units(
+    units: list[Unit], runner: UnitRunner, out: Path, *, concurrency: int = 2, progress: Progress | None = None
+) -> tuple[int, int]:
+    """Run the units not yet in `out`; returns (skipped, ran). Exceptions from a unit become `error` drops."""
+    out.mkdir(parents=True, exist_ok=True)
+    done = done_keys(out)
+    todo = [u for u in units if u.key not in done]
+    kept, dropped = _Appender(out / CONVERSATIONS), _Appender(out / DROPPED)
+
+    def safe(unit: Unit) -> UnitOutcome:
+        try:
+            return runner(unit)
+        except Exception as e:  # a batch records a failure and goes on
+            reason = f"{type(e).__name__}: {e}"
+            return UnitOutcome(
+                key=unit.key, dropped=Dropped(key=unit.key, code="error", reason=reason, tools=unit.chain.tools)
+            )
+
+    skipped = len(units) - len(todo)
+    with ThreadPoolExecutor(max_workers=concurrency) as executor:
+        futures = [executor.submit(safe, u) for u in todo]
+        for fut in as_completed(futures):
+            outcome = fut.result()
+            if outcome.conversation is not None:
+                kept.write(outcome.conversation.model_dump_json())
+            elif outcome.dropped is not None:
+                dropped.write(outcome.dropped.model_dump_json())
+            if progress is not None:
+                progress(outcome)
+    return skipped, len(todo)
+
+
+def summarize(plan: Plan, out: Path, skipped: int) -> BatchSummary:
+    planned = {u.key for u in plan.units}
+    kept = [r for r in read_jsonl(out / CONVERSATIONS) if r["id"] in planned]
+    kept_keys = {r["id"] for r in kept}
+    # the latest line per key wins: a unit that errored and then succeeded on resume counts once, as kept
+    drops: dict[str, dict[str, Any]] = {}
+    for r in read_jsonl(out / DROPPED):
+        if r["key"] in planned and r["key"] not in kept_keys:
+            drops[r["key"]] = r
+    codes = Counter(r["code"] for r in drops.values())
+    return BatchSummary(
+        planned=len(plan.units),
+        skipped=skipped,
+        kept=len(kept),
+        dropped=len(drops),
+        dropped_by_code=dict(sorted(codes.items())),
+        shortfall=plan.shortfall,
+        out=out,
+    )
+
+
+def load_conversations(out: Path) -> list[Conversation]:
+    return [Conversation.model_validate(r) for r in read_jsonl(out / CONVERSATIONS)]

@@ -1,0 +1,118 @@
+"""Run a batch end to end: the tool graph, the plan, the units (offline by default), the summary, the
+statistics table and plot, `summary.json`. `envfactory synth` and `envfactory demo` call `run_batch`;
+the LLM mode passes the QueryGen runner from graphs/ (envfactory/ never imports LangGraph)."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.tasks.batch import (
+    BatchSummary,
+    Plan,
+    SynthConfig,
+    SynthConfigError,
+    Unit,
+    UnitRunner,
+    load_conversations,
+    plan_units,
+    run_units,
+    summarize,
+)
+from envfactory.tasks.stats import dataset_stats, plot_stats, stats_table
+from envfactory.tasks.synth import UnitOutcome, synthesize_offline
+from envfactory.toolgraph.graph import ToolGraph
+from envfactory.toolgraph.settings import graph_path
+
+
+def tool_graph(settings: Settings, config: SynthConfig, plan_envs: list[str] | None = None) -> ToolGraph:
+    """The config's graph file, else the data dir's; built (and saved) when there is none."""
+    from envfactory.toolgraph.build import build_pool_graph
+    from envfactory.toolgraph.io import load_graph, save_graph
+
+    path = config.graph or graph_path(settings)
+    if config.graph is not None or path.exists():
+        return load_graph(path if path.is_absolute() else settings.root / path)
+    Console(stderr=True).print(
+        f"no tool graph at {path}: building one over the pool (embeddings are cached)", highlight=False
+    )
+    graph, _ = build_pool_graph(settings, plan_envs)
+    save_graph(graph, path)
+    return graph
+
+
+def offline_runner(pool: EnvPool, settings: Settings) -> UnitRunner:
+    def run(unit: Unit) -> UnitOutcome:
+        return synthesize_offline(
+            pool,
+            unit.chain,
+            key=unit.key,
+            seed=unit.seed,
+            state_variant=unit.state_variant,
+            depth=unit.depth,
+            prompts_dir=settings.prompts_path,
+        )
+
+    return run
+
+
+def summary_table(summary: BatchSummary) -> Table:
+    table = Table("units", "already done", "kept", "dropped", "drop reasons", title="synth")
+    reasons = ", ".join(f"{k}: {v}" for k, v in summary.dropped_by_code.items()) or "-"
+    table.add_row(str(summary.planned), str(summary.skipped), str(summary.kept), str(summary.dropped), reasons)
+    return table
+
+
+def run_batch(
+    config: SynthConfig, settings: Settings, runner: UnitRunner | None = None, console: Console | None = None
+) -> BatchSummary:
+    """Plan, run what is not done yet, summarize, print statistics and write the plot."""
+    out = console or Console()
+    err = Console(stderr=True) if console is None else console
+    pool = EnvPool(settings)
+    outdir = config.out if config.out.is_absolute() else settings.root / config.out
+    graph = tool_graph(settings, config)
+    plan: Plan = plan_units(config, pool, graph)
+    if runner is None:
+        if config.mode != "offline":
+            raise SynthConfigError("mode 'llm' needs the QueryGen runner: run it through `envfactory synth`")
+        runner = offline_runner(pool, settings)
+    n = len(plan.units)
+    a, t, s = len(plan.envs), config.tasks, config.states
+    out.print(
+        f"A={a} T={t} S={s} D={config.depth}: N = {a}×{t}×{s} = {a * t * s} planned, {n} units "
+        f"({config.mode}; {config.concurrency} at once) → {outdir}",
+        highlight=False,
+    )
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    ) as progress:
+        bar = progress.add_task("synth", total=n)
+        kept = dropped = 0
+
+        def advance(outcome: UnitOutcome) -> None:
+            nonlocal kept, dropped
+            kept += outcome.conversation is not None
+            dropped += outcome.dropped is not None
+            progress.update(bar, advance=1, description=f"synth: {kept} kept, {dropped} dropped")
+
+        skipped, _ = run_units(plan.units, runner, outdir, concurrency=config.concurrency, progress=advance)
+        progress.update(bar, completed=n)
+    summary = summarize(plan, outdir, skipped)
+    out.print(summary_table(summary))
+    for env, missing in summary.shortfall.items():
+        out.print(f"[yellow]{env}[/yellow]: the graph gave {missing} chain(s) fewer than T={t}", highlight=False)
+    stats = dataset_stats(load_conversations(outdir))
+    out.print(stats_table(stats))
+    if config.plot and stats.conversations:
+        png = plot_stats(stats, outdir / "stats.png")
+        out.print(f"plot: {png}", highlight=False)
+    (outdir / "summary.json").write_text(
+        json.dumps({"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}, indent=2) + "\n"
+    )
+    return summary

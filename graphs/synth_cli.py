@@ -1,0 +1,46 @@
+"""`envfactory synth --config FILE`: a batch of verified conversations, offline (templates + π*) or with
+an LLM (the QueryGen graph). Registered through the `envfactory.cli` entry point; it lives in graphs/
+because the LLM mode runs a LangGraph graph (envfactory/ never imports LangGraph).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from envfactory.config import Settings, get_settings
+from envfactory.env.pool import EnvPool
+from envfactory.tasks.batch import SynthConfig, UnitRunner, load_config
+from envfactory.tasks.run import run_batch
+
+app = typer.Typer(add_completion=False, help="Synthesize verified multi-turn conversations in a batch.")
+out = Console()
+err = Console(stderr=True)
+
+
+def llm_runner(pool: EnvPool, settings: Settings, config: SynthConfig) -> UnitRunner:
+    from graphs.querygen_batch import querygen_runner
+
+    return querygen_runner(pool, settings, config)
+
+
+@app.callback(invoke_without_command=True)
+def synth(
+    config: Annotated[Path, typer.Option("--config", help="YAML/JSON: mode, envs, A, T, S, D, seed, out, ...")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="output folder (overrides the config's)")] = None,
+    concurrency: Annotated[int | None, typer.Option(min=1, help="units at once (overrides the config's)")] = None,
+) -> None:
+    """Run (or resume) a batch: conversations.jsonl, dropped.jsonl, summary.json, stats.png in the output folder."""
+    cfg = load_config(config)
+    update: dict[str, object] = {}
+    if out_dir is not None:
+        update["out"] = out_dir
+    if concurrency is not None:
+        update["concurrency"] = concurrency
+    cfg = cfg.model_copy(update=update)
+    settings = get_settings()
+    runner = llm_runner(EnvPool(settings), settings, cfg) if cfg.mode == "llm" else None
+    run_batch(cfg, settings, runner, out)

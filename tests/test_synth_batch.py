@@ -1,0 +1,182 @@
+"""Batch runs: the A×T×S×D plan, JSONL output one unit at a time, resume after a real SIGKILL, torn
+lines, retried errors, statistics and their plot, config errors through the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.tasks.batch import (
+    CONVERSATIONS,
+    DROPPED,
+    SynthConfig,
+    SynthConfigError,
+    Unit,
+    load_config,
+    load_conversations,
+    plan_units,
+    read_jsonl,
+    run_units,
+    summarize,
+)
+from envfactory.tasks.stats import dataset_stats, plot_stats
+from envfactory.tasks.synth import UnitOutcome, synthesize_offline
+from envfactory.toolgraph import ToolGraph, save_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ROOT / "prompts"
+
+
+def offline(pool: EnvPool):  # type: ignore[no-untyped-def]
+    def run(unit: Unit) -> UnitOutcome:
+        return synthesize_offline(
+            pool, unit.chain, key=unit.key, seed=unit.seed, state_variant=unit.state_variant, depth=unit.depth,
+            prompts_dir=PROMPTS,
+        )  # fmt: skip
+
+    return run
+
+
+def test_plan_composes_a_t_s_d_and_is_deterministic(pool: EnvPool, graph: ToolGraph) -> None:
+    config = SynthConfig.model_validate({"A": 3, "T": 2, "S": 2, "D": 2, "seed": 5})
+    plan = plan_units(config, pool, graph)
+    assert len(plan.envs) == 3 and set(plan.envs) <= set(pool.native_names())
+    assert len(plan.units) == 3 * 2 * 2 - 2 * sum(plan.shortfall.values())
+    assert len({u.key for u in plan.units}) == len(plan.units)
+    assert {u.depth for u in plan.units} == {2}
+    by_task: dict[tuple[str, int], list[Unit]] = {}
+    for u in plan.units:
+        by_task.setdefault((u.env, u.task), []).append(u)
+    for variants in by_task.values():  # S initial databases of one task: one chain, different seeds
+        assert len({tuple(v.chain.tools) for v in variants}) == 1 and len({v.seed for v in variants}) == 2
+    assert plan_units(config, pool, graph) == plan
+    other = plan_units(config.model_copy(update={"seed": 6}), pool, graph)
+    assert [u.seed for u in other.units] != [u.seed for u in plan.units]
+
+
+def test_run_resume_torn_line_and_retried_errors(tmp_path: Path, pool: EnvPool, graph: ToolGraph) -> None:
+    config = SynthConfig.model_validate({"envs": ["hotels", "banking"], "T": 3, "S": 2, "seed": 1})
+    plan = plan_units(config, pool, graph)
+    run = offline(pool)
+    first = plan.units[:5]
+    skipped, ran = run_units(first, run, tmp_path, concurrency=2)
+    assert (skipped, ran) == (0, 5)
+    lines = read_jsonl(tmp_path / CONVERSATIONS) + read_jsonl(tmp_path / DROPPED)
+    assert len(lines) == 5
+    # a kill mid-write leaves half a line: it is cut, and that unit runs again
+    with (tmp_path / CONVERSATIONS).open("a") as f:
+        f.write('{"id": "hotels/t9/s9", "servers": ["hot')
+
+    def flaky(unit: Unit) -> UnitOutcome:
+        if unit.key == plan.units[6].key:
+            raise ConnectionError("LLM server down")
+        return run(unit)
+
+    skipped, ran = run_units(plan.units, flaky, tmp_path, concurrency=2)
+    assert (skipped, ran) == (5, len(plan.units) - 5)
+    errors = [r for r in read_jsonl(tmp_path / DROPPED) if r["code"] == "error"]
+    assert [e["key"] for e in errors] == [plan.units[6].key] and "LLM server down" in errors[0]["reason"]
+    skipped, ran = run_units(plan.units, run, tmp_path)  # only the errored unit runs again
+    assert (skipped, ran) == (len(plan.units) - 1, 1)
+    summary = summarize(plan, tmp_path, skipped)
+    assert summary.kept + summary.dropped == len(plan.units)
+    assert "error" not in summary.dropped_by_code
+    keys = [r["id"] for r in read_jsonl(tmp_path / CONVERSATIONS)]
+    assert len(keys) == len(set(keys)) == summary.kept
+
+
+def test_stats_and_plot(tmp_path: Path, pool: EnvPool, graph: ToolGraph) -> None:
+    config = SynthConfig.model_validate({"envs": ["hotels", "flights", "shop"], "T": 3, "seed": 2})
+    plan = plan_units(config, pool, graph)
+    run_units(plan.units, offline(pool), tmp_path)
+    conversations = load_conversations(tmp_path)
+    stats = dataset_stats(conversations)
+    assert stats.conversations == len(conversations) > 0
+    assert stats.turns == sum(len(c.nodes) for c in conversations) == len(stats.steps_per_turn)
+    calls = sum(len(n.raw_tool_call) for c in conversations for n in c.nodes)
+    assert sum(stats.tool_calls.values()) == calls == sum(stats.calls_per_turn)
+    assert stats.by_generator == {"template": len(conversations)}
+    # a template turn: one step per call plus the closing answer
+    assert stats.steps_per_turn == [len(n.raw_tool_call) + 1 for c in conversations for n in c.nodes]
+    png = plot_stats(stats, tmp_path / "stats.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def _cli_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "ENVFACTORY_ROOT": str(ROOT),
+        "ENVFACTORY_DATA_DIR": str(tmp_path / "data"),
+        "ENVFACTORY_BFCL": "false",
+        "HF_HUB_OFFLINE": "1",
+    }
+
+
+def _lines(out: Path) -> int:
+    return sum(len(read_jsonl(out / name)) for name in (CONVERSATIONS, DROPPED))
+
+
+def test_cli_resumes_after_sigkill_without_duplicates_or_losses(tmp_path: Path, graph: ToolGraph) -> None:
+    graph_file = save_graph(graph, tmp_path / "graph.json")
+    killed, clean = tmp_path / "killed", tmp_path / "clean"
+    base = {"T": 6, "S": 3, "D": 2, "seed": 3, "concurrency": 1, "graph": str(graph_file), "plot": False}
+    cfg = tmp_path / "synth.yaml"
+    cfg.write_text(yaml.safe_dump({**base, "out": str(killed)}))
+    cmd = [sys.executable, "-m", "envfactory.cli", "synth", "--config", str(cfg)]
+    proc = subprocess.Popen(cmd, env=_cli_env(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None and _lines(killed) < 10:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = _lines(killed)
+    assert proc.returncode == -signal.SIGKILL
+    assert before >= 10, "the run wrote nothing before it was killed"
+    done = subprocess.run(cmd, env=_cli_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    cfg.write_text(yaml.safe_dump({**base, "out": str(clean)}))
+    fresh = subprocess.run(cmd, env=_cli_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert fresh.returncode == 0, fresh.stderr
+    planned = json.loads((clean / "summary.json").read_text())["summary"]["planned"]
+    assert before < planned, "the run finished before the kill: nothing was resumed"
+    for name in (CONVERSATIONS, DROPPED):
+        resumed = read_jsonl(killed / name)
+        keys = [r.get("id", r.get("key")) for r in resumed]
+        assert len(keys) == len(set(keys)), f"duplicates in {name}"
+        # the same units with the same content as an uninterrupted run (order may differ)
+        by_key = lambda rows: {r.get("id", r.get("key")): r for r in rows}  # noqa: E731
+        assert by_key(resumed) == by_key(read_jsonl(clean / name))
+    summary = json.loads((killed / "summary.json").read_text())["summary"]
+    assert summary["kept"] + summary["dropped"] == planned
+    assert summary["skipped"] == before
+    assert "N = " in done.stdout
+
+
+def test_config_errors_are_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("T: 0\n")
+    with pytest.raises(SynthConfigError, match="T"):
+        load_config(bad)
+    bad.write_text("chain_length: [4, 2]\n")
+    with pytest.raises(SynthConfigError, match="chain_length"):
+        load_config(bad)
+    bad.write_text("tasks_per_env: 3\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "envfactory.cli", "synth", "--config", str(bad)],
+        env=_cli_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("error: synth config") and "tasks_per_env" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    with pytest.raises(SynthConfigError, match="unknown environment"):
+        plan_units(SynthConfig(envs=["nope"]), EnvPool(Settings(root=ROOT, bfcl=False)), ToolGraph())
