@@ -11,20 +11,14 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from envfactory.config import Settings, get_settings
+from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
-from envfactory.tasks.batch import SynthConfig, UnitRunner, load_config
+from envfactory.tasks.batch import load_config
 from envfactory.tasks.run import run_batch
 
 app = typer.Typer(add_completion=False, help="Synthesize verified multi-turn conversations in a batch.")
 out = Console()
 err = Console(stderr=True)
-
-
-def llm_runner(pool: EnvPool, settings: Settings, config: SynthConfig) -> UnitRunner:
-    from graphs.querygen_batch import querygen_runner
-
-    return querygen_runner(pool, settings, config)
 
 
 @app.callback(invoke_without_command=True)
@@ -42,5 +36,11 @@ def synth(
         update["concurrency"] = concurrency
     cfg = cfg.model_copy(update=update)
     settings = get_settings()
-    runner = llm_runner(EnvPool(settings), settings, cfg) if cfg.mode == "llm" else None
-    run_batch(cfg, settings, runner, out)
+    if cfg.mode == "offline":
+        run_batch(cfg, settings, console=out)
+        return
+    from graphs.checkpoint import open_checkpointer
+    from graphs.querygen_batch import querygen_runner
+
+    with open_checkpointer(settings) as saver:  # one saver per process, shared by the batch's threads
+        run_batch(cfg, settings, querygen_runner(EnvPool(settings), settings, cfg, saver), console=out)

@@ -59,6 +59,10 @@ class SynthConfig(BaseModel):
     out: Path = Field(default=Path(".envfactory/synth/run"), description="output folder (relative: to the root)")
     graph: Path | None = Field(default=None, description="tool graph file; default: the data dir's, built if missing")
     preset: str = Field(default="SFT_NON_CONV", description="llm mode: SFT_NON_CONV, SFT_CONV or RL_NON_CONV")
+    querygen: dict[str, Any] = Field(default_factory=dict, description="llm mode: QueryGenConfig overrides (pass_k...)")
+    initial_states: Literal["llm", "generator"] = Field(
+        default="llm", description="llm mode: who writes Db0: the LLM (schema_generate) or the seeded generator"
+    )
     plot: bool = True
 
     @model_validator(mode="after")

@@ -70,6 +70,19 @@ class Step(BaseModel):
         return [r for r in self.content if isinstance(r, ToolResult)] if isinstance(self.content, list) else []
 
 
+class UserToolCall(BaseModel):
+    """A tool the *user* performed (a user-side action, conversational variant), after step `after_step`.
+
+    Not the assistant's to learn, but part of the turn's dynamics: replaying the assistant's calls
+    alone does not reach `final_scenario` when a turn has these; replay them in order too."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    after_step: int
+    call: ToolCall
+    result: ToolResult
+
+
 class Node(BaseModel):
     """One turn of a conversation."""
 
@@ -85,6 +98,8 @@ class Node(BaseModel):
     raw_tool_call: list[ToolCall] = Field(default_factory=list, description="the chain's calls for this turn")
     generator: Generator = "template"
     refined: bool = False
+    original_query: str | None = Field(default=None, description="the query before refinement")
+    user_calls: list[UserToolCall] = Field(default_factory=list)
 
     def tool_calls(self) -> list[ToolCall]:
         return [c for s in self.steps if s.role == "tool_call" for c in s.calls()]

@@ -37,7 +37,14 @@ from envfactory.tasks.verifier import admissible
 from envfactory.toolgraph.sampler import ToolChain
 
 DropCode = Literal[
-    "not_native", "state_generation", "unsolvable", "unverifiable", "goal_already_holds", "unsolved", "error"
+    "not_native",
+    "state_generation",
+    "unsolvable",
+    "unverifiable",
+    "goal_already_holds",
+    "unsolved",
+    "querygen",
+    "error",
 ]
 
 

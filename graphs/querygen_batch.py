@@ -1,0 +1,58 @@
+"""The LLM mode of `envfactory synth`: each unit of the batch plan runs the QueryGen graph.
+
+A unit's thread id is derived from the output folder and the unit key, and the graph checkpoints
+after every node (`durability="sync"`), so a killed batch resumes *inside* a conversation: the JSONL
+files skip finished units and the checkpointer continues unfinished ones where they stopped.
+Initial databases: by default the LLM writes them (`schema_generate`, the EnvFactory method); with
+`initial_states: generator` the unit's generated Db⁰ (seeded, S variants, depth D) is used as is,
+keeping SynthAPI's composition controls exact.
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any
+
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.tasks.batch import SynthConfig, Unit, UnitRunner
+from envfactory.tasks.synth import Dropped, UnitOutcome, initial_states
+from graphs.querygen import QueryGenContext, run_querygen
+
+
+def querygen_runner(
+    pool: EnvPool, settings: Settings, config: SynthConfig, checkpointer: BaseCheckpointSaver[Any]
+) -> UnitRunner:
+    context = QueryGenContext(preset=config.preset, overrides=dict(config.querygen))
+    run_tag = f"{zlib.crc32(str(config.out.resolve()).encode()):08x}"
+
+    def run(unit: Unit) -> UnitOutcome:
+        initial = core = None
+        if config.initial_states == "generator":
+            initial, core = initial_states(pool, unit.chain.servers, unit.seed, unit.depth)
+        outcome = run_querygen(
+            unit.chain,
+            seed=unit.seed,
+            conversation_id=unit.key,
+            pool=pool,
+            checkpointer=checkpointer,
+            thread_id=f"querygen-{run_tag}-{unit.key}",
+            context=context,
+            initial_state=initial,
+            core_ids=core,
+        )
+        if outcome.kept is not None:
+            provenance = outcome.kept.provenance.model_copy(
+                update={"state_variant": unit.state_variant, "depth": unit.depth}
+            )
+            return UnitOutcome(key=unit.key, conversation=outcome.kept.model_copy(update={"provenance": provenance}))
+        if outcome.status == "interrupted":  # not asked for here: retried on resume
+            raise RuntimeError(f"QueryGen stopped before finishing (thread {outcome.thread_id})")
+        dropped = Dropped(
+            key=unit.key, code="querygen", reason=outcome.failure or "dropped", tools=unit.chain.tools, seed=unit.seed
+        )
+        return UnitOutcome(key=unit.key, dropped=dropped)
+
+    return run
