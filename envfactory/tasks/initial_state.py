@@ -69,7 +69,8 @@ from pydantic import BaseModel, Field, ValidationError
 from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.state import DEFAULT_CLOCK
 from envfactory.errors import ScenarioError
-from envfactory.tasks.state_values import NO, Ctx, Exemplars, FieldGenerationError, Maker, fields_of, singular, slug
+from envfactory.tasks.exemplars import Exemplars, fields_of, singular
+from envfactory.tasks.state_values import NO, Ctx, FieldGenerationError, Maker, slug
 
 
 class StateGenerationError(ScenarioError):

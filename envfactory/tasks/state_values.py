@@ -1,13 +1,9 @@
-"""Field values for generated initial states, learned from an environment's shipped scenarios.
+"""Ids and values for generated initial states.
 
-`Exemplars` walks every scenario dump with the state model's types and keeps, per value path
-(`hotels.price_per_night`, `flights.fares.economy`, `tickets.comments[].created_at`), the values
-seen, each with its scenario and its record, so that values can be read per *stratum*: records
-that agree on their Literal and small-vocabulary fields (a light's levels apart from a blind's,
-Lisbon's hotel names apart from Madrid's). `Plan` reads the relations between a model's fields out of the
-exemplar records (references, copied fields, time anchors). `Maker` makes one value from a
-template record, those statistics and the records generated so far. The rules are listed in
-`envfactory.tasks.initial_state`.
+`IdMaker` makes unique ids in the exemplars' pattern (`BK-0001`, `RM-QXT`). `Maker` makes one value
+(a record, a nested line, a number, a date, a string...) from a template record, the exemplars'
+statistics and relations (`envfactory.tasks.exemplars`) and the records generated so far; `Ctx` says
+where the value goes. The rules are listed in `envfactory.tasks.initial_state`.
 """
 
 from __future__ import annotations
@@ -15,25 +11,36 @@ from __future__ import annotations
 import random
 import re
 import string
-import types
 import unicodedata
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, get_args
 
 from faker import Faker
 from pydantic import BaseModel
+
+from envfactory.tasks.exemplars import (
+    Exemplars,
+    Kind,
+    Plan,
+    Sample,
+    allowed_values,
+    element_type,
+    fields_of,
+    kind_of,
+    parse_value,
+    singular,
+    time_gap,
+    time_grid,
+    unwrap,
+)
 
 if TYPE_CHECKING:
     from envfactory.tasks.initial_state import StateGenSettings
 
 NO: Any = object()  # "no template value", unlike a template value of None
-Kind = Literal[
-    "model", "literal", "enum", "bool", "int", "float", "str", "datetime", "date", "time", "list", "dict", "any"
-]
 
 _PERSON_FIELD = re.compile(
     r"(guest|passenger|owner|customer|author|person|user|employee|member|contact|holder|recipient|client|patient)"
@@ -57,7 +64,6 @@ _UNIQUE_PROVIDERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(address|street)"), "street_address"),
 ]
 _QUANTA = (1000, 500, 100, 50, 10, 5, 1, 0.5, 0.25, 0.1, 0.05, 0.01)
-_TIME_UNITS = (86400, 3600, 1800, 900, 300, 60, 1)
 
 
 class FieldGenerationError(ValueError):
@@ -68,82 +74,7 @@ class FieldGenerationError(ValueError):
         super().__init__(f"{path}: {problem}")
 
 
-# ---- types ---------------------------------------------------------------------------------
-def unwrap(tp: Any) -> tuple[Any, bool]:
-    """(inner type, optional) of `X | None`; a union of several types reads as `Any`."""
-    if get_origin(tp) in (Union, types.UnionType):
-        args = get_args(tp)
-        inner = [a for a in args if a is not type(None)]
-        return (inner[0] if len(inner) == 1 else Any), len(inner) < len(args)
-    return tp, False
-
-
-def kind_of(tp: Any) -> Kind:
-    origin = get_origin(tp)
-    if origin is Literal:
-        return "literal"
-    if origin in (list, tuple, set, frozenset):
-        return "list"
-    if origin is dict:
-        return "dict"
-    if isinstance(tp, type):
-        for base, k in _KINDS:  # order matters: Enum before str, bool before int, datetime before date
-            if issubclass(tp, base):
-                return k
-    return "any"
-
-
-_KINDS: list[tuple[type, Kind]] = [
-    (Enum, "enum"),
-    (BaseModel, "model"),
-    (bool, "bool"),
-    (int, "int"),
-    (float, "float"),
-    (str, "str"),
-    (datetime, "datetime"),
-    (date, "date"),
-    (time, "time"),
-]
-
-
-def allowed_values(tp: Any) -> list[Any]:
-    return [m.value for m in tp] if kind_of(tp) == "enum" else list(get_args(tp))
-
-
-def fields_of(model: type[BaseModel]) -> dict[str, tuple[Any, Kind, bool]]:
-    """name → (inner type, kind, optional) for every field of a model."""
-    out: dict[str, tuple[Any, Kind, bool]] = {}
-    for name, info in model.model_fields.items():
-        inner, optional = unwrap(info.annotation)
-        out[name] = (inner, kind_of(inner), optional)
-    return out
-
-
-def collections_of(state_model: type[BaseModel]) -> dict[str, type[BaseModel]]:
-    """Collection fields (`dict[str, SomeRecord]`) of a state model → their record model."""
-    out: dict[str, type[BaseModel]] = {}
-    for name, (tp, k, _) in fields_of(state_model).items():
-        args = get_args(tp)
-        if k == "dict" and len(args) == 2 and kind_of(args[1]) == "model":
-            out[name] = args[1]
-    return out
-
-
-def _parse(k: Kind, v: Any) -> Any:
-    if isinstance(v, str) and k in ("datetime", "date", "time"):
-        return {"datetime": datetime.fromisoformat, "date": date.fromisoformat, "time": time.fromisoformat}[k](v)
-    return v
-
-
-def _seconds(v: Any) -> float:
-    return v.total_seconds() if isinstance(v, timedelta) else float(v)
-
-
-def _grid(values: list[float]) -> float:
-    """The coarsest time unit (a day, an hour, 15 minutes...) that divides every value."""
-    return next((u for u in _TIME_UNITS if all(v % u == 0 for v in values)), 1)
-
-
+# ---- numbers and times ---------------------------------------------------------------------
 def _quantum(values: list[float], is_int: bool) -> float:
     """The step exemplar numbers keep (prices in fives, temperatures in halves, cents), not coarser than a
     quarter of their spread, so that two exemplars do not collapse the range into one step."""
@@ -159,324 +90,18 @@ def _quantum(values: list[float], is_int: bool) -> float:
 
 
 def _decimals(q: float) -> int:
+    """Decimal places of a step below 1 (0.05 → 2)."""
     return len(repr(q).split(".")[1]) if q < 1 else 0
 
 
-def singular(name: str) -> str:
-    if name.endswith("ies"):
-        return name[:-3] + "y"
-    if name.endswith(("ses", "xes")):
-        return name[:-2]
-    return name[:-1] if name.endswith("s") else name
+def _sod(v: datetime) -> int:
+    """Seconds since the start of the day."""
+    return v.hour * 3600 + v.minute * 60 + v.second
 
 
-# ---- exemplars ------------------------------------------------------------------------------
-@dataclass
-class Sample:
-    value: Any
-    scn: int
-    inst: dict[str, Any]  # the model instance (record, nested line) the value belongs to
-
-
-@dataclass
-class Anchor:
-    """A time field that follows an earlier one (an end after its start) by a delta in [lo, hi]."""
-
-    field: str
-    lo: float
-    hi: float
-    grid: float
-
-
-@dataclass
-class Plan:
-    """What the exemplars say about the fields of one model (at one path)."""
-
-    refs: dict[str, str] = field(default_factory=dict)  # field → referenced collection
-    derived: dict[str, tuple[str, str]] = field(default_factory=dict)  # field → (ref field, field of the referent)
-    coherent: dict[str, tuple[str, str]] = field(
-        default_factory=dict
-    )  # ref → (earlier ref, field both referents share)
-    anchors: dict[str, Anchor] = field(default_factory=dict)
-    differ: dict[str, list[str]] = field(default_factory=dict)  # str field → earlier fields it never equals
-    literal: list[str] = field(default_factory=list)
-    strata: list[str] = field(default_factory=list)  # Literal fields, then str fields of a small vocabulary
-    unique_refs: set[str] = field(default_factory=set)  # refs that never repeat within a scenario
-    free: bool = True  # Literal fields may take values the template lacks (no optional field depends on them)
-
-
-class Exemplars:
-    """Statistics of an environment's shipped scenarios (normalized dumps), read with the state model's types."""
-
-    def __init__(self, state_model: type[BaseModel], dumps: list[dict[str, Any]]) -> None:
-        self.state_model = state_model
-        self.collections = collections_of(state_model)
-        self.dumps = dumps
-        self.clocks = [datetime.fromisoformat(d["clock"]) for d in dumps]
-        self.samples: dict[str, list[Sample]] = defaultdict(list)
-        self.nulls: dict[str, int] = defaultdict(int)
-        self.lengths: dict[str, list[int]] = defaultdict(list)
-        self.instances: dict[str, list[tuple[int, dict[str, Any]]]] = defaultdict(list)
-        self.by_id = [{c: d.get(c, {}) for c in self.collections} for d in dumps]
-        self.ids = {c: {k for scn in self.by_id for k in scn[c]} for c in self.collections}
-        self.counters = list(dict.fromkeys(p for d in dumps for p in d.get("counters", {})))
-        for scn, d in enumerate(dumps):
-            for c, model in self.collections.items():
-                for rec in d.get(c, {}).values():
-                    self._walk(model, rec, c, scn, {})
-            for f, info in state_model.model_fields.items():
-                if f not in self.collections and f not in ("counters", "clock"):
-                    self._walk(info.annotation, d.get(f), f"$.{f}", scn, {})
-        self._plans: dict[str, Plan] = {}
-        self._unique: dict[str, bool] = {}
-        self.soft = self._soft_refs()
-
-    def _walk(self, tp: Any, value: Any, path: str, scn: int, inst: dict[str, Any]) -> None:
-        inner, _ = unwrap(tp)
-        k = kind_of(inner)
-        if value is None:
-            self.nulls[path] += 1
-        elif k == "model" and isinstance(value, dict):
-            self.instances[path].append((scn, value))
-            for f, info in inner.model_fields.items():
-                self._walk(info.annotation, value.get(f), f"{path}.{f}", scn, value)
-        elif k == "list" and isinstance(value, list):
-            self.lengths[path].append(len(value))
-            elem = (get_args(inner) or (Any,))[0]
-            for v in value:
-                self._walk(elem, v, f"{path}[]", scn, inst)
-        elif k == "dict" and isinstance(value, dict):
-            vt = (get_args(inner) or (Any, Any))[-1]
-            for key, v in value.items():
-                self._walk(vt, v, f"{path}.{key}", scn, inst)
-        else:
-            self.samples[path].append(Sample(_parse(k, value), scn, inst))
-
-    # ---- per-path statistics ---------------------------------------------------------------
-    def values(self, path: str, stratum: tuple[tuple[str, Any], ...] = ()) -> list[Any]:
-        """Values seen at `path`: those of records that match the stratum ((field, value) pairs), relaxed
-        from the last pair on until some match; all of them if none does."""
-        samples = self.samples.get(path, [])
-        for n in range(len(stratum), 0, -1):
-            same = [s.value for s in samples if all(s.inst.get(f) == v for f, v in stratum[:n])]
-            if same:
-                return same
-        return [s.value for s in samples]
-
-    def small_vocabulary(self, path: str) -> list[Any]:
-        """The distinct values at `path` when they are few (≤ 8) and reused (a city, a currency), else []."""
-        every = [s.value for s in self.samples.get(path, [])]
-        distinct = list(dict.fromkeys(every))
-        return distinct if len(distinct) <= 8 and len(distinct) < len(every) else []
-
-    def null_rate(self, path: str) -> float:
-        n = self.nulls.get(path, 0)
-        return n / (n + len(self.samples.get(path, []))) if n else 0.0
-
-    def offset(self, value: Any, scn: int) -> float:
-        """A date (days) or datetime (seconds) relative to its scenario's clock."""
-        clock = self.clocks[scn]
-        if isinstance(value, datetime):
-            return (value - clock).total_seconds()
-        return float((value - clock.date()).days)
-
-    def repeat_rate(self, paths: list[str]) -> float:
-        """How often a value repeats within one scenario (an owner holding several accounts)."""
-        per: dict[int, list[Any]] = defaultdict(list)
-        for p in paths:
-            for s in self.samples.get(p, []):
-                per[s.scn].append(s.value)
-        total = sum(len(v) for v in per.values())
-        repeats = sum(len(v) - len(set(v)) for v in per.values())
-        return min(0.8, repeats / total) if total else 0.0
-
-    def unique_in_scenario(self, path: str) -> bool:
-        """No value repeats within a scenario, and some scenario holds several (ticket subjects, IBANs)."""
-        if path not in self._unique:
-            per: dict[int, list[Any]] = defaultdict(list)
-            for s in self.samples.get(path, []):
-                per[s.scn].append(s.value)
-            self._unique[path] = any(len(v) > 1 for v in per.values()) and all(
-                len(v) == len(set(v)) for v in per.values()
-            )
-        return self._unique[path]
-
-    def email_paths(self, coll: str) -> list[str]:
-        """Paths of a collection that hold email addresses (an organizer and attendees share people)."""
-        return [
-            p
-            for p, ss in self.samples.items()
-            if p.startswith(f"{coll}.") and all(isinstance(s.value, str) and "@" in s.value for s in ss)
-        ]
-
-    def ref_target(self, path: str, name: str, tp: Any) -> str | None:
-        """The collection a field references: its exemplar values are that collection's ids, or it is
-        named `<x>_id` / `<x>_ids` after the collection."""
-        if name == "id":
-            return None
-        k = kind_of(tp)
-        vpath = path
-        if k == "list":
-            tp = unwrap((get_args(tp) or (Any,))[0])[0]
-            k, vpath = kind_of(tp), f"{path}[]"
-        if k != "str":
-            return None
-        m = re.fullmatch(r"(.+)_ids?", name)
-        by_name = None
-        if m:
-            stem = m.group(1)
-            for cand in (stem, stem.split("_")[-1]):
-                by_name = next(
-                    (c for c in self.collections if singular(c) == cand or singular(c).endswith("_" + cand)), None
-                )
-                if by_name:
-                    break
-        vals = [v for v in self.values(vpath) if v]
-        if vals:
-            hits = [c for c in self.collections if all(v in self.ids[c] for v in vals)]
-            if hits:
-                return by_name if by_name in hits else hits[0]
-        return by_name
-
-    # ---- relations between fields ----------------------------------------------------------
-    def plan(self, model: type[BaseModel], path: str) -> Plan:
-        if path in self._plans:
-            return self._plans[path]
-        fields = fields_of(model)
-        insts = self.instances.get(path, [])
-        p = Plan(literal=[f for f, (_, k, _) in fields.items() if k in ("literal", "enum")])
-        vocab = [f for f, (_, k, _) in fields.items() if k == "str" and self.small_vocabulary(f"{path}.{f}")]
-        p.strata = p.literal + vocab
-        for f, (tp, _, _) in fields.items():
-            target = self.ref_target(f"{path}.{f}", f, tp)
-            if target:
-                p.refs[f] = target
-        scalar_refs = [r for r in p.refs if kind_of(fields[r][0]) == "str"]
-        for f in fields:
-            if f == "id":
-                continue
-            for r in scalar_refs:
-                g = self._copied_from(insts, f, r, p.refs[r]) if r != f else None
-                if g:
-                    p.derived[f] = (r, g)
-                    break
-        p.derived = {f: src for f, src in p.derived.items() if src[0] not in p.derived}
-        for r in scalar_refs:
-            per: dict[int, list[Any]] = defaultdict(list)
-            for scn, inst in insts:
-                if inst.get(r) is not None:
-                    per[scn].append(inst[r])
-            if per and all(len(v) == len(set(v)) for v in per.values()):
-                p.unique_refs.add(r)
-        for i, r2 in enumerate(scalar_refs):
-            for r1 in scalar_refs[:i]:
-                shared = self._shared_field(insts, r1, r2, p.refs[r1], p.refs[r2])
-                if shared:
-                    p.coherent[r2] = (r1, shared)
-                    break
-        temporal = [f for f, (_, k, _) in fields.items() if k in ("date", "datetime")]
-        for i, f in enumerate(temporal):
-            best: tuple[float, Anchor] | None = None
-            for g in temporal[:i]:
-                if fields[g][1] != fields[f][1]:
-                    continue
-                ds = [self._delta(fields[f][1], inst[f], inst[g]) for _, inst in insts if inst.get(f) and inst.get(g)]
-                if ds and min(ds) >= 0 and (best is None or max(ds) < best[0]):
-                    best = (max(ds), Anchor(g, min(ds), max(ds), _grid(ds) if fields[f][1] == "datetime" else 1))
-            if best:
-                p.anchors[f] = best[1]
-        strs = [f for f, (_, k, _) in fields.items() if k == "str" and f != "id" and f not in p.refs]
-        for i, f in enumerate(strs):
-            for g in strs[:i]:
-                pairs = [(inst.get(f), inst.get(g)) for _, inst in insts]
-                vf, vg = {a for a, _ in pairs}, {b for _, b in pairs}
-                if vf & vg - {None} and all(a != b for a, b in pairs):
-                    p.differ.setdefault(f, []).append(g)
-        optional = [f for f, (_, _, opt) in fields.items() if opt]
-        p.free = not any(len({inst.get(f) is None for _, inst in insts}) > 1 for f in optional)
-        self._plans[path] = p
-        return p
-
-    @staticmethod
-    def _delta(k: Kind, a: Any, b: Any) -> float:
-        da, db = _parse(k, a), _parse(k, b)
-        return _seconds(da - db) if k == "datetime" else float((da - db).days)
-
-    def referent(self, scn: int, coll: str, rid: Any) -> dict[str, Any] | None:
-        return self.by_id[scn][coll].get(rid) if isinstance(rid, str) else None
-
-    def _copied_from(self, insts: list[tuple[int, dict[str, Any]]], f: str, r: str, coll: str) -> str | None:
-        """The field of the referenced record that `f` always equals in the exemplars (a line's name)."""
-        rec_fields = [g for g in self.collections[coll].model_fields if g != "id"]
-        for g in sorted(rec_fields, key=lambda g: g != f):  # the same name first
-            checked = 0
-            for scn, inst in insts:
-                ref = self.referent(scn, coll, inst.get(r))
-                if ref is None or inst.get(f) is None:
-                    continue
-                if ref.get(g) != inst[f]:
-                    break
-                checked += 1
-            else:
-                if checked >= (1 if g == f else 2):
-                    return g
-        return None
-
-    def _shared_field(self, insts: list[tuple[int, dict[str, Any]]], r1: str, r2: str, c1: str, c2: str) -> str | None:
-        """A field both referents always agree on (a transfer's account and payee have one owner)."""
-        common = [g for g in self.collections[c1].model_fields if g in self.collections[c2].model_fields and g != "id"]
-        for g in common:
-            pairs = [
-                (a.get(g), b.get(g))
-                for scn, inst in insts
-                if (a := self.referent(scn, c1, inst.get(r1))) and (b := self.referent(scn, c2, inst.get(r2)))
-            ]
-            if pairs and all(x == y and x is not None for x, y in pairs):
-                return g
-        return None
-
-    def _soft_refs(self) -> dict[tuple[str, str], tuple[str, str]]:
-        """Str fields whose exemplar values all occur in another collection's field (payee owners are
-        account owners): generated values are drawn from that field's generated values."""
-        all_ids = set().union(*self.ids.values()) if self.ids else set()
-        out: dict[tuple[str, str], tuple[str, str]] = {}
-        strs = [
-            (c, f)
-            for c, model in self.collections.items()
-            for f, (_, k, _) in fields_of(model).items()
-            if k == "str" and f != "id"
-        ]
-        for c, f in strs:
-            s1 = set(self.values(f"{c}.{f}"))
-            if not s1 or s1 & all_ids or s1 == {""}:
-                continue
-            for c2, g in strs:
-                s2 = set(self.values(f"{c2}.{g}"))
-                if c2 != c and s1 <= s2 and (f == g or len(s2) >= 2):
-                    out[(c, f)] = (c2, g)
-                    break
-        return out
-
-    def dependencies(self, coll: str) -> list[str]:
-        """Collections a collection's records reference (nested models included), in field order."""
-        deps: list[str] = []
-        seen: set[type[BaseModel]] = set()
-
-        def visit(model: type[BaseModel], path: str) -> None:
-            seen.add(model)
-            deps.extend(self.plan(model, path).refs.values())
-            for f, (tp, k, _) in fields_of(model).items():
-                sub = f"{path}.{f}"
-                while k in ("list", "dict"):
-                    sub += "[]" if k == "list" else ".*"
-                    tp = unwrap((get_args(tp) or (Any,))[-1])[0]
-                    k = kind_of(tp)
-                if k == "model" and tp not in seen:
-                    visit(tp, sub)
-
-        visit(self.collections[coll], coll)
-        deps.extend(src for (c, _), (src, _) in self.soft.items() if c == coll)
-        return list(dict.fromkeys(d for d in deps if d != coll))
+def _day_grid(samples: list[Sample]) -> float:
+    """The coarsest time unit that divides the times of day of exemplar datetimes."""
+    return time_grid([_sod(s.value) for s in samples])
 
 
 # ---- ids ------------------------------------------------------------------------------------
@@ -635,7 +260,7 @@ class Maker:
         if k in ("date", "datetime"):
             return self.temporal(k, path, name, t, ctx)
         if k == "time":
-            return _parse("time", t) if isinstance(t, str) else rng.choice(self.ex.values(path) or [time(12, 0)])
+            return parse_value("time", t) if isinstance(t, str) else rng.choice(self.ex.values(path) or [time(12, 0)])
         if k == "str":
             return self.string(name, path, t, ctx)
         if k == "list":
@@ -718,12 +343,12 @@ class Maker:
         rng, is_dt = self.rng, k == "datetime"
         samples = self.ex.samples.get(path, [])
         offs = [self.ex.offset(s.value, s.scn) for s in samples]
-        tv = _parse(k, t) if isinstance(t, str) else None
+        tv = parse_value(k, t) if isinstance(t, str) else None
         anchor = ctx.plan.anchors.get(name)
         if anchor and isinstance(ctx.done.get(anchor.field), date):
             ta = ctx.tmpl.get(anchor.field)
             if tv is not None and isinstance(ta, str):  # the template's own gap, give or take a quarter
-                d = Exemplars._delta(k, t, ta) * rng.uniform(0.75, 1.25)
+                d = time_gap(k, t, ta) * rng.uniform(0.75, 1.25)
             else:
                 d = rng.uniform(anchor.lo, anchor.hi)
             d = min(max(round(d / anchor.grid) * anchor.grid, anchor.lo), anchor.hi)
@@ -735,7 +360,7 @@ class Maker:
         off = rng.uniform(min(offs), max(offs)) if offs else rng.uniform(-30, 30) * (86400 if is_dt else 1)
         if not is_dt:
             return self.clock.date() + timedelta(days=round(off))
-        grid = _grid([_sod(s.value) for s in samples]) if samples else 60
+        grid = _day_grid(samples) if samples else 60
         v = self.clock + timedelta(seconds=off)
         v = v.replace(microsecond=0) - timedelta(seconds=_sod(v) % grid)
         return v + timedelta(seconds=grid) if off > 0 and v <= self.clock else v
@@ -749,7 +374,7 @@ class Maker:
         day = self.clock.date() + timedelta(days=days)
         if not isinstance(tv, datetime):
             return day
-        grid = _grid([_sod(s.value) for s in samples])
+        grid = _day_grid(samples)
         tod: float = _sod(tv)
         if grid < 86400:
             tod = min(max(tod + rng.randint(-2, 2) * grid, 0), 86400 - grid)
@@ -760,7 +385,7 @@ class Maker:
 
     def list_value(self, tp: Any, path: str, name: str, t: Any, ctx: Ctx) -> list[Any]:
         rng = self.rng
-        etp = unwrap((get_args(tp) or (Any,))[0])[0]
+        etp = element_type(tp)
         ek, epath = kind_of(etp), f"{path}[]"
         n = len(t) if isinstance(t, list) else rng.choice(self.ex.lengths.get(path) or [0, 1, 2])
         vocab = list(dict.fromkeys(self.ex.values(epath)))
@@ -916,7 +541,3 @@ class Maker:
         if self.batch == 0:
             self._core_used[path].add(v)
         return v
-
-
-def _sod(v: datetime) -> int:
-    return v.hour * 3600 + v.minute * 60 + v.second
