@@ -34,7 +34,6 @@ from tests.querygen_helpers import (
     bad_state,
     base_script,
     call,
-    dev_server,
     hotels_chain,
     model_calls,
     pi_star,
@@ -48,6 +47,7 @@ from tests.querygen_helpers import (
     turn1_ok,
     turn2_ok,
 )
+from tests.studio_helpers import langgraph_dev
 
 
 @pytest.fixture
@@ -555,7 +555,7 @@ async def test_studio_runs_interrupts_and_resumes_querygen(
     setup(tmp_path, monkeypatch, script)
     context = {"preset": "RL_NON_CONV", "overrides": {"pass_k": 1}}
     payload = {"chain": hotels_chain().model_dump(mode="json"), "seed": SEED, "conversation_id": "studio"}
-    with dev_server(tmp_path) as url:
+    with langgraph_dev(tmp_path, "querygen") as url:
         client = get_client(url=url)
         thread = (await client.threads.create())["thread_id"]
         await client.runs.wait(thread, "querygen", input=payload, context=context, interrupt_before=["select"])

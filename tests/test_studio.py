@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from envfactory.net import free_port
-from tests.envgen_helpers import METADATA, ROOT, SCENARIOS, code, fenced, setup_project
+from tests.envgen_helpers import METADATA, SCENARIOS, code, fenced, setup_project
+from tests.studio_helpers import langgraph_dev
 
 
 @pytest.fixture()
@@ -23,47 +18,8 @@ def dev_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]
         monkeypatch,
         {"code/generate": [fenced(code("bug"))], "test/scenarios": [SCENARIOS], "code/revise": [fenced(code("good"))]},
     )
-    port = free_port()
-    log = (tmp_path / "dev.log").open("w")
-    langgraph = Path(sys.executable).with_name("langgraph")
-    proc = subprocess.Popen(
-        [
-            str(langgraph),
-            "dev",
-            "--config",
-            str(ROOT / "langgraph.json"),
-            "--port",
-            str(port),
-            "--no-browser",
-            "--no-reload",
-            "--allow-blocking",
-        ],
-        cwd=ROOT,  # langgraph.json paths resolve from here; .langgraph_api/ is git-ignored, reload is off
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90  # a graph that fails to load leaves the server up but serving nothing
-    try:
-        while True:
-            assert proc.poll() is None, (tmp_path / "dev.log").read_text()[-3000:]
-            try:
-                found = httpx.post(f"{url}/assistants/search", json={"graph_id": "envgen"}, timeout=2).json()
-                if any(a.get("graph_id") == "envgen" for a in found):  # the server on the port is ours
-                    break
-            except (httpx.HTTPError, ValueError):
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "dev.log").read_text()[-3000:]
-            time.sleep(0.5)
+    with langgraph_dev(tmp_path, "envgen") as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 async def test_sdk_run_interrupt_read_state_resume(dev_server: str) -> None:
