@@ -31,6 +31,7 @@ from envfactory.env.pool import EnvPool, load_env_folder
 from envfactory.env.registry import registry_lock
 from envfactory.env.validate import sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
+from graphs.routing import ok_or_end
 
 Status = Literal["running", "registered", "rejected", "failed"]
 
@@ -186,13 +187,6 @@ def node_reject(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGenSt
 
 
 # ---- routing --------------------------------------------------------------------------------
-def _ok_or_end(next_node: str) -> Any:
-    def route(state: EnvGenState) -> str:
-        return END if state.get("status") == "failed" else next_node
-
-    return route
-
-
 def after_test(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> str:
     if state.get("status") == "failed":
         return END
@@ -214,10 +208,10 @@ def build(checkpointer: BaseCheckpointSaver[Any] | None = None) -> CompiledState
     g.add_node("register", node_register)
     g.add_node("reject", node_reject)
     g.add_edge(START, "search")
-    g.add_conditional_edges("search", _ok_or_end("code"), ["code", END])
-    g.add_conditional_edges("code", _ok_or_end("test"), ["test", END])
+    g.add_conditional_edges("search", ok_or_end("code", "failed"), ["code", END])
+    g.add_conditional_edges("code", ok_or_end("test", "failed"), ["test", END])
     g.add_conditional_edges("test", after_test, ["register", "revise", "reject", END])
-    g.add_conditional_edges("revise", _ok_or_end("test"), ["test", END])
+    g.add_conditional_edges("revise", ok_or_end("test", "failed"), ["test", END])
     g.add_edge("register", END)
     g.add_edge("reject", END)
     return g.compile(checkpointer=checkpointer, name="envgen")

@@ -64,6 +64,7 @@ from envfactory.tasks.models import (
 from envfactory.tasks.template import answer_fact
 from envfactory.tasks.verifier import admissible
 from envfactory.toolgraph.sampler import ToolChain
+from graphs.routing import ok_or_end
 
 Status = Literal["running", "kept", "dropped"]
 
@@ -397,13 +398,6 @@ def node_finish(state: QueryGenState, runtime: Runtime[QueryGenContext]) -> Quer
 # ---- routing --------------------------------------------------------------------------------------
 
 
-def _ok_or_end(next_node: str) -> Any:
-    def route(state: QueryGenState) -> str:
-        return END if state.get("status") == "dropped" else next_node
-
-    return route
-
-
 def _fan_out(state: QueryGenState) -> list[Send]:
     config, draft, prep = _config(state), TurnDraft.model_validate(state["draft"]), _prep(state)
     chain = _chain(state)
@@ -462,8 +456,8 @@ def build(checkpointer: BaseCheckpointSaver[Any] | None = None) -> CompiledState
     g.add_node("advance", node_advance)
     g.add_node("finish", node_finish)
     g.add_edge(START, "prepare")
-    g.add_conditional_edges("prepare", _ok_or_end("schema_generate"), ["schema_generate", END])
-    g.add_conditional_edges("schema_generate", _ok_or_end("generate"), ["generate", END])
+    g.add_conditional_edges("prepare", ok_or_end("schema_generate", "dropped"), ["schema_generate", END])
+    g.add_conditional_edges("schema_generate", ok_or_end("generate", "dropped"), ["generate", END])
     g.add_conditional_edges("generate", after_generate, ["refine", "solve", END])
     g.add_conditional_edges("refine", after_refine, ["solve", END])
     g.add_edge("solve", "select")
