@@ -1,0 +1,234 @@
+"""`envfactory scaling`: fit SynthAPI's composition law to a table of runs, check it on held-out
+high-compute runs against an N-only baseline, plot it, and suggest a composition for a task budget.
+
+    envfactory scaling fit TABLE [--holdout 0.25] [--plot out.png] [--json report.json]
+    envfactory scaling suggest TABLE --budget N [--max-apps A] [--depths 1,2,4]
+    envfactory scaling simulate --out table.csv [--c0 ... --nu ...] [--noise 0.01]
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from envfactory.scaling.budget import CompositionLimits, suggest_compositions
+from envfactory.scaling.errors import ScalingError
+from envfactory.scaling.fit import HoldoutReport, LawFit, evaluate_holdout, fit_law
+from envfactory.scaling.laws import COMPOSITION, CompositionParams
+from envfactory.scaling.simulate import DEFAULT_PARAMS, SimulationGrid, simulate_table
+from envfactory.scaling.table import RunTable, load_table, write_table
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="Composition scaling law (SynthAPI): fit, hold-out check, plot, budget suggestion.",
+)
+out = Console()
+
+
+class Proxy(StrEnum):
+    nd = "nd"
+    n = "n"
+
+
+TableArg = Annotated[Path, typer.Argument(help="run table: .csv, .jsonl or .json with A, T, S, D, score")]
+ModelOption = Annotated[
+    str | None, typer.Option("--model", help="fit the runs of this model (needed when the table has several)")
+]
+SeedOption = Annotated[int, typer.Option("--seed", help="seed of the random restarts")]
+RestartsOption = Annotated[int, typer.Option("--restarts", min=1, help="fit starts (the best converged one wins)")]
+
+
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ScalingError(f"{option} expects comma-separated positive integers (e.g. 1,2,4), got '{text}'") from None
+    if not values or any(v < 1 for v in values):
+        raise ScalingError(f"{option} expects comma-separated positive integers (e.g. 1,2,4), got '{text}'")
+    return values
+
+
+def _load(path: Path, model: str | None) -> RunTable:
+    return load_table(path).for_model(model)
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def print_params(fit: LawFit, title: str) -> None:
+    """A heading with the law's formula, then its parameters with standard errors."""
+    out.print(f"[bold]{escape(title)}[/bold]: {escape(fit.formula)}", highlight=False)
+    table = Table("parameter", "value", "std. error")
+    for p in fit.params:
+        table.add_row(p.display, f"{p.value:.4f}", _number(p.stderr) + (" (at bound)" if p.at_bound else ""))
+    out.print(table)
+
+
+def mae_table(report: HoldoutReport) -> Table:
+    table = Table(
+        "model",
+        f"MAE fit runs ({report.n_fit})",
+        f"MAE held-out ({report.n_held})",
+        "RMSE fit",
+        title="mean absolute error",
+        title_justify="left",
+    )
+    for name, score in (("composition law", report.composition), ("N-only baseline", report.n_only)):
+        table.add_row(name, _number(score.mae_fit), _number(score.mae_held), _number(score.fit.rmse))
+    return table
+
+
+@app.command("fit")
+def fit_cmd(
+    table_path: TableArg,
+    holdout: Annotated[
+        float, typer.Option("--holdout", help="fraction held out: the runs of highest compute (0: fit on all)")
+    ] = 0.25,
+    proxy: Annotated[
+        Proxy, typer.Option("--proxy", help="compute when the table has no compute column: N·D or N")
+    ] = Proxy.nd,
+    plot: Annotated[Path | None, typer.Option("--plot", help="write the fit and extrapolation figure (PNG)")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the whole report (JSON)")] = None,
+    model: ModelOption = None,
+    seed: SeedOption = 0,
+    restarts: RestartsOption = 8,
+) -> None:
+    """Fit the composition law and the N-only baseline on the lower-compute runs; score both on the rest."""
+    table = _load(table_path, model)
+    report = evaluate_holdout(table, fraction=holdout, proxy=proxy.value, seed=seed, restarts=restarts)
+    print_params(report.composition.fit, "composition law")
+    print_params(report.n_only.fit, "N-only baseline")
+    out.print(mae_table(report))
+    if report.n_held:
+        assert report.threshold is not None and report.extrapolation is not None
+        out.print(
+            f"held out: the top {report.fraction:.0%} by {report.compute_name} — {report.n_held} of {len(table)} runs "
+            f"with compute ≥ {report.threshold:g}, reaching {report.extrapolation:.1f}× the largest fit run",
+            highlight=False,
+        )
+        if report.ratio is not None:
+            out.print(
+                f"baseline / composition held-out MAE: [bold]{report.ratio:.1f}×[/bold] "
+                "(SynthAPI: 0.1706 / 0.0285 ≈ 6.0×)",
+                highlight=False,
+            )
+    else:
+        out.print(f"no runs held out: both laws fitted on all {len(table)} runs", highlight=False)
+    for fit in (report.composition.fit, report.n_only.fit):
+        for warning in fit.warnings:
+            out.print(f"[yellow]warning[/yellow] ({fit.law}): {escape(warning)}", highlight=False)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(report.model_dump_json(indent=1) + "\n", encoding="utf-8")
+        out.print(f"report: {escape(str(json_out))}", highlight=False)
+    if plot is not None:
+        from envfactory.scaling.plot import plot_holdout
+
+        plot_holdout(report, plot)
+        out.print(f"plot: {escape(str(plot))}", highlight=False)
+
+
+@app.command("suggest")
+def suggest_cmd(
+    table_path: TableArg,
+    budget: Annotated[int, typer.Option("--budget", min=1, help="training instances N = A×T×S")],
+    max_apps: Annotated[
+        int | None, typer.Option("--max-apps", min=1, help="apps available (default: no limit)")
+    ] = None,
+    depths: Annotated[
+        str | None, typer.Option("--depths", help="allowed D, e.g. 1,2,4 (default: the depths in the table)")
+    ] = None,
+    min_states: Annotated[
+        int | None, typer.Option("--min-states", min=1, help="default: the table's smallest S")
+    ] = None,
+    max_states: Annotated[
+        int | None, typer.Option("--max-states", min=1, help="default: the table's largest S")
+    ] = None,
+    max_tasks: Annotated[int | None, typer.Option("--max-tasks", min=1, help="tasks per app you can make")] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="how many compositions to list")] = 5,
+    model: ModelOption = None,
+    seed: SeedOption = 0,
+    restarts: RestartsOption = 8,
+) -> None:
+    """Fit the composition law on every run and list the best compositions for a budget of N instances."""
+    table = _load(table_path, model)
+    states = [r.states for r in table.runs]
+    try:
+        limits = CompositionLimits(
+            max_apps=max_apps,
+            min_states=min_states if min_states is not None else min(states),
+            max_states=max_states if max_states is not None else max(states),
+            max_tasks=max_tasks,
+            depths=_ints(depths, "--depths") if depths else sorted({r.depth for r in table.runs}),
+        )
+    except ValidationError as e:
+        raise ScalingError(f"limits: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    fit = fit_law(COMPOSITION, table, seed=seed, restarts=restarts)
+    params: CompositionParams = fit.composition()
+    suggestions = suggest_compositions(params, budget, limits, top=top)
+    print_params(fit, "composition law, fitted on all runs")
+    result = Table(
+        "rank", "A", "T", "S", "D", "N used", "predicted", "ties", title=f"best compositions for N = {budget}"
+    )
+    for i, s in enumerate(suggestions, start=1):
+        result.add_row(
+            str(i),
+            str(s.apps),
+            str(s.tasks),
+            str(s.states),
+            str(s.depth),
+            str(s.n),
+            f"{s.predicted:.4f}",
+            str(s.alternatives) if s.alternatives else "",
+        )
+    out.print(result)
+    apps = "no limit on A (set --max-apps to the apps you have)" if max_apps is None else f"A ≤ {max_apps}"
+    allowed = ",".join(map(str, limits.depths))
+    out.print(
+        f"limits: {apps}; S in [{limits.min_states}, {limits.max_states}]; D in {{{allowed}}}; "
+        "ties: compositions with the same A·S·D and T, which the law cannot tell apart",
+        highlight=False,
+    )
+
+
+@app.command("simulate")
+def simulate_cmd(
+    out_path: Annotated[Path, typer.Option("--out", help="table to write: .csv, .jsonl or .json")],
+    c0: Annotated[float, typer.Option("--c0", help="c₀")] = DEFAULT_PARAMS.c0,
+    ca: Annotated[float, typer.Option("--ca", help="c_a")] = DEFAULT_PARAMS.ca,
+    b0: Annotated[float, typer.Option("--b0", help="b₀")] = DEFAULT_PARAMS.b0,
+    bt: Annotated[float, typer.Option("--bt", help="b_t")] = DEFAULT_PARAMS.bt,
+    nu: Annotated[float, typer.Option("--nu", help="ν (> 0)")] = DEFAULT_PARAMS.nu,
+    noise: Annotated[float, typer.Option("--noise", min=0.0, help="std. dev. of the Gaussian noise on scores")] = 0.01,
+    seed: Annotated[int, typer.Option("--seed", help="noise seed")] = 0,
+    apps: Annotated[str, typer.Option("--apps", help="A values")] = "1,2,4,8,16,32,64",
+    tasks: Annotated[str, typer.Option("--tasks", help="T values")] = "1,2,4,8,16,32,64,128,256",
+    states: Annotated[str, typer.Option("--states", help="S values")] = "1,2,4",
+    depths: Annotated[str, typer.Option("--depths", help="D values")] = "1,2,4",
+) -> None:
+    """Write a synthetic run table: every (A, T, S, D) of the grid, scored by the law plus noise."""
+    if nu <= 0:
+        raise ScalingError(f"--nu must be positive, got {nu:g}")
+    params = CompositionParams(c0=c0, ca=ca, b0=b0, bt=bt, nu=nu)
+    grid = SimulationGrid(
+        apps=_ints(apps, "--apps"),
+        tasks=_ints(tasks, "--tasks"),
+        states=_ints(states, "--states"),
+        depths=_ints(depths, "--depths"),
+    )
+    table = simulate_table(params, grid, noise=noise, seed=seed, source=str(out_path))
+    write_table(table, out_path)
+    out.print(
+        f"wrote {len(table)} runs to {escape(str(out_path))} "
+        f"(c₀={c0:g}, c_a={ca:g}, b₀={b0:g}, b_t={bt:g}, ν={nu:g}, noise {noise:g}, seed {seed})",
+        highlight=False,
+    )
