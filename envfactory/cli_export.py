@@ -1,0 +1,80 @@
+"""`envfactory export`: a synth run (or a conversations JSONL) as training data for TRL, LlamaFactory or VeRL."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(
+    add_completion=False,
+    help="Export verified conversations as SFT / RL training data.",
+    # a group callback with a positional argument: let options follow it (`export RUN --format verl`)
+    context_settings={"allow_interspersed_args": True},
+    subcommand_metavar="",
+)
+out = Console(soft_wrap=True)
+
+
+class Format(StrEnum):
+    trl_sft = "trl-sft"
+    trl_grpo = "trl-grpo"
+    llamafactory = "llamafactory"
+    verl = "verl"
+
+
+class Per(StrEnum):
+    turn = "turn"
+    conversation = "conversation"
+
+
+class UserCalls(StrEnum):
+    describe = "describe"
+    drop = "drop"
+
+
+@app.callback(invoke_without_command=True)
+def export(
+    source: Annotated[Path, typer.Argument(help="a synth run folder (its conversations.jsonl) or a JSONL file")],
+    fmt: Annotated[Format, typer.Option("--format", help="trl-sft | trl-grpo | llamafactory | verl")],
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    per: Annotated[Per, typer.Option(help="SFT samples: one per valid turn, or one per conversation")] = Per.turn,
+    keep_thinking: Annotated[bool, typer.Option("--keep-thinking", help="keep <think> traces")] = False,
+    system: Annotated[str | None, typer.Option(help="a system message for every sample")] = None,
+    user_calls: Annotated[
+        UserCalls, typer.Option(help="the user's own tool calls: a note in their message, or dropped")
+    ] = UserCalls.describe,
+    include_interactive: Annotated[
+        bool, typer.Option("--include-interactive", help="RL: also turns where the user spoke again mid-turn")
+    ] = False,
+) -> None:
+    """Write train.jsonl (TRL; LlamaFactory + dataset_info.json) or train.parquet (VeRL), and export.json."""
+    from envfactory.config import get_settings
+    from envfactory.env.pool import EnvPool
+    from envfactory.export.export import export_conversations
+    from envfactory.export.files import load_conversations
+    from envfactory.export.options import ExportOptions
+    from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
+
+    conversations = load_conversations(source)
+    pool = EnvPool(get_settings())
+    catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
+    options = ExportOptions(
+        per=per.value,
+        keep_thinking=keep_thinking,
+        system=system,
+        user_calls=user_calls.value,
+        include_interactive=include_interactive,
+    )
+    report = export_conversations(conversations, fmt.value, out_dir, catalog, options)
+    out.print(
+        f"{report.format}: {report.samples} samples from {report.conversations} conversations ({report.turns} turns; "
+        f"{report.skipped_turns} turns skipped, {report.skipped_rows} rows skipped, "
+        f"{report.failed_calls_removed} failed calls removed)",
+        highlight=False,
+    )
+    for path in report.files:
+        out.print(f"  {path}", highlight=False, soft_wrap=True)

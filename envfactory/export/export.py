@@ -1,0 +1,86 @@
+"""One export: conversations → samples → the files of one format, with counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict
+
+from envfactory.export.options import ExportOptions
+from envfactory.export.rl import convert_to_rl_data
+from envfactory.export.sft import convert_to_sft_data
+from envfactory.export.tools_schema import Catalog
+from envfactory.tasks.models import Conversation
+
+ExportFormat = Literal["trl-sft", "trl-grpo", "llamafactory", "verl"]
+FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
+SUMMARY = "export.json"
+
+
+class ExportReport(BaseModel):
+    """What an export wrote (also saved as `export.json` beside the data)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: ExportFormat
+    options: ExportOptions
+    conversations: int
+    turns: int
+    samples: int  # rows written
+    skipped_turns: int  # after a turn without an answer; RL: also interactive turns
+    skipped_rows: int  # LlamaFactory: samples whose roles cannot alternate
+    failed_calls_removed: int  # failed assistant calls in the input, none of which is exported
+    files: list[Path]
+
+
+def export_conversations(
+    conversations: list[Conversation],
+    fmt: ExportFormat,
+    out: Path,
+    catalog: Catalog,
+    options: ExportOptions | None = None,
+) -> ExportReport:
+    """Convert and write; the data files and `export.json` go to `out`."""
+    options = options or ExportOptions()
+    out.mkdir(parents=True, exist_ok=True)
+    turns = sum(len(c.nodes) for c in conversations)
+    skipped_rows = 0
+    removed = sum(1 for c in conversations for n in c.nodes for s in n.steps for r in s.results() if not r.ok)
+    if fmt in ("trl-sft", "llamafactory"):
+        sft = [s for c in conversations for s in convert_to_sft_data(c, catalog, options)]
+        covered = sum(s.turns for s in sft)
+        if fmt == "trl-sft":
+            from envfactory.export.trl_sft import write_trl_sft
+
+            files = write_trl_sft(sft, out)
+        else:
+            from envfactory.export.llamafactory import write_llamafactory
+
+            files, skipped_rows = write_llamafactory(sft, out)
+        rows = len(sft) - skipped_rows
+    else:
+        rl = [s for c in conversations for s in convert_to_rl_data(c, catalog, options)]
+        if fmt == "trl-grpo":
+            from envfactory.export.trl_grpo import write_trl_grpo
+
+            files = write_trl_grpo(rl, out)
+        else:
+            from envfactory.export.verl import write_verl
+
+            files = write_verl(rl, out)
+        rows = covered = len(rl)
+    report = ExportReport(
+        format=fmt,
+        options=options,
+        conversations=len(conversations),
+        turns=turns,
+        samples=rows,
+        skipped_turns=turns - covered,
+        skipped_rows=skipped_rows,
+        failed_calls_removed=removed,
+        files=files,
+    )
+    (out / SUMMARY).write_text(json.dumps(report.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    return report

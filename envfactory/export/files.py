@@ -1,0 +1,57 @@
+"""Reading conversations (a synth run folder or a JSONL file) and writing JSONL rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from envfactory.export.errors import ExportError
+from envfactory.tasks.models import Conversation
+
+CONVERSATIONS = "conversations.jsonl"  # what `envfactory synth` writes in its output folder
+
+
+def conversations_file(source: Path) -> Path:
+    """A run folder's `conversations.jsonl`, or the file itself."""
+    path = source / CONVERSATIONS if source.is_dir() else source
+    if not path.is_file():
+        where = f"{source} has no {CONVERSATIONS}" if source.is_dir() else f"{source} does not exist"
+        raise ExportError(f"{where}: give a synth run folder or a conversations JSONL file")
+    return path
+
+
+def load_conversations(source: Path) -> list[Conversation]:
+    """Every conversation in the file; a torn last line (a run killed mid-write) is skipped, never repaired here."""
+    path = conversations_file(source)
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    conversations: list[Conversation] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        torn = n == len(lines) and not text.endswith("\n")
+        try:
+            conversations.append(Conversation.model_validate(json.loads(line)))
+        except json.JSONDecodeError as e:
+            if torn:
+                continue
+            raise ExportError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "<root>"
+            raise ExportError(f"{path}:{n}: not a conversation: {where}: {err['msg']}") from None
+    return conversations
+
+
+def write_jsonl(rows: Iterable[BaseModel], path: Path) -> int:
+    """One JSON object a line (unset optional fields left out); returns the number of rows."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with path.open("w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(row.model_dump_json(by_alias=True, exclude_none=True) + "\n")
+            count += 1
+    return count

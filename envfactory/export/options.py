@@ -1,0 +1,33 @@
+"""How a conversation becomes training samples: the choices every converter and writer shares."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Per = Literal["turn", "conversation"]
+UserCallMode = Literal["describe", "drop"]
+
+
+class ExportOptions(BaseModel):
+    """Options of `convert_to_sft_data` / `convert_to_rl_data` and of every writer.
+
+    `per`: `turn` — one SFT sample per valid turn: the conversation so far is the prompt, that turn's
+    messages the completion (the reference's per-turn samples; trained on the last turn only);
+    `conversation` — one sample per conversation, every assistant message trained once.
+    `keep_thinking`: keep `Step.thinking` as the assistant's `reasoning_content` (a `<think>` block).
+    `system`: a system message put first in every sample (none by default: the chat template writes
+    its tool preamble). `user_calls`: what the user did with their own tools (conversational variant):
+    `describe` appends a note to the user's message, `drop` leaves it out.
+    `include_interactive`: RL samples also for turns where the user spoke again or acted mid-turn
+    (a rollout has no simulated user, so by default those turns are left out of RL data).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    per: Per = "turn"
+    keep_thinking: bool = False
+    system: str | None = Field(default=None, description="system message text; None: no system message")
+    user_calls: UserCallMode = "describe"
+    include_interactive: bool = False
