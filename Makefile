@@ -39,6 +39,8 @@ test: lint typecheck pytest
 
 bench: setup
 	$(BIN)/python benchmarks/sessions.py
+	$(BIN)/python benchmarks/toolgraph.py
+	$(BIN)/python benchmarks/reward.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
