@@ -1,0 +1,108 @@
+"""Run configs of the training entry points: a YAML file, an optional profile in it, command-line overrides.
+
+A config file holds the run's own keys (`model`, `data`, `output`, `dtype`, `chat_template`, ...) and a
+`trainer:` mapping passed as is to TRL's `SFTConfig` / `GRPOConfig` (so every TRL option is available and TRL
+validates it). `profiles:` maps a name to overrides merged over the file (mappings merge key by key), e.g. the
+`cpu` profile of the smoke test: `--profile cpu`. Command-line flags override both. Relative paths are taken
+from the current folder (run from the project root).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from training.loading import ChatTemplateMode, Dtype
+
+C = TypeVar("C", bound="RunConfig")
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be read or does not validate: the message says where."""
+
+
+class RunConfig(BaseModel):
+    """What SFT and GRPO runs share."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(description="HF folder / hub id, a .gguf file, gemma3-270m-gguf or tiny-gemma3")
+    data: Path = Field(description="exported TRL dataset: a folder with train.jsonl, or a JSONL file")
+    output: Path = Field(description="checkpoint folder (TRL's output_dir); the final model goes here")
+    dtype: Dtype = "auto"
+    chat_template: ChatTemplateMode = Field(
+        default="auto", description="auto: install EnvFactory's tool template when the tokenizer has none"
+    )
+    max_samples: int | None = Field(default=None, ge=1, description="use only the first N rows")
+    seed: int = 0
+    trainer: dict[str, Any] = Field(default_factory=dict, description="TRL SFTConfig / GRPOConfig arguments")
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_config_file(path: Path, profile: str | None = None) -> dict[str, Any]:
+    """The file's mapping with `profile` merged in (and `profiles` removed)."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read it ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: must hold a mapping")
+    profiles = raw.pop("profiles", None) or {}
+    if not isinstance(profiles, dict):
+        raise ConfigError(f"{path}: profiles must map names to overrides")
+    if profile is not None:
+        if profile not in profiles:
+            known = ", ".join(sorted(profiles)) or "none"
+            raise ConfigError(f"{path}: no profile '{profile}' (profiles: {known})")
+        if not isinstance(profiles[profile], dict):
+            raise ConfigError(f"{path}: profile '{profile}' must be a mapping")
+        raw = deep_merge(raw, profiles[profile])
+    return raw
+
+
+def load_run_config(
+    cls: type[C], path: Path | None, profile: str | None = None, overrides: dict[str, Any] | None = None
+) -> C:
+    """`cls` from the file (and profile) with `overrides` (None values ignored) merged over it."""
+    raw = read_config_file(path, profile) if path is not None else {}
+    raw = deep_merge(raw, {k: v for k, v in (overrides or {}).items() if v is not None})
+    try:
+        return cls.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"]) or "<root>"
+        raise ConfigError(f"{path or 'config'}: {where}: {err['msg']}") from None
+
+
+def dataset_file(data: Path) -> Path:
+    """`train.jsonl` of an export folder, or the file itself."""
+    path = data / "train.jsonl" if data.is_dir() else data
+    if not path.is_file():
+        raise ConfigError(f"{data}: no exported dataset there (run `envfactory export RUN --format ... --out DIR`)")
+    return path
+
+
+def trainer_arguments(config: RunConfig, **forced: Any) -> dict[str, Any]:
+    """The `trainer:` mapping with the run's output folder and seed, and offline-safe defaults."""
+    args = dict(config.trainer)
+    args.setdefault("report_to", "none")
+    args.setdefault("seed", config.seed)
+    args["output_dir"] = str(config.output)
+    args.update(forced)
+    return args
