@@ -4,7 +4,9 @@
 2. serve one environment over streamable HTTP and run two concurrent MCP conversations on it,
    each walking a dependency chain (search → book → cancel) in its own isolated state;
 3. synthesize verified conversations offline (no LLM): the tool graph, sampled chains, generated
-   initial databases, the privileged solver, SynthAPI's filter, template queries; one sample shown.
+   initial databases, the privileged solver, SynthAPI's filter, template queries; one sample shown;
+4. export that run as training data in every format (TRL SFT / GRPO, LlamaFactory, VeRL) and score four
+   completions of one RL record with the composite reward (ground truth 1.0 > redundant > wrong > empty).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.validate import EnvReport, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from envfactory.net import free_port
+from envfactory.reward_sanity import SanityReport, reward_sanity
 from envfactory.tasks.batch import BatchSummary, SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
 
@@ -110,6 +113,9 @@ def run_demo(settings: Settings, console: Console | None = None) -> list[EnvRepo
 
     console.rule("3. verified conversations, offline: A environments × T tasks × S states, depth D")
     synth_demo(settings, console)
+
+    console.rule("4. training data: export the run, and a reward sanity check")
+    export_demo(settings, pool, console)
     return reports
 
 
@@ -133,3 +139,38 @@ def synth_demo(settings: Settings, console: Console) -> BatchSummary:
             console.print(f"  [cyan]{step.role:>11}[/cyan] {text[:160]}", highlight=False)
     console.print(f"written to {out}/conversations.jsonl (dropped units and reasons: dropped.jsonl)")
     return summary
+
+
+def export_demo(settings: Settings, pool: EnvPool, console: Console) -> SanityReport:
+    from envfactory.export import FORMATS, convert_to_rl_data, export_conversations
+    from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
+
+    synth = settings.data_path / "demo" / "synth"
+    conversations = load_conversations(synth)
+    catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
+    table = Table("format", "samples", "skipped turns", "files")
+    for fmt in FORMATS:
+        out = settings.data_path / "demo" / "export" / fmt
+        shutil.rmtree(out, ignore_errors=True)
+        report = export_conversations(conversations, fmt, out, catalog)
+        table.add_row(fmt, str(report.samples), str(report.skipped_turns), ", ".join(p.name for p in report.files))
+    console.print(table)
+    console.print(f"written to {settings.data_path / 'demo' / 'export'}/<format>/ (`envfactory export` does one)")
+
+    samples = [s for c in conversations for s in convert_to_rl_data(c, catalog)]
+    sanity = reward_sanity(pool, samples)
+    console.print(
+        f"[bold]composite reward[/bold] on {sanity.conversation_id} turn {sanity.turn} "
+        f"({' → '.join(sanity.tools)}), α = 0.5, Hermes <tool_call> completions:"
+    )
+    scores = Table("completion", "calls", "R_traj", "R_state", "P_length", "reward")
+    for row in sanity.rows:
+        r = row.result
+        scores.add_row(
+            row.kind, str(r.n_pred), f"{r.r_traj:.3f}", f"{r.r_state:.3f}", str(r.p_length), f"{r.reward:.3f}"
+        )
+    console.print(scores)
+    if not sanity.ordered:
+        raise EnvFactoryError(f"demo: the reward sanity order does not hold: {[r.result for r in sanity.rows]}")
+    console.print("ground truth 1.0 > redundant call > wrong argument > empty: holds")
+    return sanity
