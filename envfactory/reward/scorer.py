@@ -1,0 +1,443 @@
+"""`CompositeReward`, the scorer: completions scored against RL records, environments and parsed records
+cached; and the functional form `composite_reward` (one scorer per pool and settings, kept)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+from envfactory.config import get_settings
+from envfactory.env.environment import BaseEnvironment
+from envfactory.env.pool import EnvPool
+from envfactory.errors import EnvFactoryError
+from envfactory.reward.matching import best_match, same_value
+from envfactory.reward.record import (
+    Target,
+    _as_calls,
+    _as_servers,
+    _as_states,
+    _index,
+    _key,
+    _lazy_json,
+    _summary,
+    first_differences,
+)
+from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
+from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
+from envfactory.tasks.episode import Episode
+from envfactory.tasks.models import ToolCall
+from envfactory.tool_calls import ParsedCompletion, parse_tool_calls
+
+log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
+
+_MAX_REASONS = 12
+_MEMO_SIZE = 64  # distinct call sequences remembered per record
+
+
+def _zero(reason: str, alpha: float, **counts: int) -> RewardResult:
+    return RewardResult(reward=0.0, alpha=alpha, reasons=[reason], **counts)
+
+
+# ---- the scorer ----------------------------------------------------------------------------------------
+
+
+class CompositeReward:
+    """Scores completions against RL records; keeps environments (an `EnvPool`) and parsed records cached."""
+
+    def __init__(self, pool: EnvPool | None = None, settings: RewardSettings | None = None) -> None:
+        self.pool = pool if pool is not None else EnvPool(get_settings())
+        self.settings = settings or RewardSettings()
+        self._targets: OrderedDict[tuple[Any, ...], Target | RecordError] = OrderedDict()
+
+    # ---- environments and arguments ----------------------------------------------------------
+    def _env(self, server: str) -> BaseEnvironment | None:
+        try:
+            return self.pool.get(server)
+        except EnvFactoryError:
+            return None
+
+    def _kind(self, server: str, name: str) -> str:
+        env = self._env(server) if server else None
+        binding = env.binding(name) if env is not None else None
+        return binding.kind if binding is not None else "write"
+
+    def normalize(self, call: ToolCall, *, strict: bool) -> dict[str, Any] | None:
+        """The call's arguments as the tool reads them (defaults filled, JSON-typed). A call the tool
+        rejects gives None when `strict` (a prediction), else its raw arguments (a ground truth)."""
+        env = self._env(call.server) if call.server else None
+        binding = env.binding(call.name) if env is not None else None
+        if binding is None:
+            return None if strict else dict(call.arguments)
+        try:
+            parsed = to_jsonable_python(binding.parse_args(call.arguments))
+        except Exception:  # ArgumentError, or anything a foreign binding raises
+            return None if strict else dict(call.arguments)
+        return parsed if isinstance(parsed, dict) else dict(call.arguments)
+
+    # ---- records -----------------------------------------------------------------------------
+    def target(self, ground_truth: Any, initial_config: Any, final_config: Any, mcp_servers: Any) -> Target:
+        """The parsed record (cached). Raises RecordError for a record that cannot be scored against."""
+        try:
+            key: tuple[Any, ...] | None = tuple(
+                _key(v) for v in (ground_truth, initial_config, final_config, mcp_servers)
+            )
+        except Exception:  # not serializable: do not cache
+            key = None
+        if key is not None and key in self._targets:
+            self._targets.move_to_end(key)
+            hit = self._targets[key]
+            if isinstance(hit, RecordError):
+                raise hit
+            return hit
+        try:
+            built: Target | RecordError = self._build(ground_truth, initial_config, final_config, mcp_servers)
+        except RecordError as e:
+            log.warning("reward: unusable RL record: %s", e)
+            built = e
+        except Exception as e:  # anything else a malformed record triggers: a data problem too
+            log.warning("reward: unusable RL record: %s: %s", type(e).__name__, e)
+            built = RecordError(f"{type(e).__name__}: {e}")
+        if key is not None and self.settings.cache_size:
+            self._targets[key] = built
+            while len(self._targets) > self.settings.cache_size:
+                self._targets.popitem(last=False)
+        if isinstance(built, RecordError):
+            raise built
+        return built
+
+    def _build(self, ground_truth: Any, initial_config: Any, final_config: Any, mcp_servers: Any) -> Target:
+        s = self.settings
+        initial_raw = _as_states(initial_config, "initial_config")
+        final_raw = _as_states(final_config, "final_config")
+        listed = _as_servers(mcp_servers)
+        problems: list[str] = []
+        names = listed if listed is not None else list(dict.fromkeys([*initial_raw, *final_raw]))
+        envs: dict[str, BaseEnvironment] = {}
+        for name in dict.fromkeys(names):
+            env = self._env(name)
+            if env is None:
+                problems.append(f"no environment '{name}' in the pool")
+            else:
+                envs[name] = env
+        index = _index(envs)
+        gt, gt_problems = _as_calls(ground_truth, index)
+        problems += gt_problems
+        if listed is None:  # servers only named by the ground truth's calls
+            for c in gt:
+                if c.server and c.server not in envs and (env := self._env(c.server)) is not None:
+                    envs[c.server] = env
+            index = _index(envs)
+        index.preferred = {c.name: c.server for c in reversed(gt)}
+        gt_args = [self.normalize(c, strict=False) for c in gt]
+        kinds = [self._kind(c.server, c.name) for c in gt]
+        succ = [0] * len(gt)
+        for i, a in enumerate(gt):
+            for j in range(i + 1, len(gt)):
+                if a.server == gt[j].server and "write" in (kinds[i], kinds[j]):
+                    succ[i] |= 1 << j
+
+        initial: dict[str, dict[str, Any]] = {}
+        blanks: dict[str, list[Blank]] = {}
+        init_canon: dict[str, dict[str, Any]] = {}
+        goal_dump: dict[str, dict[str, Any]] = {}
+        goal_canon: dict[str, dict[str, Any]] = {}
+        goal_changed: dict[str, bool] = {}
+        goal_summary: dict[str, str] = {}
+        texts: dict[str, bytes] = {}
+        for name, env in envs.items():
+            config = initial_raw.get(name)
+            if config is None:
+                default = env.default_scenario()
+                config = env.scenario(default) if default else {}
+            try:
+                init_dump = env.dump_state(env.new_state(config, f"initial_config.{name}"))
+            except EnvFactoryError as e:
+                raise RecordError(f"initial_config.{name}: {e}") from None
+            initial[name] = init_dump
+            goal_raw = final_raw.get(name)
+            if goal_raw is None:
+                problems.append(f"{name}: no final state in final_config; not scored")
+                blanks[name] = []
+                init_canon[name] = fast_canonical(init_dump, init_dump, s.mask)
+                continue
+            try:
+                goal_dump_ = env.dump_state(env.new_state(goal_raw, f"final_config.{name}"))
+            except EnvFactoryError as e:
+                raise RecordError(f"final_config.{name}: {e}") from None
+            goal_dump[name] = goal_dump_
+            values = {
+                v
+                for c in gt
+                if c.server == name
+                for k in c.masked_arguments
+                if isinstance(v := c.arguments.get(k), str) and v.strip()
+            }
+            blank = masked_value_blanks(init_dump, goal_dump_, values) if s.mask_masked_values and values else []
+            blanks[name] = blank
+            base = apply_blanks(init_dump, blank)
+            init_canon[name] = fast_canonical(base, base, s.mask)
+            goal_canon[name] = fast_canonical(
+                base, apply_blanks(goal_dump_, blank), s.mask, _lazy_json(base, texts, name)
+            )
+            goal_changed[name] = goal_canon[name] != init_canon[name]
+            if goal_changed[name]:
+                goal_summary[name] = _summary(first_differences(init_canon[name], goal_canon[name]))
+        return Target(
+            servers=list(envs),
+            index=index,
+            gt=gt,
+            gt_args=gt_args,
+            succ=succ,
+            initial=initial,
+            blanks=blanks,
+            goal_dump=goal_dump,
+            init_canon=init_canon,
+            goal_canon=goal_canon,
+            goal_changed=goal_changed,
+            goal_summary=goal_summary,
+            problems=problems,
+            _json=texts,
+        )
+
+    # ---- scoring -----------------------------------------------------------------------------
+    def score(
+        self,
+        completion: Any,
+        ground_truth: Any,
+        initial_config: Any,
+        final_config: Any,
+        mcp_servers: Any = None,
+        *,
+        step: int | None = None,
+        total_steps: int | None = None,
+    ) -> RewardResult:
+        """R for one completion. Never raises: a bad completion scores 0 with a reason, and so does a
+        record that cannot be scored against (logged once per record)."""
+        alpha = self.settings.alpha_at(step, total_steps)
+        try:
+            return self._score(completion, ground_truth, initial_config, final_config, mcp_servers, alpha)
+        except RecordError as e:
+            return _zero(f"record: {e}", alpha)
+        except Exception as e:  # a bug must not stop a training run: 0, logged
+            log.exception("reward: internal error")
+            return _zero(f"internal error: {type(e).__name__}: {e}", alpha)
+
+    def _score(
+        self,
+        completion: Any,
+        ground_truth: Any,
+        initial_config: Any,
+        final_config: Any,
+        mcp_servers: Any,
+        alpha: float,
+    ) -> RewardResult:
+        s = self.settings
+        t = self.target(ground_truth, initial_config, final_config, mcp_servers)
+        n_gt = len(t.gt)
+        parsed = parse_tool_calls(completion, t.index, max_calls=s.max_calls, max_chars=s.max_chars)
+        n_bad = len(parsed.unparseable)
+        if parsed.error is not None:
+            return _zero(f"unparseable: {parsed.error}", alpha, n_gt=n_gt)
+        if not parsed.calls and not parsed.dropped and n_bad:
+            first = parsed.unparseable[0]
+            return _zero(f"unparseable: {first.where}: {first.reason}", alpha, n_gt=n_gt, n_unparseable=n_bad)
+        reasons = self._parse_reasons(parsed)
+        calls = parsed.calls
+        n_pred = parsed.n_calls
+
+        matched = self._match(t, calls)
+        r_traj = 1.0 if n_gt == 0 and n_pred == 0 else 2.0 * matched / (n_gt + n_pred)
+        if matched < n_gt:
+            reasons.append(f"trajectory: {matched} of {n_gt} ground-truth calls matched")
+        if n_pred > matched:
+            reasons.append(f"trajectory: {n_pred - matched} predicted calls match no ground-truth call")
+
+        r_state_or_none, n_failed = self._state(t, calls, reasons)
+        r_state = r_traj if r_state_or_none is None else r_state_or_none
+        p_length = max(0, n_pred - n_gt)
+        length_penalty = min(s.gamma * p_length, s.length_penalty_cap)
+        format_penalty = min(s.format_penalty * n_bad, s.format_penalty_cap)
+        if p_length:
+            reasons.append(f"length: {p_length} more calls than the ground truth")
+        raw = alpha * r_traj + (1.0 - alpha) * r_state - length_penalty - format_penalty
+        reasons.extend(t.problems)
+        if len(reasons) > _MAX_REASONS:
+            reasons = [*reasons[:_MAX_REASONS], f"... and {len(reasons) - _MAX_REASONS} more"]
+        return RewardResult(
+            reward=max(0.0, raw),
+            r_traj=r_traj,
+            r_state=r_state,
+            p_length=p_length,
+            length_penalty=length_penalty,
+            format_penalty=format_penalty,
+            alpha=alpha,
+            n_pred=n_pred,
+            n_gt=n_gt,
+            matched=matched,
+            n_unparseable=n_bad,
+            n_failed=n_failed,
+            reasons=reasons,
+        )
+
+    @staticmethod
+    def _parse_reasons(parsed: ParsedCompletion) -> list[str]:
+        reasons = [f"unparseable: {b.where}: {b.reason}" for b in parsed.unparseable[:3]]
+        if parsed.dropped:
+            reasons.append(f"{parsed.dropped} calls beyond the first {len(parsed.calls)} were not run")
+        reasons.extend(parsed.problems[:3])
+        return reasons
+
+    def _match(self, t: Target, calls: list[ToolCall]) -> int:
+        if not t.gt or not calls:
+            return 0
+        s = self.settings
+        candidates: list[list[int]] = []
+        for c in calls:
+            same_tool = [i for i, g in enumerate(t.gt) if g.name == c.name and g.server == c.server]
+            if not same_tool:
+                candidates.append([])
+                continue
+            args = self.normalize(c, strict=True)
+            if args is None:
+                candidates.append([])
+                continue
+            cands = []
+            for i in same_tool:
+                want, masked = t.gt_args[i], t.gt[i].masked_arguments
+                if want is not None and all(
+                    same_value(
+                        want.get(k), args.get(k), case_sensitive=s.case_sensitive, rel_tol=s.rel_tol, abs_tol=s.abs_tol
+                    )
+                    for k in want.keys() | args.keys()
+                    if k not in masked
+                ):
+                    cands.append(i)
+            candidates.append(cands)
+        return best_match(candidates, t.succ, s.max_match_states)
+
+    def _state(self, t: Target, calls: list[ToolCall], reasons: list[str]) -> tuple[float | None, int]:
+        """(R_state, failed calls), memoized per record: tools are deterministic, so the completions of a
+        GRPO group that make the same calls share one replay."""
+        if not self.settings.memoize_replays:
+            return self._replay_state(t, calls, reasons)
+        try:
+            key = json.dumps([[c.server, c.name, c.arguments] for c in calls], allow_nan=True)
+        except (TypeError, ValueError, RecursionError):
+            return self._replay_state(t, calls, reasons)
+        hit = t.replays.get(key)
+        if hit is None:
+            mine: list[str] = []
+            hit = (*self._replay_state(t, calls, mine), mine)
+            if len(t.replays) >= _MEMO_SIZE:
+                t.replays.pop(next(iter(t.replays)))
+            t.replays[key] = hit
+        reasons.extend(hit[2])
+        return hit[0], hit[1]
+
+    def _replay_state(self, t: Target, calls: list[ToolCall], reasons: list[str]) -> tuple[float | None, int]:
+        """(R_state, failed calls); R_state None when no server is relevant (read-only both ways).
+
+        Read tools cannot change a state (sessions enforce it), so only writes — and calls to unknown
+        tools, which fail — are replayed, unless `replay_reads`."""
+        reads = self.settings.replay_reads
+        replayed = [
+            (k, c)
+            for k, c in enumerate(calls)
+            if c.server in t.initial and (reads or self._kind(c.server, c.name) != "read")
+        ]
+        servers = dict.fromkeys(c.server for _, c in replayed)
+        episode = Episode(self.pool, {srv: t.initial[srv] for srv in servers}) if replayed else None
+        wrote: set[str] = set()
+        failed = 0
+        for k, c in enumerate(calls):
+            if c.server not in t.initial:
+                failed += 1
+                if failed <= 3:
+                    reasons.append(f"call {k} {c.server or '?'}.{c.name}: no such environment in this task")
+        for k, c in replayed:
+            assert episode is not None
+            rec = episode.call(c.server, c.name, c.arguments)
+            if not rec.ok:
+                failed += 1
+                if failed <= 3 and rec.error is not None:
+                    reasons.append(f"call {k} {c.qualified} failed: {rec.error.type}: {rec.error.message[:120]}")
+            elif self._kind(c.server, c.name) == "write":
+                wrote.add(c.server)
+
+        equal = changed = 0
+        considered = 0
+        for srv in t.servers:
+            goal = t.goal_canon.get(srv)
+            if goal is None:
+                continue
+            dump = episode.sessions[srv].dump() if srv in wrote and episode is not None else None
+            if dump is not None and dump == t.goal_dump[srv]:  # fast path: the very same state
+                same, moved = True, t.goal_changed[srv]
+            elif dump is not None:
+                blank = t.blanks[srv]
+                base = apply_blanks(t.initial[srv], blank)
+                actual = fast_canonical(base, apply_blanks(dump, blank), self.settings.mask, t.initial_json(srv))
+                same = actual == goal
+                moved = actual != t.init_canon[srv]
+                if not same:
+                    reasons.append(f"state {srv}: differs at {_summary(first_differences(goal, actual))}")
+            else:
+                same, moved = not t.goal_changed[srv], False
+                if not same:
+                    reasons.append(f"state {srv}: unchanged; the task changes {t.goal_summary[srv]}")
+            if self.settings.state_scope == "all" or t.goal_changed[srv] or moved:
+                considered += 1
+                equal += same
+                changed += moved
+        if not considered:
+            return None, failed
+        return equal / considered, failed
+
+
+# ---- the functional form ----------------------------------------------------------------------------
+
+_DEFAULT_POOL: EnvPool | None = None
+_SCORERS: dict[tuple[int, str], CompositeReward] = {}
+
+
+def default_pool() -> EnvPool:
+    global _DEFAULT_POOL
+    if _DEFAULT_POOL is None:
+        _DEFAULT_POOL = EnvPool(get_settings())
+    return _DEFAULT_POOL
+
+
+def _scorer(pool: EnvPool | None, settings: RewardSettings | None) -> CompositeReward:
+    pool = pool if pool is not None else default_pool()
+    settings = settings or RewardSettings()
+    key = (id(pool), settings.model_dump_json())
+    scorer = _SCORERS.get(key)
+    if scorer is None or scorer.pool is not pool:
+        if len(_SCORERS) >= 8:
+            _SCORERS.clear()
+        scorer = _SCORERS[key] = CompositeReward(pool, settings)
+    return scorer
+
+
+def composite_reward(
+    completion: Any,
+    ground_truth: Any,
+    initial_config: Any,
+    final_config: Any,
+    mcp_servers: Any = None,
+    *,
+    pool: EnvPool | None = None,
+    settings: RewardSettings | None = None,
+    step: int | None = None,
+    total_steps: int | None = None,
+) -> RewardResult:
+    """R = α·R_traj + (1−α)·R_state − γ·P_length (− format penalty), clipped at 0, for one completion.
+
+    The record's fields may be the RL record's JSON strings or parsed objects. Never raises."""
+    return _scorer(pool, settings).score(
+        completion, ground_truth, initial_config, final_config, mcp_servers, step=step, total_steps=total_steps
+    )
