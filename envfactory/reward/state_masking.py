@@ -11,14 +11,9 @@ from typing import Any
 from pydantic_core import to_json
 
 from envfactory.tasks.models import MaskSpec
-from envfactory.tasks.verifier import MASKED, canonical
+from envfactory.tasks.verifier import MASKED, canonical, new_ids, record_collections, replace_ids
 
 Blank = tuple[str | None, tuple[str | None, ...]]  # (collection or None for a top-level field, path; None = any index)
-
-
-def _collections(dump: Mapping[str, Any]) -> list[str]:
-    """Top-level fields holding records keyed by id (as the verifier defines them)."""
-    return [k for k, v in dump.items() if isinstance(v, dict) and v and all(isinstance(r, dict) for r in v.values())]
 
 
 def _find(value: Any, wanted: set[str], path: tuple[str | None, ...], out: set[tuple[str | None, ...]]) -> None:
@@ -37,7 +32,7 @@ def masked_value_blanks(initial: Mapping[str, Any], goal: Mapping[str, Any], val
     """Where the ground truth's masked argument values landed in the goal state: fields of records that
     the turn created or changed (as `collection.*.field`), and changed top-level fields."""
     found: set[Blank] = set()
-    colls = set(_collections(goal))
+    colls = set(record_collections(goal))
     for key, value in goal.items():
         before = initial.get(key)
         if key in colls:
@@ -80,16 +75,6 @@ def apply_blanks(dump: dict[str, Any], blanks: Sequence[Blank]) -> dict[str, Any
     return out
 
 
-def _replace_ids(value: Any, ids: set[str]) -> Any:
-    if isinstance(value, str):
-        return MASKED if value in ids else value
-    if isinstance(value, dict):
-        return {(MASKED if k in ids else k): _replace_ids(v, ids) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_replace_ids(v, ids) for v in value]
-    return value
-
-
 def fast_canonical(
     initial: dict[str, Any], final: dict[str, Any], mask: MaskSpec, initial_json: Callable[[], bytes] | None = None
 ) -> dict[str, Any]:
@@ -101,12 +86,8 @@ def fast_canonical(
     masks with `paths`, the verifier's own function runs."""
     if mask.paths or not mask.generated_ids:
         return canonical(initial, final, mask)
-    colls = _collections(final)
-    ids: set[str] = set()
-    for coll in colls:
-        before = initial.get(coll)
-        known = before if isinstance(before, dict) else {}
-        ids.update(k for k in final[coll] if k not in known)
+    colls = record_collections(final)
+    ids = new_ids(initial, final, colls)
     if not ids:
         return {k: v for k, v in final.items() if k != "counters"}
     text = initial_json() if initial_json is not None else to_json(initial)
@@ -118,7 +99,7 @@ def fast_canonical(
         if key == "counters":
             continue
         if key not in is_coll:
-            out[key] = _replace_ids(value, ids)
+            out[key] = replace_ids(value, ids)
             continue
         before = initial.get(key)
         known = before if isinstance(before, dict) else {}
@@ -126,11 +107,11 @@ def fast_canonical(
         created = []
         for rid, record in value.items():
             if rid in ids:
-                created.append(_replace_ids(record, ids))
+                created.append(replace_ids(record, ids))
             elif known.get(rid) == record:
                 kept[rid] = record
             else:
-                kept[rid] = _replace_ids(record, ids)
+                kept[rid] = replace_ids(record, ids)
         if created:
             kept["<new>"] = sorted(created, key=json.dumps)
         out[key] = kept

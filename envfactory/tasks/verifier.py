@@ -13,6 +13,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import re
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from envfactory.env.diff import diff_states
@@ -23,27 +24,29 @@ _MAX_REASONS = 8
 _INDEX = re.compile(r"\[(\d+)\]")
 
 
-def _collections(dump: dict[str, Any]) -> list[str]:
+def record_collections(dump: Mapping[str, Any]) -> list[str]:
     """Top-level fields that hold records keyed by id (dicts of dicts)."""
     return [k for k, v in dump.items() if isinstance(v, dict) and v and all(isinstance(r, dict) for r in v.values())]
 
 
-def _new_ids(initial: dict[str, Any], final: dict[str, Any]) -> set[str]:
+def new_ids(initial: Mapping[str, Any], final: Mapping[str, Any], colls: Iterable[str] | None = None) -> set[str]:
+    """Ids of records in `final` that `initial` lacks (`colls`: `final`'s collections, when known)."""
     out: set[str] = set()
-    for coll in _collections(final):
+    for coll in record_collections(final) if colls is None else colls:
         before = initial.get(coll)
         known: dict[str, Any] = before if isinstance(before, dict) else {}
         out.update(k for k in final[coll] if k not in known)
     return out
 
 
-def _replace_ids(value: Any, ids: set[str]) -> Any:
+def replace_ids(value: Any, ids: set[str]) -> Any:
+    """`value` with every id in `ids` (as a string or a key) read as `<masked>`."""
     if isinstance(value, str):
         return MASKED if value in ids else value
     if isinstance(value, dict):
-        return {(MASKED if k in ids else k): _replace_ids(v, ids) for k, v in value.items()}
+        return {(MASKED if k in ids else k): replace_ids(v, ids) for k, v in value.items()}
     if isinstance(value, list):
-        return [_replace_ids(v, ids) for v in value]
+        return [replace_ids(v, ids) for v in value]
     return value
 
 
@@ -70,19 +73,20 @@ def canonical(initial: dict[str, Any], final: dict[str, Any], mask: MaskSpec) ->
     out = _mask_paths(final, mask.paths)
     if not mask.generated_ids:
         return dict(out)
-    ids = _new_ids(initial, final)
+    colls = record_collections(final)
+    ids = new_ids(initial, final, colls)
     out = dict(out)
     out.pop("counters", None)  # they only feed the generated ids
-    for coll in _collections(final):
+    for coll in colls:
         records = out.get(coll)
         if not isinstance(records, dict):
             continue
-        kept = {k: _replace_ids(v, ids) for k, v in records.items() if k not in ids}
-        created = sorted((_replace_ids(v, ids) for k, v in records.items() if k in ids), key=json.dumps)
+        kept = {k: replace_ids(v, ids) for k, v in records.items() if k not in ids}
+        created = sorted((replace_ids(v, ids) for k, v in records.items() if k in ids), key=json.dumps)
         if created:
             kept["<new>"] = created
         out[coll] = kept
-    return {k: (v if k in _collections(final) else _replace_ids(v, ids)) for k, v in out.items()}
+    return {k: (v if k in colls else replace_ids(v, ids)) for k, v in out.items()}
 
 
 def state_differences(
