@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfactory.config import Role, Settings
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, first_error
 from envfactory.tasks.models import PlannedCall, States, Step, ToolCall, ToolResult
 
 
@@ -68,9 +68,8 @@ def preset_config(preset: str, overrides: dict[str, Any] | None = None) -> Query
     try:
         return QueryGenConfig.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(config)"
-        raise QueryGenError(f"QueryGen override '{loc}': {first['msg']}") from None
+        loc, msg = first_error(e, "(config)")
+        raise QueryGenError(f"QueryGen override '{loc}': {msg}") from None
 
 
 QUERY_ROLE: Role = "query"

@@ -4,6 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
+
+def first_error(e: ValidationError, root: str = "") -> tuple[str, str]:
+    """The first error of a pydantic validation: where (a dotted location, or `root` at the top) and what."""
+    err = e.errors()[0]
+    return ".".join(str(x) for x in err["loc"]) or root, err["msg"]
+
 
 class EnvFactoryError(Exception):
     """Base class: the CLI prints the message on one line and exits non-zero."""

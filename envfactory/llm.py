@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, Val
 from rich.table import Table
 
 from envfactory.config import ROLES, LLMSettings, Role, Settings, get_settings
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, first_error
 from envfactory.prompts import PROMPT_KEY
 
 ANY_PROMPT = "*"  # script key for calls whose prompt has no responses of its own (or no prompt name)
@@ -347,10 +347,9 @@ def load_script(path: Path) -> Script:
     try:
         return _SCRIPT.validate_python(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
+        loc, msg = first_error(e, "(top level)")
         raise LLMConfigError(
-            f"script file {path}: {loc or '(top level)'}: {first['msg']} "
+            f"script file {path}: {loc}: {msg} "
             "(expected a list of responses or a mapping prompt name -> list of responses)"
         ) from None
 

@@ -26,7 +26,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfactory.config import Settings, get_settings
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, first_error
 
 PROMPT_KEY = "prompt"  # additional_kwargs key of the first rendered message; the scripted model keys on it
 SUFFIX = ".yaml"
@@ -158,9 +158,8 @@ def _parse(name: str, raw: object, source: str, inherit: Prompt | None = None) -
     try:
         spec = PromptFile.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(file)"
-        raise PromptError(f"prompt '{name}' ({source}): field '{loc}': {first['msg']}") from None
+        loc, msg = first_error(e, "(file)")
+        raise PromptError(f"prompt '{name}' ({source}): field '{loc}': {msg}") from None
     prompt = Prompt(name, spec, source)
     if inherit is not None and set(prompt.variables) != set(inherit.variables):
         raise PromptError(

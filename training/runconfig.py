@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from envfactory.errors import first_error
 from training.loading import ChatTemplateMode, Dtype
 
 C = TypeVar("C", bound="RunConfig")
@@ -85,9 +86,8 @@ def load_run_config(
     try:
         return cls.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "<root>"
-        raise ConfigError(f"{path or 'config'}: {where}: {err['msg']}") from None
+        where, msg = first_error(e, "<root>")
+        raise ConfigError(f"{path or 'config'}: {where}: {msg}") from None
 
 
 def dataset_file(data: Path) -> Path:

@@ -42,7 +42,7 @@ from envfactory.env.metadata import ToolKind, ToolSpec
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord, Session
 from envfactory.env.tools import _strip_titles, pydantic_errors_to_problems
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, first_error
 from envfactory.tasks.models import Conversation, States, Task
 from envfactory.tasks.verifier import verify
 
@@ -286,10 +286,9 @@ def load_tasks(path: str | Path) -> dict[str, Task]:
 
 
 def _first_error(e: ValidationError) -> str:
-    err = e.errors()[0]
-    loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+    loc, msg = first_error(e, "<root>")
     more = f" (and {e.error_count() - 1} more problems)" if e.error_count() > 1 else ""
-    return f"{loc}: {err['msg']}{more}"
+    return f"{loc}: {msg}{more}"
 
 
 # ---- episodes -------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from envfactory.env.hub import CALL_TOOL, META_TOOLS, Hub, HubEpisode, HubError, TaskLoaded, load_tasks
 from envfactory.env.mcp_server import _DISCONNECT_FILTER, STATE_TOOL, _NoServerStream, _result
 from envfactory.env.pool import EnvPool
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, first_error
 from envfactory.tasks.models import Task
 
 LOAD_TASK_TOOL = "envfactory_load_task"
@@ -166,9 +166,8 @@ class HubMCPServer(FastMCP):
             try:
                 target = Task.model_validate(raw)
             except ValidationError as e:
-                err = e.errors()[0]
-                loc = ".".join(str(x) for x in err["loc"]) or "<root>"
-                raise HubError("invalid_task", f"`task` is not a valid Task: {loc}: {err['msg']}") from None
+                loc, msg = first_error(e, "<root>")
+                raise HubError("invalid_task", f"`task` is not a valid Task: {loc}: {msg}") from None
         elif task_id is not None:
             if not isinstance(task_id, str):
                 raise HubError("invalid_arguments", "`task_id` must be a string")

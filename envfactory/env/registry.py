@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, first_error
 
 
 class ServerEntry(BaseModel):
@@ -50,9 +50,8 @@ def load_registry(path: Path) -> Registry:
     except json.JSONDecodeError as e:
         raise RegistryError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}; fix or delete it") from None
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        raise RegistryError(f"{path}: field '{loc}': {err['msg']}; fix or delete it") from None
+        loc, msg = first_error(e)
+        raise RegistryError(f"{path}: field '{loc}': {msg}; fix or delete it") from None
 
 
 _THREAD_LOCK = threading.RLock()

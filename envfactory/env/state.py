@@ -15,7 +15,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from envfactory.env.diff import StateDiff, diff_into
-from envfactory.errors import ConflictError, NotFoundError, ScenarioError, ToolError
+from envfactory.errors import ConflictError, NotFoundError, ScenarioError, ToolError, first_error
 
 R = TypeVar("R", bound=BaseModel)
 S = TypeVar("S", bound="State")
@@ -86,9 +86,8 @@ class State(BaseModel):
         try:
             return cls.model_validate(data or {})
         except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"]) or "<root>"
-            raise ScenarioError(f"{source}: does not fit {cls.__name__}: at '{loc}': {err['msg']}") from None
+            loc, msg = first_error(e, "<root>")
+            raise ScenarioError(f"{source}: does not fit {cls.__name__}: at '{loc}': {msg}") from None
 
     @classmethod
     def load_bytes(cls: type[S], data: bytes, source: str = "<config>") -> S:
@@ -96,9 +95,8 @@ class State(BaseModel):
         try:
             return cls.model_validate_json(data)
         except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"]) or "<root>"
-            raise ScenarioError(f"{source}: does not fit {cls.__name__}: at '{loc}': {err['msg']}") from None
+            loc, msg = first_error(e, "<root>")
+            raise ScenarioError(f"{source}: does not fit {cls.__name__}: at '{loc}': {msg}") from None
 
     @classmethod
     def load_json(cls: type[S], path: str | Path) -> S:
@@ -175,9 +173,8 @@ class State(BaseModel):
         try:
             new = model.model_validate({**dict(old), **fields})
         except ValidationError as e:
-            err = e.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"])
-            raise ToolError(f"invalid value for {model.__name__}.{loc}: {err['msg']}") from None
+            loc, msg = first_error(e)
+            raise ToolError(f"invalid value for {model.__name__}.{loc}: {msg}") from None
         coll[key] = new
         self._log.append(ChangeEntry("update", collection, key, old, new))
         return new

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from envfactory.errors import first_error
 from envfactory.export.errors import ExportError
 from envfactory.tasks.models import Conversation
 
@@ -40,9 +41,8 @@ def load_conversations(source: Path) -> list[Conversation]:
                 continue
             raise ExportError(f"{path}:{n}: not a JSON line ({e.msg})") from None
         except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(p) for p in err["loc"]) or "<root>"
-            raise ExportError(f"{path}:{n}: not a conversation: {where}: {err['msg']}") from None
+            where, msg = first_error(e, "<root>")
+            raise ExportError(f"{path}:{n}: not a conversation: {where}: {msg}") from None
     return conversations
 
 

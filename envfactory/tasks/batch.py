@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, first_error
 from envfactory.tasks.models import Conversation
 from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
@@ -87,9 +87,8 @@ def load_config(path: Path) -> SynthConfig:
     try:
         return SynthConfig.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise SynthConfigError(f"synth config {path}: {where}: {err['msg']}") from None
+        where, msg = first_error(e, "(top level)")
+        raise SynthConfigError(f"synth config {path}: {where}: {msg}") from None
 
 
 class Unit(BaseModel):

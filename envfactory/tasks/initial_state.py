@@ -68,7 +68,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.state import DEFAULT_CLOCK
-from envfactory.errors import ScenarioError
+from envfactory.errors import ScenarioError, first_error
 from envfactory.tasks.exemplars import Exemplars, fields_of, singular
 from envfactory.tasks.state_values import NO, Ctx, FieldGenerationError, Maker, slug
 
@@ -208,11 +208,9 @@ def _make_record(env: Environment, ex: Exemplars, maker: Maker, coll: str) -> st
     except FieldGenerationError as e:
         raise StateGenerationError(f"environment '{env.name}': collection '{coll}': field {e}") from e
     except ValidationError as e:
-        err = e.errors()[0]
-        where = ".".join(str(x) for x in err["loc"])
+        where, msg = first_error(e)
         raise StateGenerationError(
-            f"environment '{env.name}': collection '{coll}': field '{where}': the generated value does not fit: "
-            f"{err['msg']}"
+            f"environment '{env.name}': collection '{coll}': field '{where}': the generated value does not fit: {msg}"
         ) from e
     maker.add(coll, key, record)
     return key
