@@ -109,7 +109,7 @@ def test_configs_load_with_profiles_and_overrides() -> None:
     # command-line flags: --set for any key (YAML values), the named flags on top
     import argparse
 
-    from training.sft import add_common_arguments, overrides_from
+    from training.runconfig import add_common_arguments, overrides_from
 
     parser = argparse.ArgumentParser()
     add_common_arguments(parser, CONFIGS / "sft.yaml")
@@ -226,7 +226,8 @@ def test_every_pool_tool_becomes_a_method_trl_can_describe(pool: EnvPool) -> Non
 def test_sft_assistant_only_loss_trains_and_saves(tmp_path: Path, exported: dict[str, Path], tiny_model: Path) -> None:
     from transformers import AutoTokenizer
 
-    from training.sft import SFTRunConfig, build_trainer, save_final, summarize
+    from training.runner import save_final, summarize
+    from training.sft import SFTRunConfig, build_trainer
 
     max_length = 768
     config = load_run_config(
@@ -346,7 +347,7 @@ def test_grpo_multi_turn_rollouts_reward_from_environments(
     tmp_path: Path, exported: dict[str, Path], tiny_model: Path, pool: EnvPool
 ) -> None:
     from training.grpo import GRPORunConfig, build_trainer
-    from training.sft import save_final, summarize
+    from training.runner import save_final, summarize
 
     config = load_run_config(
         GRPORunConfig,

@@ -23,10 +23,8 @@ in fresh sessions from `initial_config`, and the final states compared with `fin
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,17 +35,8 @@ from envfactory.env.pool import EnvPool
 from envfactory.reward import RewardSettings, ToolUseReward
 from training.environment import EnvironmentRegistry, EnvironmentSetupError, use_exact_tool_schemas
 from training.loading import TokenizerSetup, load_model_and_tokenizer, resolve_model
-from training.runconfig import ConfigError, RunConfig, load_run_config, trainer_arguments
-from training.sft import (
-    TrainResult,
-    add_common_arguments,
-    load_dataset_rows,
-    offline_defaults,
-    overrides_from,
-    print_log,
-    save_final,
-    summarize,
-)
+from training.runconfig import ConfigError, RunConfig, trainer_arguments
+from training.runner import TrainResult, cli_main, load_dataset_rows, train_and_save
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -154,28 +143,18 @@ def run(config: GRPORunConfig) -> TrainResult:
         ", ".join(parts.registry.classes),
         parts.exact_schemas,
     )
-    start = time.perf_counter()
-    trainer.train()
-    result = summarize(trainer, config.output, time.perf_counter() - start)
-    result.extra["environments"] = sorted(parts.registry.classes)
-    save_final(trainer, result)
-    return result
+    return train_and_save(trainer, config.output, environments=sorted(parts.registry.classes))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="GRPO with multi-turn tool rollouts on EnvFactory environments")
-    add_common_arguments(parser, DEFAULT_CONFIG)
-    args = parser.parse_args(argv)
-    offline_defaults()
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        config = load_run_config(GRPORunConfig, args.config, args.profile, overrides_from(args))
-        result = run(config)
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    print_log(result, "grpo")
-    return 0
+    return cli_main(
+        argv,
+        description="GRPO with multi-turn tool rollouts on EnvFactory environments",
+        config_cls=GRPORunConfig,
+        default_config=DEFAULT_CONFIG,
+        run=run,
+        title="grpo",
+    )
 
 
 if __name__ == "__main__":

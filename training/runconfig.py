@@ -9,6 +9,7 @@ from the current folder (run from the project root).
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -106,3 +107,44 @@ def trainer_arguments(config: RunConfig, **forced: Any) -> dict[str, Any]:
     args["output_dir"] = str(config.output)
     args.update(forced)
     return args
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, default_config: Path) -> None:
+    parser.add_argument("--config", type=Path, default=default_config, help="YAML run config")
+    parser.add_argument("--profile", default=None, help="a profile of the config file (e.g. cpu)")
+    parser.add_argument("--data", type=Path, default=None, help="exported dataset folder or JSONL file")
+    parser.add_argument("--model", default=None, help="HF folder / hub id, .gguf, gemma3-270m-gguf, tiny-gemma3")
+    parser.add_argument("--output", type=Path, default=None, help="checkpoint folder")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after N optimizer steps")
+    parser.add_argument("--max-samples", type=int, default=None, help="use only the first N rows")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override any config key, dotted, value read as YAML (e.g. trainer.vllm_mode=server); repeatable",
+    )
+
+
+def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags as a config mapping (None: not given)."""
+    out: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+        node = out
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: '{part}' is set to a value and a mapping")
+        node[leaf] = yaml.safe_load(value)
+    flags: dict[str, Any] = {
+        "data": args.data,
+        "model": args.model,
+        "output": args.output,
+        "max_samples": args.max_samples,
+        "trainer": {"max_steps": args.max_steps} if args.max_steps is not None else None,
+    }
+    return deep_merge(out, {k: v for k, v in flags.items() if v is not None})

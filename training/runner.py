@@ -1,0 +1,133 @@
+"""What the SFT and GRPO entry points share: the dataset rows, a training run and its record, the command line.
+
+`cli_main` is the whole `main()` of an entry point: flags → config (file, profile, overrides) → run → the loss
+log; a config error prints one line and exits 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, Field
+
+from training.runconfig import (
+    ConfigError,
+    RunConfig,
+    add_common_arguments,
+    dataset_file,
+    load_run_config,
+    overrides_from,
+)
+
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+C = TypeVar("C", bound=RunConfig)
+
+
+class TrainResult(BaseModel):
+    """What a run did: the loss log, timing, where the checkpoint is."""
+
+    output: Path
+    steps: int
+    losses: list[float]
+    final_loss: float | None
+    train_runtime_s: float
+    step_time_s: float | None = Field(description="mean wall time per optimizer step")
+    log_history: list[dict[str, Any]]
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    def finite(self) -> bool:
+        return bool(self.losses) and all(math.isfinite(x) for x in self.losses)
+
+
+def load_dataset_rows(config: RunConfig) -> Dataset:
+    from datasets import load_dataset
+
+    dataset = load_dataset("json", data_files=str(dataset_file(config.data)), split="train")
+    if config.max_samples is not None:
+        dataset = dataset.select(range(min(config.max_samples, len(dataset))))
+    if len(dataset) == 0:
+        raise ConfigError(f"{config.data}: the dataset is empty")
+    return dataset
+
+
+def summarize(trainer: Any, output: Path, elapsed: float) -> TrainResult:
+    history = [dict(h) for h in trainer.state.log_history]
+    losses = [float(h["loss"]) for h in history if "loss" in h]
+    steps = int(trainer.state.global_step)
+    runtime = next((float(h["train_runtime"]) for h in history if "train_runtime" in h), elapsed)
+    return TrainResult(
+        output=output,
+        steps=steps,
+        losses=losses,
+        final_loss=losses[-1] if losses else None,
+        train_runtime_s=runtime,
+        step_time_s=runtime / steps if steps else None,
+        log_history=history,
+    )
+
+
+def save_final(trainer: Any, result: TrainResult) -> None:
+    """The final model + tokenizer in `output`, and `training_summary.json` beside them."""
+    trainer.save_model(str(result.output))
+    trainer.processing_class.save_pretrained(str(result.output))
+    (result.output / "training_summary.json").write_text(result.model_dump_json(indent=2), encoding="utf-8")
+
+
+def print_log(result: TrainResult, title: str) -> None:
+    print(f"{title}: {result.steps} steps in {result.train_runtime_s:.1f} s -> {result.output}")
+    for entry in result.log_history:
+        if "loss" in entry:
+            shown = {k: entry[k] for k in ("step", "loss", "grad_norm", "learning_rate") if k in entry}
+            extra = {k: v for k, v in entry.items() if k.startswith(("reward", "tool_use_reward", "tools/"))}
+            print("  " + json.dumps({**shown, **extra}, default=float))
+
+
+def train_and_save(trainer: Any, output: Path, **extra: Any) -> TrainResult:
+    """Train, then save the final model + tokenizer and `training_summary.json` (with `extra`) in `output`."""
+    start = time.perf_counter()
+    trainer.train()
+    result = summarize(trainer, output, time.perf_counter() - start)
+    result.extra.update(extra)
+    save_final(trainer, result)
+    return result
+
+
+def offline_defaults() -> None:
+    """Never reach a hub; TRL's experimental-feature warnings are documented in training/README.md."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+
+def cli_main(
+    argv: list[str] | None,
+    *,
+    description: str,
+    config_cls: type[C],
+    default_config: Path,
+    run: Callable[[C], TrainResult],
+    title: str,
+) -> int:
+    parser = argparse.ArgumentParser(description=description)
+    add_common_arguments(parser, default_config)
+    args = parser.parse_args(argv)
+    offline_defaults()
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        config = load_run_config(config_cls, args.config, args.profile, overrides_from(args))
+        result = run(config)
+    except (ConfigError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print_log(result, title)
+    return 0
