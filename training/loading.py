@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -125,6 +126,29 @@ def _file_key(path: Path) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
+def publish_folder(
+    target: Path, write: Callable[[Path], object], complete: Callable[[Path], bool], *, replace: bool = False
+) -> Path:
+    """Make `target` atomically: `write` fills a temporary sibling folder, which then takes `target`'s name, so a
+    crash never leaves a half-written folder. With `replace`, an existing `target` is removed first; when another
+    process got there first with a `complete` folder, theirs is kept."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        tmp.chmod(0o755)
+        write(tmp)
+        if replace and target.exists():
+            shutil.rmtree(target)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not complete(target):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
 def gguf_tokenizer_dir(gguf: Path, cache: Path | None = None) -> Path:
     """A tokenizer folder extracted from a GGUF file, made once and reused (written atomically)."""
     from transformers import AutoTokenizer
@@ -133,20 +157,8 @@ def gguf_tokenizer_dir(gguf: Path, cache: Path | None = None) -> Path:
     target = root / f"{gguf.stem}-{_file_key(gguf)}"
     if (target / "tokenizer_config.json").is_file():
         return target
-    root.mkdir(parents=True, exist_ok=True)
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=root))
-    try:
-        tmp.chmod(0o755)
-        tokenizer.save_pretrained(tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process got there first: keep theirs
-            if not (target / "tokenizer_config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return publish_folder(target, tokenizer.save_pretrained, lambda f: (f / "tokenizer_config.json").is_file())
 
 
 def load_tokenizer(source: ModelSource) -> PreTrainedTokenizerBase:

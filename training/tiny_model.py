@@ -14,8 +14,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,6 +24,7 @@ from training.loading import (
     gemma_gguf_path,
     gguf_tokenizer_dir,
     prepare_tokenizer,
+    publish_folder,
 )
 
 
@@ -87,18 +86,11 @@ def build_tiny_model(out: Path | None = None, config: TinyModelConfig | None = N
     model = Gemma3ForCausalLM(model_config)
     align_model(model, tokenizer)
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        tmp.chmod(0o755)
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    def write(folder: Path) -> None:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    return publish_folder(target, write, _complete, replace=True)
 
 
 def main(argv: list[str] | None = None) -> None:
