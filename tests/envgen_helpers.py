@@ -77,7 +77,9 @@ def env_vars(root: Path, script_path: Path) -> dict[str, str]:
         "ENVFACTORY_BFCL": "false",
         "ENVFACTORY_LLM__PROVIDER": "scripted",
         "ENVFACTORY_LLM__SCRIPT": str(script_path),
-        "ENVFACTORY_SANDBOX_TIMEOUT_S": "4",
+        # a limit, not a wait: room for a slow interpreter start on a loaded CI machine (CI once saw a 4 s clock
+        # beat the memory limit); a hanging tool is still caught by the per-call limit, a quarter of it
+        "ENVFACTORY_SANDBOX_TIMEOUT_S": "12",
         "ENVFACTORY_SANDBOX_MEMORY_MB": "512",
         "HF_HUB_OFFLINE": "1",
     }
