@@ -4,9 +4,18 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test lint typecheck pytest bench clean
+.PHONY: setup demo test lint typecheck pytest bench clean system
 
-setup: $(STAMP)
+setup: system $(STAMP)
+
+# Untrusted generated code runs only inside bubblewrap with a seccomp filter (libseccomp): the OS is
+# the wall. Installed from Debian's packages when missing (as root, or with sudo).
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+system:
+	@command -v bwrap >/dev/null 2>&1 && ldconfig -p 2>/dev/null | grep -q libseccomp.so || \
+	  { $(SUDO) apt-get install -y -qq bubblewrap libseccomp2 >/dev/null 2>&1 || \
+	    { $(SUDO) apt-get update -qq >/dev/null && $(SUDO) apt-get install -y -qq bubblewrap libseccomp2 >/dev/null; } || \
+	    echo "warning: could not install bubblewrap; untrusted environments will be refused (see README: Security)"; }
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -85,6 +85,32 @@ def envs_validate(
         raise EnvFactoryError(f"{len(failed)} of {len(reports)} environments failed validation: {', '.join(failed)}")
 
 
+@envs_app.command("trust")
+def envs_trust(
+    name: str,
+    revoke: Annotated[bool, typer.Option("--revoke", help="forget the trust: the code runs sandboxed again")] = False,
+    note: Annotated[str, typer.Option(help="who reviewed it, and why it is trusted")] = "",
+) -> None:
+    """After reviewing envs/NAME, let its code run in-process (unsandboxed); any later change to a file undoes it."""
+    from envfactory.env import trust as trust_store
+
+    settings = get_settings()
+    folder = settings.envs_path / name
+    if "/" in name or not (folder / "env.py").is_file():
+        raise EnvFactoryError(f"no environment folder '{name}' in {settings.envs_path}")
+    if revoke:
+        was = trust_store.revoke(settings.trust_file, name)
+        out.print(
+            f"{name}: {'no longer trusted' if was else 'was not trusted'}; its code runs sandboxed", soft_wrap=True
+        )
+        return
+    entry = trust_store.trust(settings.trust_file, name, folder, note)
+    out.print(
+        f"{name}: trusted (sha256 {entry.sha256[:16]}…) in {settings.trust_file}; it now runs in-process",
+        soft_wrap=True,
+    )
+
+
 @envs_app.command("metadata")
 def envs_metadata(
     name: str,

@@ -74,8 +74,20 @@ class Settings(BaseSettings):
     )
     docs_dir: Path | None = Field(default=None, description="local authentic sources (API docs, OpenAPI, markdown)")
     tavily_api_key: str | None = Field(default=None, description="web search for sources; TAVILY_API_KEY works too")
-    sandbox_timeout_s: float = 20.0
-    sandbox_memory_mb: int = 1024
+    sandbox_timeout_s: float = Field(default=20.0, description="wall clock of one EnvGen validation round")
+    sandbox_memory_mb: int = Field(default=1024, description="memory a sandboxed worker may use on top of its runtime")
+    sandbox_tmpfs_mb: int = Field(default=16, description="size of a sandboxed worker's private /tmp")
+    sandbox_call_timeout_s: float = Field(
+        default=10.0, description="a call to an untrusted environment's sandboxed session that takes longer fails"
+    )
+    sandbox_workers: int = Field(default=2, ge=1, description="sandboxed worker processes per untrusted environment")
+    unsafe_no_os_sandbox: bool = Field(
+        default=False,
+        description="UNSAFE: run untrusted generated code without bubblewrap where it is missing (Python guards only)",
+    )
+    trust_path: Path | None = Field(
+        default=None, description="reviewed environments allowed to run in-process; default <root>/configs/trusted.json"
+    )
 
     @model_validator(mode="after")
     def _default_docs(self) -> Settings:
@@ -91,6 +103,10 @@ class Settings(BaseSettings):
     @property
     def registry_file(self) -> Path:
         return self.registry_path or self.root / "configs" / "mcp_server.json"
+
+    @property
+    def trust_file(self) -> Path:
+        return self.trust_path or self.root / "configs" / "trusted.json"
 
     @property
     def prompts_path(self) -> Path:

@@ -60,6 +60,8 @@ def setup_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: dict[
     """A temporary project (one pool env, repo prompts) whose LLM replays `script` (prompt -> answers)."""
     root = tmp_path / "project"
     shutil.copytree(ROOT / "envs" / "hotels", root / "envs" / "hotels")
+    (root / "configs").mkdir()  # the reviewed hotels code stays trusted in the copy (its hash is pinned)
+    shutil.copy(ROOT / "configs" / "trusted.json", root / "configs" / "trusted.json")
     script_path = tmp_path / "script.yaml"
     script_path.write_text(yaml.safe_dump(script, sort_keys=False))
     for key, value in env_vars(root, script_path).items():

@@ -17,7 +17,6 @@ import pytest
 from envfactory.env.checks import ExpectedCall, TestScenario
 from envfactory.env.metadata import EnvMetadata, load_metadata
 from envfactory.env.sandbox import (
-    EXIT_TIMEOUT,
     SandboxLimits,
     SandboxResult,
     parse_observations,
@@ -354,14 +353,14 @@ def test_a_hang_that_swallows_the_call_limit_still_hits_the_deadline() -> None:
 
 
 def test_a_hang_in_native_code_is_killed_by_the_parent() -> None:
-    # a C loop never returns to the interpreter, so the child's timer cannot interrupt it: the parent kills it
+    # a C loop never returns to the interpreter: only the parent's clock (a kill) can end it
     code = tiny_env("total = sum(range(10**13))\n")
     started = time.monotonic()
     result = run_checks_in_sandbox(code, TINY_META, [PING], HANG)
     _bounded(result, HANG, started)
     assert result.status == "timeout"
-    # (on a badly overloaded machine the child's own timer may strike before the loop starts)
-    assert (result.output is None and "killed" in result.detail) or result.exit_code == EXIT_TIMEOUT
+    obs = parse_observations(result.output)
+    assert obs is not None and obs.interrupted is not None and obs.interrupted.phase == "import"
 
 
 def test_unbounded_allocation_at_import_hits_the_memory_limit() -> None:
@@ -372,10 +371,9 @@ def test_unbounded_allocation_at_import_hits_the_memory_limit() -> None:
     assert result.status == "memory", (result.detail, result.stderr_tail)
     assert "256 MB" in result.detail
     obs = parse_observations(result.output)
-    if obs is not None:  # written from the reserve freed on MemoryError
-        iso = obs.isolation
-        assert iso["rlimits"]["as_bytes"] == iso["baseline_vm_bytes"] + 256 * 1024 * 1024
-        assert obs.interrupted is not None and obs.interrupted.phase == "import"
+    assert obs is not None  # the parent's own record: there is no child report to lose
+    assert obs.isolation["rlimits"]["as_bytes"] > 256 * 1024 * 1024
+    assert obs.interrupted is not None and obs.interrupted.phase == "import"
 
 
 def test_unbounded_allocation_in_a_tool_hits_the_memory_limit() -> None:
@@ -430,14 +428,17 @@ def test_exiting_from_a_tool_is_reported_not_obeyed() -> None:
 # ---- isolation ------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not IS_ROOT, reason="network namespace and privilege drop need root")
-def test_isolation_as_root_netns_nobody_no_new_privs(hotels_code: str, hotels_meta: EnvMetadata) -> None:
+def test_isolation_report_bubblewrap_seccomp_nobody_no_new_privs(hotels_code: str, hotels_meta: EnvMetadata) -> None:
     result = run_checks_in_sandbox(hotels_code, hotels_meta, [PING.model_copy(update={"steps": []})], FAST)
     obs = parse_observations(result.output)
     assert obs is not None
     iso = obs.isolation
-    assert iso["netns"] is True and iso["no_new_privs"] is True and iso["socket_blocked"] is True
-    assert iso["uid"] != 0
+    assert iso["wall"] == "bubblewrap" and iso["wrapped"] is True
+    assert iso["seccomp_mode"] == 2 and iso["seccomp_filters"] >= 2  # bwrap's and the worker's own
+    assert iso["no_new_privs"] is True and iso["socket_blocked"] is True
+    assert iso["uid"] == 65534 and int(iso["cap_eff"], 16) == 0
+    # the root it sees holds nothing but what the worker needs: no /home, no project, no /etc/passwd
+    assert set(iso["root_entries"]) <= {"dev", "etc", "lib", "lib32", "lib64", "opt", "proc", "root", "tmp", "usr", "work"}
     assert {"as_bytes", "cpu_s", "nproc", "nofile", "fsize_bytes"} <= set(iso["rlimits"])
 
 

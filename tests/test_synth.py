@@ -11,6 +11,7 @@ import pytest
 from envfactory.config import Settings
 from envfactory.env.metadata import dump_metadata
 from envfactory.env.pool import EnvPool, load_env_folder
+from envfactory.env.trust import trust
 from envfactory.tasks.episode import replay
 from envfactory.tasks.models import Conversation
 from envfactory.tasks.synth import synthesize_offline
@@ -134,7 +135,9 @@ def test_filter_rejects_a_task_whose_goal_already_holds(tmp_path: Path) -> None:
     state = {"switches": {f"SW-00{i}": {"id": f"SW-00{i}", "room": r, "on": i % 2 == 0} for i, r in enumerate("ab")}}
     (folder / "scenarios" / "default.json").write_text(json.dumps(state))
     dump_metadata(load_env_folder(folder, with_metadata=False).derived_metadata(), folder / "metadata.json")
-    pool = EnvPool(Settings(root=tmp_path, bfcl=False))
+    settings = Settings(root=tmp_path, bfcl=False)
+    trust(settings.trust_file, "switches", folder, "written by this test")  # hand-written: reviewed here
+    pool = EnvPool(settings)
     flip = chain([("switches.set_switch", [user("switch_id"), user("on")])])
     codes = {}
     for seed in range(12):

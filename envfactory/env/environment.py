@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, ToolSpec
 from envfactory.env.state import Change, State
 from envfactory.env.tools import Tool
 from envfactory.errors import ContractError, ScenarioError
+from envfactory.inputs import InputError, read_json_object
 
 if TYPE_CHECKING:
     from envfactory.env.session import Session
@@ -39,6 +39,7 @@ class BaseEnvironment(ABC):
 
     name: str
     folder: Path | None = None
+    blocking_io: bool = False  # True: a call may wait on another process (servers run it off the event loop)
 
     @property
     @abstractmethod
@@ -80,23 +81,24 @@ class BaseEnvironment(ABC):
         return copy.deepcopy(self._scenario(name))
 
     def _scenario(self, name: str) -> dict[str, Any]:
-        """The cached, parsed scenario file: read once per environment, never handed out to mutate."""
+        """The cached, parsed scenario file: read once per environment, never handed out to mutate.
+
+        `name` is matched against the names listed from the folder, so no string a client sends
+        can point anywhere else, and the error does not say whether some file exists."""
         cache: dict[str, dict[str, Any]] = self.__dict__.setdefault("_scenario_cache", {})
         if name in cache:
             return cache[name]
         names = self.scenario_names()
         if name not in names:
+            shown = name if len(name) <= 80 else name[:77] + "..."
             raise ScenarioError(
-                f"environment '{self.name}' has no scenario '{name}'; it has: {', '.join(names) or 'none'}"
+                f"environment '{self.name}' has no scenario {shown!r}; it has: {', '.join(names) or 'none'}"
             )
         assert self.folder is not None
-        path = self.folder / "scenarios" / f"{name}.json"
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ScenarioError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from None
-        if not isinstance(data, dict):
-            raise ScenarioError(f"{path}: a scenario must be a JSON object (a state dump)")
+            data = read_json_object(self.folder / "scenarios" / f"{name}.json", what="scenario")
+        except InputError as e:
+            raise ScenarioError(str(e)) from None
         cache[name] = data
         return data
 
@@ -105,23 +107,30 @@ class BaseEnvironment(ABC):
         return "default" if "default" in self.scenario_names() else None
 
     def resolve_config(self, config: dict[str, Any] | str | Path | None) -> tuple[dict[str, Any] | None, str]:
-        """Accept a dump, a scenario name or a JSON file path; return (dump, source label)."""
+        """A dump, a scenario *name* or a `Path` to a JSON file → (dump, source label).
+
+        A string is only ever a scenario name of this environment, whatever it looks like: what a
+        client sends never names a file on the server. Only a `Path`, which local callers build on
+        purpose (`envfactory call --state FILE`), is read, bounded in size and depth."""
         if config is None or isinstance(config, dict):
             return config, "<config>"
-        text = str(config)
-        if isinstance(config, Path) or text.endswith(".json") or "/" in text:
-            p = Path(config)
+        if isinstance(config, Path):
             try:
-                data = json.loads(p.read_text(encoding="utf-8"))
-            except OSError as e:
-                raise ScenarioError(f"{p}: cannot read the config file: {e.strerror}") from None
-            except json.JSONDecodeError as e:
-                raise ScenarioError(f"{p}: invalid JSON at line {e.lineno}: {e.msg}") from None
-            if not isinstance(data, dict):
-                raise ScenarioError(f"{p}: a config must be a JSON object (a state dump)")
-            return data, str(p)
+                return read_json_object(config, what="config file"), str(config)
+            except InputError as e:
+                raise ScenarioError(str(e)) from None
+        if not isinstance(config, str):
+            raise ScenarioError(
+                f"a config must be a state dump (an object) or a scenario name, not {type(config).__name__}"
+            )
         # not copied: `new_state` builds the state through JSON, so nothing is shared
-        return self._scenario(text), f"{self.name}/scenarios/{text}.json"
+        return self._scenario(config), f"{self.name}/scenarios/{config}.json"
+
+    def open_session(self, data: dict[str, Any] | None, source: str, *, strict: bool = False) -> Session:
+        """A session on a fresh state built from a resolved config (`Session.fork` resolves it)."""
+        from envfactory.env.session import Session
+
+        return Session(self, self.new_state(data, source), strict=strict, source=source)
 
     def session(self, config: dict[str, Any] | str | Path | None = None, **kwargs: Any) -> Session:
         from envfactory.env.session import Session

@@ -15,17 +15,19 @@ from __future__ import annotations
 import json
 import logging
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import anyio
 from mcp import types
 from mcp.server.fastmcp import FastMCP
 from starlette.applications import Starlette
-from starlette.responses import PlainTextResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.session import Session
 from envfactory.errors import EnvFactoryError
+from envfactory.inputs import MAX_DEPTH, InputError, parse_json
 
 RESET_TOOL = "envfactory_reset"
 STATE_TOOL = "envfactory_state"
@@ -96,6 +98,74 @@ class _NoServerStream:
         await self.app(scope, receive, send)
 
 
+_LOG = logging.getLogger("envfactory.serve")
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class BoundedJSONBody:
+    """Refuse an oversized, malformed or too deeply nested JSON body with a 4xx and one log line.
+
+    Runs before the SDK parses the body, whose recursive parsing would answer a 100k-deep document
+    with a 500 and a traceback. The body is read once (bounded), checked without recursion, and
+    handed on unchanged.
+    """
+
+    def __init__(self, app: Any, max_bytes: int = MAX_BODY_BYTES, max_depth: int = MAX_DEPTH) -> None:
+        self.app, self.max_bytes, self.max_depth = app, max_bytes, max_depth
+
+    async def _refuse(self, scope: Any, send: Any, status: int, message: str) -> None:
+        client = scope.get("client") or ("?", 0)
+        _LOG.warning("refused a request from %s: %s", client[0], message)
+        body = {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {"code": -32700 if status == 400 else -32600, "message": message},
+        }
+        await JSONResponse(body, status_code=status)(scope, _no_receive, send)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, send, 413, f"the request body is over the {self.max_bytes}-byte limit")
+            return
+        chunks: list[bytes] = []
+        size, more = 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(scope, send, 413, f"the request body is over the {self.max_bytes}-byte limit")
+                return
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            parse_json(body, "the request body", max_depth=self.max_depth, surrogates=True)
+        except InputError as e:
+            await self._refuse(scope, send, 400, str(e))
+            return
+        replayed = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return dict(await receive())
+
+        await self.app(scope, replay, send)
+
+
+async def _no_receive() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
 def _mcp_output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     """MCP wants structured output to be an object: wrap other results as {"result": ...}."""
     if schema is None:
@@ -147,6 +217,7 @@ class EnvMCPServer(FastMCP):
             raise EnvFactoryError(f"environment '{env.name}' defines reserved tool names: {sorted(clash)}")
         env.resolve_config(default_config)  # fail at start, not at the first call, on a bad scenario
         self._sessions: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
+        self._locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
         self._tools = [
             types.Tool(
                 name=t.name,
@@ -163,6 +234,7 @@ class EnvMCPServer(FastMCP):
         app = super().streamable_http_app()
         if not self.server_stream:
             app.add_middleware(_NoServerStream)
+        app.add_middleware(BoundedJSONBody)
         return app
 
     @property
@@ -182,15 +254,31 @@ class EnvMCPServer(FastMCP):
 
     def session_for_request(self) -> Session:
         key = self.get_context().request_context.session
+        return self._session(key, self._initial_config)
+
+    def _session(self, key: Any, initial: Callable[[], dict[str, Any] | str | None]) -> Session:
         session = self._sessions.get(key)
         if session is None:
-            session = Session.fork(self.env, self._initial_config())
+            session = Session.fork(self.env, initial())
             self._sessions[key] = session
         return session
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:  # type: ignore[override]
+        key = self.get_context().request_context.session
+        if not self.env.blocking_io:
+            return self._dispatch(key, name, arguments, self._initial_config)
+        # a sandboxed worker may take up to its call limit: off the event loop, one call per session at a time
+        chosen = self._initial_config()
+        lock = self._locks.setdefault(key, anyio.Lock())
+        async with lock:
+            return await anyio.to_thread.run_sync(self._dispatch, key, name, arguments, lambda: chosen)
+
+    def _dispatch(
+        self, key: Any, name: str, arguments: Any, initial: Callable[[], dict[str, Any] | str | None]
+    ) -> types.CallToolResult:
+        arguments = arguments if isinstance(arguments, dict) else {}
         try:
-            session = self.session_for_request()
+            session = self._session(key, initial)
             if self.control_tools and name == RESET_TOOL:
                 config = arguments.get("config") or arguments.get("scenario") or self.default_config
                 session.reset(config)

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from envfactory.errors import MetadataError
+from envfactory.inputs import InputError, read_json, write_atomic
 
 Domain = Literal["commerce", "finance", "travel", "office", "lifestyle", "research", "utilities"]
 DOMAINS: tuple[str, ...] = Domain.__args__  # type: ignore[attr-defined]
@@ -142,16 +143,12 @@ def load_metadata(path: str | Path) -> EnvMetadata:
     """Load and validate `metadata.json`."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise MetadataError(str(p), "<file>", f"cannot read: {e.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise MetadataError(str(p), "<file>", f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        data = read_json(p, what="metadata file")
+    except InputError as e:
+        raise MetadataError(str(p), "<file>", "cannot read: " + str(e).removeprefix(f"{p}: ")) from None
     return parse_metadata(data, str(p))
 
 
 def dump_metadata(meta: EnvMetadata, path: str | Path) -> None:
     text = json.dumps(meta.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
-    Path(path).write_text(text, encoding="utf-8")
+    write_atomic(Path(path), text)

@@ -1,4 +1,10 @@
-"""The environment pool: bundled folders under `envs/` plus imported suites (BFCL multi-turn)."""
+"""The environment pool: folders under `envs/` plus imported suites (BFCL multi-turn).
+
+A folder whose code a person has trusted (`configs/trusted.json`, `envfactory envs trust NAME`)
+is imported in-process, the fast path. Any other folder — what EnvGen wrote, what someone copied
+in, a bundled environment edited since it was trusted — is untrusted: it loads as a
+`SandboxedEnvironment`, whose code runs only in OS-sandboxed workers.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +15,18 @@ from pathlib import Path
 
 from envfactory.config import Settings, get_settings
 from envfactory.env.environment import BaseEnvironment, Environment
-from envfactory.env.metadata import load_metadata
+from envfactory.env.metadata import EnvMetadata, load_metadata
+from envfactory.env.trust import code_hash, is_trusted
 from envfactory.errors import EnvFactoryError, EnvLoadError, EnvNotFoundError
+from envfactory.inputs import MAX_CODE_BYTES, read_text
 
 
 def load_env_folder(folder: Path, *, with_metadata: bool = True) -> Environment:
-    """Import `folder/env.py`, check it against `folder/metadata.json`, return the environment.
+    """Import `folder/env.py` in this process, check it against `folder/metadata.json`, return it.
 
-    Only for trusted code (the bundled pool); generated code goes through the sandbox first.
-    `with_metadata=False` skips metadata.json (to write it from the code).
+    Only for trusted code: `EnvPool` calls it for folders pinned in the trust file; anything else
+    goes through `load_untrusted_folder`. `with_metadata=False` skips metadata.json (to write it
+    from the code). Whatever the module raises, `SystemExit` included, is this environment's failure.
     """
     folder = folder.resolve()
     meta_path, code_path = folder / "metadata.json", folder / "env.py"
@@ -35,10 +44,13 @@ def load_env_folder(folder: Path, *, with_metadata: bool = True) -> Environment:
     try:
         spec.loader.exec_module(module)
     except EnvFactoryError:
-        raise
-    except Exception as e:
         sys.modules.pop(mod_name, None)
-        raise EnvLoadError(f"{code_path}: import failed: {type(e).__name__}: {e}") from e
+        raise
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # SystemExit(0) included: an environment must not end the process
+        sys.modules.pop(mod_name, None)
+        raise EnvLoadError(f"{code_path}: import failed: {type(e).__name__}: {e}") from None
     env = getattr(module, "env", None)
     if not isinstance(env, Environment):
         raise EnvLoadError(f"{code_path}: must define `env = Environment(...)` at module level")
@@ -48,6 +60,30 @@ def load_env_folder(folder: Path, *, with_metadata: bool = True) -> Environment:
         env.attach_metadata(meta, str(meta_path))
     env.folder = folder
     return env
+
+
+def load_untrusted_folder(folder: Path, settings: Settings) -> BaseEnvironment:
+    """An untrusted folder served by sandboxed workers (`SandboxUnavailable` where there is no OS sandbox)."""
+    from envfactory.env.sandbox.wall import wall
+    from envfactory.env.sandboxed import PoolSettings, load_sandboxed_folder
+
+    folder = folder.resolve()
+    meta_path, code_path = folder / "metadata.json", folder / "env.py"
+    for p in (meta_path, code_path):
+        if not p.is_file():
+            raise EnvLoadError(f"{folder}: missing {p.name}")
+    meta: EnvMetadata = load_metadata(meta_path)
+    if meta.name != folder.name:
+        raise EnvLoadError(f"{meta_path}: names the environment '{meta.name}' but its folder is '{folder.name}'")
+    source = read_text(code_path, max_bytes=MAX_CODE_BYTES, what="env.py")
+    pool_settings = PoolSettings(
+        wall=wall(unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox),
+        memory_mb=settings.sandbox_memory_mb,
+        tmpfs_mb=settings.sandbox_tmpfs_mb,
+        workers=settings.sandbox_workers,
+        call_timeout_s=settings.sandbox_call_timeout_s,
+    )
+    return load_sandboxed_folder(folder, meta, source, pool_settings, code_hash(folder))
 
 
 class EnvPool:
@@ -83,15 +119,27 @@ class EnvPool:
             names += sorted(self.imported_factories())
         return names
 
+    def trusted(self, name: str) -> bool:
+        """True if `name` is a folder whose current code is pinned in the trust file (an imported suite: always)."""
+        folder = self.folder / name
+        if not (folder / "env.py").is_file():
+            return name in self.imported_factories()
+        return is_trusted(self.settings.trust_file, name, folder)
+
     def get(self, name: str) -> BaseEnvironment:
         if name in self._cache:
             return self._cache[name]
-        if (self.folder / name / "env.py").is_file():
-            env: BaseEnvironment = load_env_folder(self.folder / name)
+        folder = self.folder / name
+        if "/" not in name and name not in (".", "..") and (folder / "env.py").is_file():
+            if is_trusted(self.settings.trust_file, name, folder):
+                env: BaseEnvironment = load_env_folder(folder)
+            else:
+                env = load_untrusted_folder(folder, self.settings)
         elif name in self.imported_factories():
             env = self.imported_factories()[name]()
         else:
             known = ", ".join(self.names()) or "none"
-            raise EnvNotFoundError(f"no environment '{name}' in {self.folder} (known: {known})")
+            shown = name if len(name) <= 80 else name[:77] + "..."
+            raise EnvNotFoundError(f"no environment {shown!r} in {self.folder} (known: {known})")
         self._cache[name] = env
         return env

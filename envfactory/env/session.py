@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -21,6 +21,7 @@ ErrorType = Literal[
     "tool_error",
     "contract_violation",
     "internal_error",
+    "timeout",
 ]
 
 
@@ -53,6 +54,17 @@ class CallRecord(BaseModel):
 
 
 _EMPTY_DIFF = StateDiff()
+ERROR_TYPES: frozenset[str] = frozenset(get_args(ErrorType))
+
+
+def _tool_error(e: ToolError) -> ToolErrorInfo:
+    """A tool's own error as a record; a code or details it made up cannot break the record."""
+    code = e.code if isinstance(e.code, str) and e.code in ERROR_TYPES else "tool_error"
+    details = e.details if isinstance(e.details, dict) else {}
+    try:
+        return ToolErrorInfo(type=code, message=str(e.message), details=details)
+    except Exception:
+        return ToolErrorInfo(type=code, message=str(e.message)[:1000])
 
 
 class Session:
@@ -69,9 +81,12 @@ class Session:
     def fork(
         cls, env: BaseEnvironment, config: dict[str, Any] | str | Path | None = None, *, strict: bool = False
     ) -> Session:
-        """A new session on a fresh state built from `config` (a dump, a scenario name, a JSON path)."""
+        """A new session on a fresh state built from `config`: a dump, a scenario *name* of the
+        environment, or a `Path` to a JSON file (local callers only; a string is never a path).
+
+        An untrusted environment answers with a session served by its sandboxed workers."""
         data, source = env.resolve_config(config)
-        return cls(env, env.new_state(data, source), strict=strict, source=source)
+        return env.open_session(data, source, strict=strict)
 
     def reset(self, config: dict[str, Any] | str | Path | None = None) -> None:
         data, source = self.env.resolve_config(config)
@@ -105,9 +120,16 @@ class Session:
         self.history.append(rec)
         return rec
 
+    def close(self) -> None:
+        """Let go of the session's resources (a sandboxed worker's copy of the state); idempotent."""
+
     def call(self, tool: str, args: dict[str, Any] | None = None) -> CallRecord:
         """Validate, execute and record one tool call. Never raises for a bad call: errors are results."""
         args = {} if args is None else args
+        if not isinstance(tool, str):
+            return self._record(
+                str(tool)[:100], {}, error=ToolErrorInfo(type="unknown_tool", message="a tool name must be a string")
+            )
         binding = self.env.binding(tool)
         if binding is None:
             names = ", ".join(self.env.metadata.tool_names)
@@ -132,17 +154,22 @@ class Session:
                     details={"problems": [p.model_dump() for p in e.problems]},
                 ),
             )
+        except Exception as e:  # arguments that cannot even be read: lone surrogates, nesting past the stack
+            return self._record(
+                tool,
+                args,
+                error=ToolErrorInfo(
+                    type="invalid_arguments",
+                    message=f"invalid arguments for '{tool}': they cannot be read ({type(e).__name__}: {str(e)[:200]})",
+                ),
+            )
         env, state = self.env, self.state
         token = env.begin(state, self.strict)
         try:
             result = binding.invoke(state, kwargs)
         except ToolError as e:
             self.state = env.rollback(state, token)
-            return self._record(
-                tool,
-                args,
-                error=ToolErrorInfo(type=e.code, message=e.message, details=e.details),
-            )
+            return self._record(tool, args, error=_tool_error(e))
         except Exception as e:  # a bug in the tool: recorded, state restored, the run goes on
             self.state = env.rollback(state, token)
             return self._record(

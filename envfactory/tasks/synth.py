@@ -75,6 +75,11 @@ def initial_states(pool: EnvPool, servers: list[str], seed: int, depth: int) -> 
     core: dict[str, Any] = {}
     for name in servers:
         env = pool.get(name)
+        if getattr(env, "blocking_io", False):  # a SandboxedEnvironment: its state model lives in a worker
+            raise _NotNative(
+                f"environment '{name}' is not trusted, so its state model only runs sandboxed; initial states are "
+                f"generated in-process: review it and run `envfactory envs trust {name}`"
+            )
         if not isinstance(env, Environment):
             raise _NotNative(f"environment '{name}' has no Pydantic state model to generate initial states from")
         made = generate_initial_state(env, seed=stable_seed(seed, name), depth=depth)

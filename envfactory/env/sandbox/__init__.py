@@ -1,36 +1,29 @@
-"""Running untrusted generated environment code: a static check, then a fresh, limited subprocess.
+"""Running untrusted generated environment code: a static filter, then a process walled off by the kernel.
 
-DESIGN: "Generated code is untrusted: it is checked statically (AST: allowed imports only, no
-exec/eval/open/subprocess/socket) and executed in a subprocess with time, memory and no-network
-limits; a crash or hang there is a validation error, never a crash of the run."
+DESIGN: "Generated code is hostile until a person trusts it: the OS is the wall, Python checks only
+a filter."
 
-Two layers, because neither is enough alone:
+Layers, outermost first:
 
-1. `static_check` is a *policy*: it rejects code that reaches for the system (imports outside an
-   allow-list, exec/eval/open, dunder and private attribute access, module handles such as
-   `typing.sys`) with a line number and a reason the Code Agent can act on. In-process Python
-   sandboxing is known to be leaky, so this is not the containment.
-2. `run_checks_in_sandbox` is the *containment*: every call starts a new interpreter
-   (`python -P -m envfactory.env.sandbox.child`) that applies resource limits, leaves the network
-   namespace, drops root, blocks sockets, runs the code with guarded builtins and reports raw
-   observations to a result file. The parent enforces the wall clock and never raises for bad code.
+1. `wall`: the OS boundary. Every process that runs untrusted code starts inside bubblewrap (its
+   own user, PID, mount, IPC, UTS and network namespaces, a read-only view of only the interpreter,
+   its packages and the runtime package, a size-limited private tmpfs, no capabilities) with a
+   seccomp filter, and its worker loads a second filter (no exec, fork, threads, signals, sockets)
+   before any untrusted code. No OS sandbox: refused, unless the user opts out by name.
+2. `process` / `wire`: the parent drives a worker one request at a time over pipes, reading every
+   answer with a deadline, a size limit and a depth limit; anything late or malformed kills it.
+3. `runner`: an EnvGen validation round (`run_checks_in_sandbox`): the parent makes every call and
+   records the `Observations` itself; the judge (`envfactory.env.checks`) compares them with
+   expectations the worker never sees. `envfactory.env.sandboxed` serves the `Session` API of an
+   untrusted environment from a pool of the same workers: what was judged is what runs.
+4. `static_check` (the AST policy) and the worker's guarded builtins (`guards`) are a filter: they
+   give the Code Agent precise feedback (a line and a reason), and make the obvious escapes fail
+   early. They are not the containment.
 
-The child only gets the calls to make (tool, arguments, initial config), never the expected
-results: the judge (`envfactory.env.checks`) compares in this process, so generated code cannot
-read the answers it is checked against.
-
-Modules:
-- `policy`: the allow-lists and deny-lists both layers enforce;
-- `ast_check`: `static_check` and `StaticProblem`;
-- `protocol`: the job the parent sends, the observations and exit codes the child returns;
-- `limits`: `SandboxLimits`;
-- `runner`: `run_checks_in_sandbox` and `SandboxResult` (the parent side);
-- `child`: the child's entry point, with `isolation` (preload, rlimits, network, privileges),
-  `guards` (restricted builtins, sealed evaluators) and `integrity` (tampering snapshots).
-
-The child's modules are not imported here: `python -m envfactory.env.sandbox.child` imports this
-package first, and if the package had already imported `.child`, runpy would run it a second time
-as `__main__`. The parent never needs them.
+Modules: `policy` (allow-lists), `ast_check`, `limits`, `wall`, `wire`, `protocol`, `process`,
+`runner`; the worker's side: `worker` with `isolation` (limits, filter, privileges), `guards` and
+`integrity` (tampering snapshots, a filter as well). The worker's modules are not imported here:
+`python -m envfactory.env.sandbox.worker` imports this package first, and the parent never needs them.
 """
 
 from envfactory.env.sandbox.ast_check import MAX_CODE_CHARS, StaticProblem, static_check
@@ -48,21 +41,16 @@ from envfactory.env.sandbox.policy import (
     module_problem,
 )
 from envfactory.env.sandbox.protocol import (
-    EXIT_BAD_JOB,
-    EXIT_MEMORY,
-    EXIT_NO_REPORT,
-    EXIT_TIMEOUT,
     Interrupt,
-    JobScenario,
-    JobStep,
+    Isolation,
     Observations,
     Phase,
-    SandboxJob,
     ScenarioObservation,
     StepObservation,
     parse_observations,
 )
 from envfactory.env.sandbox.runner import SandboxResult, SandboxStatus, run_checks_in_sandbox
+from envfactory.env.sandbox.wall import SandboxUnavailable, Wall, wall
 
 __all__ = [
     "ALLOWED_DUNDER_ATTRS",
@@ -70,29 +58,26 @@ __all__ = [
     "ALLOWED_MODULES",
     "ENVFACTORY_NAMES",
     "ENV_ATTRS",
-    "EXIT_BAD_JOB",
-    "EXIT_MEMORY",
-    "EXIT_NO_REPORT",
-    "EXIT_TIMEOUT",
     "FORBIDDEN_ATTRS",
     "FORBIDDEN_BUILTINS",
     "MAX_CODE_CHARS",
     "MODULE_REASONS",
     "Interrupt",
-    "JobScenario",
-    "JobStep",
+    "Isolation",
     "Observations",
     "Phase",
-    "SandboxJob",
     "SandboxLimits",
     "SandboxResult",
     "SandboxStatus",
+    "SandboxUnavailable",
     "ScenarioObservation",
     "StaticProblem",
     "StepObservation",
+    "Wall",
     "module_member_problem",
     "module_problem",
     "parse_observations",
     "run_checks_in_sandbox",
     "static_check",
+    "wall",
 ]

@@ -1,7 +1,8 @@
-"""The child's isolation from the machine: preloading, resource limits, network, privileges.
+"""The worker's own part of its isolation: preloading, resource limits, the seccomp filter, network, privileges.
 
-Used by the child only (`envfactory.env.sandbox.child` calls these in the order its docstring
-gives); the parent never imports this module.
+Used by the worker only (`envfactory.env.sandbox.worker` calls these in the order its docstring
+gives), during its trusted start-up; the parent never imports this module. The namespaces and the
+read-only view come from bubblewrap (`wall.py`) before the interpreter starts.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import warnings
 from typing import Any, NoReturn
 
 from envfactory.env.sandbox.policy import ALLOWED_MODULES
-from envfactory.env.sandbox.protocol import SandboxJob
+from envfactory.env.sandbox.protocol import WorkerLimits
 
 CLONE_NEWNET = 0x40000000
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 
 
 def block_network() -> None:
@@ -108,20 +111,51 @@ def _set_limit(which: int, value: int, applied: dict[str, int], label: str) -> N
         applied[label] = value
 
 
-def apply_limits(job: SandboxJob) -> dict[str, Any]:
-    """Resource limits of this process; returns what was applied (for the isolation report)."""
+def apply_limits(limits: WorkerLimits) -> dict[str, int]:
+    """Resource limits of this process (hard = soft: they cannot be raised again); what was applied."""
     applied: dict[str, int] = {}
     baseline = _vm_size_bytes()
     if baseline is not None:
-        _set_limit(resource.RLIMIT_AS, baseline + job.memory_mb * 1024 * 1024, applied, "as_bytes")
+        _set_limit(resource.RLIMIT_AS, baseline + limits.memory_mb * 1024 * 1024, applied, "as_bytes")
     with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_CPU, (job.cpu_s, job.cpu_s + 1))
-        applied["cpu_s"] = job.cpu_s
-    _set_limit(resource.RLIMIT_FSIZE, job.fsize_mb * 1024 * 1024, applied, "fsize_bytes")
-    _set_limit(resource.RLIMIT_NOFILE, 64, applied, "nofile")
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s + 1))
+        applied["cpu_s"] = limits.cpu_s
+    _set_limit(resource.RLIMIT_FSIZE, limits.fsize_mb * 1024 * 1024, applied, "fsize_bytes")
+    _set_limit(resource.RLIMIT_NOFILE, limits.nofile, applied, "nofile")
     _set_limit(resource.RLIMIT_NPROC, 0, applied, "nproc")
     _set_limit(resource.RLIMIT_CORE, 0, applied, "core")
-    return {"rlimits": applied, "baseline_vm_bytes": baseline}
+    return applied
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def install_filter(bpf: bytes) -> None:
+    """Load a seccomp BPF program (compiled by the parent with libseccomp) into this process.
+
+    Sets no_new_privs first (the kernel requires it of an unprivileged process). Raises OSError if
+    the kernel refuses: the worker then reports a broken start-up and the parent refuses to use it.
+    """
+    if not bpf or len(bpf) % 8:
+        raise OSError("the seccomp program is empty or malformed")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    buf = ctypes.create_string_buffer(bpf, len(bpf))
+    prog = _SockFprog(len(bpf) // 8, ctypes.addressof(buf))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
+def read_status() -> dict[str, str]:
+    """/proc/self/status as a dict (Seccomp, Seccomp_filters, NoNewPrivs, CapEff, Uid...)."""
+    out: dict[str, str] = {}
+    with contextlib.suppress(OSError), open("/proc/self/status", encoding="ascii", errors="replace") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            out[key.strip()] = value.strip()
+    return out
 
 
 def _preload() -> None:

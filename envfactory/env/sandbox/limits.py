@@ -1,4 +1,4 @@
-"""The limits of one sandbox run: wall clock, per call, memory, CPU, file size, privileges, replay."""
+"""The limits of one sandbox run: wall clock, per call, memory, CPU, file size, tmpfs, answers, replay."""
 
 from __future__ import annotations
 
@@ -28,12 +28,22 @@ class SandboxLimits(BaseModel):
     memory_mb: int = Field(default=1024, gt=0)
     cpu_s: float | None = Field(default=None, gt=0, description="RLIMIT_CPU, rounded up to whole seconds")
     fsize_mb: int = Field(default=64, gt=0, description="largest file the child may write (its result, its log)")
-    drop_privileges: bool = Field(default=True, description="when started as root: run the code as nobody")
+    tmpfs_mb: int = Field(default=16, gt=0, description="size of the sandbox's private /tmp")
+    max_answer_mb: int = Field(default=64, gt=0, description="largest answer the parent reads from the worker")
+    max_depth: int = Field(default=100, gt=1, description="deepest JSON nesting the parent accepts from the worker")
     replay: bool = Field(default=True, description="replay each scenario to check the tools are deterministic")
+    unsafe_no_os_sandbox: bool = Field(
+        default=False, description="run without bubblewrap where it is missing (Python guards only): UNSAFE"
+    )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SandboxLimits:
-        return cls(timeout_s=settings.sandbox_timeout_s, memory_mb=settings.sandbox_memory_mb)
+        return cls(
+            timeout_s=settings.sandbox_timeout_s,
+            memory_mb=settings.sandbox_memory_mb,
+            tmpfs_mb=settings.sandbox_tmpfs_mb,
+            unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox,
+        )
 
     @property
     def call_limit_s(self) -> float:

@@ -1,48 +1,115 @@
-"""The protocol between parent and child: the job, the child's raw observations, its exit codes.
+"""What crosses the pipe between the parent and a sandboxed worker, and what the parent makes of it.
 
-The job holds the calls to make (tool, arguments, initial config), never the expected results:
-the judge (`envfactory.env.checks`) compares in the parent, so generated code cannot read the
-answers it is checked against.
+The parent drives the worker one request at a time (`wire.py` frames): start-up (`hello`), then
+`load` the generated module, `fork` sessions, `call` tools, `dump` states. Every answer is
+untrusted: the parent validates it against these models and judges it itself. The worker never
+sees an expected result, and it writes no result file a forged exit could leave behind.
+
+`Observations` is the parent's own record of a validation round, built from those answers; the
+judge (`envfactory.env.checks`) compares it with the scenarios' expectations.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-# Child exit codes the parent maps to a status (anything else, or a signal, is a crash).
-EXIT_MEMORY = 71
-EXIT_TIMEOUT = 72
-EXIT_BAD_JOB = 73
-EXIT_NO_REPORT = 74
+from envfactory.env.diff import StateDiff
+from envfactory.env.state import Change
 
-
-class JobStep(BaseModel):
-    tool: str
-    args: dict[str, Any] = Field(default_factory=dict)
-    observe_state: bool = False  # dump the state after this step (only where a check reads it)
+# ---- start-up ------------------------------------------------------------------------------------
 
 
-class JobScenario(BaseModel):
-    name: str
-    initial_config: dict[str, Any] = Field(default_factory=dict)
-    steps: list[JobStep]
+class WorkerLimits(BaseModel):
+    """Resource limits the worker applies to itself before any untrusted code runs."""
+
+    memory_mb: int  # address space on top of the worker's baseline after its imports
+    cpu_s: int  # RLIMIT_CPU for the worker's whole life
+    fsize_mb: int  # largest file it may write (its log)
+    nofile: int = 64
 
 
-class SandboxJob(BaseModel):
-    """What the child is asked to do: calls only, never the expected outcomes."""
+class Hello(BaseModel):
+    """The first frame the parent sends: limits, the seccomp program, how the worker is wrapped."""
 
-    code_path: str
-    module_name: str
-    deadline: float  # time.time() by which the child must have written its result
-    call_timeout_s: float
-    memory_mb: int
-    cpu_s: int
-    fsize_mb: int
-    drop_privileges: bool
-    replay: bool = True  # run each completed scenario twice: the second run must repeat the first
-    scenarios: list[JobScenario]
+    limits: WorkerLimits
+    seccomp_bpf: str  # base64 of the BPF program the worker installs after its start-up
+    wrapped: bool  # inside bubblewrap (False only under the unsafe opt-out: then it drops root itself)
+
+
+class Isolation(BaseModel):
+    """What the worker found itself in, read from the kernel after its filter was loaded."""
+
+    model_config = ConfigDict(extra="allow")
+
+    wrapped: bool
+    uid: int
+    seccomp_mode: int  # /proc/self/status Seccomp: 2 = filter
+    seccomp_filters: int
+    no_new_privs: bool
+    cap_eff: str
+    root_entries: list[str] = Field(default_factory=list)  # what `/` holds inside
+    netns: bool | None = None  # unwrapped only: entered its own network namespace
+    socket_blocked: bool = False
+    sealed_evaluators: list[str] = Field(default_factory=list)
+    rlimits: dict[str, int] = Field(default_factory=dict)
+
+    def problems(self) -> list[str]:
+        """Why this worker must not run untrusted code (its start-up is trusted, so this is not forged)."""
+        out = []
+        if self.seccomp_mode != 2:
+            out.append("the seccomp filter is not loaded")
+        if not self.no_new_privs:
+            out.append("no_new_privs is not set")
+        if self.wrapped and int(self.cap_eff or "0", 16) != 0:
+            out.append(f"the worker still has capabilities ({self.cap_eff})")
+        return out
+
+
+# ---- answers -------------------------------------------------------------------------------------
+
+
+class LoadAnswer(BaseModel):
+    """What importing the generated module did."""
+
+    import_error: str | None = None
+    import_line: int | None = None
+    env_problems: list[str] = Field(default_factory=list)
+    derived_metadata: dict[str, Any] | None = None
+    tampering: list[str] = Field(default_factory=list)
+
+
+class ForkAnswer(BaseModel):
+    load_error: str | None = None  # the config does not fit the state model (the config's fault)
+    load_crash: str | None = None  # the state model raised something else (the code's fault)
+
+
+class ErrorAnswer(BaseModel):
+    type: str
+    message: str
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class CallAnswer(BaseModel):
+    """One tool call, as the worker's `Session.call` recorded it."""
+
+    ok: bool
+    result: Any = None
+    error: ErrorAnswer | None = None
+    diff: StateDiff = Field(default_factory=StateDiff)
+    changes: list[Change] = Field(default_factory=list)
+
+
+class DumpAnswer(BaseModel):
+    state: dict[str, Any]
+
+
+class IntegrityAnswer(BaseModel):
+    tampering: list[str] = Field(default_factory=list)
+
+
+# ---- the parent's record of a validation round ---------------------------------------------------
 
 
 class StepObservation(BaseModel):
@@ -60,7 +127,7 @@ class ScenarioObservation(BaseModel):
     load_crash: str | None = None  # the state model raised something else while loading (the code's fault)
     steps: list[StepObservation] = Field(default_factory=list)
     completed: bool = False
-    aborted: str | None = None  # why the scenario stopped early (a hung call)
+    aborted: str | None = None  # why the scenario stopped early (a hung call, a dead worker)
     replay_difference: str | None = None  # the same calls on a fresh session did something else
 
 
@@ -68,7 +135,7 @@ Phase = Literal["startup", "import", "scenario"]
 
 
 class Interrupt(BaseModel):
-    """Where the child was when a limit stopped it."""
+    """Where the run was when a limit stopped it."""
 
     kind: Literal["timeout", "cpu", "memory"]
     phase: Phase
@@ -78,9 +145,9 @@ class Interrupt(BaseModel):
 
 
 class Observations(BaseModel):
-    """The child's raw report: what the code did, with no verdict."""
+    """What the code did in one validation round, recorded by the parent from the worker's answers."""
 
-    pid: int
+    pid: int  # the worker's process id as the parent sees it (outside its PID namespace)
     isolation: dict[str, Any] = Field(default_factory=dict)
     import_error: str | None = None
     import_line: int | None = None
@@ -93,7 +160,7 @@ class Observations(BaseModel):
 
 
 def parse_observations(output: dict[str, Any] | None) -> Observations | None:
-    """The child's output as `Observations`, or None if it is missing or malformed (it is untrusted)."""
+    """A `SandboxResult.output` as `Observations`, or None if missing or malformed."""
     if output is None:
         return None
     try:

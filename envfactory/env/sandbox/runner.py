@@ -1,47 +1,47 @@
-"""The parent side of a sandbox run: `run_checks_in_sandbox` and how a child's end becomes a `SandboxResult`.
+"""One EnvGen validation round: `run_checks_in_sandbox` drives a fresh sandboxed worker call by call.
 
-Every call starts a new interpreter (`python -P -m envfactory.env.sandbox.child`) in its own
-process group, with a scrubbed environment, in a fresh work folder. The parent enforces the wall
-clock (killing the whole group as a backstop) and never raises for bad code.
+The parent sends the code, forks a session per scenario, makes each call, dumps the state where a
+check or the read-only rule needs it, replays every completed scenario on a fresh session, and
+records everything in `Observations` itself. The worker never sees an expected result and has no
+file to write a verdict into: its only output is its answers, which the parent parses with size
+and depth limits. The parent holds the clocks: a call that does not answer within the per-call
+limit is a hung tool (the worker is killed; the next scenario gets a new one), and the round's
+wall clock stops everything. Never raises for bad code: every outcome is a `SandboxResult`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox.ast_check import StaticProblem, static_check
 from envfactory.env.sandbox.limits import SandboxLimits
+from envfactory.env.sandbox.process import ChannelLimits, SandboxProcess, WorkerDied
 from envfactory.env.sandbox.protocol import (
-    EXIT_BAD_JOB,
-    EXIT_MEMORY,
-    EXIT_NO_REPORT,
-    EXIT_TIMEOUT,
-    JobScenario,
-    JobStep,
-    SandboxJob,
+    CallAnswer,
+    ForkAnswer,
+    Interrupt,
+    LoadAnswer,
+    Observations,
+    Phase,
+    ScenarioObservation,
+    StepObservation,
+    WorkerLimits,
 )
+from envfactory.env.sandbox.wall import Wall, wall
 
 if TYPE_CHECKING:
     from envfactory.env.checks.scenarios import TestScenario
 
 SandboxStatus = Literal["ok", "static_rejected", "timeout", "memory", "crashed"]
+CODE_PATH = "/sandbox/env.py"  # what tracebacks name; no such file exists anywhere
 
 
 class SandboxResult(BaseModel):
-    """How a sandbox run ended; `output` is the child's raw `Observations` (possibly partial)."""
+    """How a sandbox run ended; `output` is the parent's `Observations` of it (possibly partial)."""
 
     status: SandboxStatus
     output: dict[str, Any] | None = None
@@ -52,188 +52,286 @@ class SandboxResult(BaseModel):
     detail: str = ""  # why, in words: which limit, which signal
 
 
-# After the child's own deadline, how long the parent waits for it to write its result and exit.
-_GRACE_S = 1.0
-_MAX_RESULT_BYTES = 64 * 1024 * 1024
-_TAIL_CHARS = 4000
+class _Stop(Exception):
+    """The round ends here: a limit, a crash or a broken answer."""
+
+    def __init__(self, status: SandboxStatus, detail: str, kind: Literal["timeout", "cpu", "memory"] | None = None):
+        super().__init__(detail)
+        self.status, self.detail, self.kind = status, detail, kind
 
 
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - _TAIL_CHARS))
-            return f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
+def _is_memory_error(message: str | None) -> bool:
+    return bool(message) and str(message).startswith("MemoryError")
 
 
-def _read_output(path: Path) -> tuple[dict[str, Any] | None, str]:
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return None, "the child wrote no result"
-    if size == 0:
-        return None, "the child wrote no result"
-    if size > _MAX_RESULT_BYTES:
-        return None, f"the child's result is {size} bytes (limit {_MAX_RESULT_BYTES})"
-    try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as e:
-        return None, f"the child's result is not valid JSON: {e}"
-    if not isinstance(data, dict):
-        return None, "the child's result is not a JSON object"
-    return data, ""
+class _Round:
+    def __init__(self, code: str, metadata: EnvMetadata, limits: SandboxLimits, the_wall: Wall) -> None:
+        self.code, self.metadata, self.limits, self.wall = code, metadata, limits, the_wall
+        self.deadline = time.monotonic() + limits.timeout_s
+        self.obs = Observations(pid=0)
+        self.worker: SandboxProcess | None = None
+        self.tails: list[str] = []
+        self.phase: Phase = "startup"
+        self.where: dict[str, Any] = {}
+        self.kinds = {t.name: t.kind for t in metadata.tools}
+        self._sid = 0
 
+    # ---- the worker ------------------------------------------------------------------------
+    def _left(self) -> float:
+        return self.deadline - time.monotonic()
 
-def _job_scenarios(scenarios: list[TestScenario]) -> list[JobScenario]:
-    return [
-        JobScenario(
-            name=s.name,
-            initial_config=s.initial_config,
-            steps=[JobStep(tool=st.tool, args=st.args, observe_state=bool(st.expect_state)) for st in s.steps],
+    def _fail(self, died: WorkerDied) -> _Stop:
+        """A dead worker ends the round, unless it was a hung call (handled by the caller)."""
+        if died.kind == "timeout" and "SIGXCPU" in died.detail:
+            return _Stop("timeout", f"the code used its CPU limit of {self.limits.cpu_limit_s} s", "cpu")
+        if died.kind == "timeout":
+            return _Stop("timeout", f"the code did not finish within the {self.limits.timeout_s:g} s limit", "timeout")
+        if died.kind == "memory":
+            return _Stop("memory", f"{died.detail} (limit {self.limits.memory_mb} MB)", "memory")
+        return _Stop("crashed", died.detail)
+
+    def _retire(self) -> None:
+        if self.worker is not None:
+            self.tails.append(self.worker.stderr_tail())
+            self.worker.close()
+            self.worker = None
+
+    def _ensure_worker(self) -> SandboxProcess:
+        """A live worker with the code loaded: a fresh one after a hang killed the last."""
+        if self.worker is not None and self.worker.alive:
+            return self.worker
+        self._retire()
+        self.phase = "startup"
+        cpu_s = self.limits.cpu_limit_s
+        worker = SandboxProcess(
+            self.wall,
+            WorkerLimits(memory_mb=self.limits.memory_mb, cpu_s=cpu_s, fsize_mb=self.limits.fsize_mb),
+            tmpfs_mb=self.limits.tmpfs_mb,
+            channel=ChannelLimits(
+                max_answer_bytes=self.limits.max_answer_mb * 1024 * 1024,
+                max_depth=self.limits.max_depth,
+                start_timeout_s=max(0.1, self._left()),
+            ),
         )
-        for s in scenarios
-    ]
+        self.worker = worker
+        try:
+            isolation = worker.start()
+        except WorkerDied as e:
+            raise self._fail(e) from None
+        self.obs.pid = worker.pid
+        self.obs.isolation = {"wall": self.wall.kind, **isolation.model_dump(mode="json")}
+        self.phase = "import"
+        raw = self._ask(worker, "load", self._left(), source=self.code, module_name=self._module_name(), path=CODE_PATH)
+        answer = self._parse(LoadAnswer, raw)
+        if answer.import_error is not None and _is_memory_error(answer.import_error):
+            raise _Stop("memory", f"the code exceeded its memory limit of {self.limits.memory_mb} MB", "memory")
+        if self.obs.import_error is None and self.obs.derived_metadata is None:  # the first load tells
+            self.obs.import_error, self.obs.import_line = answer.import_error, answer.import_line
+            self.obs.env_problems = answer.env_problems
+            self.obs.derived_metadata = answer.derived_metadata
+            self.obs.tampering.extend(answer.tampering)
+        if answer.import_error is not None or answer.env_problems:
+            raise _Loaded()
+        return worker
+
+    def _module_name(self) -> str:
+        return f"envgen_{self.metadata.name}"
+
+    def _ask(self, worker: SandboxProcess, op: str, timeout_s: float, **fields: Any) -> dict[str, Any]:
+        try:
+            reply = worker.request(op, max(0.001, timeout_s), **fields)
+        except WorkerDied as e:
+            raise self._fail(e) from None
+        if "failure" in reply:
+            if reply.get("memory"):
+                raise _Stop("memory", f"the code exceeded its memory limit of {self.limits.memory_mb} MB", "memory")
+            raise _Stop("crashed", f"the worker could not {op}: {str(reply['failure'])[:300]}")
+        return reply
+
+    @staticmethod
+    def _parse(model: type[Any], raw: dict[str, Any]) -> Any:
+        try:
+            return model.model_validate(raw)
+        except ValidationError as e:
+            raise _Stop("crashed", f"malformed answer from the worker: {e.errors()[0]['msg']}") from None
+
+    # ---- scenarios -------------------------------------------------------------------------
+    def run(self, scenarios: list[TestScenario]) -> None:
+        try:
+            self._ensure_worker()
+        except _Loaded:
+            return
+        self.phase = "scenario"
+        for scenario in scenarios:
+            current = ScenarioObservation(name=scenario.name)
+            self.obs.scenarios.append(current)
+            self.where = {"scenario": scenario.name, "step": None, "tool": None}
+            try:
+                worker = self._ensure_worker()
+            except _Loaded:
+                return
+            self.phase = "scenario"
+            sid = self._fork(worker, scenario.initial_config, current)
+            if sid is None:
+                continue
+            current.steps, current.aborted, final = self._play(scenario, sid, observe=True)
+            current.completed = current.aborted is None
+            if current.completed and self.limits.replay and final is not None:
+                current.replay_difference = self._replay(scenario, current, final)
+            if self.worker is not None and self.worker.alive:
+                raw = self._ask(self.worker, "integrity", min(self.limits.call_limit_s, self._left()))
+                label = f"after scenario '{scenario.name}'"
+                self.obs.tampering.extend(f"{label}: {k} was changed" for k in raw.get("tampering") or [])
+            if self.obs.tampering:
+                return
+
+    def _fork(self, worker: SandboxProcess, config: dict[str, Any], current: ScenarioObservation | None) -> int | None:
+        self._sid += 1
+        raw = self._ask(
+            worker, "fork", min(self.limits.call_limit_s, self._left()), sid=self._sid, config=config, strict=True
+        )
+        answer = self._parse(ForkAnswer, raw)
+        if current is not None:
+            current.load_error, current.load_crash = answer.load_error, answer.load_crash
+        if answer.load_error is not None or answer.load_crash is not None:
+            return None
+        return self._sid
+
+    def _dump(self, sid: int) -> dict[str, Any]:
+        assert self.worker is not None
+        raw = self._ask(self.worker, "dump", min(self.limits.call_limit_s, self._left()), sid=sid)
+        state = raw.get("state")
+        if not isinstance(state, dict):
+            raise _Stop("crashed", "malformed answer from the worker: a dump is not an object")
+        return state
+
+    def _play(
+        self, scenario: TestScenario, sid: int, *, observe: bool
+    ) -> tuple[list[StepObservation], str | None, dict[str, Any] | None]:
+        """Run a scenario's calls; (what each did, why it stopped early or None, the final dump)."""
+        steps: list[StepObservation] = []
+        before = self._dump(sid)
+        for i, step in enumerate(scenario.steps):
+            self.where = {"scenario": scenario.name, "step": i, "tool": step.tool}
+            if step.tool in self.obs.hung_tools:  # it would hang again: don't spend the round's time on it
+                return steps, f"stopped at step {i}: tool '{step.tool}' hung earlier in this run", None
+            assert self.worker is not None
+            call_s = self.limits.call_limit_s
+            hung = call_s < self._left()
+            try:
+                raw = self.worker.request(
+                    "call", max(0.001, min(call_s, self._left())), sid=sid, tool=step.tool, args=step.args
+                )
+            except WorkerDied as e:
+                if e.kind == "timeout" and hung:
+                    self.obs.hung_tools.append(step.tool)
+                    late = f"did not return within the per-call limit of {call_s:g} s"
+                    steps.append(StepObservation(tool=step.tool, ok=False, error_type="timeout", error_message=late))
+                    self._retire()
+                    return steps, f"stopped at step {i}: the call hung", None
+                raise self._fail(e) from None
+            if "failure" in raw:
+                if raw.get("memory"):
+                    raise _Stop("memory", f"the code exceeded its memory limit of {self.limits.memory_mb} MB", "memory")
+                why = f"{raw['failure']}"[:500]
+                steps.append(StepObservation(tool=step.tool, ok=False, error_type="internal_error", error_message=why))
+                return steps, f"stopped at step {i}: the worker could not answer ({why[:120]})", None
+            answer: CallAnswer = self._parse(CallAnswer, raw)
+            error = answer.error
+            if error is not None and error.type == "internal_error" and _is_memory_error(error.message):
+                raise _Stop("memory", f"the code exceeded its memory limit of {self.limits.memory_mb} MB", "memory")
+            after = self._dump(sid)
+            ok = answer.ok
+            error_type: str | None = error.type if error else None
+            message: str | None = error.message if error else None
+            if ok and self.kinds.get(step.tool) == "read" and after != before:
+                # judged here from the dumps, not from the worker's own account of the call
+                ok, error_type = False, "contract_violation"
+                message = f"read tool '{step.tool}' changed the state"
+            steps.append(
+                StepObservation(
+                    tool=step.tool,
+                    ok=ok,
+                    result=answer.result,
+                    error_type=error_type,
+                    error_message=message,
+                    state=after if observe and step.expect_state else None,
+                )
+            )
+            before = after
+        return steps, None, before
+
+    def _replay(self, scenario: TestScenario, first: ScenarioObservation, final: dict[str, Any]) -> str | None:
+        """The same calls on a fresh session of the same worker: a deterministic tool repeats itself.
+
+        Catches what one run cannot: module-level counters or caches, id()-based values, anything
+        that makes a replayed trajectory end somewhere else.
+        """
+        assert self.worker is not None
+        sid = self._fork(self.worker, scenario.initial_config, None)
+        if sid is None:
+            return "the initial config did not load the second time"
+        again, aborted, final_again = self._play(scenario, sid, observe=False)
+        if aborted is not None:
+            return f"the replay {aborted}"
+        for i, (a, b) in enumerate(zip(first.steps, again, strict=True)):
+            if (a.ok, a.error_type, a.result) != (b.ok, b.error_type, b.result):
+                was = a.result if a.ok else a.error_type
+                now = b.result if b.ok else b.error_type
+                return f"step {i} ({a.tool}) gave {_short(was)} the first time and {_short(now)} on replay"
+        if final_again != final:
+            return "the same calls left a different final state on replay"
+        return None
 
 
-def _child_env() -> dict[str, str]:
-    """A scrubbed environment: no API keys or settings reach generated code; fixed hash seed."""
-    package_root = str(Path(__file__).resolve().parents[3])  # the folder holding `envfactory`
-    return {
-        "PATH": "/usr/bin:/bin",
-        "PYTHONPATH": package_root,
-        "PYTHONHASHSEED": "0",  # set iteration order is part of a deterministic tool's behaviour
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONIOENCODING": "utf-8",
-        "LANG": "C.UTF-8",
-    }
+class _Loaded(Exception):
+    """The module did not load (import error, env problems): nothing to run."""
 
 
-def _signal_status(sig: int, limits: SandboxLimits) -> tuple[SandboxStatus, str]:
-    try:
-        name = signal.Signals(sig).name
-    except ValueError:
-        name = str(sig)
-    if sig == signal.SIGXCPU:
-        return "timeout", f"the code used its CPU limit of {limits.cpu_limit_s} s (SIGXCPU)"
-    if sig == signal.SIGKILL:
-        return "memory", "the child was killed (SIGKILL) — most likely out of memory"
-    return "crashed", f"the child died from signal {name} (a crash in native code, or memory exhaustion there)"
-
-
-_WORKDIR_PREFIX = "envfactory-sandbox-"
-
-
-def _sweep_stale_workdirs(older_than_s: float) -> None:
-    """Remove work folders a killed parent left behind (its `finally` never ran); best effort."""
-    cutoff = time.time() - older_than_s
-    with contextlib.suppress(OSError):
-        for path in Path(tempfile.gettempdir()).glob(_WORKDIR_PREFIX + "*"):
-            with contextlib.suppress(OSError):
-                if path.is_dir() and path.stat().st_mtime < cutoff:
-                    shutil.rmtree(path, ignore_errors=True)
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-
-
-def _timeout_detail(output: dict[str, Any], limits: SandboxLimits) -> str:
-    interrupted = output.get("interrupted") or {}
-    if isinstance(interrupted, dict) and interrupted.get("kind") == "cpu":
-        return f"the code used its CPU limit of {limits.cpu_limit_s} s"
-    if interrupted:
-        return f"the code did not finish within the {limits.timeout_s:g} s limit"
-    hung = sorted(set(output.get("hung_tools") or []))
-    return f"tool calls did not return within the per-call limit of {limits.call_limit_s:g} s: {', '.join(hung)}"
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def run_checks_in_sandbox(
     code: str, metadata: EnvMetadata, scenarios: list[TestScenario], limits: SandboxLimits
 ) -> SandboxResult:
-    """Statically check `code`, then run `scenarios` against it in a fresh limited subprocess.
+    """Statically check `code`, then run `scenarios` against it in fresh sandboxed workers.
 
-    `metadata` names the module (tracebacks read `envgen_<name>`); the comparison with it is the
-    judge's, in this process. Never raises for bad code: every outcome is a `SandboxResult`.
+    `metadata` names the module and says which tools are reads; the comparison with the
+    expectations is the judge's. Raises `SandboxUnavailable` (no OS sandbox, no opt-out) before
+    anything runs; never raises for bad code.
     """
     started = time.monotonic()
     problems = static_check(code)
     if problems:
         return SandboxResult(status="static_rejected", problems=problems, detail=f"{len(problems)} static problems")
-    _sweep_stale_workdirs(max(3600.0, 10 * limits.timeout_s))
-    workdir = Path(tempfile.mkdtemp(prefix=_WORKDIR_PREFIX))
+    the_wall = wall(unsafe_no_os_sandbox=limits.unsafe_no_os_sandbox)
+    round_ = _Round(code, metadata, limits, the_wall)
+    status: SandboxStatus = "ok"
+    detail = ""
     try:
-        code_path = workdir / "env.py"
-        code_path.write_text(code, encoding="utf-8")
-        result_path, log_path, job_path = workdir / "result.json", workdir / "child.log", workdir / "job.json"
-        job = SandboxJob(
-            code_path=str(code_path),
-            module_name=f"envgen_{metadata.name}",
-            deadline=time.time() + limits.timeout_s,
-            call_timeout_s=limits.call_limit_s,
-            memory_mb=limits.memory_mb,
-            cpu_s=limits.cpu_limit_s,
-            fsize_mb=limits.fsize_mb,
-            drop_privileges=limits.drop_privileges,
-            replay=limits.replay,
-            scenarios=_job_scenarios(scenarios),
-        )
-        job_path.write_text(job.model_dump_json(), encoding="utf-8")
-        cmd = [sys.executable, "-P", "-m", "envfactory.env.sandbox.child", str(job_path), str(result_path)]
-        killed = False
-        with log_path.open("wb") as log:
-            # start_new_session: the child leads its own process group, so one killpg ends everything
-            # it started; limits are applied by the child itself (preexec_fn is unsafe in a threaded parent)
-            proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=workdir,
-                env=_child_env(),
-                start_new_session=True,
-            )
-            try:
-                proc.wait(timeout=limits.timeout_s + _GRACE_S)
-            except subprocess.TimeoutExpired:
-                killed = True
-                _kill(proc)
-            except BaseException:  # interrupted ourselves: never leave the child behind
-                _kill(proc)
-                raise
-        rc = proc.returncode
-        tail = _tail(log_path)
-        duration = time.monotonic() - started
-        if killed:
-            return SandboxResult(
-                status="timeout",
-                stderr_tail=tail,
-                duration_s=duration,
-                exit_code=rc,
-                detail=f"the child did not finish within the {limits.timeout_s:g} s wall-clock limit and was killed",
-            )
-        output, why = _read_output(result_path)
-        status: SandboxStatus
-        if rc == 0 and output is not None:
-            status, detail = "ok", ""
-        elif rc == EXIT_TIMEOUT:
-            status, detail = "timeout", _timeout_detail(output or {}, limits)
-        elif rc == EXIT_MEMORY:
-            status, detail = "memory", f"the code exceeded its memory limit of {limits.memory_mb} MB"
-        elif rc < 0:
-            status, detail = _signal_status(-rc, limits)
-        elif rc == EXIT_NO_REPORT:
-            status, detail = "crashed", "the child could not write its report (larger than fsize_mb?): see stderr_tail"
-        elif rc == EXIT_BAD_JOB:
-            status, detail = "crashed", "the sandbox child could not start (bad job): see stderr_tail"
-        else:
-            status, detail = "crashed", f"the child exited with code {rc}" + (f"; {why}" if why else "")
-        return SandboxResult(
-            status=status, output=output, stderr_tail=tail, duration_s=duration, exit_code=rc, detail=detail
-        )
+        round_.run(scenarios)
+        if round_.obs.hung_tools:
+            status = "timeout"
+            hung = ", ".join(sorted(set(round_.obs.hung_tools)))
+            detail = f"tool calls did not return within the per-call limit of {limits.call_limit_s:g} s: {hung}"
+    except _Stop as stop:
+        status, detail = stop.status, stop.detail
+        if stop.kind is not None:
+            round_.obs.interrupted = Interrupt(kind=stop.kind, phase=round_.phase, **_where(round_))
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        round_._retire()
+    return SandboxResult(
+        status=status,
+        output=round_.obs.model_dump(mode="json"),
+        stderr_tail="".join(round_.tails)[-4000:],
+        duration_s=time.monotonic() - started,
+        detail=detail,
+    )
+
+
+def _where(round_: _Round) -> dict[str, Any]:
+    if round_.phase != "scenario":
+        return {}
+    return {k: round_.where.get(k) for k in ("scenario", "step", "tool")}

@@ -1,0 +1,238 @@
+"""The parent's handle on one sandboxed worker process: start it behind the wall, ask it, kill it.
+
+Every answer is read with a deadline and parsed defensively (`wire.py`); a late, oversized,
+malformed or out-of-order answer, or a worker that exits, raises `WorkerDied` and leaves the
+worker killed. Nothing the worker does can make the parent raise anything else or wait longer
+than the deadline it chose.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import IO, Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from envfactory.env.sandbox.protocol import Hello, Isolation, WorkerLimits
+from envfactory.env.sandbox.wall import Wall, bwrap_args, child_env, startup_filter, worker_filter
+from envfactory.env.sandbox.wire import WireError, decode, encode, read_frame, write_frame
+
+DeathKind = Literal["timeout", "memory", "crashed", "protocol"]
+_TAIL_BYTES = 4000
+
+# bwrap's --die-with-parent is tied to the *thread* that started it: a worker started from a
+# short-lived thread (a server's thread pool) would die with that thread. One long-lived thread
+# starts them all, so they die with the process and only with it.
+_SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="envfactory-sandbox-spawner")
+
+
+class WorkerDied(Exception):
+    """The worker is gone (killed by us or by a limit, or it exited); `kind` says how, `detail` why."""
+
+    def __init__(self, kind: DeathKind, detail: str) -> None:
+        super().__init__(detail)
+        self.kind: DeathKind = kind
+        self.detail = detail
+
+
+class ChannelLimits(BaseModel):
+    """What the parent accepts from a worker."""
+
+    max_answer_bytes: int = 64 * 1024 * 1024
+    max_depth: int = 100
+    start_timeout_s: float = 20.0
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return str(sig)
+
+
+class SandboxProcess:
+    """One worker behind the wall. `start()`, then `request(op, ..., timeout_s=...)`; `kill()` at the end."""
+
+    def __init__(self, wall: Wall, limits: WorkerLimits, *, tmpfs_mb: int = 16, channel: ChannelLimits | None = None):
+        self.wall = wall
+        self.limits = limits
+        self.tmpfs_mb = tmpfs_mb
+        self.channel = channel or ChannelLimits()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.isolation: Isolation | None = None
+        self._log: IO[bytes] | None = None
+        self._next_id = 0
+        self._lock = threading.Lock()
+        self.died: WorkerDied | None = None
+
+    # ---- life ------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int:
+        return self.proc.pid if self.proc is not None else 0
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.died is None and self.proc.poll() is None
+
+    def _command(self) -> tuple[list[str], tuple[int, ...], dict[str, str] | None, str | None]:
+        inner = [sys.executable, "-P", "-s", "-m", "envfactory.env.sandbox.worker"]
+        if self.wall.kind == "bubblewrap" and self.wall.bwrap:
+            r, w = os.pipe()
+            os.write(w, startup_filter())  # a few KB: fits the pipe buffer
+            os.close(w)
+            return [*bwrap_args(self.wall.bwrap, tmpfs_mb=self.tmpfs_mb, seccomp_fd=r), *inner], (r,), None, None
+        return inner, (), child_env(wrapped=False), tempfile.gettempdir()
+
+    def start(self) -> Isolation:
+        """Start the worker and complete its trusted start-up; `WorkerDied` if it does not come up clean."""
+        cmd, fds, env, cwd = self._command()
+        self._log = tempfile.TemporaryFile(prefix="envfactory-sandbox-")  # noqa: SIM115 - lives as long as the worker
+        log = self._log
+
+        def spawn() -> subprocess.Popen[bytes]:
+            return subprocess.Popen(
+                cmd,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                pass_fds=fds,
+                env=env if env is not None else {},
+                cwd=cwd,
+                start_new_session=True,
+            )
+
+        try:
+            self.proc = _SPAWNER.submit(spawn).result()
+        except OSError as e:
+            raise WorkerDied("crashed", f"the sandbox could not start: {e}") from None
+        finally:
+            for fd in fds:
+                os.close(fd)
+        hello = Hello(
+            limits=self.limits,
+            seccomp_bpf=base64.b64encode(worker_filter()).decode("ascii"),
+            wrapped=self.wall.kind == "bubblewrap",
+        )
+        reply = self._exchange(hello.model_dump(mode="json"), self.channel.start_timeout_s)
+        if "isolation" not in reply:
+            self.kill()
+            raise WorkerDied("crashed", str(reply.get("failure") or "the worker did not report its isolation"))
+        try:
+            self.isolation = Isolation.model_validate(reply["isolation"])
+        except ValidationError as e:
+            self.kill()
+            raise WorkerDied(
+                "protocol", f"the worker's isolation report is malformed: {e.errors()[0]['msg']}"
+            ) from None
+        problems = self.isolation.problems()
+        if problems:
+            self.kill()
+            raise WorkerDied("crashed", "the sandbox is not in place: " + "; ".join(problems))
+        return self.isolation
+
+    def kill(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=10)
+        for stream in (proc.stdin, proc.stdout):
+            with contextlib.suppress(Exception):
+                stream.close()  # type: ignore[union-attr]
+
+    def close(self) -> None:
+        """Kill the worker and drop its log."""
+        self.kill()
+        if self.died is None:
+            self.died = WorkerDied("crashed", "the worker was closed")
+        if self._log is not None:
+            with contextlib.suppress(Exception):
+                self._log.close()
+            self._log = None
+
+    def stderr_tail(self) -> str:
+        log = self._log
+        if log is None:
+            return ""
+        try:
+            size = os.fstat(log.fileno()).st_size
+            data = os.pread(log.fileno(), _TAIL_BYTES, max(0, size - _TAIL_BYTES))
+        except OSError:
+            return ""
+        return data.decode("utf-8", "replace")
+
+    # ---- asking ----------------------------------------------------------------------------
+    def request(self, op: str, timeout_s: float, **fields: Any) -> dict[str, Any]:
+        """Send one request and return the worker's answer (a dict); `WorkerDied` when there is none."""
+        with self._lock:
+            if self.died is not None:
+                raise self.died
+            self._next_id += 1
+            rid = self._next_id
+            reply = self._exchange({"op": op, "id": rid, **fields}, timeout_s)
+            if reply.get("id") != rid:
+                raise self._die("protocol", f"the worker answered request {reply.get('id')!r}, not {rid}")
+            return reply
+
+    def _exchange(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        try:
+            frame = encode(message)
+        except (ValueError, TypeError, RecursionError) as e:
+            raise ValueError(f"the request cannot be encoded as JSON: {e}") from None
+        try:
+            write_frame(proc.stdin.fileno(), frame)
+        except (BrokenPipeError, OSError):
+            raise self._die("crashed", "the worker is gone") from None
+        try:
+            body = read_frame(proc.stdout.fileno(), max_bytes=self.channel.max_answer_bytes, deadline=deadline)
+            reply = decode(body, self.channel.max_depth)
+        except WireError as e:
+            if e.kind == "timeout":
+                raise self._die("timeout", f"no answer within {timeout_s:g} s") from None
+            if e.kind == "eof":
+                raise self._die("crashed", "the worker exited") from None
+            raise self._die("protocol", str(e)) from None
+        if not isinstance(reply, dict):
+            raise self._die("protocol", "the worker's answer is not a JSON object")
+        return reply
+
+    def _die(self, kind: DeathKind, detail: str) -> WorkerDied:
+        """Kill the worker and say how it ended (an exit by a signal or a limit refines `kind`)."""
+        proc = self.proc
+        if kind == "crashed" and proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=2)
+            rc = proc.returncode
+            if rc is not None:
+                kind, detail = _exit_meaning(rc, detail)
+        self.kill()
+        self.died = WorkerDied(kind, detail)
+        return self.died
+
+
+def _exit_meaning(rc: int, detail: str) -> tuple[DeathKind, str]:
+    # bwrap reports a child killed by signal N as exit 128+N; a direct child shows -N
+    sig = -rc if rc < 0 else (rc - 128 if rc > 128 else 0)
+    if sig == signal.SIGXCPU:
+        return "timeout", "the worker used its CPU time limit (SIGXCPU)"
+    if sig == signal.SIGKILL:
+        return "memory", "the worker was killed (SIGKILL), most likely out of memory"
+    if sig:
+        return "crashed", f"the worker died from signal {_signal_name(sig)}"
+    return "crashed", f"{detail} (exit code {rc})"

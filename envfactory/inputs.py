@@ -1,0 +1,219 @@
+"""Reading what users and clients hand us: files and JSON text, bounded in size and depth.
+
+Every file the CLI or a loader reads goes through `read_file_bytes` (a regular file, opened without
+blocking, no larger than a limit: a FIFO, /dev/zero or a 20 GB file is refused at once, not read)
+and every JSON document through `parse_json` (valid UTF-8, no lone surrogates, nesting no deeper
+than a limit, parsed without recursion into the caller's stack). Errors are `InputError`s whose
+message names the source and says what is wrong, on one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from envfactory.errors import EnvFactoryError
+
+MAX_FILE_BYTES = 64 * 1024 * 1024  # state dumps, scenarios, metadata, task files: far below this
+MAX_CODE_BYTES = 2 * 1024 * 1024  # an env.py
+MAX_DEPTH = 100  # state dumps nest ~6 levels; tool arguments a few more
+
+
+class InputError(EnvFactoryError):
+    """A file or a JSON document cannot be accepted (missing, not a regular file, too large, malformed)."""
+
+
+MAX_NODES = 5_000_000  # values in one document once expanded: YAML aliases can make a small file a huge tree
+
+
+def _children(item: Any) -> Any:
+    if isinstance(item, dict):
+        return item.values()
+    if isinstance(item, list | tuple):
+        return item
+    return ()
+
+
+def depth_exceeds(value: Any, limit: int, max_nodes: int = MAX_NODES) -> bool:
+    """True if `value` nests lists/dicts deeper than `limit`, expands to more than `max_nodes` values,
+    or contains itself.
+
+    Iterative (no recursion on hostile data), and linear in the *distinct* containers: a shared
+    subtree (a YAML alias) is measured once, so an alias bomb is caught without walking its expansion.
+    """
+    if not isinstance(value, dict | list | tuple):
+        return False
+    measured: dict[int, tuple[int, int]] = {}  # finished containers: id -> (height, values below)
+    open_: set[int] = set()  # containers whose subtree is being walked
+    stack: list[tuple[Any, int, bool]] = [(value, 1, False)]
+    while stack:
+        item, depth, done = stack.pop()
+        key = id(item)
+        if done:
+            kids = [measured[id(c)] for c in _children(item) if isinstance(c, dict | list | tuple)]
+            height = 1 + max((h for h, _ in kids), default=0)
+            size = 1 + len(item) + sum(n for _, n in kids)
+            if size > max_nodes:
+                return True
+            measured[key] = (height, size)
+            open_.discard(key)
+            continue
+        if key in measured:
+            if depth + measured[key][0] - 1 > limit:
+                return True
+            continue
+        if key in open_ or depth > limit:  # a cycle, or simply too deep
+            return True
+        open_.add(key)
+        stack.append((item, depth, True))
+        stack.extend((c, depth + 1, False) for c in _children(item) if isinstance(c, dict | list | tuple))
+    return False
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """True if a string anywhere in `value` (keys included) holds a lone surrogate (not valid Unicode)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return False
+
+
+def parse_json(data: str | bytes, source: str, *, max_depth: int = MAX_DEPTH, surrogates: bool = False) -> Any:
+    """Parse a JSON document from `source` (a label for messages), or raise a one-line `InputError`."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InputError(f"{source}: not valid UTF-8 (byte {e.start})") from None
+    maybe_deep = data.count("[") + data.count("{") > max_depth
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise InputError(f"{source}: JSON nested deeper than {max_depth} levels") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except ValueError as e:  # e.g. a number too long to convert
+        raise InputError(f"{source}: invalid JSON: {e}") from None
+    if maybe_deep and depth_exceeds(value, max_depth):
+        raise InputError(f"{source}: JSON nested deeper than {max_depth} levels")
+    if not surrogates and "\\u" in data and has_lone_surrogate(value):
+        raise InputError(f"{source}: a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape)")
+    return value
+
+
+def parse_yaml(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse a YAML document (safe loader), or raise a one-line `InputError` naming `source`."""
+    import yaml
+
+    try:
+        value = yaml.safe_load(text)
+    except RecursionError:
+        raise InputError(f"{source}: YAML nested too deeply") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{source}: invalid YAML{where}: {problem}") from None
+    if depth_exceeds(value, max_depth):
+        raise InputError(f"{source}: YAML nested deeper than {max_depth} levels, or too large once expanded")
+    return value
+
+
+def read_yaml(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> Any:
+    """A bounded regular file parsed as YAML (JSON is YAML too), with one-line errors naming the path."""
+    return parse_yaml(read_text(path, max_bytes=max_bytes, what=what), str(path))
+
+
+def read_file_bytes(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> bytes:
+    """The bytes of a regular file no larger than `max_bytes`; never blocks on a FIFO or a device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such {what}") from None
+    except OSError as e:
+        raise InputError(f"{path}: cannot open the {what}: {e.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{path}: the {what} is not a regular file")
+        if st.st_size > max_bytes:
+            raise InputError(f"{path}: the {what} is {st.st_size} bytes, over the {max_bytes}-byte limit")
+        chunks: list[bytes] = []
+        left = max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > max_bytes:  # it grew while we read
+            raise InputError(f"{path}: the {what} is over the {max_bytes}-byte limit")
+        return data
+    except OSError as e:
+        raise InputError(f"{path}: cannot read the {what}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> str:
+    """A bounded regular file as UTF-8 text."""
+    data = read_file_bytes(path, max_bytes=max_bytes, what=what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: the {what} is not valid UTF-8 (byte {e.start})") from None
+
+
+def read_json(path: Path, *, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH, what: str = "file") -> Any:
+    """A bounded regular file parsed as JSON, with one-line errors naming the path."""
+    return parse_json(read_file_bytes(path, max_bytes=max_bytes, what=what), str(path), max_depth=max_depth)
+
+
+def read_json_object(path: Path, *, what: str = "file", **kwargs: Any) -> dict[str, Any]:
+    value = read_json(path, what=what, **kwargs)
+    if not isinstance(value, dict):
+        raise InputError(f"{path}: the {what} must be a JSON object")
+    return value
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` to `path` so a reader sees the old file or the whole new one, never a torn one.
+
+    A temporary file in the same folder, fsync'ed, then renamed over the target (and the folder
+    fsync'ed). The folder must exist: a missing one is an `InputError`, before anything else.
+    """
+    folder = path.parent
+    if not folder.is_dir():
+        raise InputError(f"{path}: the folder {folder} does not exist")
+    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            data = memoryview(text.encode("utf-8"))
+            while data:
+                n = os.write(fd, data)
+                data = data[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise InputError(f"{path}: cannot write the file: {e.strerror or e}") from None
+    try:
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+    except OSError:
+        pass
