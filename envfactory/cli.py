@@ -14,11 +14,11 @@ from rich.table import Table
 
 from envfactory.cli_prompts import app as prompts_app
 from envfactory.config import get_settings
-from envfactory.env.environment import Environment
 from envfactory.env.metadata import dump_metadata
-from envfactory.env.pool import EnvPool, load_env_folder
-from envfactory.env.validate import sync_registry, validate_env
+from envfactory.env.pool import EnvPool, derived_metadata
+from envfactory.env.validate import missing_registered, runs_as, source_of, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
+from envfactory.inputs import parse_json, write_atomic
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 envs_app = typer.Typer(no_args_is_help=True, help="The environment pool.")
@@ -40,23 +40,32 @@ def _pool() -> EnvPool:
     return EnvPool(get_settings())
 
 
+def config_option(value: str | None) -> str | Path | None:
+    """A `--scenario` value: a JSON file when it looks like one (read here, by the local user), else a name."""
+    if value is None:
+        return None
+    if value.endswith(".json") or "/" in value or Path(value).is_file():
+        return Path(value)
+    return value
+
+
 @envs_app.command("list")
 def envs_list(
     native_only: Annotated[bool, typer.Option("--native", help="only the bundled folders under envs/")] = False,
 ) -> None:
     """List the environments: domain, tools (write tools), scenarios, source."""
     pool = _pool()
-    table = Table("name", "domain", "tools", "write", "scenarios", "source")
+    table = Table("name", "domain", "tools", "write", "scenarios", "source", "runs")
     for name in pool.names(include_imported=not native_only):
         try:
             env = pool.get(name)
         except EnvFactoryError as e:
-            table.add_row(name, "[red]broken[/red]", "", "", "", str(e)[:60])
+            table.add_row(name, "[red]broken[/red]", "", "", "", str(e)[:60], "")
             continue
         m = env.metadata
-        source = m.source or ("hand-written" if isinstance(env, Environment) else "imported")
         writes = sum(t.kind == "write" for t in m.tools)
-        table.add_row(name, m.domain, str(len(m.tools)), str(writes), ", ".join(env.scenario_names()), source)
+        scenarios = ", ".join(env.scenario_names())
+        table.add_row(name, m.domain, str(len(m.tools)), str(writes), scenarios, source_of(env), runs_as(env))
     out.print(table)
 
 
@@ -68,11 +77,14 @@ def envs_validate(
     pool = _pool()
     names = [name] if name else pool.names()
     reports = [validate_env(pool, n) for n in names]
+    if name is None:
+        reports += missing_registered(pool, names)
     sync_registry(pool, reports)
-    table = Table("name", "verdict", "domain", "tools", "write", "scenarios")
+    table = Table("name", "verdict", "domain", "tools", "write", "scenarios", "runs")
     for r in reports:
         verdict = "[green]ok[/green]" if r.ok else f"[red]failed ({len(r.problems)})[/red]"
-        table.add_row(r.name, verdict, r.domain or "", str(r.tools), str(r.write_tools), str(len(r.scenarios)))
+        row = (r.domain or "", str(r.tools), str(r.write_tools), str(len(r.scenarios)), r.runs or "")
+        table.add_row(r.name, verdict, *row)
     out.print(table)
     for r in reports:
         for problem in r.problems:  # full lines, not table cells: paths and messages stay greppable
@@ -119,8 +131,9 @@ def envs_metadata(
     """Print the metadata the code defines (signatures and docstrings), or write it to metadata.json."""
     pool = _pool()
     folder = pool.folder / name
-    env = load_env_folder(folder, with_metadata=False)
-    meta = env.derived_metadata()
+    if "/" in name or not (folder / "env.py").is_file():
+        raise EnvFactoryError(f"no environment folder '{name}' in {pool.folder}")
+    meta = derived_metadata(folder, pool.settings)
     if write:
         dump_metadata(meta, folder / "metadata.json")
         out.print(f"wrote {folder / 'metadata.json'} ({len(meta.tools)} tools)")
@@ -145,7 +158,7 @@ def serve(
     env = EnvPool(settings).get(name)
     server = EnvMCPServer(
         env,
-        default_config=scenario or env.default_scenario(),
+        default_config=config_option(scenario) or env.default_scenario(),
         host=host or settings.http_host,
         port=port or settings.http_port,
     )
@@ -193,20 +206,19 @@ def call(
     scenario: Annotated[str | None, typer.Option(help="initial config when there is no state file")] = None,
 ) -> None:
     """Call one tool on a fresh session; with --state, chain calls across invocations through a file."""
-    try:
-        arguments: Any = json.loads(args)
-    except json.JSONDecodeError as e:
-        raise EnvFactoryError(f"--args is not valid JSON: {e.msg} at column {e.colno}") from None
+    arguments: Any = parse_json(args, "--args")
     if not isinstance(arguments, dict):
         raise EnvFactoryError('--args must be a JSON object, e.g. \'{"city": "Lisbon"}\'')
+    if state is not None and not state.parent.is_dir():  # before the call: its result must not be lost
+        raise EnvFactoryError(f"--state {state}: the folder {state.parent} does not exist")
     env = _pool().get(name)
-    config: Any = scenario or env.default_scenario()
-    if state is not None and state.exists():
+    config: Any = config_option(scenario) or env.default_scenario()
+    if state is not None and (state.exists() or state.is_symlink()):
         config = state
     session = env.session(config)
     rec = session.call(tool, arguments)
     if state is not None and rec.ok:
-        state.write_text(json.dumps(session.dump(), indent=2) + "\n", encoding="utf-8")
+        write_atomic(state, json.dumps(session.dump(), indent=2) + "\n")
     out.print_json(json.dumps(rec.payload()))
     if not rec.ok:
         raise typer.Exit(1)

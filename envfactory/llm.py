@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 from uuid import UUID
 
-import yaml
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     BaseCallbackHandler,
@@ -36,6 +35,7 @@ from rich.table import Table
 
 from envfactory.config import ROLES, LLMSettings, Role, Settings, get_settings
 from envfactory.errors import EnvFactoryError, first_error
+from envfactory.inputs import InputError, read_yaml
 from envfactory.prompts import PROMPT_KEY
 
 ANY_PROMPT = "*"  # script key for calls whose prompt has no responses of its own (or no prompt name)
@@ -339,11 +339,9 @@ class ScriptedChatModel(BaseChatModel):
 def load_script(path: Path) -> Script:
     """Parse a script file: YAML (JSON is YAML too) holding a list or a mapping of lists of responses."""
     try:
-        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise LLMConfigError(f"script file {path}: cannot read it ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise LLMConfigError(f"script file {path}: not valid YAML/JSON: {str(e).splitlines()[0]}") from None
+        raw = read_yaml(Path(path))
+    except InputError as e:
+        raise LLMConfigError(f"script file {e}") from None
     try:
         return _SCRIPT.validate_python(raw)
     except ValidationError as e:

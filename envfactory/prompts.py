@@ -21,12 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfactory.config import Settings, get_settings
 from envfactory.errors import EnvFactoryError, first_error
+from envfactory.inputs import InputError, parse_yaml, read_yaml
 
 PROMPT_KEY = "prompt"  # additional_kwargs key of the first rendered message; the scripted model keys on it
 SUFFIX = ".yaml"
@@ -171,11 +171,9 @@ def _parse(name: str, raw: object, source: str, inherit: Prompt | None = None) -
 
 def load_prompt_file(name: str, path: Path, inherit: Prompt | None = None) -> Prompt:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise PromptError(f"prompt '{name}': cannot read {path}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise PromptError(f"prompt '{name}' ({path}): not valid YAML: {str(e).splitlines()[0]}") from None
+        raw = read_yaml(path, what="prompt file")
+    except InputError as e:
+        raise PromptError(f"prompt '{name}': {e}") from None
     return _parse(name, raw, str(path), inherit)
 
 
@@ -187,9 +185,9 @@ def _apply_override(base: Prompt, value: str | Path) -> Prompt:
             raise PromptError(f"prompt '{name}': override file {path} does not exist")
         return load_prompt_file(name, path, inherit=base)
     try:
-        raw = yaml.safe_load(value)
-    except yaml.YAMLError:
-        raw = None  # not YAML: plain system text
+        raw = parse_yaml(value, "inline override")
+    except InputError:
+        raw = None  # not YAML (or hostile YAML): plain system text
     if isinstance(raw, dict) and "messages" in raw:
         return _parse(name, raw, "inline override", inherit=base)
     systems = [i for i, m in enumerate(base.messages) if m.role == "system"]

@@ -9,19 +9,18 @@ re-indexes only files whose content changed and forgets files that were removed.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from envfactory.config import Settings, get_settings
 from envfactory.embeddings import Embedder, IndexSync, TextEmbedder, max_batch, open_collection, text_hash
 from envfactory.errors import EnvFactoryError
+from envfactory.inputs import InputError, parse_json, parse_yaml, read_file_bytes, read_text
 
 if TYPE_CHECKING:
     from chromadb.api.types import Metadata
@@ -138,9 +137,9 @@ def read_source(path: Path) -> tuple[str, SourceKind, str] | None:
     """(title, kind, text) of a document, or None if it is not a source (e.g. JSON that is not OpenAPI)."""
     suffix = path.suffix.lower()
     try:
-        raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        log.warning("skipping %s: cannot read it (%s)", path, e)
+        raw = read_text(path, what="source document")
+    except InputError as e:
+        log.warning("skipping %s", e)
         return None
     if suffix in _TEXT_SUFFIXES:
         kind: SourceKind = "markdown" if _TEXT_SUFFIXES[suffix] == "markdown" else "text"
@@ -149,9 +148,9 @@ def read_source(path: Path) -> tuple[str, SourceKind, str] | None:
         return title, kind, raw
     if suffix in _SPEC_SUFFIXES:
         try:
-            doc = json.loads(raw) if suffix == ".json" else yaml.safe_load(raw)
-        except (json.JSONDecodeError, yaml.YAMLError) as e:
-            log.warning("skipping %s: not valid %s (%s)", path, suffix[1:].upper(), e)
+            doc = parse_json(raw, str(path)) if suffix == ".json" else parse_yaml(raw, str(path))
+        except InputError as e:
+            log.warning("skipping %s", e)
             return None
         if not isinstance(doc, dict) or not ({"openapi", "swagger"} & doc.keys()):
             return None
@@ -218,9 +217,9 @@ class LocalSourceIndex:
             rel = file.relative_to(self.docs_dir).as_posix()
             seen.add(rel)
             try:
-                content = file.read_bytes()
-            except OSError as e:
-                log.warning("skipping %s: %s", file, e)
+                content = read_file_bytes(file, what="source document")
+            except InputError as e:
+                log.warning("skipping %s", e)
                 continue
             # the chunking parameters are part of the key: changing them re-chunks every file
             digest = hashlib.sha256(f"{self.chunk_size}:{self.overlap}:".encode() + content).hexdigest()

@@ -27,8 +27,9 @@ from agents.test import generate_scenarios, run_tests
 from envfactory.config import Settings, get_settings
 from envfactory.env.checks import ErrorReport, TestScenario
 from envfactory.env.metadata import EnvMetadata, dump_metadata
-from envfactory.env.pool import EnvPool, load_env_folder
+from envfactory.env.pool import EnvPool
 from envfactory.env.registry import registry_lock
+from envfactory.env.sandbox import SandboxUnavailable
 from envfactory.env.validate import sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from graphs.routing import ok_or_end
@@ -124,7 +125,10 @@ def node_test(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGenStat
         scenarios = generated.scenarios
         update["scenarios"] = [s.model_dump(mode="json") for s in scenarios]
     assert state.get("code") is not None
-    report = run_tests(deps, state["code"] or "", meta, scenarios)
+    try:
+        report = run_tests(deps, state["code"] or "", meta, scenarios)
+    except SandboxUnavailable as e:  # no OS sandbox here: untrusted code is not run at all
+        return _failed(f"test: {e}")
     dumped = report.model_dump(mode="json")
     return {**update, "report": dumped, "reports": [dumped]}
 
@@ -166,8 +170,8 @@ def node_register(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGen
             return _failed(f"register: {folder} holds a hand-written environment; not overwritten")
         _write_env(folder, state, meta)
         pool = EnvPool(settings)
-        try:
-            load_env_folder(folder)
+        try:  # untrusted: loaded in the same OS sandbox it was judged in, never in this process
+            pool.get(meta.name)
         except EnvFactoryError as e:
             return _failed(f"register: the written environment does not load: {e}")
         report = validate_env(pool, meta.name)

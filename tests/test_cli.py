@@ -81,7 +81,7 @@ def test_call_and_state_file(project: Path, tmp_path: Path) -> None:
 
 def test_cli_errors_are_one_line(project: Path) -> None:
     one_line_error(run(project, "call", "nope", "x"), "no environment 'nope'")
-    one_line_error(run(project, "call", "hotels", "get_hotel", "--args", "{bad"), "--args is not valid JSON")
+    one_line_error(run(project, "call", "hotels", "get_hotel", "--args", "{bad"), "--args: invalid JSON")
     one_line_error(run(project, "call", "hotels", "get_hotel", "--args", "[1]"), "--args must be a JSON object")
     one_line_error(run(project, "call", "hotels", "get_hotel", "--scenario", "nope"), "has no scenario 'nope'")
     one_line_error(run(project, "serve", "hotels", "--scenario", "nope"), "has no scenario 'nope'")

@@ -13,10 +13,10 @@ import argparse
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfactory.errors import first_error
+from envfactory.inputs import InputError, parse_yaml, read_yaml
 from training.loading import ChatTemplateMode, Dtype
 
 C = TypeVar("C", bound="RunConfig")
@@ -56,11 +56,9 @@ def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def read_config_file(path: Path, profile: str | None = None) -> dict[str, Any]:
     """The file's mapping with `profile` merged in (and `profiles` removed)."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read it ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({e})") from None
+        raw = read_yaml(path, what="run config")
+    except InputError as e:
+        raise ConfigError(str(e)) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -139,7 +137,10 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: '{part}' is set to a value and a mapping")
-        node[leaf] = yaml.safe_load(value)
+        try:
+            node[leaf] = parse_yaml(value, f"--set {item!r}")
+        except InputError as e:
+            raise ConfigError(str(e)) from None
     flags: dict[str, Any] = {
         "data": args.data,
         "model": args.model,

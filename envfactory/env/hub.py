@@ -29,7 +29,6 @@ episode methods, or `invoke` to dispatch a meta-tool call by name with JSON argu
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord, Session
 from envfactory.env.tools import _strip_titles, pydantic_errors_to_problems
 from envfactory.errors import EnvFactoryError, first_error
+from envfactory.inputs import InputError, parse_json, read_text
 from envfactory.tasks.models import Conversation, States, Task
 from envfactory.tasks.verifier import verify
 
@@ -251,6 +251,9 @@ def one_line(description: str) -> str:
 # ---- tasks sources -----------------------------------------------------------------------------------
 
 
+MAX_TASKS_BYTES = 2 * 1024**3  # a synth run's conversations.jsonl can serve as the tasks file: large, but bounded
+
+
 def load_tasks(path: str | Path) -> dict[str, Task]:
     """Read a JSONL file of `Conversation` records (their `.task`) or bare `Task` records, keyed by task id.
 
@@ -259,18 +262,18 @@ def load_tasks(path: str | Path) -> dict[str, Task]:
     """
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise HubError("invalid_tasks_file", f"{p}: cannot read the tasks file: {e.strerror}") from None
+        text = read_text(p, max_bytes=MAX_TASKS_BYTES, what="tasks file")
+    except InputError as e:
+        raise HubError("invalid_tasks_file", str(e)) from None
     tasks: dict[str, Task] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{p}: line {lineno}"
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise HubError("invalid_tasks_file", f"{where}: invalid JSON at column {e.colno}: {e.msg}") from None
+            data = parse_json(line, where)
+        except InputError as e:
+            raise HubError("invalid_tasks_file", str(e)) from None
         if not isinstance(data, dict):
             raise HubError("invalid_tasks_file", f"{where}: expected a JSON object (a Conversation or a Task)")
         is_conversation = "task" in data and "nodes" in data

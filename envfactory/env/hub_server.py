@@ -20,13 +20,14 @@ import weakref
 from pathlib import Path
 from typing import Any, Literal
 
+import anyio
 from mcp import types
 from mcp.server.fastmcp import FastMCP
 from pydantic import ValidationError
 from starlette.applications import Starlette
 
 from envfactory.env.hub import CALL_TOOL, META_TOOLS, Hub, HubEpisode, HubError, TaskLoaded, load_tasks
-from envfactory.env.mcp_server import _DISCONNECT_FILTER, STATE_TOOL, _NoServerStream, _result
+from envfactory.env.mcp_server import _DISCONNECT_FILTER, STATE_TOOL, BoundedJSONBody, _NoServerStream, _result
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.tasks.models import Task
@@ -113,11 +114,13 @@ class HubMCPServer(FastMCP):
         self.control_tools = control_tools
         self.server_stream = server_stream
         self._episodes: weakref.WeakKeyDictionary[Any, HubEpisode] = weakref.WeakKeyDictionary()
+        self._locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
 
     def streamable_http_app(self) -> Starlette:
         app = super().streamable_http_app()
         if not self.server_stream:
             app.add_middleware(_NoServerStream)
+        app.add_middleware(BoundedJSONBody)
         return app
 
     @property
@@ -135,14 +138,12 @@ class HubMCPServer(FastMCP):
                 return str(chosen)
         return self.default_task
 
-    def episode_for_request(self) -> HubEpisode:
+    def _episode(self, key: Any, connection_task: str | None) -> HubEpisode:
         """This MCP session's episode, created on its first call with the connection's task (if any)."""
-        key = self.get_context().request_context.session
         episode = self._episodes.get(key)
         if episode is None:
-            task_id = self._connection_task()
             try:
-                episode = self.hub.episode(task_id)
+                episode = self.hub.episode(connection_task)
             except HubError as e:
                 if e.code == "unknown_task":
                     raise HubError(e.code, f"{e.message}; given by this connection's task parameter") from None
@@ -150,12 +151,11 @@ class HubMCPServer(FastMCP):
             self._episodes[key] = episode
         return episode
 
-    def _load_task(self, arguments: dict[str, Any]) -> types.CallToolResult:
-        key = self.get_context().request_context.session
+    def _load_task(self, key: Any, connection_task: str | None, arguments: dict[str, Any]) -> types.CallToolResult:
         episode = self._episodes.get(key)
         if episode is None:  # a bad task on the connection must not keep the session from loading a good one
             try:
-                episode = self.episode_for_request()
+                episode = self._episode(key, connection_task)
             except HubError:
                 episode = self._episodes[key] = self.hub.episode()
         task_id, raw = arguments.get("task_id"), arguments.get("task")
@@ -181,11 +181,21 @@ class HubMCPServer(FastMCP):
         return _result(loaded.model_dump(mode="json"), wrap=False)
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:  # type: ignore[override]
-        arguments = arguments or {}
+        # apps may be untrusted environments whose calls wait on a sandboxed worker: the work runs off the
+        # event loop, one call per MCP session at a time (in order), so one slow app never stalls the others
+        key = self.get_context().request_context.session
+        connection_task = self._connection_task()
+        lock = self._locks.setdefault(key, anyio.Lock())
+        async with lock:
+            return await anyio.to_thread.run_sync(self._dispatch, key, connection_task, name, arguments or {})
+
+    def _dispatch(
+        self, key: Any, connection_task: str | None, name: str, arguments: dict[str, Any]
+    ) -> types.CallToolResult:
         try:
             if self.control_tools and name == LOAD_TASK_TOOL:
-                return self._load_task(arguments)
-            episode = self.episode_for_request()
+                return self._load_task(key, connection_task, arguments)
+            episode = self._episode(key, connection_task)
             if self.control_tools and name == STATE_TOOL:
                 return _result(self.hub.state(episode), wrap=False)
         except HubError as e:

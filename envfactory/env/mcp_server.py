@@ -16,6 +16,7 @@ import json
 import logging
 import weakref
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -186,7 +187,7 @@ class EnvMCPServer(FastMCP):
         self,
         env: BaseEnvironment,
         *,
-        default_config: dict[str, Any] | str | None = None,
+        default_config: dict[str, Any] | str | Path | None = None,
         host: str = "127.0.0.1",
         port: int = 8765,
         control_tools: bool = True,
@@ -209,13 +210,16 @@ class EnvMCPServer(FastMCP):
             if _DISCONNECT_FILTER not in logger.filters:
                 logger.addFilter(_DISCONNECT_FILTER)
         self.env = env
-        self.default_config = default_config
         self.control_tools = control_tools
         self.server_stream = server_stream
         clash = {t.name for t in _CONTROL_TOOLS} & set(meta.tool_names)
         if control_tools and clash:
             raise EnvFactoryError(f"environment '{env.name}' defines reserved tool names: {sorted(clash)}")
-        env.resolve_config(default_config)  # fail at start, not at the first call, on a bad scenario
+        if isinstance(default_config, Path):  # the operator's file: read once, at start
+            default_config, _ = env.resolve_config(default_config)
+        else:
+            env.resolve_config(default_config)  # fail at start, not at the first call, on a bad scenario
+        self.default_config: dict[str, Any] | str | None = default_config
         self._sessions: weakref.WeakKeyDictionary[Any, Session] = weakref.WeakKeyDictionary()
         self._locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
         self._tools = [

@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import unquote
 
-import yaml
-
 from envfactory.env.metadata import Domain, EnvMetadata, parse_metadata
 from envfactory.errors import MetadataError
+from envfactory.inputs import InputError, parse_json, parse_yaml, read_text
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 READ_METHODS = frozenset({"get", "head", "options", "trace"})
@@ -110,14 +109,16 @@ def load_openapi(path: str | Path) -> dict[str, Any]:
     """Read an OpenAPI document from a JSON or YAML file."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise OpenAPIError(str(p), "<file>", f"cannot read: {e.strerror}") from None
+        text = read_text(p, what="OpenAPI document")
+    except InputError as e:
+        raise OpenAPIError(str(p), "<file>", "cannot read: " + str(e).removeprefix(f"{p}: ")) from None
+    kind = "JSON" if p.suffix.lower() == ".json" else "YAML"
     try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        kind = "JSON" if p.suffix.lower() == ".json" else "YAML"
-        raise OpenAPIError(str(p), "<file>", f"not valid {kind}: {e}") from None
+        data = parse_json(text, str(p)) if kind == "JSON" else parse_yaml(text, str(p))
+    except InputError as e:
+        problem = str(e).removeprefix(f"{p}: ")
+        problem = problem.removeprefix(f"invalid {kind}") if problem.startswith(f"invalid {kind}") else f": {problem}"
+        raise OpenAPIError(str(p), "<file>", f"not valid {kind}{problem}") from None
     if not isinstance(data, dict):
         raise OpenAPIError(str(p), "<root>", f"expected an object, got {type(data).__name__}")
     return data

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,6 +87,19 @@ def load_untrusted_folder(folder: Path, settings: Settings) -> BaseEnvironment:
     return load_sandboxed_folder(folder, meta, source, pool_settings, code_hash(folder))
 
 
+def derived_metadata(folder: Path, settings: Settings) -> EnvMetadata:
+    """The metadata a folder's code defines (signatures, docstrings): in-process if trusted, else sandboxed."""
+    if is_trusted(settings.trust_file, folder.name, folder):
+        return load_env_folder(folder, with_metadata=False).derived_metadata()
+    from envfactory.env.sandbox.wall import wall
+    from envfactory.env.sandboxed import derive_metadata_sandboxed
+
+    source = read_text(folder / "env.py", max_bytes=MAX_CODE_BYTES, what="env.py")
+    return derive_metadata_sandboxed(
+        folder, source, wall(unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox), settings.sandbox_memory_mb
+    )
+
+
 class EnvPool:
     """Lazily loads environments by name; each is loaded once per pool."""
 
@@ -93,6 +107,7 @@ class EnvPool:
         self.settings = settings or get_settings()
         self._cache: dict[str, BaseEnvironment] = {}
         self._imported: dict[str, Callable[[], BaseEnvironment]] | None = None
+        self._lock = threading.RLock()  # servers load apps from worker threads: one load per name
 
     @property
     def folder(self) -> Path:
@@ -127,8 +142,15 @@ class EnvPool:
         return is_trusted(self.settings.trust_file, name, folder)
 
     def get(self, name: str) -> BaseEnvironment:
-        if name in self._cache:
-            return self._cache[name]
+        env = self._cache.get(name)
+        if env is not None:
+            return env
+        with self._lock:
+            if name in self._cache:
+                return self._cache[name]
+            return self._load(name)
+
+    def _load(self, name: str) -> BaseEnvironment:
         folder = self.folder / name
         if "/" not in name and name not in (".", "..") and (folder / "env.py").is_file():
             if is_trusted(self.settings.trust_file, name, folder):

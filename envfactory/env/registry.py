@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +16,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfactory.errors import EnvFactoryError, first_error
+from envfactory.inputs import InputError, read_json, write_atomic
 
 
 class ServerEntry(BaseModel):
@@ -46,9 +45,9 @@ def load_registry(path: Path) -> Registry:
     if not path.exists():
         return Registry()
     try:
-        return Registry.model_validate(json.loads(path.read_text(encoding="utf-8")))
-    except json.JSONDecodeError as e:
-        raise RegistryError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}; fix or delete it") from None
+        return Registry.model_validate(read_json(path, what="registry file"))
+    except InputError as e:
+        raise RegistryError(f"{e}; fix or delete it") from None
     except ValidationError as e:
         loc, msg = first_error(e)
         raise RegistryError(f"{path}: field '{loc}': {msg}; fix or delete it") from None
@@ -84,7 +83,7 @@ def registry_lock(path: Path) -> Iterator[None]:
 def save_registry(path: Path, registry: Registry) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     ordered = Registry(mcpServers=dict(sorted(registry.mcpServers.items())))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(ordered.model_dump(mode="json"), indent=2) + "\n")
-    os.replace(tmp, path)  # atomic: a crash never leaves a half-written registry
+    try:  # atomic: a crash never leaves a half-written registry (callers hold registry_lock)
+        write_atomic(path, json.dumps(ordered.model_dump(mode="json"), indent=2) + "\n")
+    except InputError as e:
+        raise RegistryError(str(e)) from None

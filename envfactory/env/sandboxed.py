@@ -383,18 +383,37 @@ class SandboxedSession(Session):
         return self._record(tool, args, error=error)
 
 
+def _check_statically(folder: Path, source: str) -> None:
+    problems = static_check(source)
+    if problems:
+        first, more = problems[0], len(problems) - 1
+        raise EnvLoadError(
+            f"{folder / 'env.py'}: the code fails the sandbox's static check at line {first.line}: {first.message}"
+            + (f" (and {more} more)" if more else "")
+        )
+
+
 def load_sandboxed_folder(
     folder: Path, metadata: EnvMetadata, source: str, settings: PoolSettings, code_hash: str
 ) -> SandboxedEnvironment:
     """An untrusted folder as a `SandboxedEnvironment` (its first worker started, its contract checked)."""
-    problems = static_check(source)
-    if problems:
-        first = problems[0]
-        raise EnvLoadError(
-            f"{folder / 'env.py'}: the code fails the sandbox's static check at line {first.line}: {first.message}"
-            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
-        )
+    _check_statically(folder, source)
     pool = pool_for(folder.name, source, code_hash, settings)
     env = SandboxedEnvironment(folder.name, folder, source, metadata, pool)
     env.check_contract(str(folder / "metadata.json"))
     return env
+
+
+def derive_metadata_sandboxed(folder: Path, source: str, the_wall: Wall, memory_mb: int) -> EnvMetadata:
+    """Load untrusted code in a one-off worker and return the metadata its signatures and docstrings define."""
+    _check_statically(folder, source)
+    settings = PoolSettings(wall=the_wall, memory_mb=memory_mb, tmpfs_mb=16, workers=1, call_timeout_s=30)
+    pool = WorkerPool(folder.name, source, settings)
+    try:
+        load = pool.ensure_loaded()
+    finally:
+        pool.shutdown()
+    try:
+        return EnvMetadata.model_validate(load.derived_metadata or {})
+    except ValidationError as e:
+        raise EnvLoadError(f"{folder / 'env.py'}: the code's own metadata is invalid: {e.errors()[0]['msg']}") from None

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from envfactory.env.diff import StateDiff, diff_into
 from envfactory.errors import ConflictError, NotFoundError, ScenarioError, ToolError, first_error
+from envfactory.inputs import InputError, read_json
 
 R = TypeVar("R", bound=BaseModel)
 S = TypeVar("S", bound="State")
@@ -102,11 +103,9 @@ class State(BaseModel):
     def load_json(cls: type[S], path: str | Path) -> S:
         p = Path(path)
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise ScenarioError(f"{p}: cannot read: {e.strerror}") from None
-        except json.JSONDecodeError as e:
-            raise ScenarioError(f"{p}: invalid JSON at line {e.lineno}: {e.msg}") from None
+            data = read_json(p, what="state file")
+        except InputError as e:
+            raise ScenarioError(str(e)) from None
         return cls.load(data, str(p))
 
     def dump(self) -> dict[str, Any]:

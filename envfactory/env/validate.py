@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from envfactory.env.environment import Environment
+from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.env.registry import ServerEntry, load_registry, registry_lock, save_registry
 from envfactory.errors import EnvFactoryError
@@ -19,11 +19,25 @@ class EnvReport(BaseModel):
     ok: bool
     domain: str | None = None
     source: str | None = None
+    runs: str | None = None  # in-process (trusted or imported) or sandboxed (untrusted code)
     tools: int = 0
     write_tools: int = 0
     scenarios: list[str] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+
+
+def source_of(env: BaseEnvironment) -> str:
+    """Where an environment came from, for tables: its metadata's word, else what its folder says."""
+    if env.metadata.source:
+        return env.metadata.source
+    if env.folder is None:
+        return "imported"
+    return "envgen" if (env.folder / "envgen.json").is_file() else "hand-written"
+
+
+def runs_as(env: BaseEnvironment) -> str:
+    return "sandboxed" if env.blocking_io else "in-process"
 
 
 def validate_env(pool: EnvPool, name: str) -> EnvReport:
@@ -36,12 +50,13 @@ def validate_env(pool: EnvPool, name: str) -> EnvReport:
         name=name,
         ok=True,
         domain=meta.domain,
-        source=meta.source or ("hand-written" if isinstance(env, Environment) else "imported"),
+        source=source_of(env),
+        runs=runs_as(env),
         tools=len(meta.tools),
         write_tools=sum(t.kind == "write" for t in meta.tools),
         scenarios=env.scenario_names(),
     )
-    if isinstance(env, Environment) and "default" not in report.scenarios:
+    if env.folder is not None and "default" not in report.scenarios:
         report.problems.append("no scenarios/default.json (the default initial config)")
     for scenario in report.scenarios:
         try:
@@ -52,6 +67,19 @@ def validate_env(pool: EnvPool, name: str) -> EnvReport:
         report.warnings.append("no write tool: tasks on it can be checked by their results only, not by state")
     report.ok = not report.problems
     return report
+
+
+def missing_registered(pool: EnvPool, names: list[str]) -> list[EnvReport]:
+    """Registered environments whose folder or code is gone: reported as failures, never dropped silently."""
+    path = pool.settings.registry_file
+    out = []
+    for name in sorted(load_registry(path).mcpServers):
+        if name not in names:
+            problem = (
+                f"registered in {path} but {pool.folder / name / 'env.py'} is gone; restore it or remove the entry"
+            )
+            out.append(EnvReport(name=name, ok=False, problems=[problem]))
+    return out
 
 
 def sync_registry(pool: EnvPool, reports: list[EnvReport]) -> None:

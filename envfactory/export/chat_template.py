@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from envfactory.export.errors import ExportError
+from envfactory.inputs import InputError, read_text
 
 if TYPE_CHECKING:
     from envfactory.config import Settings
@@ -54,9 +55,9 @@ def tool_chat_template(settings: Settings | None = None) -> str:
 
     path = (settings or get_settings()).prompts_path / TEMPLATE_FILE
     try:
-        return path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ExportError(f"chat template {path}: cannot read it ({e.strerror})") from None
+        return read_text(path)
+    except InputError as e:
+        raise ExportError(f"chat template {e}") from None
 
 
 def ensure_chat_template(

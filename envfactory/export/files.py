@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -10,9 +9,11 @@ from pydantic import BaseModel, ValidationError
 
 from envfactory.errors import first_error
 from envfactory.export.errors import ExportError
+from envfactory.inputs import InputError, parse_json, read_file_bytes
 from envfactory.tasks.models import Conversation
 
 CONVERSATIONS = "conversations.jsonl"  # what `envfactory synth` writes in its output folder
+MAX_JSONL_BYTES = 2 * 1024**3  # a large synth run, bounded
 
 
 def conversations_file(source: Path) -> Path:
@@ -27,7 +28,17 @@ def conversations_file(source: Path) -> Path:
 def load_conversations(source: Path) -> list[Conversation]:
     """Every conversation in the file; a torn last line (a run killed mid-write) is skipped, never repaired here."""
     path = conversations_file(source)
-    text = path.read_text(encoding="utf-8")
+    try:
+        data = read_file_bytes(path, max_bytes=MAX_JSONL_BYTES, what="conversations file")
+    except InputError as e:
+        raise ExportError(str(e)) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        tail = data.rfind(b"\n") + 1
+        if data.endswith(b"\n") or e.start < tail:  # a bad byte in a whole line: not a torn write
+            raise ExportError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+        text = data[:tail].decode("utf-8")  # a torn last line cut mid-character: skipped
     lines = text.splitlines()
     conversations: list[Conversation] = []
     for n, line in enumerate(lines, 1):
@@ -35,11 +46,11 @@ def load_conversations(source: Path) -> list[Conversation]:
             continue
         torn = n == len(lines) and not text.endswith("\n")
         try:
-            conversations.append(Conversation.model_validate(json.loads(line)))
-        except json.JSONDecodeError as e:
+            conversations.append(Conversation.model_validate(parse_json(line, f"{path}:{n}")))
+        except InputError as e:
             if torn:
                 continue
-            raise ExportError(f"{path}:{n}: not a JSON line ({e.msg})") from None
+            raise ExportError(str(e)) from None
         except ValidationError as e:
             where, msg = first_error(e, "<root>")
             raise ExportError(f"{path}:{n}: not a conversation: {where}: {msg}") from None

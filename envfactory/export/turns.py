@@ -18,13 +18,13 @@ from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from envfactory.export.errors import ExportError
 from envfactory.export.messages import ChatMessage, ChatToolCall, FunctionCall, result_text
 from envfactory.export.options import ExportOptions
 from envfactory.export.tools_schema import ToolNamer
+from envfactory.inputs import InputError, read_yaml
 from envfactory.tasks.models import Node, Step, ToolCall, ToolResult, UserToolCall
 
 # model-facing wording lives in the prompts folder (overridable with ENVFACTORY_PROMPTS_DIR)
@@ -41,10 +41,12 @@ class ExportWording(BaseModel):
 def load_wording(prompts_dir: Path) -> ExportWording:
     path = prompts_dir / WORDING_FILE
     try:
-        return ExportWording.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
-    except OSError as e:
-        raise ExportError(f"export wording {path}: cannot read it ({e.strerror})") from None
-    except (yaml.YAMLError, ValueError) as e:
+        data = read_yaml(path)
+    except InputError as e:
+        raise ExportError(f"export wording {e}") from None
+    try:
+        return ExportWording.model_validate(data)
+    except ValueError as e:
         raise ExportError(f"export wording {path}: {str(e).splitlines()[0]}") from None
 
 

@@ -46,6 +46,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from envfactory.inputs import InputError, parse_json, read_file_bytes
 from envfactory.scaling.errors import RunTableError
 from envfactory.scaling.laws import Features
 
@@ -169,13 +170,13 @@ def load_table(path: Path) -> RunTable:
     if suffix not in (".csv", ".jsonl", ".json"):
         raise RunTableError(f"{path}: unknown table format '{suffix or '(none)'}'; use .csv, .jsonl or .json")
     try:
-        text = path.read_text(encoding="utf-8-sig")  # -sig: a BOM (spreadsheet exports) is not a column name
-    except FileNotFoundError:
-        raise RunTableError(f"{path}: no such file") from None
-    except OSError as e:
-        raise RunTableError(f"{path}: cannot read it ({e.strerror})") from None
-    except UnicodeDecodeError:
-        raise RunTableError(f"{path}: not UTF-8 text") from None
+        raw = read_file_bytes(path)
+    except InputError as e:
+        raise RunTableError(str(e)) from None
+    try:
+        text = raw.decode("utf-8-sig")  # -sig: a BOM (spreadsheet exports) is not a column name
+    except UnicodeDecodeError as e:
+        raise RunTableError(f"{path}: not UTF-8 text (byte {e.start})") from None
     source = str(path)
     if suffix == ".csv":
         return parse_csv(text, source)
@@ -183,20 +184,22 @@ def load_table(path: Path) -> RunTable:
         records: list[tuple[Any, int | None]] = []
         for line_no, line in enumerate(text.splitlines(), start=1):
             if line.strip():
-                try:
-                    records.append((json.loads(line), line_no))
-                except json.JSONDecodeError as e:
-                    raise RunTableError(f"{source}: line {line_no}: not valid JSON ({e.msg})") from None
+                records.append((_parse_json(line, f"{source}: line {line_no}"), line_no))
         return parse_records(records, source)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise RunTableError(f"{source}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    data = _parse_json(text, source)
     if isinstance(data, dict) and "runs" in data:
         data = data["runs"]
     if not isinstance(data, list):
         raise RunTableError(f'{source}: expected a list of runs (or {{"runs": [...]}}), got {type(data).__name__}')
     return parse_records([(item, None) for item in data], source)
+
+
+def _parse_json(text: str, where: str) -> Any:
+    try:
+        return parse_json(text, where)
+    except InputError as e:
+        problem = str(e).removeprefix(f"{where}: ").removeprefix("invalid JSON ")
+        raise RunTableError(f"{where}: not valid JSON ({problem})") from None
 
 
 def parse_csv(text: str, source: str = "<csv>") -> RunTable:

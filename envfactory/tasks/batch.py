@@ -13,7 +13,6 @@ down) are retried on resume.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import threading
@@ -28,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
+from envfactory.inputs import InputError, parse_json, read_file_bytes, read_yaml
 from envfactory.tasks.models import Conversation
 from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
@@ -35,6 +35,7 @@ from envfactory.toolgraph.sampler import ToolChain, TopologySampler
 
 CONVERSATIONS = "conversations.jsonl"
 DROPPED = "dropped.jsonl"
+MAX_JSONL_BYTES = 2 * 1024**3  # a run's conversations file: large, but bounded (and a regular file)
 
 
 class SynthConfigError(EnvFactoryError):
@@ -74,14 +75,10 @@ class SynthConfig(BaseModel):
 
 
 def load_config(path: Path) -> SynthConfig:
-    import yaml
-
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except OSError as e:
-        raise SynthConfigError(f"synth config {path}: cannot read it ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise SynthConfigError(f"synth config {path}: not valid YAML: {str(e).splitlines()[0]}") from None
+        data = read_yaml(path) or {}
+    except InputError as e:
+        raise SynthConfigError(f"synth config {e}") from None
     if not isinstance(data, dict):
         raise SynthConfigError(f"synth config {path}: expected a mapping of settings, got {type(data).__name__}")
     try:
@@ -165,27 +162,34 @@ def _chains_from(sampler: TopologySampler, graph: ToolGraph, env: str, config: S
 # ---- the JSONL files ------------------------------------------------------------------------------
 
 
-def _repair_tail(path: Path) -> None:
-    """Cut a torn last line (the process was killed mid-write) so the file is whole lines again."""
-    if not path.exists():
-        return
-    data = path.read_bytes()
+def _read_repaired(path: Path) -> bytes:
+    """The file's bytes, a torn last line (the process was killed mid-write) cut off on disk first."""
+    try:
+        data = read_file_bytes(path, max_bytes=MAX_JSONL_BYTES, what="JSONL file")
+    except InputError as e:
+        raise SynthConfigError(str(e)) from None
     if data and not data.endswith(b"\n"):
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
+        data = data[: data.rfind(b"\n") + 1]
+        path.write_bytes(data)
+    return data
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    _repair_tail(path)
-    if not path.exists():
+    if not path.exists() and not path.is_symlink():
         return []
+    data = _read_repaired(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SynthConfigError(f"{path}: not valid UTF-8 (byte {e.start}); fix or remove it to resume") from None
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise SynthConfigError(f"{path}:{n}: not a JSON line ({e.msg}); fix or remove it to resume") from None
+            rows.append(parse_json(line, f"{path}:{n}"))
+        except InputError as e:
+            raise SynthConfigError(f"{e}; fix or remove it to resume") from None
     return rows
 
 

@@ -15,11 +15,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict
 
 from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
+from envfactory.inputs import InputError, read_yaml
 from envfactory.tasks.models import PlannedCall
 
 TEMPLATE_FILE = Path("template") / "query" / "en.yaml"
@@ -48,11 +48,12 @@ class QueryTemplate(BaseModel):
 def load_template(prompts_dir: Path) -> QueryTemplate:
     path = prompts_dir / TEMPLATE_FILE
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_yaml(path)
+    except InputError as e:
+        raise TemplateError(f"query template {e}") from None
+    try:
         return QueryTemplate.model_validate(data)
-    except OSError as e:
-        raise TemplateError(f"query template {path}: cannot read it ({e.strerror})") from None
-    except (yaml.YAMLError, ValueError) as e:
+    except ValueError as e:
         raise TemplateError(f"query template {path}: {str(e).splitlines()[0]}") from None
 
 

@@ -13,11 +13,13 @@ from typing import Any
 
 import networkx as nx
 
+from envfactory.inputs import InputError, read_json
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
 
 FORMAT = "envfactory-toolgraph"
 FORMAT_VERSION = 1
+MAX_GRAPH_BYTES = 1024**3  # node-link JSON of every tool with its schema and edges: can outgrow the 64 MB default
 
 
 def graph_to_data(graph: ToolGraph) -> dict[str, Any]:
@@ -55,16 +57,12 @@ def save_graph(graph: ToolGraph, path: str | Path) -> Path:
 
 def load_graph(path: str | Path) -> ToolGraph:
     p = Path(path)
+    if not p.exists():
+        raise ToolGraphError(f"{p}: no tool graph here: build one with `envfactory graph build`")
     try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ToolGraphError(f"{p}: no tool graph here: build one with `envfactory graph build`") from None
-    except OSError as e:
-        raise ToolGraphError(f"{p}: cannot read: {e.strerror}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ToolGraphError(f"{p}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        data = read_json(p, max_bytes=MAX_GRAPH_BYTES, what="tool graph")
+    except InputError as e:
+        raise ToolGraphError(str(e)) from None
     return graph_from_data(data, str(p))
 
 

@@ -3,16 +3,13 @@ which involved class runs a call."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfactory.env.bfcl.adapter import environment
-from envfactory.env.bfcl.suites import _version_prefix, class_importable, data_dir
+from envfactory.env.bfcl.suites import _version_prefix, class_importable, data_dir, read_jsonl
 from envfactory.env.session import Session
-from envfactory.errors import ScenarioError
 
 
 def route(method: str, involved_classes: list[str]) -> str | None:
@@ -52,18 +49,10 @@ class BFCLEntry(BaseModel):
         }
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ScenarioError(f"{path}: cannot read: {e.strerror}") from None
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
 def load_entries(category: str = "multi_turn_base") -> list[BFCLEntry]:
     """BFCL's entries of a multi-turn category (e.g. `multi_turn_base`) joined with their ground truth."""
     name = f"{_version_prefix()}_{category}.json"
-    entries = _read_jsonl(data_dir() / name)
+    entries = read_jsonl(data_dir() / name)
     answers_path = data_dir() / "possible_answer" / name
-    answers = {a["id"]: a.get("ground_truth", []) for a in _read_jsonl(answers_path)} if answers_path.exists() else {}
+    answers = {a["id"]: a.get("ground_truth", []) for a in read_jsonl(answers_path)} if answers_path.exists() else {}
     return [BFCLEntry.model_validate({**e, "ground_truth": answers.get(e["id"], [])}) for e in entries]

@@ -11,13 +11,13 @@ import functools
 import importlib
 import importlib.metadata
 import importlib.util
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from envfactory.env.metadata import Domain
 from envfactory.errors import ScenarioError
+from envfactory.inputs import InputError, parse_json, read_text
 
 
 @dataclass(frozen=True)
@@ -189,5 +189,13 @@ def func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
     """BFCL's function docs for one class, as shipped in `multi_turn_func_doc/`."""
     _, doc_files, _ = _backend()
     path = data_dir() / "multi_turn_func_doc" / doc_files[class_name]
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return tuple(json.loads(line) for line in lines if line.strip())
+    return tuple(read_jsonl(path))
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """A BFCL data file: one JSON document a line, bounded and parsed with one-line errors."""
+    try:
+        text = read_text(path, what="BFCL data file")
+        return [parse_json(line, f"{path}:{n}") for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    except InputError as e:
+        raise ScenarioError(str(e)) from None
