@@ -1,6 +1,10 @@
-"""Sessions benchmark: fork time, in-process calls/s, MCP over streamable HTTP vs one stdio process per conversation.
+"""Sessions benchmark: fork, in-process vs sandboxed calls/s, MCP streamable HTTP vs one stdio process per conversation.
 
-    python benchmarks/sessions.py [--env hotels] [--concurrency 8] [--conversations 200] [--baseline 6]
+    python benchmarks/sessions.py [--env hotels] [--concurrency 8] [--conversations 200] [--baseline 6] [--sandbox-only]
+
+The sandboxed rows load the same environment as an untrusted one: its sessions live in one worker
+process behind bubblewrap + seccomp, driven over a pipe (what a generated environment costs until
+a person trusts it).
 
 A "conversation" is what a QueryGen solver or an RL rollout does: open an MCP session on a fresh
 state, call a few tools (search, book, read back), close. The paper's way starts a stdio server
@@ -30,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
-from envfactory.env.pool import EnvPool  # noqa: E402
+from envfactory.env.pool import EnvPool, load_untrusted_folder  # noqa: E402
 from envfactory.net import free_port  # noqa: E402
 
 # the calls of one conversation, on the default scenario of the chosen environment
@@ -200,6 +204,7 @@ def main() -> None:
     p.add_argument("--conversations", type=int, default=200, help="HTTP conversations to run")
     p.add_argument("--baseline", type=int, default=6, help="stdio process-per-conversation runs (slow)")
     p.add_argument("--seconds", type=float, default=3.0, help="duration of the calls/s measurements")
+    p.add_argument("--sandbox-only", action="store_true", help="only the in-process and sandboxed rows")
     a = p.parse_args()
 
     pool = EnvPool(Settings(root=ROOT, bfcl=False))
@@ -207,6 +212,29 @@ def main() -> None:
     calls = CONVERSATIONS[a.env]
     fork_s = bench_fork(env, 2000)
     inproc = bench_inprocess(env, calls, a.seconds)
+    started = time.perf_counter()
+    sandboxed = load_untrusted_folder(ROOT / "envs" / a.env, Settings(root=ROOT, bfcl=False, sandbox_workers=1))
+    sb_start = time.perf_counter() - started
+    sb_fork = bench_fork(sandboxed, 500)
+    sb_calls = bench_inprocess(sandboxed, calls, a.seconds)
+    sandbox_rows = [
+        ("sandboxed worker start + code load (first use)", f"{sb_start * 1e3:.0f} ms", "", None),
+        ("session fork, sandboxed (median)", f"{sb_fork * 1e6:.0f} µs", "< 5 ms", sb_fork < 5e-3),
+        ("tool calls, sandboxed, 1 worker", f"{sb_calls:,.0f} /s", ">= 2,000 /s", sb_calls >= 2_000),
+        ("  ratio in-process / sandboxed", f"{inproc / sb_calls:.1f}×", "", None),
+    ]
+    if a.sandbox_only:
+        t = Table(title=f"sessions benchmark (sandbox rows): env={a.env}, {os.cpu_count()} CPUs")
+        for col in ("measure", "value", "target", "met"):
+            t.add_column(col)
+        t.add_row(
+            "session fork, in-process (median)", f"{fork_s * 1e6:.1f} µs", "< 1 ms", "yes" if fork_s < 1e-3 else "no"
+        )
+        t.add_row("tool calls, in-process", f"{inproc:,.0f} /s", ">= 20,000 /s", "yes" if inproc >= 20_000 else "no")
+        for name, value, target, met in sandbox_rows:
+            t.add_row(name, value, target, "" if met is None else ("yes" if met else "[red]no[/red]"))
+        Console(width=120).print(t)
+        return
 
     def conv(kind: str, target: str, total: int, concurrency: int, *extra: str) -> dict[str, float]:
         return _client(
@@ -261,6 +289,8 @@ def main() -> None:
 
     row("session fork, in-process (median)", f"{fork_s * 1e6:.1f} µs", "< 1 ms", fork_s < 1e-3)
     row("tool calls, in-process", f"{inproc:,.0f} /s", ">= 20,000 /s", inproc >= 20_000)
+    for sandbox_row in sandbox_rows:
+        row(*sandbox_row)
     row(f"tool calls, MCP HTTP, {a.concurrency} sessions on 1 process", f"{http_calls['per_s']:,.0f} /s", "", None)
     row("conversations started: HTTP session each", rate(http_start), "", None)
     row("conversations started: stdio process each (baseline)", rate(stdio_start), "", None)
