@@ -1,0 +1,285 @@
+"""Untrusted environments at run time: the same Session API from sandboxed workers, trust, recovery, serving.
+
+Every bundled environment is loaded twice — trusted (in-process) and untrusted (a copy whose code is
+not pinned, so it runs in bubblewrap workers) — and the same calls must give the same records and
+states: what was judged in the sandbox is what runs, and it behaves like the in-process runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from envfactory.config import Settings
+from envfactory.env.checks import schema_checks
+from envfactory.env.environment import Environment
+from envfactory.env.pool import EnvPool
+from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession
+from envfactory.env.session import CallRecord, Session
+from envfactory.env.trust import trust
+from envfactory.net import free_port
+from envfactory.reward import CompositeReward
+
+ROOT = Path(__file__).resolve().parent.parent
+NATIVE = sorted(p.name for p in (ROOT / "envs").iterdir() if (p / "env.py").is_file())
+
+
+@pytest.fixture(scope="module")
+def untrusted(tmp_path_factory: pytest.TempPathFactory) -> EnvPool:
+    """The bundled pool copied into a project with no trust file: every environment runs sandboxed."""
+    root = tmp_path_factory.mktemp("untrusted")
+    shutil.copytree(ROOT / "envs", root / "envs")
+    return EnvPool(Settings(root=root, bfcl=False, sandbox_workers=1, sandbox_call_timeout_s=5))
+
+
+def comparable(rec: CallRecord) -> tuple[Any, ...]:
+    error = rec.error.model_dump() if rec.error else None
+    return (rec.index, rec.tool, rec.ok, rec.result, error, rec.diff.sorted(), [c.model_dump() for c in rec.changes])
+
+
+def test_every_bundled_environment_is_trusted_in_the_repository(pool: EnvPool) -> None:
+    # configs/trusted.json pins the reviewed code: editing an env without re-trusting it would sandbox it
+    for name in NATIVE:
+        assert pool.trusted(name), (
+            f"envs/{name} changed since it was trusted: review it, then `envfactory envs trust {name}`"
+        )
+        assert isinstance(pool.get(name), Environment)
+
+
+@pytest.mark.parametrize("name", NATIVE)
+def test_sandboxed_sessions_behave_exactly_like_in_process_ones(pool: EnvPool, untrusted: EnvPool, name: str) -> None:
+    trusted_env, sandboxed_env = pool.get(name), untrusted.get(name)
+    assert isinstance(sandboxed_env, SandboxedEnvironment) and not isinstance(sandboxed_env, Environment)
+    assert sandboxed_env.metadata == trusted_env.metadata
+    for scenario in trusted_env.scenario_names():
+        config = trusted_env.scenario(scenario)
+        a, b = Session.fork(trusted_env, scenario), Session.fork(sandboxed_env, scenario)
+        assert isinstance(b, SandboxedSession)
+        assert a.dump() == b.dump()
+        calls = [(step.tool, step.args) for s in schema_checks(trusted_env.metadata, config) for step in s.steps]
+        assert len(calls) > len(trusted_env.metadata.tools)
+        for tool, args in calls:
+            assert comparable(a.call(tool, args)) == comparable(b.call(tool, args)), (tool, args)
+        assert a.dump() == b.dump()
+        # the normalizers the reward and QueryGen use agree too
+        assert sandboxed_env.dump_state(sandboxed_env.new_state(config)) == trusted_env.dump_state(
+            trusted_env.new_state(config)
+        )
+        b.close()
+
+
+def test_a_worker_killed_mid_conversation_costs_nothing(untrusted: EnvPool) -> None:
+    env = untrusted.get("hotels")
+    assert isinstance(env, SandboxedEnvironment)
+    session = Session.fork(env, "default")
+    other = Session.fork(env, "default")
+    assert isinstance(session, SandboxedSession) and isinstance(other, SandboxedSession)
+    book = {"hotel_id": "HT-LIS-01", "guest_name": "Ana Costa", "check_in": "2026-03-01", "nights": 2}
+    assert session.call("book_room", book).ok
+    assert other.call("cancel_booking", {"booking_id": "BK-0001"}).ok
+    before, other_before = session.dump(), other.dump()
+    worker = session._worker
+    assert worker is not None
+    os.kill(worker.process.pid, signal.SIGKILL)  # the whole sandbox (bwrap and its namespace) goes
+    worker.process.proc.wait(10)  # type: ignore[union-attr]
+    assert session.dump() == before and other.dump() == other_before  # both restored on a new worker, by replay
+    assert session.restored == 1 and other.restored == 1
+    rec = session.call("get_booking", {"booking_id": "BK-0002"})
+    assert rec.ok and rec.result["guest_name"] == "Ana Costa"
+
+
+HANGING = '''
+from envfactory.env import Environment, State
+
+class LoopDB(State):
+    hits: int = 0
+
+env = Environment("looping", LoopDB, description="An environment with a tool that never returns.", domain="utilities")
+
+@env.tool(kind="write")
+def hit(db: LoopDB) -> int:
+    """Count a hit."""
+    db.set("hits", db.hits + 1)
+    return db.hits
+
+@env.tool(kind="read")
+def spin(db: LoopDB) -> int:
+    """Never returns, and swallows whatever interrupts it."""
+    Catch = BaseException
+    while True:
+        try:
+            while True:
+                pass
+        except Catch:
+            continue
+'''
+
+
+@pytest.fixture(scope="module")
+def looping(tmp_path_factory: pytest.TempPathFactory) -> EnvPool:
+    root = tmp_path_factory.mktemp("looping")
+    folder = root / "envs" / "looping"
+    (folder / "scenarios").mkdir(parents=True)
+    (folder / "env.py").write_text(textwrap.dedent(HANGING))
+    (folder / "scenarios" / "default.json").write_text("{}")
+    meta = {
+        "name": "looping",
+        "description": "An environment with a tool that never returns.",
+        "domain": "utilities",
+        "tools": [
+            {"name": "hit", "description": "Count a hit.", "kind": "write", "output_schema": {"type": "integer"}},
+            {
+                "name": "spin",
+                "description": "Never returns, and swallows whatever interrupts it.",
+                "kind": "read",
+                "output_schema": {"type": "integer"},
+            },
+        ],
+    }
+    (folder / "metadata.json").write_text(json.dumps(meta))
+    return EnvPool(Settings(root=root, bfcl=False, sandbox_workers=1, sandbox_call_timeout_s=1.5))
+
+
+def test_a_hung_call_is_a_timeout_result_and_the_other_sessions_go_on(looping: EnvPool) -> None:
+    env = looping.get("looping")
+    a, b = Session.fork(env, "default"), Session.fork(env, "default")
+    assert a.call("hit").result == 1 and b.call("hit").result == 1 and b.call("hit").result == 2
+    started = time.monotonic()
+    rec = a.call("spin")
+    assert time.monotonic() - started < 10
+    assert not rec.ok and rec.error is not None and rec.error.type == "timeout"
+    assert b.call("hit").result == 3  # restored on a fresh worker with its two hits replayed
+    assert a.call("hit").result == 2 and a.dump()["hits"] == 2
+
+
+def test_trust_is_pinned_to_the_code(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "envs" / "hotels", tmp_path / "envs" / "hotels")
+    settings = Settings(root=tmp_path, bfcl=False)
+    assert isinstance(EnvPool(settings).get("hotels"), SandboxedEnvironment)  # nothing trusted yet
+    trust(settings.trust_file, "hotels", tmp_path / "envs" / "hotels", "test")
+    assert isinstance(EnvPool(settings).get("hotels"), Environment)
+    code = tmp_path / "envs" / "hotels" / "env.py"
+    code.write_text(code.read_text() + "\n# one changed line\n")
+    assert isinstance(EnvPool(settings).get("hotels"), SandboxedEnvironment)  # a changed file loses the trust
+    (tmp_path / "envs" / "hotels" / "scenarios" / "extra.json").write_text("{}")  # scenarios are data
+    cli = {**os.environ, "ENVFACTORY_ROOT": str(tmp_path), "ENVFACTORY_BFCL": "false"}
+    res = subprocess.run(
+        [sys.executable, "-m", "envfactory.cli", "envs", "trust", "hotels", "--note", "reviewed"],
+        env=cli,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    assert isinstance(EnvPool(settings).get("hotels"), Environment)
+    res = subprocess.run(
+        [sys.executable, "-m", "envfactory.cli", "envs", "list", "--native"],
+        env={**cli, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "in-process" in res.stdout
+
+
+def test_the_reward_scores_an_untrusted_environment_like_a_trusted_one(pool: EnvPool, untrusted: EnvPool) -> None:
+    from tests.test_reward import HOTEL_GT, hermes, record
+
+    rec = record(pool, [("hotels", n, a) for n, a in HOTEL_GT])
+    wrong = [(n, {**a, "nights": 3} if n == "book_room" else a) for n, a in HOTEL_GT]
+    for completion in (hermes(HOTEL_GT), hermes(wrong), hermes(HOTEL_GT[:1])):
+        ours = CompositeReward(pool).score(completion, **rec)
+        sandboxed = CompositeReward(untrusted).score(completion, **rec)
+        assert sandboxed.reward == ours.reward and sandboxed.model_dump() == ours.model_dump()
+
+
+def test_no_os_sandbox_means_no_untrusted_code_unless_opted_out(tmp_path: Path) -> None:
+    shutil.copytree(ROOT / "envs" / "hotels", tmp_path / "envs" / "hotels")
+    bin_dir = tmp_path / "bin"  # a PATH with python but without bwrap
+    bin_dir.mkdir()
+    env = {**os.environ, "ENVFACTORY_ROOT": str(tmp_path), "ENVFACTORY_BFCL": "false", "PATH": str(bin_dir)}
+    cmd = [sys.executable, "-m", "envfactory.cli", "call", "hotels", "get_hotel", "--args", '{"hotel_id": "HT-LIS-01"}']
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    line = res.stderr.strip()
+    assert len(line.splitlines()) == 1 and "bubblewrap" in line and "ENVFACTORY_UNSAFE_NO_OS_SANDBOX" in line
+    res = subprocess.run(
+        cmd, env={**env, "ENVFACTORY_UNSAFE_NO_OS_SANDBOX": "1"}, capture_output=True, text=True, timeout=60
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["city"] == "Lisbon"  # still in a worker: seccomp, rlimits, nobody, no network
+
+
+# ---- an untrusted environment served over MCP ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served_looping(looping: EnvPool) -> Iterator[str]:
+    root = looping.settings.root
+    port = free_port()
+    env = {
+        **os.environ,
+        "ENVFACTORY_ROOT": str(root),
+        "ENVFACTORY_BFCL": "false",
+        "ENVFACTORY_SANDBOX_CALL_TIMEOUT_S": "3",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envfactory.cli", "serve", "looping", "--transport", "http", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                asyncio.run(asyncio.wait_for(_calls(url, []), 5))
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def _calls(url: str, calls: list[tuple[str, dict[str, Any]]]) -> list[tuple[bool, str, float]]:
+    out = []
+    async with streamable_http_client(url) as (r, w, _), ClientSession(r, w) as s:
+        await s.initialize()
+        for tool, args in calls:
+            started = time.monotonic()
+            res = await s.call_tool(tool, args)
+            out.append((bool(res.isError), res.content[0].text, time.monotonic() - started))
+    return out
+
+
+def test_a_hang_in_one_mcp_session_does_not_stall_the_others(served_looping: str) -> None:
+    slow: list[Any] = []
+    thread = threading.Thread(target=lambda: slow.extend(asyncio.run(_calls(served_looping, [("spin", {})]))))
+    thread.start()
+    time.sleep(0.5)  # the spin is running in the server now
+    fast = asyncio.run(_calls(served_looping, [("hit", {}), ("hit", {})]))
+    thread.join(30)
+    assert [json.loads(text) for _, text, _ in fast] == [1, 2]  # its own state, served while the other hangs
+    assert all(seconds < 2.5 for _, _, seconds in fast)
+    [(is_error, text, seconds)] = slow
+    assert is_error and "timeout" in text and seconds < 10
