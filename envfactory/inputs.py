@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import stat
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -193,11 +194,15 @@ def write_atomic(path: Path, text: str) -> None:
     folder = path.parent
     if not folder.is_dir():
         raise InputError(f"{path}: the folder {folder} does not exist")
-    tmp = folder / f".{path.name}.{os.getpid()}.tmp"
+    tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        payload = text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"{path}: the text to write is not valid Unicode (position {e.start})") from None
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
-            data = memoryview(text.encode("utf-8"))
+            data = memoryview(payload)
             while data:
                 n = os.write(fd, data)
                 data = data[n:]
