@@ -65,7 +65,7 @@ def load_env_folder(folder: Path, *, with_metadata: bool = True) -> Environment:
 
 def load_untrusted_folder(folder: Path, settings: Settings) -> BaseEnvironment:
     """An untrusted folder served by sandboxed workers (`SandboxUnavailable` where there is no OS sandbox)."""
-    from envfactory.env.sandbox.wall import wall
+    from envfactory.env.sandbox.wall import find_wall
     from envfactory.env.sandboxed import PoolSettings, load_sandboxed_folder
 
     folder = folder.resolve()
@@ -78,7 +78,7 @@ def load_untrusted_folder(folder: Path, settings: Settings) -> BaseEnvironment:
         raise EnvLoadError(f"{meta_path}: names the environment '{meta.name}' but its folder is '{folder.name}'")
     source = read_text(code_path, max_bytes=MAX_CODE_BYTES, what="env.py")
     pool_settings = PoolSettings(
-        wall=wall(unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox),
+        wall=find_wall(unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox),
         memory_mb=settings.sandbox_memory_mb,
         tmpfs_mb=settings.sandbox_tmpfs_mb,
         workers=settings.sandbox_workers,
@@ -91,12 +91,12 @@ def derived_metadata(folder: Path, settings: Settings) -> EnvMetadata:
     """The metadata a folder's code defines (signatures, docstrings): in-process if trusted, else sandboxed."""
     if is_trusted(settings.trust_file, folder.name, folder):
         return load_env_folder(folder, with_metadata=False).derived_metadata()
-    from envfactory.env.sandbox.wall import wall
+    from envfactory.env.sandbox.wall import find_wall
     from envfactory.env.sandboxed import derive_metadata_sandboxed
 
     source = read_text(folder / "env.py", max_bytes=MAX_CODE_BYTES, what="env.py")
     return derive_metadata_sandboxed(
-        folder, source, wall(unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox), settings.sandbox_memory_mb
+        folder, source, find_wall(unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox), settings.sandbox_memory_mb
     )
 
 

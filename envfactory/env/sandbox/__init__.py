@@ -50,7 +50,7 @@ from envfactory.env.sandbox.protocol import (
     parse_observations,
 )
 from envfactory.env.sandbox.runner import SandboxResult, SandboxStatus, run_checks_in_sandbox
-from envfactory.env.sandbox.wall import SandboxUnavailable, Wall, wall
+from envfactory.env.sandbox.wall import SandboxUnavailable, Wall, find_wall
 
 __all__ = [
     "ALLOWED_DUNDER_ATTRS",
@@ -74,10 +74,10 @@ __all__ = [
     "StaticProblem",
     "StepObservation",
     "Wall",
+    "find_wall",
     "module_member_problem",
     "module_problem",
     "parse_observations",
     "run_checks_in_sandbox",
     "static_check",
-    "wall",
 ]

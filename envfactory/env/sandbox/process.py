@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -24,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from envfactory.env.sandbox.protocol import Hello, Isolation, WorkerLimits
 from envfactory.env.sandbox.wall import Wall, bwrap_args, child_env, startup_filter, worker_filter
-from envfactory.env.sandbox.wire import WireError, decode, encode, read_frame, write_frame
+from envfactory.env.sandbox.wire import FrameReader, WireError, decode, encode, write_frame
 
 DeathKind = Literal["timeout", "memory", "crashed", "protocol"]
 _TAIL_BYTES = 4000
@@ -49,6 +51,7 @@ class ChannelLimits(BaseModel):
 
     max_answer_bytes: int = 64 * 1024 * 1024
     max_depth: int = 100
+    max_containers: int = 1_000_000  # arrays and objects in one answer: bounds the parent's parsing work
     start_timeout_s: float = 20.0
 
 
@@ -70,6 +73,9 @@ class SandboxProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.isolation: Isolation | None = None
         self._log: IO[bytes] | None = None
+        self._info: int | None = None  # bwrap's --info-fd: the worker's pid on the host
+        self.child_pid: int | None = None
+        self._reader: FrameReader | None = None
         self._next_id = 0
         self._lock = threading.Lock()
         self.died: WorkerDied | None = None
@@ -89,7 +95,10 @@ class SandboxProcess:
             r, w = os.pipe()
             os.write(w, startup_filter())  # a few KB: fits the pipe buffer
             os.close(w)
-            return [*bwrap_args(self.wall.bwrap, tmpfs_mb=self.tmpfs_mb, seccomp_fd=r), *inner], (r,), None, None
+            info_r, info_w = os.pipe()
+            self._info = info_r
+            args = bwrap_args(self.wall.bwrap, tmpfs_mb=self.tmpfs_mb, seccomp_fd=r, info_fd=info_w)
+            return [*args, *inner], (r, info_w), None, None
         return inner, (), child_env(wrapped=False), tempfile.gettempdir()
 
     def start(self) -> Isolation:
@@ -112,6 +121,8 @@ class SandboxProcess:
 
         try:
             self.proc = _SPAWNER.submit(spawn).result()
+            assert self.proc.stdout is not None
+            self._reader = FrameReader(self.proc.stdout.fileno())
         except OSError as e:
             raise WorkerDied("crashed", f"the sandbox could not start: {e}") from None
         finally:
@@ -133,16 +144,50 @@ class SandboxProcess:
             raise WorkerDied(
                 "protocol", f"the worker's isolation report is malformed: {e.errors()[0]['msg']}"
             ) from None
+        self._read_child_pid()
+        if self.wall.kind == "bubblewrap":
+            self.isolation.outside_uid = self._host_uid()
         problems = self.isolation.problems()
         if problems:
             self.kill()
             raise WorkerDied("crashed", "the sandbox is not in place: " + "; ".join(problems))
         return self.isolation
 
+    def _read_child_pid(self) -> None:
+        """bwrap's info (JSON with "child-pid"): the worker itself, killed directly, whatever it did to its
+        parent-death signal."""
+        if self._info is None:
+            return
+        try:
+            ready, _, _ = select.select([self._info], [], [], 2.0)
+            data = os.read(self._info, 4096) if ready else b""
+            self.child_pid = int(json.loads(data.decode("utf-8"))["child-pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            self.child_pid = None
+        finally:
+            os.close(self._info)
+            self._info = None
+
+    def _host_uid(self) -> int | None:
+        """The worker's real uid as the host sees it (nested user namespaces make the inside view relative)."""
+        if self.child_pid is None:
+            return None
+        try:
+            with open(f"/proc/{self.child_pid}/status", encoding="ascii", errors="replace") as f:
+                for line in f:
+                    if line.startswith("Uid:"):
+                        return int(line.split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return None
+
     def kill(self) -> None:
         proc = self.proc
         if proc is None:
             return
+        if self.child_pid is not None and proc.poll() is None:  # bwrap has not reaped it: the pid is still its
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(self.child_pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
@@ -156,6 +201,10 @@ class SandboxProcess:
     def close(self) -> None:
         """Kill the worker and drop its log."""
         self.kill()
+        if self._info is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._info)
+            self._info = None
         if self.died is None:
             self.died = WorkerDied("crashed", "the worker was closed")
         if self._log is not None:
@@ -189,7 +238,7 @@ class SandboxProcess:
 
     def _exchange(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         proc = self.proc
-        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        assert proc is not None and proc.stdin is not None and self._reader is not None
         deadline = time.monotonic() + timeout_s
         try:
             frame = encode(message)
@@ -200,8 +249,8 @@ class SandboxProcess:
         except (BrokenPipeError, OSError):
             raise self._die("crashed", "the worker is gone") from None
         try:
-            body = read_frame(proc.stdout.fileno(), max_bytes=self.channel.max_answer_bytes, deadline=deadline)
-            reply = decode(body, self.channel.max_depth)
+            body = self._reader.read(max_bytes=self.channel.max_answer_bytes, deadline=deadline)
+            reply = decode(body, self.channel.max_depth, self.channel.max_containers)
         except WireError as e:
             if e.kind == "timeout":
                 raise self._die("timeout", f"no answer within {timeout_s:g} s") from None

@@ -45,6 +45,7 @@ class Isolation(BaseModel):
 
     wrapped: bool
     uid: int
+    outside_uid: int | None = None  # the worker's uid on the host, read by the parent from /proc/<pid>/status
     seccomp_mode: int  # /proc/self/status Seccomp: 2 = filter
     seccomp_filters: int
     no_new_privs: bool
@@ -64,6 +65,8 @@ class Isolation(BaseModel):
             out.append("no_new_privs is not set")
         if self.wrapped and int(self.cap_eff or "0", 16) != 0:
             out.append(f"the worker still has capabilities ({self.cap_eff})")
+        if self.wrapped and self.outside_uid in (None, 0):
+            out.append("the sandbox user is the host's root (bwrap was started as root)")
         return out
 
 

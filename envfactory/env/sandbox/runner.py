@@ -31,7 +31,7 @@ from envfactory.env.sandbox.protocol import (
     StepObservation,
     WorkerLimits,
 )
-from envfactory.env.sandbox.wall import Wall, wall
+from envfactory.env.sandbox.wall import Wall, find_wall
 
 if TYPE_CHECKING:
     from envfactory.env.checks.scenarios import TestScenario
@@ -306,7 +306,7 @@ def run_checks_in_sandbox(
     problems = static_check(code)
     if problems:
         return SandboxResult(status="static_rejected", problems=problems, detail=f"{len(problems)} static problems")
-    the_wall = wall(unsafe_no_os_sandbox=limits.unsafe_no_os_sandbox)
+    the_wall = find_wall(unsafe_no_os_sandbox=limits.unsafe_no_os_sandbox)
     round_ = _Round(code, metadata, limits, the_wall)
     status: SandboxStatus = "ok"
     detail = ""

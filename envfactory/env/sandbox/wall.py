@@ -4,12 +4,15 @@ Python-level checks (the AST policy, guarded builtins) are a filter: pydantic, d
 run with the real builtins, so hostile code can reach them. The wall is the kernel. Every process
 that runs untrusted code is started through `wrap()`:
 
-- **bubblewrap** (`bwrap`): its own user namespace (uid 65534 inside), PID, mount, IPC, UTS, cgroup
-  and network namespaces (so runs cannot see or signal each other, and no connection leaves); a new
-  root holding read-only binds of only what the worker needs — the interpreter, its site-packages,
-  the `envfactory` runtime package, the system's shared libraries — and a private size-limited
-  tmpfs at /tmp; all capabilities dropped; no further user namespaces; a new terminal session; the
-  environment cleared; it dies with its parent.
+- **bubblewrap** (`bwrap`): its own user namespace (uid 65534 inside, and *outside* too: bwrap
+  never runs as root — started by root, it is dropped to `nobody` first, see `_root_launch`), PID
+  namespace with the worker itself as PID 1 (no bwrap init process beside it to take over), mount,
+  IPC, UTS, cgroup and network namespaces (so runs cannot see or signal each other, and no
+  connection leaves); a new root holding read-only binds of only what the worker needs — the
+  interpreter, its site-packages, the `envfactory` runtime package, the system's shared libraries —
+  remounted read-only, with a read-only /proc and /dev and a private size-limited tmpfs at /tmp as
+  the only writable place; all capabilities dropped; no further user namespaces; a new terminal
+  session; the environment cleared; it dies with its parent.
 - **seccomp**, twice: bwrap loads a filter before the interpreter starts (no mounting, ptrace,
   namespaces, kernel keys, bpf, module loading...), and the worker, once its trusted start-up is
   done and before it reads any untrusted code, loads a second one that also forbids `execve`,
@@ -24,10 +27,13 @@ when root, the Python filter) — and the isolation report says so.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import errno
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -38,6 +44,8 @@ from pydantic import BaseModel
 from envfactory.errors import EnvFactoryError
 
 SANDBOX_UID = 65534
+_PR_SET_PDEATHSIG = 1
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
 RUNTIME_MOUNT = "/opt/envfactory-runtime"  # where the runtime package appears inside the sandbox
 UNSAFE_FLAG = "ENVFACTORY_UNSAFE_NO_OS_SANDBOX"
 
@@ -85,8 +93,15 @@ _ALWAYS_DENIED = (
     "lookup_dcookie",
     "vhangup",
 )
-# Denied once the worker's trusted start-up is over: no new program, process, thread, signal or socket.
+# Denied once the worker's trusted start-up is over: no new program, process, thread, signal or socket,
+# and no memory outside the address-space limit (shared memory, memfd, message queues are not counted).
 _WORKER_DENIED = (
+    "memfd_create",
+    "memfd_secret",
+    "shmget",
+    "shmat",
+    "msgget",
+    "mq_open",
     "execve",
     "execveat",
     "fork",
@@ -135,6 +150,13 @@ def _seccomp_program(names: tuple[str, ...]) -> bytes:
             continue
     if "clone" in names:
         f.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
+        # a parent-death signal cleared would let the worker outlive us; an fcntl owner would route a
+        # signal (even SIGKILL) to another process past the kill rules
+        f.add_rule(pyseccomp.ERRNO(errno.EPERM), "prctl", pyseccomp.Arg(0, pyseccomp.EQ, _PR_SET_PDEATHSIG))
+        for cmd in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
+            for call in ("fcntl", "fcntl64"):
+                with contextlib.suppress(OSError, ValueError):
+                    f.add_rule(pyseccomp.ERRNO(errno.EPERM), call, pyseccomp.Arg(1, pyseccomp.EQ, cmd))
     with tempfile.TemporaryFile() as fh:
         f.export_bpf(fh)
         fh.seek(0)
@@ -158,8 +180,8 @@ def runtime_root() -> Path:
     return Path(__file__).resolve().parents[3]
 
 
-def _ro_binds() -> list[str]:
-    """Read-only views: shared libraries, the interpreter and its packages, the runtime package."""
+def _ro_binds() -> list[tuple[str, str]]:
+    """Read-only views (source, destination): shared libraries, the interpreter and its packages, the runtime."""
     paths: set[str] = set()
     for p in ("/usr/lib", "/usr/lib64", "/usr/lib32", "/usr/share/zoneinfo", "/etc/ld.so.cache"):
         if os.path.exists(p):
@@ -170,11 +192,83 @@ def _ro_binds() -> list[str]:
             paths.add(real)
         if p != real:
             paths.add(p)
-    out: list[str] = []
-    for p in sorted(paths):
-        out += ["--ro-bind", p, p]
-    out += ["--ro-bind", str(runtime_root() / "envfactory"), f"{RUNTIME_MOUNT}/envfactory"]
+    executable = os.path.realpath(sys.executable)
+    if not any(executable.startswith(d.rstrip("/") + "/") for d in paths):
+        paths.add(executable)  # a system interpreter in /usr/bin: the file alone
+    kept = [p for p in sorted(paths) if not any(p.startswith(q.rstrip("/") + "/") for q in paths if q != p)]
+    out = [(p, p) for p in kept]
+    out.append((str(runtime_root() / "envfactory"), f"{RUNTIME_MOUNT}/envfactory"))
     return out
+
+
+def _nobody_can_read(path: str) -> bool:
+    """Every folder above `path` is searchable by others and `path` itself readable (and searchable)."""
+    p = Path(path)
+    try:
+        for parent in reversed(p.parents):
+            if not os.stat(parent).st_mode & 0o001:
+                return False
+        mode = os.stat(p).st_mode
+    except OSError:
+        return False
+    need = 0o005 if stat.S_ISDIR(mode) else 0o004
+    return mode & need == need
+
+
+@functools.cache
+def _stage_root() -> str:
+    """A root-owned, world-searchable folder whose entries the launcher bind-mounts over, in its own mount namespace."""
+    root = tempfile.mkdtemp(prefix="envfactory-stage-")
+    os.chmod(root, 0o755)
+    atexit.register(shutil.rmtree, root, True)
+    return root
+
+
+# Run as root by the parent: in a private mount namespace, make the bind sources that `nobody` cannot
+# reach (an interpreter under /root, say) visible at staged paths, then become nobody and exec bwrap.
+_ROOT_LAUNCHER = """set -e
+n=$1; shift
+while [ "$n" -gt 0 ]; do mount --bind "$1" "$2"; shift 2; n=$((n-1)); done
+exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all -- "$@"
+"""
+
+
+def _root_launch(binds: list[tuple[str, str]]) -> tuple[list[str], list[tuple[str, str]]]:
+    """The command prefix that drops root before bwrap, and the binds rewritten to staged sources.
+
+    Started by root, bwrap would map the sandbox uid to host uid 0: kernel settings under /proc/sys
+    check the uid only. Dropped to nobody first, bwrap makes an unprivileged user namespace whose
+    65534 is the host's 65534 too.
+    """
+    staged: list[tuple[str, str]] = []
+    mounts: list[str] = []
+    for i, (source, dest) in enumerate(binds):
+        if _nobody_can_read(source):
+            staged.append((source, dest))
+            continue
+        stage = os.path.join(_stage_root(), str(i))
+        if not os.path.lexists(stage):
+            if os.path.isdir(source):
+                os.mkdir(stage, 0o755)
+            else:
+                with open(stage, "w"):
+                    pass
+        mounts += [source, stage]
+        staged.append((stage, dest))
+    prefix = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        _ROOT_LAUNCHER,
+        "sh",
+        str(len(mounts) // 2),
+        *mounts,
+    ]
+    return prefix, staged
 
 
 def _symlinks() -> list[str]:
@@ -202,8 +296,14 @@ def child_env(*, wrapped: bool) -> dict[str, str]:
     }
 
 
-def bwrap_args(bwrap: str, *, tmpfs_mb: int, seccomp_fd: int | None) -> list[str]:
+def bwrap_args(bwrap: str, *, tmpfs_mb: int, seccomp_fd: int | None, info_fd: int | None = None) -> list[str]:
+    """The whole command line up to the sandboxed program (a root launcher first when we are root)."""
+    binds = _ro_binds()
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        prefix, binds = _root_launch(binds)
     args = [
+        *prefix,
         bwrap,
         "--unshare-all",
         "--unshare-user",
@@ -212,6 +312,7 @@ def bwrap_args(bwrap: str, *, tmpfs_mb: int, seccomp_fd: int | None) -> list[str
         "--gid",
         str(SANDBOX_UID),
         "--disable-userns",
+        "--as-pid-1",
         "--hostname",
         "sandbox",
         "--die-with-parent",
@@ -222,11 +323,15 @@ def bwrap_args(bwrap: str, *, tmpfs_mb: int, seccomp_fd: int | None) -> list[str
     ]
     for key, value in child_env(wrapped=True).items():
         args += ["--setenv", key, value]
-    args += _ro_binds() + _symlinks()
-    args += ["--size", str(tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
-    args += ["--chdir", "/tmp"]
+    for source, dest in binds:
+        args += ["--ro-bind", source, dest]
+    args += _symlinks()
+    args += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    args += ["--size", str(tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
+    if info_fd is not None:
+        args += ["--info-fd", str(info_fd)]
     return args
 
 
@@ -239,6 +344,8 @@ def _probe(bwrap: str | None) -> str | None:
     """None when bubblewrap can start a sandboxed interpreter here; else why not."""
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
+    if os.geteuid() == 0 and not all(shutil.which(t) for t in ("unshare", "mount", "setpriv")):
+        return "util-linux's unshare, mount and setpriv are needed to start it as nobody when running as root"
     try:
         import pyseccomp  # noqa: F401  (libseccomp must be loadable to build the filters)
     except (ImportError, RuntimeError, OSError) as e:
@@ -254,7 +361,7 @@ def _probe(bwrap: str | None) -> str | None:
     return None
 
 
-def wall(*, unsafe_no_os_sandbox: bool = False) -> Wall:
+def find_wall(*, unsafe_no_os_sandbox: bool = False) -> Wall:
     """The OS boundary this machine offers, or `SandboxUnavailable` with what to do about it.
 
     `unsafe_no_os_sandbox` (or ENVFACTORY_UNSAFE_NO_OS_SANDBOX=1) runs untrusted code without one.

@@ -17,8 +17,6 @@ import struct
 import time
 from typing import Any
 
-from envfactory.inputs import depth_exceeds
-
 _HEADER = struct.Struct(">I")
 
 
@@ -43,43 +41,76 @@ def write_frame(fd: int, frame: bytes) -> None:
         view = view[n:]
 
 
-def decode(body: bytes, max_depth: int) -> Any:
-    """Parse one frame's body, refusing invalid UTF-8, invalid JSON and nesting beyond `max_depth`."""
-    # fast path: fewer opening brackets than the limit cannot nest deeper than it
-    maybe_deep = body.count(b"[") + body.count(b"{") > max_depth
+def _tree_depth_exceeds(value: Any, limit: int) -> bool:
+    """Depth check for what `json.loads` returns (a tree: nothing shared), iterative and cheap per value."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if type(item) is dict else item
+        stack.extend((c, depth + 1) for c in children if type(c) is dict or type(c) is list)
+    return False
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # one instance: json.loads(**kw) builds one per call
+
+
+def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000) -> Any:
+    """Parse one frame's body, refusing invalid UTF-8, invalid JSON (NaN included), more than
+    `max_containers` arrays and objects, and nesting beyond `max_depth`.
+
+    The parent's cost is bounded before it starts: the container count is a byte count (brackets
+    inside strings only make it stricter), so a frame of a million empty lists is refused at once
+    instead of being parsed and walked.
+    """
+    brackets = body.count(b"[") + body.count(b"{")
+    if brackets > max_containers:
+        raise WireError("too_large", f"a frame holds more than {max_containers} arrays and objects")
     try:
-        value = json.loads(body)
+        value = _DECODER.decode(body.decode("utf-8"))
     except RecursionError:
         raise WireError("too_deep", f"a frame nests deeper than {max_depth} levels") from None
     except (ValueError, UnicodeDecodeError) as e:
         raise WireError("malformed", f"a frame is not valid JSON: {e}") from None
-    if maybe_deep and depth_exceeds(value, max_depth):
+    if brackets > max_depth and type(value) in (dict, list) and _tree_depth_exceeds(value, max_depth):
         raise WireError("too_deep", f"a frame nests deeper than {max_depth} levels")
     return value
 
 
-def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
-    chunks: list[bytes] = []
-    left = n
-    while left:
-        if deadline is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise WireError("timeout", "no answer before the deadline")
-            ready, _, _ = select.select([fd], [], [], wait)
-            if not ready:
-                raise WireError("timeout", "no answer before the deadline")
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            raise WireError("eof", "the other side closed the pipe")
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+class FrameReader:
+    """Frames from one pipe, read through a buffer: a small frame costs one `read`, header and body together."""
 
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = bytearray()
 
-def read_frame(fd: int, *, max_bytes: int, deadline: float | None = None) -> bytes:
-    """The body of the next frame on `fd`; `deadline` is a `time.monotonic()` value (None: wait forever)."""
-    (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size, deadline))
-    if size > max_bytes:
-        raise WireError("too_large", f"a frame of {size} bytes is over the {max_bytes}-byte limit")
-    return _read_exact(fd, size, deadline)
+    def _fill(self, need: int, deadline: float | None) -> None:
+        while len(self._buf) < need:
+            if deadline is not None:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    raise WireError("timeout", "no answer before the deadline")
+                ready, _, _ = select.select([self.fd], [], [], wait)
+                if not ready:
+                    raise WireError("timeout", "no answer before the deadline")
+            chunk = os.read(self.fd, max(need - len(self._buf), 1 << 16))
+            if not chunk:
+                raise WireError("eof", "the other side closed the pipe")
+            self._buf += chunk
+
+    def read(self, *, max_bytes: int, deadline: float | None = None) -> bytes:
+        """The body of the next frame; `deadline` is a `time.monotonic()` value (None: wait forever)."""
+        self._fill(_HEADER.size, deadline)
+        (size,) = _HEADER.unpack_from(self._buf)
+        if size > max_bytes:
+            raise WireError("too_large", f"a frame of {size} bytes is over the {max_bytes}-byte limit")
+        end = _HEADER.size + size
+        self._fill(end, deadline)
+        body = bytes(self._buf[_HEADER.size : end])
+        del self._buf[:end]
+        return body

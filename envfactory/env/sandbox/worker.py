@@ -43,7 +43,7 @@ from envfactory.env.sandbox.isolation import (
     read_status,
 )
 from envfactory.env.sandbox.protocol import Hello, Isolation
-from envfactory.env.sandbox.wire import WireError, encode, read_frame, write_frame
+from envfactory.env.sandbox.wire import FrameReader, WireError, encode, write_frame
 from envfactory.env.session import Session
 from envfactory.env.state import State
 from envfactory.env.tools import ArgumentError, Tool
@@ -62,8 +62,8 @@ def _import_error_line(tb: types.TracebackType | None, path: str) -> int | None:
 
 
 class Worker:
-    def __init__(self, rfd: int, wfd: int) -> None:
-        self.rfd, self.wfd = rfd, wfd
+    def __init__(self, reader: FrameReader, wfd: int) -> None:
+        self.reader, self.wfd = reader, wfd
         self.env: Environment | None = None
         self.sessions: dict[int, Session] = {}
         self.trusted: dict[str, Any] = {}
@@ -202,7 +202,7 @@ class Worker:
     def serve(self) -> None:
         while True:
             try:
-                body = read_frame(self.rfd, max_bytes=MAX_REQUEST_BYTES)
+                body = self.reader.read(max_bytes=MAX_REQUEST_BYTES)
             except WireError:
                 return  # the parent went away
             try:
@@ -252,7 +252,8 @@ def _isolation(hello: Hello, applied: dict[str, int], extra: dict[str, Any]) -> 
 
 def _start(rfd: int, wfd: int) -> Worker | None:
     """The trusted start-up; answers the hello frame with the isolation report (or a start-up error)."""
-    hello = Hello.model_validate(json.loads(read_frame(rfd, max_bytes=1 << 20)))
+    reader = FrameReader(rfd)
+    hello = Hello.model_validate(json.loads(reader.read(max_bytes=1 << 20)))
     _preload()
     extra: dict[str, Any] = {}
     applied = apply_limits(hello.limits)
@@ -270,7 +271,7 @@ def _start(rfd: int, wfd: int) -> Worker | None:
     extra["socket_blocked"] = True
     extra["sealed_evaluators"] = seal_evaluators()
     write_frame(wfd, encode({"isolation": _isolation(hello, applied, extra).model_dump(mode="json")}))
-    return Worker(rfd, wfd)
+    return Worker(reader, wfd)
 
 
 def main() -> int:
