@@ -80,6 +80,9 @@ class Settings(BaseSettings):
     sandbox_call_timeout_s: float = Field(
         default=10.0, description="a call to an untrusted environment's sandboxed session that takes longer fails"
     )
+    sandbox_start_timeout_s: float = Field(
+        default=15.0, gt=0, description="a sandboxed worker that does not start and load its code in time fails"
+    )
     sandbox_workers: int = Field(default=2, ge=1, description="sandboxed worker processes per untrusted environment")
     unsafe_no_os_sandbox: bool = Field(
         default=False,

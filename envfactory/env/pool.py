@@ -83,6 +83,7 @@ def load_untrusted_folder(folder: Path, settings: Settings) -> BaseEnvironment:
         tmpfs_mb=settings.sandbox_tmpfs_mb,
         workers=settings.sandbox_workers,
         call_timeout_s=settings.sandbox_call_timeout_s,
+        start_timeout_s=settings.sandbox_start_timeout_s,
     )
     return load_sandboxed_folder(folder, meta, source, pool_settings, code_hash(folder))
 
@@ -100,6 +101,13 @@ def derived_metadata(folder: Path, settings: Settings) -> EnvMetadata:
     )
 
 
+def _digest(folder: Path) -> str | None:
+    try:
+        return code_hash(folder) if (folder / "env.py").is_file() else None
+    except EnvFactoryError:
+        return None
+
+
 class EnvPool:
     """Lazily loads environments by name; each is loaded once per pool."""
 
@@ -107,7 +115,9 @@ class EnvPool:
         self.settings = settings or get_settings()
         self._cache: dict[str, BaseEnvironment] = {}
         self._imported: dict[str, Callable[[], BaseEnvironment]] | None = None
-        self._lock = threading.RLock()  # servers load apps from worker threads: one load per name
+        self._lock = threading.Lock()
+        self._name_locks: dict[str, threading.Lock] = {}  # one load per name at a time; others go on
+        self._failed: dict[str, tuple[str, EnvFactoryError]] = {}  # name -> (code hash, why): not retried
 
     @property
     def folder(self) -> Path:
@@ -146,9 +156,21 @@ class EnvPool:
         if env is not None:
             return env
         with self._lock:
+            lock = self._name_locks.setdefault(name, threading.Lock())
+        with lock:
             if name in self._cache:
                 return self._cache[name]
-            return self._load(name)
+            folder = self.folder / name
+            digest = _digest(folder)
+            failed = self._failed.get(name)
+            if failed is not None and digest is not None and failed[0] == digest:
+                raise failed[1]  # the same code failed to load: not waited for again
+            try:
+                return self._load(name)
+            except EnvFactoryError as e:
+                if digest is not None:
+                    self._failed[name] = (digest, e)
+                raise
 
     def _load(self, name: str) -> BaseEnvironment:
         folder = self.folder / name

@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,11 @@ from envfactory.env.tools import ArgumentError, ArgumentProblem
 from envfactory.errors import ContractError, EnvLoadError, ScenarioError
 
 _WORKER_CPU_S = 3600  # a pooled worker's whole life; it is replaced (sessions replayed) when it runs out
+
+
+# What a pooled worker may send in one answer. A session keeps its results (as in-process sessions do),
+# so the budget is on values (each ~32-60 bytes once parsed), not only bytes.
+SESSION_CHANNEL = ChannelLimits(max_answer_bytes=16 * 1024 * 1024, max_values=500_000)
 
 
 class PoolSettings:
@@ -82,6 +88,7 @@ class WorkerPool:
         self._sid = 0
         self.load: LoadAnswer | None = None
         self.restarts = 0
+        self.channel = SESSION_CHANNEL
 
     def _start(self) -> _Pooled:
         s = self.settings
@@ -89,7 +96,7 @@ class WorkerPool:
             s.wall,
             WorkerLimits(memory_mb=s.memory_mb, cpu_s=_WORKER_CPU_S, fsize_mb=16),
             tmpfs_mb=s.tmpfs_mb,
-            channel=ChannelLimits(start_timeout_s=s.start_timeout_s),
+            channel=self.channel.model_copy(update={"start_timeout_s": s.start_timeout_s}),
         )
         try:
             process.start()
@@ -133,9 +140,10 @@ class WorkerPool:
             assert self.load is not None
             return self.load
 
-    def request(self, worker: _Pooled, op: str, **fields: Any) -> dict[str, Any]:
+    def request(self, worker: _Pooled, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
         closed, worker.closed = worker.closed, []
-        return worker.process.request(op, self.settings.call_timeout_s, closed=closed, **fields)
+        limit = self.settings.call_timeout_s if timeout_s is None else min(timeout_s, self.settings.call_timeout_s)
+        return worker.process.request(op, limit, closed=closed, **fields)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -261,6 +269,7 @@ class SandboxedSession(Session):
         self.config = config
         self.history: list[CallRecord] = []
         self._replay: list[tuple[str, dict[str, Any], Any]] = []
+        self._replay_s = 0.0  # what replaying `_replay` would take: checkpointed past half a call's limit
         self._worker: _Pooled | None = None
         self._sid = 0
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -293,11 +302,25 @@ class SandboxedSession(Session):
         if not replay:
             return
         self.restored += 1
+        deadline = time.monotonic() + pool.settings.call_timeout_s  # the whole restore: one call's time
         for tool, args, result in self._replay:
-            raw = pool.request(worker, "call", sid=sid, tool=tool, args=args)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.broken = "the session could not be restored after its worker died: the replay took too long"
+                return
+            raw = pool.request(worker, "call", sid=sid, tool=tool, args=args, timeout_s=left)
             if raw.get("ok") is not True or raw.get("result") != result:
                 self.broken = f"the session could not be restored after its worker died: '{tool}' did not repeat itself"
                 return
+
+    def _checkpoint(self) -> None:
+        """Make the current state the session's starting point (a dump), so a restore never replays more
+        than half a call's time limit of work."""
+        try:
+            state = self.dump()
+        except ScenarioError:
+            return  # the next restore replays instead
+        self.config, self._replay, self._replay_s = state, [], 0.0
 
     def _live(self) -> _Pooled:
         """This session's worker, restoring the session on a fresh one if its worker is gone."""
@@ -314,12 +337,12 @@ class SandboxedSession(Session):
     # ---- the Session API ---------------------------------------------------------------------
     def reset(self, config: dict[str, Any] | str | Path | None = None) -> None:
         data, source = self.env.resolve_config(config)
-        old = (self.config, self.source, self._replay)
-        self.config, self.source, self._replay = data, source, []
+        old = (self.config, self.source, self._replay, self._replay_s)
+        self.config, self.source, self._replay, self._replay_s = data, source, [], 0.0
         try:
             self._bind(replay=False)
         except ScenarioError:
-            self.config, self.source, self._replay = old
+            self.config, self.source, self._replay, self._replay_s = old
             raise
         self.history.clear()
         self.broken = None
@@ -347,7 +370,9 @@ class SandboxedSession(Session):
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=self.broken))
         try:
             worker = self._live()
+            started = time.monotonic()
             raw = self.env.pool.request(worker, "call", sid=self._sid, tool=tool, args=args)
+            took = time.monotonic() - started
         except ValueError as e:  # arguments that cannot be encoded
             return self._record(tool, args, error=ToolErrorInfo(type="invalid_arguments", message=str(e)[:300]))
         except (WorkerDied, ScenarioError, EnvLoadError) as e:
@@ -370,6 +395,9 @@ class SandboxedSession(Session):
                 error = ToolErrorInfo(type=kind, message=answer.error.message, details=answer.error.details)
         if answer.ok and error is None:
             self._replay.append((tool, args, answer.result))
+            self._replay_s += took
+            if self._replay_s > self.env.pool.settings.call_timeout_s / 2:
+                self._checkpoint()
         return self._record(tool, args, result=answer.result, error=error, diff=answer.diff, changes=answer.changes)
 
     def _died(self, tool: str, args: dict[str, Any], e: Exception) -> CallRecord:

@@ -49,9 +49,10 @@ class WorkerDied(Exception):
 class ChannelLimits(BaseModel):
     """What the parent accepts from a worker."""
 
-    max_answer_bytes: int = 64 * 1024 * 1024
+    max_answer_bytes: int = 32 * 1024 * 1024
     max_depth: int = 100
     max_containers: int = 1_000_000  # arrays and objects in one answer: bounds the parent's parsing work
+    max_values: int = 2_000_000  # values in one answer (~60 bytes each in the parent once parsed)
     start_timeout_s: float = 20.0
 
 
@@ -75,10 +76,12 @@ class SandboxProcess:
         self._log: IO[bytes] | None = None
         self._info: int | None = None  # bwrap's --info-fd: the worker's pid on the host
         self.child_pid: int | None = None
+        self._pidfd: int | None = None  # the worker, held from start-up: no pid reuse can misdirect the kill
         self._reader: FrameReader | None = None
         self._next_id = 0
         self._lock = threading.Lock()
         self.died: WorkerDied | None = None
+        self._closing = False
 
     # ---- life ------------------------------------------------------------------------------
     @property
@@ -121,8 +124,9 @@ class SandboxProcess:
 
         try:
             self.proc = _SPAWNER.submit(spawn).result()
-            assert self.proc.stdout is not None
+            assert self.proc.stdout is not None and self.proc.stdin is not None
             self._reader = FrameReader(self.proc.stdout.fileno())
+            os.set_blocking(self.proc.stdin.fileno(), False)  # writes wait under the request's deadline
         except OSError as e:
             raise WorkerDied("crashed", f"the sandbox could not start: {e}") from None
         finally:
@@ -162,6 +166,7 @@ class SandboxProcess:
             ready, _, _ = select.select([self._info], [], [], 2.0)
             data = os.read(self._info, 4096) if ready else b""
             self.child_pid = int(json.loads(data.decode("utf-8"))["child-pid"])
+            self._pidfd = os.pidfd_open(self.child_pid)
         except (OSError, ValueError, KeyError, TypeError):
             self.child_pid = None
         finally:
@@ -185,9 +190,12 @@ class SandboxProcess:
         proc = self.proc
         if proc is None:
             return
-        if self.child_pid is not None and proc.poll() is None:  # bwrap has not reaped it: the pid is still its
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(self.child_pid, signal.SIGKILL)
+        if self._pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                os.close(self._pidfd)
+            self._pidfd = None
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
@@ -200,6 +208,7 @@ class SandboxProcess:
 
     def close(self) -> None:
         """Kill the worker and drop its log."""
+        self._closing = True
         self.kill()
         if self._info is not None:
             with contextlib.suppress(OSError):
@@ -245,12 +254,14 @@ class SandboxProcess:
         except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"the request cannot be encoded as JSON: {e}") from None
         try:
-            write_frame(proc.stdin.fileno(), frame)
+            write_frame(proc.stdin.fileno(), frame, deadline)
+        except WireError:
+            raise self._die("timeout", f"the worker did not take the request within {timeout_s:g} s") from None
         except (BrokenPipeError, OSError):
             raise self._die("crashed", "the worker is gone") from None
         try:
             body = self._reader.read(max_bytes=self.channel.max_answer_bytes, deadline=deadline)
-            reply = decode(body, self.channel.max_depth, self.channel.max_containers)
+            reply = decode(body, self.channel.max_depth, self.channel.max_containers, self.channel.max_values)
         except WireError as e:
             if e.kind == "timeout":
                 raise self._die("timeout", f"no answer within {timeout_s:g} s") from None
@@ -259,12 +270,16 @@ class SandboxProcess:
             raise self._die("protocol", str(e)) from None
         if not isinstance(reply, dict):
             raise self._die("protocol", "the worker's answer is not a JSON object")
+        if time.monotonic() > deadline + 0.5:  # an answer sent at the last moment and slow to parse
+            raise self._die("timeout", f"no usable answer within {timeout_s:g} s")
         return reply
 
     def _die(self, kind: DeathKind, detail: str) -> WorkerDied:
         """Kill the worker and say how it ended (an exit by a signal or a limit refines `kind`)."""
         proc = self.proc
-        if kind == "crashed" and proc is not None:
+        if self._closing:
+            kind, detail = "crashed", "the worker was closed while it was being asked"
+        elif kind == "crashed" and proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=2)
             rc = proc.returncode

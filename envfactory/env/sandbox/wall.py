@@ -31,6 +31,7 @@ import atexit
 import contextlib
 import errno
 import functools
+import itertools
 import os
 import shutil
 import stat
@@ -44,6 +45,8 @@ from pydantic import BaseModel
 from envfactory.errors import EnvFactoryError
 
 SANDBOX_UID = 65534
+_UID_BASE = 1_000_000_000  # host uids of workers started by root: far above any account's
+_TMP_INODES = 4096  # files the worker's /tmp may hold: an inode costs kernel memory no size limit counts
 _PR_SET_PDEATHSIG = 1
 _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
 RUNTIME_MOUNT = "/opt/envfactory-runtime"  # where the runtime package appears inside the sandbox
@@ -101,6 +104,7 @@ _WORKER_DENIED = (
     "shmget",
     "shmat",
     "msgget",
+    "semget",
     "mq_open",
     "execve",
     "execveat",
@@ -215,60 +219,91 @@ def _nobody_can_read(path: str) -> bool:
     return mode & need == need
 
 
-@functools.cache
+_STAGE_PREFIX = "envfactory-stage-"
+_stage: str | None = None
+_uid_counter = itertools.count()
+
+
+def _safe_stage(path: str) -> bool:
+    """Ours: a real folder (not a link), owned by root, writable by nobody else."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == 0 and not st.st_mode & 0o022
+
+
+def _sweep_stages() -> None:
+    """Stage folders of parents that were killed (their pid is in the name) are removed."""
+    base = tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            if not name.startswith(_STAGE_PREFIX):
+                continue
+            pid = name[len(_STAGE_PREFIX) :].split("-", 1)[0]
+            path = os.path.join(base, name)
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}") and _safe_stage(path):
+                shutil.rmtree(path, ignore_errors=True)
+
+
 def _stage_root() -> str:
-    """A root-owned, world-searchable folder whose entries the launcher bind-mounts over, in its own mount namespace."""
-    root = tempfile.mkdtemp(prefix="envfactory-stage-")
-    os.chmod(root, 0o755)
-    atexit.register(shutil.rmtree, root, True)
-    return root
+    """An empty, root-owned folder, checked on every launch (a /tmp cleaner may remove it, another user
+    may recreate the name): the launcher mounts a private tmpfs over it, so nothing is ever in it."""
+    global _stage
+    if _stage is None or not _safe_stage(_stage):
+        if _stage is None:
+            _sweep_stages()
+        _stage = tempfile.mkdtemp(prefix=f"{_STAGE_PREFIX}{os.getpid()}-")
+        os.chmod(_stage, 0o755)
+        atexit.register(shutil.rmtree, _stage, True)
+    return _stage
 
 
-# Run as root by the parent: in a private mount namespace, make the bind sources that `nobody` cannot
-# reach (an interpreter under /root, say) visible at staged paths, then become nobody and exec bwrap.
+def _host_uid() -> int:
+    """A host uid of its own for each worker (no account has it): no two sandboxes, and no other process,
+    share a uid, so none can read another's memory through /proc or use up its per-uid kernel quotas."""
+    return _UID_BASE + (os.getpid() % 1_000_000) * 1000 + next(_uid_counter) % 1000
+
+
+# Run as root by the parent. In a private mount namespace: a tmpfs over the stage folder; the worker's
+# /tmp as a tmpfs with a size *and* an inode limit; the bind sources `nobody` cannot reach (an
+# interpreter under /root) staged in it; then become the worker's own uid and exec bwrap.
 _ROOT_LAUNCHER = """set -e
-n=$1; shift
-while [ "$n" -gt 0 ]; do mount --bind "$1" "$2"; shift 2; n=$((n-1)); done
-exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all -- "$@"
+stage=$1; tmp_options=$2; uid=$3; n=$4; shift 4
+mount -t tmpfs -o size=1m,nr_inodes=1024,mode=0755 envfactory-stage "$stage"
+mkdir "$stage/tmp"
+mount -t tmpfs -o "$tmp_options" envfactory-tmp "$stage/tmp"
+i=0
+while [ "$i" -lt "$n" ]; do
+  if [ -d "$1" ]; then mkdir "$stage/$i"; else : > "$stage/$i"; fi
+  mount --bind "$1" "$stage/$i"
+  shift; i=$((i+1))
+done
+exec setpriv --reuid="$uid" --regid="$uid" --clear-groups --inh-caps=-all -- "$@"
 """
 
 
-def _root_launch(binds: list[tuple[str, str]]) -> tuple[list[str], list[tuple[str, str]]]:
-    """The command prefix that drops root before bwrap, and the binds rewritten to staged sources.
+def _root_launch(binds: list[tuple[str, str]], tmpfs_mb: int) -> tuple[list[str], list[tuple[str, str]], str]:
+    """The command prefix that drops root before bwrap, the binds rewritten to staged sources, and the /tmp source.
 
     Started by root, bwrap would map the sandbox uid to host uid 0: kernel settings under /proc/sys
-    check the uid only. Dropped to nobody first, bwrap makes an unprivileged user namespace whose
-    65534 is the host's 65534 too.
+    check the uid only. Dropped to an unused uid first, bwrap makes an unprivileged user namespace
+    whose 65534 is that uid on the host.
     """
+    stage = _stage_root()
     staged: list[tuple[str, str]] = []
-    mounts: list[str] = []
-    for i, (source, dest) in enumerate(binds):
+    sources: list[str] = []
+    for source, dest in binds:
         if _nobody_can_read(source):
             staged.append((source, dest))
-            continue
-        stage = os.path.join(_stage_root(), str(i))
-        if not os.path.lexists(stage):
-            if os.path.isdir(source):
-                os.mkdir(stage, 0o755)
-            else:
-                with open(stage, "w"):
-                    pass
-        mounts += [source, stage]
-        staged.append((stage, dest))
-    prefix = [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "--",
-        "sh",
-        "-c",
-        _ROOT_LAUNCHER,
-        "sh",
-        str(len(mounts) // 2),
-        *mounts,
-    ]
-    return prefix, staged
+        else:
+            staged.append((os.path.join(stage, str(len(sources))), dest))
+            sources.append(source)
+    tmp_options = f"size={tmpfs_mb}m,nr_inodes={_TMP_INODES},mode=1777"
+    uid = str(_host_uid())
+    prefix = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", _ROOT_LAUNCHER, "sh"]
+    prefix += [stage, tmp_options, uid, str(len(sources)), *sources]
+    return prefix, staged, os.path.join(stage, "tmp")
 
 
 def _symlinks() -> list[str]:
@@ -300,8 +335,10 @@ def bwrap_args(bwrap: str, *, tmpfs_mb: int, seccomp_fd: int | None, info_fd: in
     """The whole command line up to the sandboxed program (a root launcher first when we are root)."""
     binds = _ro_binds()
     prefix: list[str] = []
+    tmp: list[str] = ["--size", str(tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp"]
     if os.geteuid() == 0:
-        prefix, binds = _root_launch(binds)
+        prefix, binds, tmp_source = _root_launch(binds, tmpfs_mb)
+        tmp = ["--bind", tmp_source, "/tmp"]
     args = [
         *prefix,
         bwrap,
@@ -326,8 +363,11 @@ def bwrap_args(bwrap: str, *, tmpfs_mb: int, seccomp_fd: int | None, info_fd: in
     for source, dest in binds:
         args += ["--ro-bind", source, dest]
     args += _symlinks()
-    args += ["--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
-    args += ["--size", str(tmpfs_mb * 1024 * 1024), "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp"]
+    # /proc read-only; /dev holds four character devices and nothing else (no ptys, no shm)
+    args += ["--proc", "/proc", "--remount-ro", "/proc", "--dir", "/dev"]
+    for dev in ("null", "zero", "random", "urandom"):
+        args += ["--dev-bind", f"/dev/{dev}", f"/dev/{dev}"]
+    args += [*tmp, "--remount-ro", "/", "--chdir", "/tmp"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     if info_fd is not None:

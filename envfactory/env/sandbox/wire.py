@@ -34,10 +34,22 @@ def encode(message: Any) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def write_frame(fd: int, frame: bytes) -> None:
+def write_frame(fd: int, frame: bytes, deadline: float | None = None) -> None:
+    """Write a whole frame; with a `deadline` (`fd` must then be non-blocking) a reader that stops
+    reading cannot hold the writer past it."""
     view = memoryview(frame)
     while view:
-        n = os.write(fd, view)
+        if deadline is not None:
+            wait = deadline - time.monotonic()
+            if wait <= 0:
+                raise WireError("timeout", "the other side did not take the request before the deadline")
+            _, ready, _ = select.select([], [fd], [], wait)
+            if not ready:
+                continue
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            continue
         view = view[n:]
 
 
@@ -60,9 +72,10 @@ def _no_constant(name: str) -> Any:
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)  # one instance: json.loads(**kw) builds one per call
 
 
-def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000) -> Any:
+def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000, max_values: int = 2_000_000) -> Any:
     """Parse one frame's body, refusing invalid UTF-8, invalid JSON (NaN included), more than
-    `max_containers` arrays and objects, and nesting beyond `max_depth`.
+    `max_containers` arrays and objects, more than about `max_values` values, and nesting beyond
+    `max_depth`.
 
     The parent's cost is bounded before it starts: the container count is a byte count (brackets
     inside strings only make it stricter), so a frame of a million empty lists is refused at once
@@ -71,6 +84,8 @@ def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000) -> Any:
     brackets = body.count(b"[") + body.count(b"{")
     if brackets > max_containers:
         raise WireError("too_large", f"a frame holds more than {max_containers} arrays and objects")
+    if brackets + body.count(b",") > max_values:  # what a value costs the parent is objects, not bytes
+        raise WireError("too_large", f"a frame holds more than {max_values} values")
     try:
         value = _DECODER.decode(body.decode("utf-8"))
     except RecursionError:
