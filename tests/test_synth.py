@@ -61,16 +61,25 @@ def test_offline_path_on_every_native_environment(pool: EnvPool, graph: ToolGrap
     assert any(len(c.nodes) > 1 for c in kept)
 
 
-def test_template_query_names_values_and_refers_to_earlier_results(pool: EnvPool) -> None:
+def test_requests_say_what_the_user_knows_and_refer_back_to_earlier_turns(pool: EnvPool) -> None:
     out = synthesize_offline(pool, hotel_chain(), key="h", seed=4, prompts_dir=PROMPTS)
     assert out.conversation is not None, out.dropped
     first, second = out.conversation.nodes
-    book = first.raw_tool_call[1]
-    assert f'guest name "{book.arguments["guest_name"]}"' in first.query
-    assert f"nights {book.arguments['nights']}" in first.query
-    assert "hotel id the first hotel you find" in first.query or "hotel id the hotel from before" in first.query
-    assert "booking from before" in second.query
+    search, book = first.raw_tool_call
+    hotel = next(r for s in first.steps for r in s.results() if r.name == "search_hotels").result
+    booked = next(h for h in hotel if h["id"] == book.arguments["hotel_id"])
+    # the goal is asked for, the lookup is not narrated, the hotel is named, not identified
+    assert book.arguments["guest_name"] in first.query and str(book.arguments["nights"]) in first.query
+    assert booked["name"] in first.query and search.arguments["city"] in first.query
+    assert book.arguments["hotel_id"] not in first.query and "search" not in first.query.lower()
+    # the original, unrefined request is kept beside it
+    assert first.original_query and first.original_query != first.query and first.refined
+    # the second turn cancels the booking made in the first, by reference, never by its id
     assert second.raw_tool_call[0].arguments == {"booking_id": book_id(first)}
+    assert book_id(first) not in second.query and "booking" in second.query
+    # answers report what happened: the new booking's id in the first, the cancellation in the second
+    assert book_id(first) in str(first.steps[-1].content)
+    assert "cancelled" in str(second.steps[-1].content)
 
 
 def book_id(node: object) -> str:
@@ -115,6 +124,12 @@ class SwitchDB(State):
 env = Environment("switches", SwitchDB, description="Light switches.", domain="utilities")
 
 
+@env.tool(kind="read")
+def list_switches(db: SwitchDB) -> list[Switch]:
+    """List every switch."""
+    return list(db.switches.values())
+
+
 @env.tool(kind="write")
 def set_switch(db: SwitchDB, switch_id: str, on: bool) -> Switch:
     """Turn a switch on or off (no check that it changes anything).
@@ -128,7 +143,9 @@ def set_switch(db: SwitchDB, switch_id: str, on: bool) -> Switch:
 '''
 
 
-def test_filter_rejects_a_task_whose_goal_already_holds(tmp_path: Path) -> None:
+def test_no_kept_turn_holds_before_its_calls(tmp_path: Path) -> None:
+    """A write that would change nothing (a switch already on) is not a task: the solver picks other values,
+    and a unit whose goal already holds is dropped by SynthAPI's filter, never kept."""
     folder = tmp_path / "envs" / "switches"
     (folder / "scenarios").mkdir(parents=True)
     (folder / "env.py").write_text(SWITCHES)
@@ -138,18 +155,24 @@ def test_filter_rejects_a_task_whose_goal_already_holds(tmp_path: Path) -> None:
     settings = Settings(root=tmp_path, bfcl=False)
     trust(settings.trust_file, "switches", folder, "written by this test")  # hand-written: reviewed here
     pool = EnvPool(settings)
-    flip = chain([("switches.set_switch", [user("switch_id"), user("on")])])
+    flip = chain(
+        [
+            ("switches.list_switches", []),
+            ("switches.set_switch", [from_tool("switch_id", "switches.list_switches", "switch_id", 0), user("on")]),
+        ]
+    )
     codes = {}
     for seed in range(12):
         out = synthesize_offline(pool, flip, key=str(seed), seed=seed, prompts_dir=PROMPTS)
         codes[seed] = out.dropped.code if out.dropped else "kept"
         if out.dropped is not None:
-            assert out.dropped.reason.startswith("goal_already_holds")
+            assert out.dropped.code == "goal_already_holds", out.dropped
         else:
             assert out.conversation is not None
             check_conversation(pool, out.conversation)
-    # the made-up `on` equals the switch's state about half the time: those tasks hold before any call
-    assert set(codes.values()) == {"kept", "goal_already_holds"}, codes
+            for node in out.conversation.nodes:
+                assert node.initial_scenario != node.final_scenario
+    assert "kept" in codes.values(), codes
 
 
 def test_a_chain_of_reads_is_verified_by_its_answer(pool: EnvPool) -> None:

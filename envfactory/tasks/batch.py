@@ -55,6 +55,9 @@ class SynthConfig(BaseModel):
     depth: int = Field(default=1, ge=1, alias="D", description="D: 1 core batch + D-1 distractor batches")
     seed: int = 0
     chain_length: tuple[int, int] = (2, 4)
+    turns: tuple[int, int] = Field(
+        default=(3, 5), description="offline mode: turns per conversation (chains are joined until it has them)"
+    )
     cross_env: bool = Field(default=False, description="chains may reach other environments (up to 3)")
     concurrency: int = Field(default=2, ge=1)
     out: Path = Field(default=Path(".envfactory/synth/run"), description="output folder (relative: to the root)")
@@ -71,6 +74,9 @@ class SynthConfig(BaseModel):
         lo, hi = self.chain_length
         if lo < 1 or hi < lo:
             raise ValueError(f"chain_length {list(self.chain_length)} must be [MIN, MAX] with 1 <= MIN <= MAX")
+        lo, hi = self.turns
+        if lo < 1 or hi < lo:
+            raise ValueError(f"turns {list(self.turns)} must be [MIN, MAX] with 1 <= MIN <= MAX")
         return self
 
 
@@ -98,6 +104,8 @@ class Unit(BaseModel):
     depth: int
     seed: int
     chain: ToolChain
+    more: list[ToolChain] | None = None  # offline: chains that may join it, for a multi-turn conversation
+    turns: tuple[int, int] = (3, 5)
 
 
 class Plan(BaseModel):
@@ -125,10 +133,17 @@ def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
         if env not in graph.envs():
             raise SynthConfigError(f"the tool graph has no tools of '{env}': rebuild it (`envfactory graph build`)")
         sampler = TopologySampler(graph if config.cross_env else graph.subgraph(env))
-        chains = _chains_from(sampler, graph, env, config)
+        offline = config.mode == "offline"
+        # offline: each conversation joins several chains into 3-5 goal turns (the LLM path keeps its own turns)
+        pool_of = _chains_from(sampler, graph, env, config, config.tasks * 4 if offline else config.tasks)
+        chains = pool_of[: config.tasks]
         if len(chains) < config.tasks:
             shortfall[env] = config.tasks - len(chains)
         for t, chain in enumerate(chains):
+            more: list[ToolChain] | None = None
+            if offline:  # candidates to join after the task's own chain, in a seeded order
+                others = pool_of[:t] + pool_of[t + 1 :]
+                more = random.Random(stable_seed(config.seed, env, t, "more")).sample(others, min(len(others), 8))
             for s in range(config.states):
                 units.append(
                     Unit(
@@ -139,22 +154,24 @@ def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
                         depth=config.depth,
                         seed=stable_seed(config.seed, env, t, s),
                         chain=chain,
+                        more=more,
+                        turns=config.turns,
                     )
                 )
     return Plan(envs=envs, units=units, shortfall=shortfall)
 
 
-def _chains_from(sampler: TopologySampler, graph: ToolGraph, env: str, config: SynthConfig) -> list[ToolChain]:
-    """T chains that start in `env` (with cross_env, others may join), distinct by tool sequence."""
+def _chains_from(sampler: TopologySampler, graph: ToolGraph, env: str, config: SynthConfig, n: int) -> list[ToolChain]:
+    """`n` chains that start in `env` (with cross_env, others may join), distinct by tool sequence."""
     seen: set[tuple[str, ...]] = set()
     chains: list[ToolChain] = []
-    for chain in sampler.iter_sample(config.tasks * 20, config.chain_length, stable_seed(config.seed, env)):
+    for chain in sampler.iter_sample(n * 20, config.chain_length, stable_seed(config.seed, env)):
         key = tuple(chain.tools)
         if chain.servers[0] != env or key in seen:
             continue
         seen.add(key)
         chains.append(chain)
-        if len(chains) == config.tasks:
+        if len(chains) == n:
             break
     return chains
 

@@ -56,6 +56,8 @@ def offline_runner(pool: EnvPool, settings: Settings) -> UnitRunner:
             state_variant=unit.state_variant,
             depth=unit.depth,
             prompts_dir=settings.prompts_path,
+            more=unit.more,
+            turns=unit.turns,
         )
 
     return run

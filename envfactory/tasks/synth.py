@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import zlib
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,27 +20,32 @@ from pydantic import BaseModel
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
+from envfactory.tasks.compose import join
+from envfactory.tasks.conversation import ConversationWriter, Turn
 from envfactory.tasks.episode import replay
 from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.models import (
     Assertion,
     Conversation,
     Node,
+    PlannedCall,
     Provenance,
     States,
     StateVerifier,
     Step,
     Task,
+    ToolResult,
 )
-from envfactory.tasks.solver import SolverSettings, solve_chain, turn_spans
+from envfactory.tasks.solver import CoreIds, SolveOutcome, SolverSettings, solve_chain
 from envfactory.tasks.template import TemplateWriter, answer_fact, load_template
-from envfactory.tasks.verifier import admissible
+from envfactory.tasks.verifier import admissible, verify
 from envfactory.toolgraph.sampler import ToolChain
 
 DropCode = Literal[
     "not_native",
     "state_generation",
     "unsolvable",
+    "incoherent",
     "unverifiable",
     "goal_already_holds",
     "unsolved",
@@ -91,6 +97,130 @@ class _NotNative(EnvFactoryError):
     pass
 
 
+def _kind(pool: EnvPool, qualified: str) -> str:
+    env, name = qualified.split(".", 1)
+    return pool.get(env).metadata.tool(name).kind
+
+
+def _grow(
+    pool: EnvPool,
+    chain: ToolChain,
+    more: list[ToolChain],
+    turns: tuple[int, int],
+    initial: States,
+    core: CoreIds,
+    seed: int,
+    solver: SolverSettings | None,
+) -> tuple[ToolChain, SolveOutcome]:
+    """The chain in goal turns, joined by candidates from `more` while the whole still solves."""
+    kind = partial(_kind, pool)
+    want = random.Random(stable_seed(seed, "turns")).randint(*turns)
+    joined = [chain]
+    best = join(joined, kind)
+    outcome = solve_chain(pool, best, initial, core, seed=seed, settings=solver)
+    if not outcome.ok:
+        return best, outcome
+    for candidate in more:
+        if len(best.turns) >= want:
+            break
+        trial = join([*joined, candidate], kind)
+        if len(trial.turns) > turns[1]:
+            continue
+        tried = solve_chain(pool, trial, initial, core, seed=seed, settings=solver)
+        if tried.ok:
+            joined, best, outcome = [*joined, candidate], trial, tried
+    return best, outcome
+
+
+def _fact(planned: list[PlannedCall], results: list[ToolResult]) -> tuple[str, Any] | None:
+    """What a read-only turn must report (its last read's telling value); None for a turn with a write."""
+    if any(p.kind == "write" for p in planned) or not planned:
+        return None
+    return answer_fact(results[-1].result, planned[-1].call.arguments)
+
+
+def _prune_empty_reads(outcome: SolveOutcome) -> SolveOutcome:
+    """Reads that found nothing and that nothing later uses are taken out (a read changes no state, so
+    every state stays right): a user hears "there are none" without a call after it depending on it,
+    and no turn is left asking for nothing. Bindings are renumbered; emptied turns go."""
+    used = {b.call for p in outcome.planned for b in p.bindings if b.source in ("output", "repeated")}
+    keep = [
+        i
+        for i, (p, r) in enumerate(zip(outcome.planned, outcome.results, strict=True))
+        if not (p.kind == "read" and r.ok and r.result in ([], {}, None, "") and i not in used)
+    ]
+    if len(keep) == len(outcome.planned):
+        return outcome
+    new_index = {old: new for new, old in enumerate(keep)}
+    planned = []
+    for i in keep:
+        p = outcome.planned[i]
+        bindings = [
+            b.model_copy(update={"call": new_index.get(b.call)}) if b.call is not None else b for b in p.bindings
+        ]
+        call = p.call.model_copy(update={"id": f"call_{new_index[i]}"})
+        planned.append(p.model_copy(update={"bindings": bindings, "call": call}))
+    results = [outcome.results[i].model_copy(update={"call_id": f"call_{new_index[i]}"}) for i in keep]
+    spans: list[tuple[int, int]] = []
+    finals: list[States] = []
+    for (a, b), final in zip(outcome.spans, outcome.turn_final, strict=True):
+        kept = [new_index[i] for i in range(a, b) if i in new_index]
+        if kept:
+            spans.append((kept[0], kept[-1] + 1))
+            finals.append(final)
+        elif finals:
+            finals[-1] = final  # (reads only: the same state as before)
+    return outcome.model_copy(update={"planned": planned, "results": results, "spans": spans, "turn_final": finals})
+
+
+def _verifiable_turns(outcome: SolveOutcome) -> tuple[list[tuple[int, int]], list[States]]:
+    """The solver's turns, a read-only turn with nothing to report merged into the next one (its reads
+    become that turn's lookups); a trailing one is dropped with its calls' states unchanged."""
+    spans: list[tuple[int, int]] = []
+    finals: list[States] = []
+    start = None
+    for (a, b), final in zip(outcome.spans, outcome.turn_final, strict=True):
+        a = a if start is None else start
+        if _fact(outcome.planned[a:b], outcome.results[a:b]) is None and not any(
+            p.kind == "write" for p in outcome.planned[a:b]
+        ):
+            start = a
+            continue
+        spans.append((a, b))
+        finals.append(final)
+        start = None
+    return spans, finals
+
+
+def _turn_admissible(
+    pool: EnvPool,
+    planned: list[PlannedCall],
+    before: States,
+    after: States,
+    answer: str,
+    fact: tuple[str, Any] | None,
+) -> tuple[bool, str | None]:
+    """One turn as a task: its goal state (or, read-only, the fact its answer must state) must not hold
+    before it, and must hold after replaying its calls from the state before it."""
+    servers = list(dict.fromkeys(p.call.server for p in planned))
+    assertions = [Assertion(kind="answer_contains", value=fact[1])] if fact is not None else []
+    if fact is None:
+        verifier = StateVerifier(goal={n: after[n] for n in servers})
+    else:
+        verifier = StateVerifier(goal={}, assertions=assertions)
+    executed = replay(pool, [p.call for p in planned], before)
+    if fact is not None:  # a read changes nothing: v(before) is 0 because no answer was given yet
+        return (
+            (True, None)
+            if executed.failures == 0 and verify(verifier, before, executed.final, answer).ok
+            else (
+                False,
+                "unsolved: the answer does not state what the turn asked",
+            )
+        )
+    return admissible(verifier, {n: before[n] for n in servers}, {n: executed.final[n] for n in servers}, answer)
+
+
 def synthesize_offline(
     pool: EnvPool,
     chain: ToolChain,
@@ -101,65 +231,89 @@ def synthesize_offline(
     depth: int = 1,
     prompts_dir: Path,
     solver: SolverSettings | None = None,
+    more: list[ToolChain] | None = None,
+    turns: tuple[int, int] = (3, 5),
 ) -> UnitOutcome:
-    """One unit of a batch: a kept conversation or a drop with its reason."""
+    """One unit of a batch: a kept conversation or a drop with its reason.
+
+    With `more` (the batch's offline mode), the chain is cut into goal turns and other chains join it
+    while the joined chain still solves, until the conversation has a number of turns drawn from
+    `turns` (`compose.join`); without, the chain is used with its own turns."""
 
     def drop(code: DropCode, reason: str) -> UnitOutcome:
         return UnitOutcome(key=key, dropped=Dropped(key=key, code=code, reason=reason, tools=chain.tools, seed=seed))
 
+    servers = list(dict.fromkeys([*chain.servers, *(s for c in more or [] for s in c.servers)]))
     try:
-        initial, core = initial_states(pool, chain.servers, seed, depth)
+        initial, core = initial_states(pool, servers, seed, depth)
     except _NotNative as e:
         return drop("not_native", str(e))
     except EnvFactoryError as e:
         return drop("state_generation", str(e))
-    outcome = solve_chain(pool, chain, initial, core, seed=seed, settings=solver)
+    if more is not None:
+        chain, outcome = _grow(pool, chain, more, turns, initial, core, seed, solver)
+        initial = {name: initial[name] for name in chain.servers}
+    else:
+        outcome = solve_chain(pool, chain, initial, core, seed=seed, settings=solver)
     if not outcome.ok:
-        return drop("unsolvable", outcome.failure or "the privileged solver failed")
+        return drop(outcome.code or "unsolvable", outcome.failure or "the privileged solver failed")
     metadata = {name: pool.get(name).metadata for name in chain.servers}
-    writer = TemplateWriter(load_template(prompts_dir), metadata, random.Random(seed))
-    spans = turn_spans(chain)
+    outcome = _prune_empty_reads(outcome)
+    if not outcome.planned:
+        return drop("unverifiable", "every call was a read that found nothing")
+    spans, turn_final = _verifiable_turns(outcome)
+    if not spans:
+        return drop("unverifiable", "a chain of reads whose last result has nothing to report back")
+    original = TemplateWriter(load_template(prompts_dir), metadata, random.Random(seed))
+    writer = ConversationWriter(prompts_dir, metadata, random.Random(stable_seed(seed, "words")))
+    nodes: list[Node] = []
     answers: list[str] = []
-    for start, end in spans:
-        turn = outcome.planned[start:end]
-        last = turn[-1]
-        fact = answer_fact(outcome.results[end - 1].result, last.call.arguments) if last.kind == "read" else None
-        answers.append(writer.answer(turn, fact))
+    before = initial
+    for i, (start, end) in enumerate(spans):
+        planned, results = outcome.planned[start:end], outcome.results[start:end]
+        after = turn_final[i]
+        turn = Turn(calls=planned, results=results, start=start, before=before)
+        fact = _fact(planned, results)
+        query = writer.request(turn)
+        answer = writer.answer(turn, after, fact)
+        answers.append(answer)
+        # every turn is a verified task of its own: v(Db before) = 0 and v(Exec(π*, Db before)) = 1
+        kept, why = _turn_admissible(pool, planned, before, after, answer, fact)
+        if not kept:
+            code: DropCode = "goal_already_holds" if (why or "").startswith("goal_already_holds") else "unsolved"
+            return drop(code, f"turn {i + 1}: {why}")
+        steps = [Step(role="user", content=query)]
+        for p, r in zip(planned, results, strict=True):
+            steps += [Step(role="tool_call", content=[p.call]), Step(role="tool_result", content=[r])]
+        steps.append(Step(role="assistant", content=answer))
+        nodes.append(
+            Node(
+                index=i,
+                query=query,
+                user_intent=original.intent(planned),
+                steps=steps,
+                mcp_servers=list(dict.fromkeys(p.call.server for p in planned)),
+                initial_scenario=before,
+                final_scenario=after,
+                raw_tool_call=[p.call for p in planned],
+                generator="template",
+                refined=True,
+                original_query=original.query(planned),
+            )
+        )
+        before = after
     assertions: list[Assertion] = []
+    last_fact = _fact(outcome.planned[spans[-1][0] : spans[-1][1]], outcome.results[spans[-1][0] : spans[-1][1]])
     if not any(p.kind == "write" for p in outcome.planned):
-        fact = answer_fact(outcome.results[-1].result, outcome.planned[-1].call.arguments)
-        if fact is None:
+        if last_fact is None:
             return drop("unverifiable", "a chain of reads whose last result has nothing to report back")
-        assertions.append(Assertion(kind="answer_contains", value=fact[1]))
+        assertions.append(Assertion(kind="answer_contains", value=last_fact[1]))
     verifier = StateVerifier(goal={n: outcome.final[n] for n in chain.servers}, assertions=assertions)
     executed = replay(pool, [p.call for p in outcome.planned], initial)  # Exec(π*, Db⁰), independently
     kept, why = admissible(verifier, initial, executed.final, answers[-1])
     if not kept:
-        code: DropCode = "goal_already_holds" if (why or "").startswith("goal_already_holds") else "unsolved"
+        code = "goal_already_holds" if (why or "").startswith("goal_already_holds") else "unsolved"
         return drop(code, why or "")
-    nodes: list[Node] = []
-    before = initial
-    for i, (start, end) in enumerate(spans):
-        turn = outcome.planned[start:end]
-        steps = [Step(role="user", content=writer.query(turn))]
-        for p, r in zip(turn, outcome.results[start:end], strict=True):
-            steps += [Step(role="tool_call", content=[p.call]), Step(role="tool_result", content=[r])]
-        steps.append(Step(role="assistant", content=answers[i]))
-        after = outcome.turn_final[i]
-        nodes.append(
-            Node(
-                index=i,
-                query=str(steps[0].content),
-                user_intent=writer.intent(turn),
-                steps=steps,
-                mcp_servers=list(dict.fromkeys(p.call.server for p in turn)),
-                initial_scenario=before,
-                final_scenario=after,
-                raw_tool_call=[p.call for p in turn],
-                generator="template",
-            )
-        )
-        before = after
     task = Task(
         id=key,
         instruction="\n".join(n.query for n in nodes),

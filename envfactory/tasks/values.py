@@ -20,6 +20,8 @@ from faker import Faker
 FREE_TEXT = re.compile(r"(description|message|body|note|notes|comment|content|text|reason|review|summary|bio)$")
 _MINUTES = re.compile(r"(minutes|duration|duration_min)$")
 _BOUND = re.compile(r"(\w+) must be between (-?[\d.]+) and (-?[\d.]+)")
+_IBAN = re.compile(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}")
+_CODE = re.compile(r"[A-Z0-9][A-Z0-9-]{0,9}")  # a seat, a flight number, a short code
 _SMALL_COUNT = re.compile(r"(nights|quantity|qty|count|guests|seats|people|party_size|size|tickets|passengers|days)$")
 
 
@@ -40,10 +42,21 @@ class ValueMaker:
         self.faker = Faker()
         self.faker.seed_instance(rng.getrandbits(32))
 
-    def make(self, name: str, schema: dict[str, Any], bounds: tuple[float, float] | None = None) -> Any:
+    def make(
+        self,
+        name: str,
+        schema: dict[str, Any],
+        bounds: tuple[float, float] | None = None,
+        like: list[Any] | None = None,
+    ) -> Any:
         """A value for parameter `name`; `bounds` (learned from a tool's error message) override the schema's.
-        `$ref`s resolve through `self.defs` (set it to the input schema's `$defs`)."""
+        `$ref`s resolve through `self.defs` (set it to the input schema's `$defs`). `like`: values the
+        state holds in a field of that name: a new string takes their shape (an email at their domain, a
+        seat `14C` for `12A`), so a tool that checks the shape accepts it."""
         schema = _plain(schema)
+        shaped = self._shaped(like or [], schema)
+        if shaped is not None:
+            return shaped
         ref = schema.get("$ref")
         if isinstance(ref, str):
             schema = {
@@ -81,6 +94,36 @@ class ValueMaker:
         if low.endswith("_id") and self.id_lookup is not None and (found := self.id_lookup(low[:-3])) is not None:
             return found
         return self._string(low, schema.get("format"))
+
+    def _shaped(self, like: list[Any], schema: dict[str, Any]) -> str | None:
+        examples = [v for v in like if isinstance(v, str) and v]
+        if not examples or schema.get("type", "string") != "string" or schema.get("enum") or schema.get("format"):
+            return None
+        example = self.rng.choice(sorted(examples))
+        compact = example.replace(" ", "")
+        if _IBAN.fullmatch(compact):  # an IBAN: the same country and length, new digits, a valid checksum
+            return self._iban(compact)
+        if "@" in example and all("@" in e for e in examples):  # an email: a new person at the same domain
+            return f"{self.faker.user_name()}@{example.split('@', 1)[1]}"
+        if _CODE.fullmatch(example) and any(c.isdigit() for c in example):  # a code: new digits, new letters
+            return "".join(
+                str(self.rng.randint(0, 9))
+                if c.isdigit()
+                else self.rng.choice("ABCDEFGHJKLMNPQRSTUVWXYZ")
+                if c.isalpha()
+                else c
+                for c in example
+            )
+        return None
+
+    def _iban(self, example: str) -> str:
+        country = example[:2]
+        bban = "".join(
+            str(self.rng.randint(0, 9)) if c.isdigit() else self.rng.choice("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+            for c in example[4:]
+        )
+        digits = "".join(str(int(c, 36)) for c in bban + country + "00")
+        return f"{country}{98 - int(digits) % 97:02d}{bban}"
 
     def future_date(self) -> date:
         return self.clock.date() + timedelta(days=self.rng.randint(3, 40))

@@ -1,0 +1,122 @@
+"""Data-quality benchmark: offline conversations measured beside the EnvFactory paper's data.
+
+    python benchmarks/data_quality.py [--large-tasks 17] [--skip-large]
+
+Two plans, run offline (no model) on the bundled pool, each from scratch in a temporary folder:
+- **demo** — what `make demo` runs (T=3, S=2, D=2, seed 0, over the environments it samples);
+- **large** — every native environment, T=17, S=2, D=2: 9 × 17 × 2 = 306 units.
+
+Figures (definitions in `envfactory/tasks/quality.py`): turns per conversation and calls per turn
+(the paper's data: 4.82 and 3.29 — the paper counts steps, which include its turns' own lookups),
+requests with an internal id, id-valued arguments found in no earlier result, empty results followed
+by more calls in the same turn, canned answers, distinct answers, distinct-2 over requests, keep-rate,
+and speed (units/s, ms per tool call, whole batch including states, solving, wording and writing).
+The "before" column is the offline path as it was before this work (commit b16788b), measured on
+this machine on the demo plan on 2026-12-03 with the same definitions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from envfactory.config import Settings  # noqa: E402
+from envfactory.tasks.batch import SynthConfig, load_conversations, read_jsonl  # noqa: E402
+from envfactory.tasks.quality import PAPER_STEPS_PER_TURN, PAPER_TURNS_PER_CONVERSATION, measure  # noqa: E402
+from envfactory.tasks.run import run_batch  # noqa: E402
+
+# the offline path before this work (commit b16788b), demo plan, measured here with quality.measure
+BEFORE: dict[str, Any] = {
+    "turns_per_conversation": 1.22,
+    "calls_per_turn": 2.49,
+    "requests_with_internal_id": 0.436,
+    "incoherent_id_arguments": 0.219,
+    "empty_then_more": 10,
+    "canned_answers": 0.487,
+    "distinct_answers": 0.615,
+    "distinct_2_requests": 0.339,
+    "keep_rate": 32 / 54,
+    "ms_per_call": 14.6,
+}
+
+
+def run(plan: dict[str, Any], root: Path) -> dict[str, Any]:
+    out = root / "run"
+    settings = Settings(root=ROOT, bfcl=False)
+    config = SynthConfig.model_validate({**plan, "out": out, "plot": False})
+    started = time.perf_counter()
+    run_batch(config, settings, console=Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    seconds = time.perf_counter() - started
+    conversations = load_conversations(out)
+    dropped = read_jsonl(out / "dropped.jsonl")
+    figures = measure(conversations).model_dump()
+    units = len(conversations) + len(dropped)
+    figures.update(
+        units=units,
+        keep_rate=len(conversations) / units if units else 0.0,
+        units_per_s=units / seconds,
+        ms_per_call=1000 * seconds / max(1, figures["calls"]),
+        seconds=seconds,
+    )
+    return figures
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--large-tasks", type=int, default=17, help="T of the large plan (9 envs x T x 2 states)")
+    p.add_argument("--skip-large", action="store_true")
+    a = p.parse_args()
+    plans = {"demo": {"T": 3, "S": 2, "D": 2, "seed": 0}}
+    if not a.skip_large:
+        plans["large"] = {"T": a.large_tasks, "S": 2, "D": 2, "seed": 0, "A": 9}
+    results: dict[str, dict[str, Any]] = {}
+    for name, plan in plans.items():
+        with tempfile.TemporaryDirectory(prefix=f"envfactory-quality-{name}-") as tmp:
+            results[name] = run(plan, Path(tmp))
+
+    def pct(v: float) -> str:
+        return f"{100 * v:.1f} %"
+
+    rows: list[tuple[str, str, str, str, Any]] = [
+        ("turns per conversation", f"{PAPER_TURNS_PER_CONVERSATION}", ">= 3", "turns_per_conversation", "{:.2f}"),
+        ("calls per turn", f"{PAPER_STEPS_PER_TURN} (steps)", "", "calls_per_turn", "{:.2f}"),
+        ("requests with an internal id", "", "<= 5 %", "requests_with_internal_id", pct),
+        ("id arguments in no earlier result", "0 (by construction)", "0", "incoherent_id_arguments", pct),
+        ("empty results followed by more calls", "", "0", "empty_then_more", "{}"),
+        ("canned answers", "", "0", "canned_answers", pct),
+        ("distinct answers / answers", "", "", "distinct_answers", "{:.2f}"),
+        ("distinct-2 over requests", "", ">= 0.5", "distinct_2_requests", "{:.2f}"),
+        ("keep-rate", "", ">= 80 %", "keep_rate", pct),
+        ("units / s", "", "", "units_per_s", "{:.1f}"),
+        ("ms per tool call (whole batch)", "", "not slower", "ms_per_call", "{:.1f}"),
+    ]
+    table = Table(title="offline data quality (no model), beside the EnvFactory paper's data")
+    for col in ("figure", "paper", "target", "before (demo)", *(f"ours: {n}" for n in results)):
+        table.add_column(col)
+    for label, paper, target, key, fmt in rows:
+        show = fmt if callable(fmt) else fmt.format
+        before = BEFORE.get(key)
+        table.add_row(
+            label, paper, target, "" if before is None else show(before), *(show(r[key]) for r in results.values())
+        )
+    console = Console(width=150)
+    console.print(table)
+    for name, r in results.items():
+        console.print(
+            f"{name}: {r['units']} units, {r['conversations']} conversations, {r['turns']} turns, "
+            f"{r['calls']} calls in {r['seconds']:.0f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()

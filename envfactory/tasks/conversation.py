@@ -1,0 +1,483 @@
+"""Requests and answers of offline conversations (no model): what a user says, and what the assistant reports.
+
+The EnvFactory method refines execution checklists into what real users say; this module does it by
+rule, seeded, from the solved trajectory (the LLM path keeps its own prompts):
+
+- **action compression**: a turn's lookups (reads whose result a later call of the turn consumes)
+  are not narrated; the request states the turn's goals (its writes, or the read the user wanted);
+- **implicit reference**: an id argument is never spoken. A record found by a lookup of the same
+  turn is named by what the user knows of it — its name or title, the lookup's criteria ("in
+  Lisbon"), and, when the lookup returned several candidates the name does not tell apart, a detail
+  only the target has ("the one on 2026-03-12"); a record from an earlier turn is "that booking";
+  the user's own customer number (an identity id) is said once, as users do;
+- every external value of the turn's calls (names, dates, cities, amounts, free text) appears in the
+  request, so that the ground-truth calls follow from it;
+- **several phrasings per tool**: written for the bundled environments in
+  `prompts/template/conversation/tools.yaml`, derived from the tool's description for any other;
+- **answers report results**: the new booking's id and total, the balance, the status, "I couldn't
+  find any flights", never a list of tool names; several wordings
+  (`prompts/template/conversation/en.yaml`).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from envfactory.env.metadata import EnvMetadata
+from envfactory.errors import EnvFactoryError
+from envfactory.inputs import InputError, read_yaml
+from envfactory.tasks.models import PlannedCall, ToolResult
+from envfactory.tasks.solver import LABEL_FIELDS, is_identity, label_of, singular
+
+WORDING_FILE = Path("template") / "conversation" / "en.yaml"
+PHRASINGS_FILE = Path("template") / "conversation" / "tools.yaml"
+
+
+class WordingError(EnvFactoryError):
+    """The conversation wording files are missing or malformed."""
+
+
+class Wording(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    openings: list[str]
+    closings: list[str]
+    joins: list[str]  # between two goals of one turn: "{first}, and then {second}"
+    fallback_request: list[str]  # {action} {details}
+    fallback_question: list[str]  # a read the user wanted: {action} {details}
+    earlier_reference: list[str]  # a record of an earlier turn: {noun}
+    found_reference: list[str]  # a record a lookup finds: {noun} {label} {criteria}
+    holder_reference: list[str]  # a record named in another one a lookup finds: {noun} {holder} {label} {criteria}
+    distinguish: list[str]  # {field} {value}: the detail that picks the target among candidates
+    identity: list[str]  # the user's own id, said once: {noun} {value}
+    criteria: dict[str, str]  # parameter-name pattern → "in {value}" (first match; "*" last)
+    done_write: list[str]  # {noun} {id} {facts}
+    done_plain: list[str]  # a write whose result is no record: {facts}
+    found_list: list[str]  # {count} {nouns} {items}
+    found_none: list[str]  # {nouns}
+    found_record: list[str]  # {noun} {label} {facts}
+    found_plain: list[str]  # a record with no name or id (a cart): {noun} {facts}
+    found_value: list[str]  # {value}
+
+
+class Phrasings(BaseModel):
+    """env → tool → phrasings with `{parameter}` placeholders and `[optional segments]`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tools: dict[str, dict[str, list[str]]]
+
+
+@lru_cache(maxsize=8)
+def load_wording(prompts_dir: Path) -> tuple[Wording, Phrasings]:
+    out: list[BaseModel] = []
+    for rel, model in ((WORDING_FILE, Wording), (PHRASINGS_FILE, Phrasings)):
+        path = prompts_dir / rel
+        try:
+            data = read_yaml(path)
+        except InputError as e:
+            raise WordingError(f"conversation wording {e}") from None
+        try:
+            out.append(model.model_validate(data))
+        except ValueError as e:
+            raise WordingError(f"conversation wording {path}: {str(e).splitlines()[0]}") from None
+    wording, phrasings = out
+    assert isinstance(wording, Wording) and isinstance(phrasings, Phrasings)
+    return wording, phrasings
+
+
+# ---- values as words ----------------------------------------------------------------------------
+
+
+def words(name: str) -> str:
+    return " ".join(re.sub(r"([a-z])([A-Z])", r"\1 \2", name).replace("_", " ").split()).lower()
+
+
+def noun_of(parameter: str) -> str:
+    """What an id input names, in words: `hotel_id` → hotel, `from_account_id` → account."""
+    noun = words(parameter.removesuffix("_ids").removesuffix("_id")) or "one"
+    return re.sub(r"^(from|to|source|target|destination|origin|new|old|parent) ", "", noun)
+
+
+def say(value: Any) -> str:
+    """A value as a user writes it."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value == int(value):
+        return str(int(value))
+    if isinstance(value, list):
+        return ", ".join(say(v) for v in value) or "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{words(k)} {say(v)}" for k, v in value.items())
+    text = str(value)
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:00)?", text):
+        return text[:10] + " at " + text[11:16]
+    if re.fullmatch(r"\d{2}:\d{2}:00", text):
+        return text[:5]
+    return text
+
+
+def _action(description: str) -> str:
+    first = re.split(r"(?<=[a-z0-9\)])[.;:,](\s|$)|\n", description.strip(), maxsplit=1)[0].strip()
+    return first[:1].lower() + first[1:] if first else "do this"
+
+
+_SALIENT = re.compile(
+    r"(status|total|price|amount|balance|cost|fee|rating|date|day|start|check_in|time|seat|nights|party|quantity|level|power)"
+)
+
+
+_MONEY = re.compile(r"(total|price|amount|balance|cost|fee)")
+
+
+def facts(record: dict[str, Any], limit: int = 3, first: str | None = None) -> list[tuple[str, Any]]:
+    """The fields worth telling about a record: `first` (the fact asked for), then status, money, dates;
+    without those, any other values (a list as its names, or its length)."""
+    chosen: list[tuple[str, Any]] = []
+    if first is not None and first in record:
+        chosen.append((first, record[first]))
+
+    def plain(k: str, v: Any) -> bool:
+        return k != first and k != "id" and not k.endswith("_id") and k not in LABEL_FIELDS and v not in ("", None)
+
+    salient = [
+        (k, v)
+        for k, v in record.items()
+        if plain(k, v) and isinstance(v, int | float | str) and not isinstance(v, bool) and _SALIENT.search(k)
+    ]
+    salient.sort(key=lambda kv: 0 if "status" in kv[0] else 1 if _MONEY.search(kv[0]) else 2)  # stable
+    chosen += salient[: max(0, limit - len(chosen))]
+    for k, v in record.items():
+        if len(chosen) >= limit or any(k == c for c, _ in chosen) or not plain(k, v):
+            continue
+        if isinstance(v, int | float | str) and not isinstance(v, bool):
+            chosen.append((k, v))
+        elif isinstance(v, list) and v:
+            names = [lab[1] for x in v if isinstance(x, dict) and (lab := label_of(x)) is not None]
+            chosen.append((k, ", ".join(names[:3]) if names else len(v)))
+    return chosen
+
+
+def _fill(template: str, values: dict[str, str]) -> str | None:
+    """`{name}` placeholders from `values`; a `[segment]` whose placeholders are missing is dropped;
+    None when a placeholder outside segments is missing."""
+
+    def segment(m: re.Match[str]) -> str:
+        inner = m.group(1)
+        names = re.findall(r"{(\w+)}", inner)
+        return inner.format(**values) if all(n in values for n in names) else ""
+
+    text = re.sub(r"\[([^\[\]]*)\]", segment, template)
+    names = re.findall(r"{(\w+)}", text)
+    if not all(n in values for n in names):
+        return None
+    return re.sub(r"\s+", " ", text.format(**values)).strip()
+
+
+def _named(value: Any, state: dict[str, Any]) -> Any:
+    """Ids inside an object argument (a scene's device settings) as the records' names: the user says
+    "the Ceiling light", not "DV-001"."""
+    if isinstance(value, list):
+        return [_named(v, state) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if k.endswith("_id") and isinstance(v, str):
+            record = next(
+                (r.get(v) for r in state.values() if isinstance(r, dict) and isinstance(r.get(v), dict)), None
+            )
+            labelled = label_of(record) if record else None
+            if labelled is not None:
+                out[k.removesuffix("_id")] = labelled[1]
+                continue
+        out[k] = _named(v, state)
+    return out
+
+
+def _holder_of(result: Any, param: str, value: Any) -> dict[str, Any] | None:
+    """The record of a result that holds `value` in its field `param` (the reservation of a restaurant_id)."""
+    stack = [result]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get(param) == value:
+                return item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+def _record_with(result: Any, value: Any) -> dict[str, Any] | None:
+    stack = [result]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if item.get("id") == value:
+                return item
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
+
+
+class Turn(BaseModel):
+    """One turn to word: its calls and results, where it starts in the conversation."""
+
+    calls: list[PlannedCall]
+    results: list[ToolResult]
+    start: int  # the position of its first call among the conversation's calls
+    before: dict[str, Any] = {}  # the states when it starts (records an argument names by id inside an object)
+
+
+class ConversationWriter:
+    """Writes the requests and answers of one conversation, turn by turn; seeded for its wording."""
+
+    def __init__(self, prompts_dir: Path, metadata: dict[str, EnvMetadata], rng: random.Random) -> None:
+        self.wording, self.phrasings = load_wording(prompts_dir)
+        self.metadata, self.rng = metadata, rng
+        self.results: list[ToolResult] = []  # every result so far (earlier turns)
+        self.identities_said: set[str] = set()
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def _goals(self, turn: Turn) -> list[int]:
+        """Positions (in the turn) of the calls the user asked for: writes, and reads nothing later consumed."""
+        consumed = {b.call for c in turn.calls for b in c.bindings if b.source == "output" and b.call is not None}
+        goals = [i for i, c in enumerate(turn.calls) if c.kind == "write" or (turn.start + i) not in consumed]
+        return goals or [len(turn.calls) - 1]
+
+    def _criteria(self, call: PlannedCall, label: str, turn: Turn, all_results: list[ToolResult]) -> str:
+        """A lookup's arguments as words: "in Lisbon", "on 2026-03-12", "of the customer "Ana Costa"" (a
+        record an earlier lookup of the turn found); a value the label already says is not repeated."""
+        parts = []
+        for b in call.bindings:
+            if b.source == "output" and b.call is not None and b.call >= turn.start:
+                record = _record_with(all_results[b.call].result, b.value) or {}
+                labelled = label_of(record)
+                if labelled is not None and labelled[1].lower() not in label.lower():
+                    parts.append(f'of the {noun_of(b.parameter)} "{labelled[1]}"')
+                continue
+            if b.source == "output" or b.parameter.endswith("_id") or say(b.value).lower() in label.lower():
+                continue
+            for pattern, form in self.wording.criteria.items():
+                if pattern == "*" or re.search(pattern, b.parameter):
+                    parts.append(form.format(name=words(b.parameter), value=say(b.value)))
+                    break
+        return " ".join(parts)
+
+    def _reference(
+        self, param: str, value: Any, source_call: int | None, turn: Turn, all_results: list[ToolResult]
+    ) -> str:
+        noun = noun_of(param)
+        if source_call is None or source_call < turn.start:  # a record the conversation met before
+            return self.rng.choice(self.wording.earlier_reference).format(noun=noun)
+        provider = turn.calls[source_call - turn.start]
+        result = all_results[source_call].result
+        record = _record_with(result, value) or {}
+        if not record:  # named inside another result (a balance's account): an earlier lookup may list it
+            for earlier in range(turn.start, source_call):
+                direct = _record_with(all_results[earlier].result, value)
+                if direct is not None:
+                    provider, result, record = turn.calls[earlier - turn.start], all_results[earlier].result, direct
+                    break
+        labelled = label_of(record)
+        label = f'"{labelled[1]}"' if labelled else ""
+        criteria = self._criteria(provider, label, turn, all_results)
+        if not record:  # the id is a field of another record (a reservation's restaurant): say whose
+            holder = _holder_of(result, param, value) or {}
+            held = label_of(holder)
+            state = turn.before.get(provider.call.server) or {}
+            phrase = self.rng.choice(self.wording.holder_reference).format(
+                noun=noun,
+                holder=_result_noun(provider.call.name, holder, state),
+                label=f'"{held[1]}"' if held else "",
+                criteria=criteria,
+            )
+            return re.sub(r"\s+", " ", phrase).strip()
+        if not labelled:
+            detail = self._distinguishing(
+                record, [record, *(r for r in result if isinstance(r, dict))] if isinstance(result, list) else [record]
+            )
+            if detail is not None:
+                label = f"with {words(detail[0])} {say(detail[1])}"
+        phrase = self.rng.choice(self.wording.found_reference).format(noun=noun, label=label, criteria=criteria)
+        candidates = [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
+        if len(candidates) > 1 and record:
+            same_label = [c for c in candidates if labelled and c.get(labelled[0]) == labelled[1]]
+            if not labelled or len(same_label) > 1:
+                detail = self._distinguishing(record, candidates)
+                if detail is not None:
+                    phrase += " " + self.rng.choice(self.wording.distinguish).format(
+                        field=words(detail[0]), value=say(detail[1])
+                    )
+        return re.sub(r"\s+", " ", phrase).strip()
+
+    @staticmethod
+    def _distinguishing(record: dict[str, Any], candidates: list[dict[str, Any]]) -> tuple[str, Any] | None:
+        """A field of `record` whose value no other candidate shares (not an id): what picks it out."""
+        ordered = sorted(record, key=lambda k: (0 if _SALIENT.search(k) else 1, k))
+        for field in ordered:
+            value = record[field]
+            if (
+                field == "id"
+                or field.endswith("_id")
+                or not isinstance(value, str | int | float)
+                or isinstance(value, bool)
+            ):
+                continue
+            if sum(1 for c in candidates if c.get(field) == value) == 1:
+                return field, value
+        return None
+
+    def _values(
+        self, call: PlannedCall, turn: Turn, all_results: list[ToolResult], spoken: list[str]
+    ) -> dict[str, str]:
+        values: dict[str, str] = {}
+        for b in call.bindings:
+            if b.source == "output":
+                values[b.parameter] = self._reference(b.parameter, b.value, b.call, turn, all_results)
+            elif is_identity(b.parameter):
+                key = f"{b.parameter}={b.value}"
+                if key not in self.identities_said:
+                    self.identities_said.add(key)
+                    spoken.append(
+                        self.rng.choice(self.wording.identity).format(noun=noun_of(b.parameter), value=say(b.value))
+                    )
+                values[b.parameter] = ""
+            else:
+                values[b.parameter] = say(_named(b.value, turn.before.get(call.call.server) or {}))
+        return values
+
+    def _goal_text(self, call: PlannedCall, values: dict[str, str]) -> str:
+        env, tool = call.call.server, call.call.name
+        options = list(self.phrasings.tools.get(env, {}).get(tool, []))
+        self.rng.shuffle(options)
+        for option in options:
+            text = _fill(option, values)
+            if text is not None:
+                return text
+        spec = self.metadata[env].tool(tool)
+        details = ", ".join(f"{words(k)} {v}" if not k.endswith("_id") else v for k, v in values.items() if v)
+        forms = self.wording.fallback_question if call.kind == "read" else self.wording.fallback_request
+        return self.rng.choice(forms).format(action=_action(spec.description), details=details).strip()
+
+    def request(self, turn: Turn) -> str:
+        """The user's words for a turn (call it in order: earlier turns' results become "that booking")."""
+        all_results = [*self.results, *turn.results]
+        spoken: list[str] = []
+        goals = self._goals(turn)
+        texts = []
+        mentioned: set[str] = set()
+        for call in turn.calls:  # the user's own id is said once, whichever call of the turn needs it
+            for b in call.bindings:
+                key = f"{b.parameter}={b.value}"
+                if b.source != "output" and is_identity(b.parameter) and key not in self.identities_said:
+                    self.identities_said.add(key)
+                    form = self.rng.choice(self.wording.identity)
+                    spoken.append(form.format(noun=noun_of(b.parameter), value=say(b.value)))
+        for i in goals:
+            call = turn.calls[i]
+            values = self._values(call, turn, all_results, spoken)
+            texts.append(self._goal_text(call, values))
+            mentioned |= {v for v in values.values() if v}
+        text = texts[0]
+        for more in texts[1:]:
+            text = self.rng.choice(self.wording.joins).format(first=text, second=more)
+        text = text[:1].upper() + text[1:]
+        # every external value of the turn's calls must be in the request: the ground truth follows from it
+        missing = []
+        for call in turn.calls:
+            for b in call.bindings:
+                if b.source in ("state", "generated", "repeated") and not is_identity(b.parameter):
+                    said = say(_named(b.value, turn.before.get(call.call.server) or {}))
+                    if said and said.lower() not in text.lower():
+                        missing.append(f"{words(b.parameter)} {said}")
+        if missing:
+            text = text.rstrip(".?!") + " (" + "; ".join(dict.fromkeys(missing)) + ")"
+        if not text.endswith((".", "?", "!", ")")):
+            text += "."
+        prefix = " ".join(spoken)
+        opening = self.rng.choice(self.wording.openings)
+        closing = self.rng.choice(self.wording.closings)
+        if opening.endswith(", ") and not prefix and not re.match(r"I\b|I'", text):
+            text = text[:1].lower() + text[1:]
+        return re.sub(r"\s+", " ", f"{opening}{prefix + ' ' if prefix else ''}{text}{closing}").strip()
+
+    # ---- answers --------------------------------------------------------------------------------
+
+    def answer(self, turn: Turn, after: dict[str, Any], fact: tuple[str, Any] | None = None) -> str:
+        """What the assistant reports after the turn, from its goals' results (`after`: the states then).
+        `fact`: what a read-only turn was asked for; the answer states it."""
+        parts = []
+        for i in self._goals(turn):
+            call, result = turn.calls[i], turn.results[i]
+            field = fact[0] if fact is not None and i == len(turn.calls) - 1 else None
+            parts.append(self._report(call, result, after, field))
+        self.results.extend(turn.results)
+        text = " ".join(p for p in parts if p)
+        if fact is not None and say(fact[1]) not in text:
+            text = text.rstrip(".") + f" ({words(fact[0])}: {say(fact[1])})."
+        return text
+
+    def _report(self, call: PlannedCall, result: ToolResult, after: dict[str, Any], fact_field: str | None) -> str:
+        w, value = self.wording, result.result
+        noun = _result_noun(call.call.name, value, after.get(call.call.server) or {})
+        if isinstance(value, list):
+            if not value:
+                return self.rng.choice(w.found_none).format(nouns=_plural(noun))
+            items = [_short(v) for v in value[:3]]
+            more = f", and {len(value) - 3} more" if len(value) > 3 else ""
+            return self.rng.choice(w.found_list).format(
+                count=len(value), nouns=_plural(noun) if len(value) > 1 else noun, items=", ".join(items) + more
+            )
+        if isinstance(value, dict):
+            told = "; ".join(f"{words(k)} {say(v)}" for k, v in facts(value, 3, fact_field))
+            labelled = label_of(value)
+            if call.kind == "write":
+                return (
+                    self.rng.choice(w.done_write)
+                    .format(noun=noun, id=value.get("id", ""), facts=told)
+                    .replace(" ()", "")
+                )
+            return self.rng.choice(w.found_record).format(
+                noun=noun, label=f'"{labelled[1]}"' if labelled else str(value.get("id", "")), facts=told
+            )
+        return self.rng.choice(w.found_value).format(value=say(value))
+
+
+def _short(item: Any) -> str:
+    if isinstance(item, dict):
+        labelled = label_of(item)
+        if labelled is not None:
+            return labelled[1]
+        shown = facts(item, 2)
+        return ", ".join(f"{words(k)} {say(v)}" for k, v in shown) or str(item.get("id", ""))
+    return say(item)
+
+
+def _result_noun(tool: str, value: Any, state: dict[str, Any]) -> str:
+    """What a result is about: the collection its record(s) belong to in the state (book_room returns a
+    booking), else the last word of the tool's name."""
+    first = value[0] if isinstance(value, list) and value else value
+    if isinstance(first, dict) and "id" in first:
+        for coll, records in state.items():
+            if isinstance(records, dict) and first["id"] in records:
+                return words(singular(coll))
+    noun = tool.split("_")[-1] if "_" in tool else "result"
+    return singular(noun)
+
+
+def _plural(noun: str) -> str:
+    if noun.endswith("y") and noun[-2:-1] not in "aeiou":
+        return noun[:-1] + "ies"
+    if noun.endswith(("s", "x", "ch", "sh")):
+        return noun + "es"
+    return noun + "s"

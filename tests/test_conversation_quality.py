@@ -1,0 +1,204 @@
+"""Offline conversations read like users and hold together: invariants over a batch on every native
+environment (not the wording), the figures' definitions on crafted conversations, the writer's rules."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.tasks.batch import SynthConfig, load_conversations, read_jsonl
+from envfactory.tasks.conversation import ConversationWriter, Turn, _fill, say
+from envfactory.tasks.episode import replay
+from envfactory.tasks.models import (
+    Binding,
+    Conversation,
+    Node,
+    PlannedCall,
+    Provenance,
+    Step,
+    Task,
+    ToolCall,
+    ToolResult,
+)
+from envfactory.tasks.quality import is_id_parameter, measure
+from envfactory.tasks.run import run_batch
+from envfactory.tasks.solver import is_identity
+from envfactory.tasks.template import answer_fact
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ROOT / "prompts"
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Conversation], list[dict[str, Any]], EnvPool]:
+    out = tmp_path_factory.mktemp("quality") / "run"
+    settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path_factory.mktemp("data"))
+    config = SynthConfig.model_validate({"T": 2, "S": 1, "D": 2, "seed": 3, "out": out, "plot": False})
+    run_batch(config, settings, console=None)
+    return load_conversations(out), read_jsonl(out / "dropped.jsonl"), EnvPool(settings)
+
+
+def test_the_figures_meet_the_targets(batch: tuple[list[Conversation], list[dict[str, Any]], EnvPool]) -> None:
+    conversations, dropped, _ = batch
+    figures = measure(conversations)
+    assert figures.turns_per_conversation >= 3  # the paper's data: 4.82
+    assert figures.incoherent_id_arguments == 0.0
+    assert figures.requests_with_internal_id == 0.0
+    assert figures.canned_answers == 0.0
+    assert figures.distinct_answers > 0.8
+    assert len(conversations) / (len(conversations) + len(dropped)) >= 0.6, [d["reason"] for d in dropped]
+
+
+def test_every_turn_is_a_verified_task_of_its_own(
+    batch: tuple[list[Conversation], list[dict[str, Any]], EnvPool],
+) -> None:
+    conversations, _, pool = batch
+    for conv in conversations:
+        for node in conv.nodes:
+            servers = node.mcp_servers
+            executed = replay(pool, node.raw_tool_call, node.initial_scenario)
+            assert executed.failures == 0
+            assert {s: executed.final[s] for s in servers} == {s: node.final_scenario[s] for s in servers}
+            results = [r for s in node.steps for r in s.results()]
+            if any(pool.get(c.server).metadata.tool(c.name).kind == "write" for c in node.raw_tool_call):
+                # v(Db before) = 0: the turn's goal does not hold before it
+                assert {s: node.initial_scenario[s] for s in servers} != {s: node.final_scenario[s] for s in servers}
+            else:  # a read-only turn is verified by what its answer states
+                fact = answer_fact(results[-1].result, node.raw_tool_call[-1].arguments)
+                assert fact is not None and say(fact[1]) in str(node.steps[-1].content), (node.query, node.steps[-1])
+
+
+def test_requests_carry_every_value_a_user_knows_and_no_id(
+    batch: tuple[list[Conversation], list[dict[str, Any]], EnvPool],
+) -> None:
+    conversations, _, _ = batch
+    seen = 0
+    for conv in conversations:
+        earlier: set[str] = set()
+        for node in conv.nodes:
+            for call in node.raw_tool_call:
+                for name, value in call.arguments.items():
+                    if isinstance(value, dict | list) or is_identity(name):
+                        continue
+                    if is_id_parameter(name):
+                        assert str(value) not in node.query or str(value) in earlier, (name, value, node.query)
+                    else:
+                        seen += 1
+                        assert say(value).lower() in node.query.lower(), (name, value, node.query)
+            earlier |= {str(v) for r in (r for s in node.steps for r in s.results()) for v in _values(r.result)}
+    assert seen > 50
+
+
+def _values(result: Any) -> list[Any]:
+    stack, out = [result], []
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        else:
+            out.append(item)
+    return out
+
+
+# ---- the figures' definitions -------------------------------------------------------------------------
+
+
+def _conversation(query: str, calls: list[tuple[ToolCall, Any]], answer: str) -> Conversation:
+    steps = [Step(role="user", content=query)]
+    for call, result in calls:
+        steps.append(Step(role="tool_call", content=[call]))
+        steps.append(
+            Step(role="tool_result", content=[ToolResult(server=call.server, name=call.name, ok=True, result=result)])
+        )
+    steps.append(Step(role="assistant", content=answer))
+    state = {"hotels": {"bookings": {"BK-0002": {"id": "BK-0002"}}, "hotels": {"HT-1": {"id": "HT-1"}}}}
+    node = Node(index=0, query=query, steps=steps, mcp_servers=["hotels"], initial_scenario=state, final_scenario=state)
+    task = Task(id="t", instruction=query, servers=["hotels"], initial_state=state, verifier={"goal": {}}, solver=[])
+    return Conversation(
+        id="c",
+        servers=["hotels"],
+        tools=[],
+        nodes=[node],
+        task=task,
+        provenance=Provenance(generator="template", seed=0),
+    )
+
+
+def test_the_figures_catch_what_the_method_argues_against() -> None:
+    listed = ToolCall(server="hotels", name="list_bookings", arguments={"guest_name": "Ana"})
+    cancel = ToolCall(server="hotels", name="cancel_booking", arguments={"booking_id": "BK-0002"})
+    bad = _conversation(
+        "Cancel booking BK-0002.",
+        [(listed, []), (cancel, {"id": "BK-0002", "status": "cancelled"})],
+        "Done: I did cancel booking.",
+    )
+    figures = measure([bad])
+    assert figures.requests_with_internal_id == 1.0  # the request spells out an id the user was never told
+    assert figures.incoherent_id_arguments == 1.0  # BK-0002 came back from no earlier result ([] was all)
+    assert figures.empty_then_more == 1
+    assert figures.canned_answers == 1.0  # no value of the results in the answer
+    good = _conversation(
+        "Cancel my booking under Ana.",
+        [(listed, [{"id": "BK-0002", "guest_name": "Ana"}]), (cancel, {"id": "BK-0002", "status": "cancelled"})],
+        "Your booking BK-0002 is cancelled.",
+    )
+    figures = measure([good])
+    assert (figures.requests_with_internal_id, figures.incoherent_id_arguments, figures.empty_then_more) == (0, 0, 0)
+    assert figures.canned_answers == 0.0
+
+
+# ---- the writer's rules ------------------------------------------------------------------------------
+
+
+def test_optional_segments_are_dropped_when_their_value_is_missing() -> None:
+    template = "find a hotel in {city}[ under {max_price}][ with {min_stars} stars]"
+    assert _fill(template, {"city": "Lisbon", "min_stars": "4"}) == "find a hotel in Lisbon with 4 stars"
+    assert _fill(template, {"max_price": "100"}) is None  # a required value is missing: not this phrasing
+
+
+def test_a_lookup_with_look_alike_candidates_is_told_apart(pool: EnvPool) -> None:
+    meta = {"hotels": pool.get("hotels").metadata}
+    twins = [
+        {
+            "id": "BK-0001",
+            "hotel_id": "HT-1",
+            "guest_name": "Ana Costa",
+            "check_in": "2026-03-01",
+            "nights": 2,
+            "status": "confirmed",
+        },
+        {
+            "id": "BK-0002",
+            "hotel_id": "HT-1",
+            "guest_name": "Ana Costa",
+            "check_in": "2026-04-10",
+            "nights": 2,
+            "status": "confirmed",
+        },
+    ]
+    listed = PlannedCall(
+        call=ToolCall(server="hotels", name="list_bookings", arguments={"guest_name": "Ana Costa"}),
+        bindings=[Binding(parameter="guest_name", source="state", value="Ana Costa")],
+        kind="read",
+    )
+    cancel = PlannedCall(
+        call=ToolCall(server="hotels", name="cancel_booking", arguments={"booking_id": "BK-0002"}),
+        bindings=[Binding(parameter="booking_id", source="output", value="BK-0002", path="[1].id", call=0)],
+        kind="write",
+    )
+    results = [
+        ToolResult(server="hotels", name="list_bookings", ok=True, result=twins),
+        ToolResult(server="hotels", name="cancel_booking", ok=True, result={**twins[1], "status": "cancelled"}),
+    ]
+    for seed in range(5):
+        writer = ConversationWriter(PROMPTS, meta, random.Random(seed))
+        text = writer.request(Turn(calls=[listed, cancel], results=results, start=0))
+        assert "Ana Costa" in text and "2026-04-10" in text  # the detail only the target has
+        assert "BK-0002" not in text and "list" not in text.lower()
