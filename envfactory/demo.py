@@ -32,6 +32,7 @@ from envfactory.errors import EnvFactoryError
 from envfactory.net import free_port
 from envfactory.reward_sanity import SanityReport, reward_sanity
 from envfactory.tasks.batch import BatchSummary, SynthConfig, load_conversations
+from envfactory.tasks.quality import PAPER_STEPS_PER_TURN, PAPER_TURNS_PER_CONVERSATION, QualityFigures, measure
 from envfactory.tasks.run import run_batch
 
 
@@ -127,18 +128,36 @@ def synth_demo(settings: Settings, console: Console) -> BatchSummary:
     conversations = load_conversations(out)
     if not conversations:
         raise EnvFactoryError("demo: the offline synthesis kept no conversation")
-    sample = max(conversations, key=lambda c: (len(c.nodes), len(c.tools)))
-    console.print(f"[bold]a sample conversation[/bold] ({sample.id}, tools {' → '.join(sample.tools)})")
+    sample = max(conversations, key=lambda c: (len(c.nodes), -len(c.tools), c.id))
+    console.print(f"[bold]a sample conversation[/bold] ({sample.id}: {len(sample.nodes)} turns)")
     for node in sample.nodes:
-        for step in node.steps:
-            text = (
-                step.content
-                if isinstance(step.content, str)
-                else json.dumps([c.model_dump(exclude_defaults=True) for c in step.content])
+        console.print(f"  [green]user[/green]       {node.query}", highlight=False, soft_wrap=True)
+        for call in node.raw_tool_call:
+            console.print(
+                f"  [cyan]tool call[/cyan]  {call.name}({json.dumps(call.arguments)})", highlight=False, soft_wrap=True
             )
-            console.print(f"  [cyan]{step.role:>11}[/cyan] {text[:160]}", highlight=False)
+        console.print(f"  [magenta]assistant[/magenta]  {node.steps[-1].content}", highlight=False, soft_wrap=True)
+    console.print(quality_table(measure(conversations), summary))
     console.print(f"written to {out}/conversations.jsonl (dropped units and reasons: dropped.jsonl)")
     return summary
+
+
+def quality_table(figures: QualityFigures, summary: BatchSummary) -> Table:
+    """The run's data-quality figures beside the EnvFactory paper's data (`benchmarks/data_quality.py`)."""
+    table = Table("figure", "paper's data", "this run", title="data quality (definitions: envfactory/tasks/quality.py)")
+    units = summary.kept + summary.dropped
+    rows = [
+        ("turns per conversation", f"{PAPER_TURNS_PER_CONVERSATION}", f"{figures.turns_per_conversation:.2f}"),
+        ("tool calls per turn", f"{PAPER_STEPS_PER_TURN} (steps)", f"{figures.calls_per_turn:.2f}"),
+        ("requests with an internal id", "", f"{100 * figures.requests_with_internal_id:.1f} %"),
+        ("id arguments found in no earlier result", "", f"{100 * figures.incoherent_id_arguments:.1f} %"),
+        ("canned answers", "", f"{100 * figures.canned_answers:.1f} %"),
+        ("distinct-2 over requests", "", f"{figures.distinct_2_requests:.2f}"),
+        ("keep-rate", "", f"{100 * summary.kept / units:.0f} %" if units else "-"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def export_demo(settings: Settings, pool: EnvPool, console: Console) -> SanityReport:

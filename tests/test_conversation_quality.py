@@ -12,7 +12,7 @@ import pytest
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.tasks.batch import SynthConfig, load_conversations, read_jsonl
-from envfactory.tasks.conversation import ConversationWriter, Turn, _fill, say
+from envfactory.tasks.conversation import ConversationWriter, Turn, _fill, renderings, say
 from envfactory.tasks.episode import replay
 from envfactory.tasks.models import (
     Binding,
@@ -38,7 +38,7 @@ PROMPTS = ROOT / "prompts"
 def batch(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Conversation], list[dict[str, Any]], EnvPool]:
     out = tmp_path_factory.mktemp("quality") / "run"
     settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path_factory.mktemp("data"))
-    config = SynthConfig.model_validate({"T": 2, "S": 1, "D": 2, "seed": 3, "out": out, "plot": False})
+    config = SynthConfig.model_validate({"T": 3, "S": 1, "D": 2, "seed": 0, "out": out, "plot": False})
     run_batch(config, settings, console=None)
     return load_conversations(out), read_jsonl(out / "dropped.jsonl"), EnvPool(settings)
 
@@ -51,7 +51,7 @@ def test_the_figures_meet_the_targets(batch: tuple[list[Conversation], list[dict
     assert figures.requests_with_internal_id == 0.0
     assert figures.canned_answers == 0.0
     assert figures.distinct_answers > 0.8
-    assert len(conversations) / (len(conversations) + len(dropped)) >= 0.6, [d["reason"] for d in dropped]
+    assert len(conversations) / (len(conversations) + len(dropped)) >= 0.75, [d["reason"] for d in dropped]
 
 
 def test_every_turn_is_a_verified_task_of_its_own(
@@ -89,7 +89,8 @@ def test_requests_carry_every_value_a_user_knows_and_no_id(
                         assert str(value) not in node.query or str(value) in earlier, (name, value, node.query)
                     else:
                         seen += 1
-                        assert say(value).lower() in node.query.lower(), (name, value, node.query)
+                        said = {r.lower() for r in renderings(value)}
+                        assert any(r in node.query.lower() for r in said), (name, value, node.query)
             earlier |= {str(v) for r in (r for s in node.steps for r in s.results()) for v in _values(r.result)}
     assert seen > 50
 
@@ -200,5 +201,39 @@ def test_a_lookup_with_look_alike_candidates_is_told_apart(pool: EnvPool) -> Non
     for seed in range(5):
         writer = ConversationWriter(PROMPTS, meta, random.Random(seed))
         text = writer.request(Turn(calls=[listed, cancel], results=results, start=0))
-        assert "Ana Costa" in text and "2026-04-10" in text  # the detail only the target has
+        assert "Ana Costa" in text and any(r in text for r in renderings("2026-04-10"))  # what only the target has
         assert "BK-0002" not in text and "list" not in text.lower()
+
+
+def test_ambiguity_leaves_the_choice_open_and_the_user_settles_it(pool: EnvPool) -> None:
+    meta = {"hotels": pool.get("hotels").metadata}
+    twins = [
+        {"id": f"BK-000{i}", "hotel_id": "HT-1", "guest_name": "Ana Costa", "check_in": day, "nights": 2}
+        for i, day in ((1, "2026-03-01"), (2, "2026-04-10"))
+    ]
+    listed = PlannedCall(
+        call=ToolCall(server="hotels", name="list_bookings", arguments={"guest_name": "Ana Costa"}),
+        bindings=[Binding(parameter="guest_name", source="state", value="Ana Costa")],
+        kind="read",
+    )
+    cancel = PlannedCall(
+        call=ToolCall(server="hotels", name="cancel_booking", arguments={"booking_id": "BK-0002"}),
+        bindings=[Binding(parameter="booking_id", source="output", value="BK-0002", path="[1].id", call=0)],
+        kind="write",
+    )
+    results = [
+        ToolResult(server="hotels", name="list_bookings", ok=True, result=twins),
+        ToolResult(server="hotels", name="cancel_booking", ok=True, result={**twins[1], "status": "cancelled"}),
+    ]
+    writer = ConversationWriter(PROMPTS, meta, random.Random(0), ambiguity=1.0)
+    text = writer.request(Turn(calls=[listed, cancel], results=results, start=0))
+    assert writer.clarification is not None
+    after, question, reply = writer.clarification
+    target, other = renderings("2026-04-10"), renderings("2026-03-01")
+    assert after == 0  # asked once the lookup has shown the candidates
+    assert "Ana Costa" in text and not any(r in text for r in target | other)  # the choice is left open
+    assert any(r in question for r in target) and any(r in question for r in other)  # both offered
+    assert any(r in reply for r in target) and not any(r in reply for r in other)  # the user picks the right one
+    none = ConversationWriter(PROMPTS, meta, random.Random(0), ambiguity=0.0)
+    none.request(Turn(calls=[listed, cancel], results=results, start=0))
+    assert none.clarification is None

@@ -58,6 +58,12 @@ class SynthConfig(BaseModel):
     turns: tuple[int, int] = Field(
         default=(3, 5), description="offline mode: turns per conversation (chains are joined until it has them)"
     )
+    ambiguity: float = Field(
+        default=0.15,
+        ge=0,
+        le=1,
+        description="offline mode: chance a request leaves out what tells look-alike records apart (then asked)",
+    )
     cross_env: bool = Field(default=False, description="chains may reach other environments (up to 3)")
     concurrency: int = Field(default=2, ge=1)
     out: Path = Field(default=Path(".envfactory/synth/run"), description="output folder (relative: to the root)")
@@ -106,6 +112,7 @@ class Unit(BaseModel):
     chain: ToolChain
     more: list[ToolChain] | None = None  # offline: chains that may join it, for a multi-turn conversation
     turns: tuple[int, int] = (3, 5)
+    ambiguity: float = 0.0
 
 
 class Plan(BaseModel):
@@ -156,6 +163,7 @@ def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
                         chain=chain,
                         more=more,
                         turns=config.turns,
+                        ambiguity=config.ambiguity if offline else 0.0,
                     )
                 )
     return Plan(envs=envs, units=units, shortfall=shortfall)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import re
+from datetime import date
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,9 @@ class Wording(BaseModel):
     found_reference: list[str]  # a record a lookup finds: {noun} {label} {criteria}
     holder_reference: list[str]  # a record named in another one a lookup finds: {noun} {holder} {label} {criteria}
     distinguish: list[str]  # {field} {value}: the detail that picks the target among candidates
+    vague_reference: list[str]  # a reference that leaves the choice open: {noun} {criteria}
+    clarify_question: list[str]  # the assistant asks which: {count} {noun} {nouns} {criteria} {field} {options}
+    clarify_reply: list[str]  # the user answers from what they know: {field} {value}
     identity: list[str]  # the user's own id, said once: {noun} {value}
     criteria: dict[str, str]  # parameter-name pattern → "in {value}" (first match; "*" last)
     done_write: list[str]  # {noun} {id} {facts}
@@ -105,22 +109,55 @@ def noun_of(parameter: str) -> str:
     return re.sub(r"^(from|to|source|target|destination|origin|new|old|parent) ", "", noun)
 
 
-def say(value: Any) -> str:
-    """A value as a user writes it."""
+_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_CLOCK = re.compile(r"(\d{2}):(\d{2})(:00)?")
+DATE_STYLES = 4
+
+
+def _day(text: str, style: int) -> str:
+    if style == 0:
+        return text
+    when = date.fromisoformat(text)
+    month = when.strftime("%B")
+    if style == 1:
+        return f"{month} {when.day}, {when.year}"
+    if style == 2:
+        return f"{when.day} {month} {when.year}"
+    return f"{when.strftime('%A')}, {month} {when.day}, {when.year}"
+
+
+def _clock(text: str, style: int) -> str:
+    hour, minute = int(text[:2]), int(text[3:5])
+    if style % 2 == 0:
+        return text[:5]
+    suffix = "am" if hour < 12 else "pm"
+    twelve = hour % 12 or 12
+    return f"{twelve} {suffix}" if minute == 0 else f"{twelve}:{minute:02d} {suffix}"
+
+
+def say(value: Any, style: int = 0) -> str:
+    """A value as a user writes it; `style` picks one of the ways people write dates and times (0: ISO)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float) and value == int(value):
         return str(int(value))
     if isinstance(value, list):
-        return ", ".join(say(v) for v in value) or "none"
+        return ", ".join(say(v, style) for v in value) or "none"
     if isinstance(value, dict):
-        return ", ".join(f"{words(k)} {say(v)}" for k, v in value.items())
+        return ", ".join(f"{words(k)} {say(v, style)}" for k, v in value.items())
     text = str(value)
+    if _DAY.fullmatch(text):
+        return _day(text, style)
     if re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:00)?", text):
-        return text[:10] + " at " + text[11:16]
-    if re.fullmatch(r"\d{2}:\d{2}:00", text):
-        return text[:5]
+        return _day(text[:10], style) + " at " + _clock(text[11:16], style)
+    if _CLOCK.fullmatch(text):
+        return _clock(text, style)
     return text
+
+
+def renderings(value: Any) -> set[str]:
+    """Every way `say` may write a value in a request."""
+    return {say(value, style) for style in range(DATE_STYLES)}
 
 
 def _action(description: str) -> str:
@@ -240,11 +277,17 @@ class Turn(BaseModel):
 class ConversationWriter:
     """Writes the requests and answers of one conversation, turn by turn; seeded for its wording."""
 
-    def __init__(self, prompts_dir: Path, metadata: dict[str, EnvMetadata], rng: random.Random) -> None:
+    def __init__(
+        self, prompts_dir: Path, metadata: dict[str, EnvMetadata], rng: random.Random, ambiguity: float = 0.0
+    ) -> None:
         self.wording, self.phrasings = load_wording(prompts_dir)
         self.metadata, self.rng = metadata, rng
+        self.ambiguity = ambiguity  # chance to leave out the detail that tells candidates apart
+        # after `request`: (the turn's call after which the assistant asks, its question, the user's reply)
+        self.clarification: tuple[int, str, str] | None = None
         self.results: list[ToolResult] = []  # every result so far (earlier turns)
         self.identities_said: set[str] = set()
+        self.style = rng.randrange(DATE_STYLES)  # one user writes dates one way throughout
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -265,11 +308,11 @@ class ConversationWriter:
                 if labelled is not None and labelled[1].lower() not in label.lower():
                     parts.append(f'of the {noun_of(b.parameter)} "{labelled[1]}"')
                 continue
-            if b.source == "output" or b.parameter.endswith("_id") or say(b.value).lower() in label.lower():
+            if b.source == "output" or b.parameter.endswith("_id") or say(b.value, self.style).lower() in label.lower():
                 continue
             for pattern, form in self.wording.criteria.items():
                 if pattern == "*" or re.search(pattern, b.parameter):
-                    parts.append(form.format(name=words(b.parameter), value=say(b.value)))
+                    parts.append(form.format(name=words(b.parameter), value=say(b.value, self.style)))
                     break
         return " ".join(parts)
 
@@ -307,18 +350,41 @@ class ConversationWriter:
                 record, [record, *(r for r in result if isinstance(r, dict))] if isinstance(result, list) else [record]
             )
             if detail is not None:
-                label = f"with {words(detail[0])} {say(detail[1])}"
+                label = f"with {words(detail[0])} {say(detail[1], self.style)}"
         phrase = self.rng.choice(self.wording.found_reference).format(noun=noun, label=label, criteria=criteria)
         candidates = [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
         if len(candidates) > 1 and record:
             same_label = [c for c in candidates if labelled and c.get(labelled[0]) == labelled[1]]
-            if not labelled or len(same_label) > 1:
-                detail = self._distinguishing(record, candidates)
-                if detail is not None:
-                    phrase += " " + self.rng.choice(self.wording.distinguish).format(
-                        field=words(detail[0]), value=say(detail[1])
-                    )
+            unique = labelled is not None and len(same_label) == 1
+            detail = (labelled[0], labelled[1]) if unique and labelled else self._distinguishing(record, candidates)
+            if detail is not None and self.clarification is None and self.rng.random() < self.ambiguity:
+                # ambiguity introduction: the request says only what several records share (the lookup's
+                # criteria); the assistant asks which, and the user answers with what tells it apart
+                self.clarification = self._clarify(noun, criteria, detail, candidates, source_call - turn.start)
+                vague = self.rng.choice(self.wording.vague_reference).format(noun=noun, criteria=criteria)
+                return re.sub(r"\s+", " ", vague).strip()
+            if not unique and detail is not None:
+                phrase += " " + self.rng.choice(self.wording.distinguish).format(
+                    field=words(detail[0]), value=say(detail[1], self.style)
+                )
         return re.sub(r"\s+", " ", phrase).strip()
+
+    def _clarify(
+        self, noun: str, criteria: str, detail: tuple[str, Any], candidates: list[dict[str, Any]], after: int
+    ) -> tuple[int, str, str]:
+        field = detail[0]
+        values = [say(c.get(field), self.style) for c in candidates if c.get(field) is not None]
+        options = ", ".join(values[:-1]) + f" or {values[-1]}" if len(values) > 1 else "".join(values)
+        question = self.rng.choice(self.wording.clarify_question).format(
+            count=len(candidates),
+            noun=noun,
+            nouns=_plural(noun),
+            criteria=criteria,
+            field=words(field),
+            options=options,
+        )
+        reply = self.rng.choice(self.wording.clarify_reply).format(field=words(field), value=say(detail[1], self.style))
+        return after, re.sub(r"\s+", " ", question).strip(), reply
 
     @staticmethod
     def _distinguishing(record: dict[str, Any], candidates: list[dict[str, Any]]) -> tuple[str, Any] | None:
@@ -353,7 +419,7 @@ class ConversationWriter:
                     )
                 values[b.parameter] = ""
             else:
-                values[b.parameter] = say(_named(b.value, turn.before.get(call.call.server) or {}))
+                values[b.parameter] = say(_named(b.value, turn.before.get(call.call.server) or {}), self.style)
         return values
 
     def _goal_text(self, call: PlannedCall, values: dict[str, str]) -> str:
@@ -372,6 +438,7 @@ class ConversationWriter:
     def request(self, turn: Turn) -> str:
         """The user's words for a turn (call it in order: earlier turns' results become "that booking")."""
         all_results = [*self.results, *turn.results]
+        self.clarification = None
         spoken: list[str] = []
         goals = self._goals(turn)
         texts = []
@@ -397,7 +464,7 @@ class ConversationWriter:
         for call in turn.calls:
             for b in call.bindings:
                 if b.source in ("state", "generated", "repeated") and not is_identity(b.parameter):
-                    said = say(_named(b.value, turn.before.get(call.call.server) or {}))
+                    said = say(_named(b.value, turn.before.get(call.call.server) or {}), self.style)
                     if said and said.lower() not in text.lower():
                         missing.append(f"{words(b.parameter)} {said}")
         if missing:
@@ -442,11 +509,15 @@ class ConversationWriter:
             told = "; ".join(f"{words(k)} {say(v)}" for k, v in facts(value, 3, fact_field))
             labelled = label_of(value)
             if call.kind == "write":
+                if not value.get("id"):  # a result that is no record (a scene applied): what it says
+                    return self.rng.choice(w.done_plain).format(facts=told)
                 return (
                     self.rng.choice(w.done_write)
                     .format(noun=noun, id=value.get("id", ""), facts=told)
                     .replace(" ()", "")
                 )
+            if not labelled and not value.get("id"):  # a cart: no name, no id
+                return self.rng.choice(w.found_plain).format(noun=noun, facts=told)
             return self.rng.choice(w.found_record).format(
                 noun=noun, label=f'"{labelled[1]}"' if labelled else str(value.get("id", "")), facts=told
             )

@@ -18,6 +18,8 @@ Definitions (one place, used by the tests too):
   own identity id, said in a request, is);
 - an *empty result followed by further calls*: a successful call returning `[]`, `{}`, `None` or
   `""` that is not the last call of its turn;
+- *distinct-2* is corpus-level (Li et al., 2016), so it falls as a corpus grows; `distinct_2_per_100`
+  averages it over chunks of 100 requests, to compare runs of different sizes;
 - a *canned answer* names what was done instead of what happened: it contains no scalar value from
   its turn's results, or it lists the turn's tool names.
 """
@@ -52,6 +54,7 @@ class QualityFigures(BaseModel):
     canned_answers: float  # share of answers
     distinct_answers: float  # distinct answers / answers
     distinct_2_requests: float  # distinct word bigrams / bigrams over all requests
+    distinct_2_per_100: float  # the same over chunks of 100 requests, averaged: comparable across run sizes
 
 
 def is_id_parameter(name: str) -> bool:
@@ -121,6 +124,7 @@ class _Counts:
         self.empty_then_more = self.canned = 0
         self.answers: list[str] = []
         self.bigrams: Counter[tuple[str, str]] = Counter()
+        self.requests: list[list[tuple[str, str]]] = []
 
 
 def _conversation(conv: Conversation, c: _Counts) -> None:
@@ -139,6 +143,7 @@ def _conversation(conv: Conversation, c: _Counts) -> None:
         request = node.query
         words = _words(request)
         c.bigrams.update(pairwise(words))
+        c.requests.append(list(pairwise(words)))
         if any(_mentions(request, i) and i not in told_user for i in ids):
             c.requests_with_id += 1
         said = {i for i in identity if _mentions(request, i)}
@@ -213,4 +218,18 @@ def measure(conversations: Iterable[Conversation]) -> QualityFigures:
         canned_answers=c.canned / len(c.answers) if c.answers else 0.0,
         distinct_answers=len(set(c.answers)) / len(c.answers) if c.answers else 0.0,
         distinct_2_requests=len(c.bigrams) / bigrams if bigrams else 0.0,
+        distinct_2_per_100=_chunked_distinct(c.requests, 100),
     )
+
+
+def _chunked_distinct(requests: list[list[tuple[str, str]]], size: int) -> float:
+    """Distinct-2 over consecutive chunks of `size` requests (the last one if full, or the only one), averaged:
+    a corpus-level distinct-n falls as a corpus grows, so figures of runs of different sizes compare only this way."""
+    chunks = [requests[i : i + size] for i in range(0, len(requests), size)]
+    chunks = [ch for ch in chunks if len(ch) == size] or chunks[:1]
+    ratios = []
+    for chunk in chunks:
+        grams = [g for r in chunk for g in r]
+        if grams:
+            ratios.append(len(set(grams)) / len(grams))
+    return sum(ratios) / len(ratios) if ratios else 0.0

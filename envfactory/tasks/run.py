@@ -58,6 +58,7 @@ def offline_runner(pool: EnvPool, settings: Settings) -> UnitRunner:
             prompts_dir=settings.prompts_path,
             more=unit.more,
             turns=unit.turns,
+            ambiguity=unit.ambiguity,
         )
 
     return run

@@ -135,6 +135,7 @@ class _Solver:
         self.results: list[ToolResult] = []
         self._descriptions: dict[str, str] = {}  # the current tool's parameter descriptions (lower case)
         self._returns: str | None = None  # the collection the current tool returns records of
+        self.force: dict[str, list[str]] = {}  # tool → inputs one of which it says it needs
         self.missing: list[str] = []  # required ids of the call being bound that no earlier result gave
         self.planned: list[PlannedCall] = []
         self.turn_of: list[int] = []  # the turn of every executed call (inserted lookups join their consumer's)
@@ -177,16 +178,19 @@ class _Solver:
         for env in self.chain.servers:
             colls = _records(self.initial.get(env, {}))
             relevant = self._relevant(env)
-            nouns = {singular(c): c for c in colls}
-
-            refs = {  # collection → {field: the relevant collection it references}
+            refs = {  # collection → {field: the relevant collection it references (`x_id`, or a list `x_ids`)}
                 coll: {
-                    f: nouns[f[:-3]]
+                    f: other
                     for f in next(iter(colls[coll].values()))
-                    if f.endswith("_id") and nouns.get(f[:-3]) in relevant - {coll}
+                    if f.endswith(("_id", "_ids")) and (other := collection_for(colls, f)) in relevant - {coll}
                 }
                 for coll in relevant
             }
+
+            def refers(record: dict[str, Any], field: str, target: str | None) -> bool:
+                value = record.get(field)
+                return target is None or value == target or (isinstance(value, list) and target in value)
+
             for coll in sorted(relevant, key=lambda c: (-len(refs[c]), c)):
                 links = refs[coll]
                 if (env, coll) not in self.targets:
@@ -195,18 +199,21 @@ class _Solver:
                     agreeing = [
                         i
                         for i in candidates
-                        if all(
-                            self.targets.get((env, other)) in (None, colls[coll][i].get(field))
-                            for field, other in links.items()
-                        )
+                        if all(refers(colls[coll][i], f, self.targets.get((env, o))) for f, o in links.items())
                     ]
                     choices = agreeing or candidates
                     live = [i for i in choices if _live(colls[coll][i])]  # not a cancelled booking
                     self.targets[(env, coll)] = self.rng.choice(live or choices)
                 record = colls[coll][self.targets[(env, coll)]]
                 for field, other in links.items():
-                    if (env, other) not in self.targets and record.get(field) in colls[other]:
-                        self.targets[(env, other)] = record[field]
+                    if (env, other) in self.targets:
+                        continue
+                    value = record.get(field)
+                    listed = [v for v in value if v in colls[other]] if isinstance(value, list) else []
+                    if isinstance(value, str) and value in colls[other]:
+                        self.targets[(env, other)] = value
+                    elif listed:  # a reading list's papers: one of them is the paper the chain is about
+                        self.targets[(env, other)] = self.rng.choice(sorted(listed))
 
     # ---- values from earlier outputs ------------------------------------------------------------------
 
@@ -400,6 +407,9 @@ class _Solver:
                 continue
             if pname in required or how.all_optional or self.rng.random() < self.settings.optional_p:
                 user_params.append(pname)
+        forced = [f for f in self.force.get(qualified, []) if f in spec.parameters and f not in args]
+        if forced and not any(f in user_params for f in forced):
+            user_params.append(forced[attempt % len(forced)])
         target = self._target(env, user_params, how.new_target) if user_params else None
         if spec.kind == "read" and user_params:
             # a lookup searches for the record the conversation is about: its inputs come from that record
@@ -453,10 +463,11 @@ class _Solver:
         candidates: list[tuple[int, str]] = []
         for spec in self.pool.get(env).metadata.tools:
             qualified = f"{env}.{spec.name}"
-            if spec.kind != "read" or qualified in tried or any(r.endswith("_id") for r in spec.required):
+            needs_id = any(r.endswith("_id") and not is_identity(r) for r in spec.required)  # one it can't find
+            if spec.kind != "read" or qualified in tried or needs_id:
                 continue
-            props = _item_props(spec.output_schema)
-            if not props or not props <= fields | {"id"} or "id" not in props:
+            shapes = _record_shapes(spec.output_schema)  # a cart's lines count: records inside the result
+            if not any(props <= fields | {"id"} and "id" in props for props in shapes):
                 continue
             # a search whose inputs the target record can fill reads better than a bare list
             fillable = sum(1 for r in spec.required if r in fields)
@@ -511,6 +522,9 @@ class _Solver:
             error = f"{rec.error.type}: {rec.error.message}" if rec.error else "failed"
             for param, bounds in learned_bounds(error).items():
                 self.learned[(qualified, param)] = bounds
+            wanted = _AT_LEAST_ONE.search(error)
+            if wanted:  # "give at least one of power, level, temperature": bind one of them from now on
+                self.force[qualified] = re.findall(r"\w+", wanted.group(1))
         else:
             return SolveOutcome(
                 ok=False,
@@ -565,6 +579,7 @@ def collection_for(colls: Any, pname: str) -> str | None:
     return None
 
 
+_AT_LEAST_ONE = re.compile(r"at least one of ([\w, ]+?)(?: for | or |$|[.;:])")
 _TERMINAL = frozenset(
     {"cancelled", "canceled", "closed", "deleted", "inactive", "completed", "done", "expired", "frozen", "resolved"}
 )
@@ -573,6 +588,27 @@ _TERMINAL = frozenset(
 def _live(record: dict[str, Any]) -> bool:
     """No field says the record is over (a cancelled booking, a closed ticket): later calls may act on it."""
     return not any(isinstance(v, str) and v.lower() in _TERMINAL for v in record.values())
+
+
+def _record_shapes(schema: dict[str, Any] | None) -> list[set[str]]:
+    """The property names of every object a result schema describes, nested ones and $defs included."""
+    root = schema or {}
+    defs = root.get("$defs", {})
+    out: list[set[str]] = []
+    stack: list[Any] = [root, *defs.values()]
+    seen = 0
+    while stack and seen < 200:
+        seen += 1
+        node = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        if isinstance(node.get("properties"), dict):
+            out.append(set(node["properties"]))
+            stack.extend(node["properties"].values())
+        for key in ("items", "anyOf", "oneOf", "allOf"):
+            value = node.get(key)
+            stack.extend(value if isinstance(value, list) else [value] if value is not None else [])
+    return out
 
 
 def _item_props(output: dict[str, Any] | None) -> set[str]:

@@ -233,12 +233,14 @@ def synthesize_offline(
     solver: SolverSettings | None = None,
     more: list[ToolChain] | None = None,
     turns: tuple[int, int] = (3, 5),
+    ambiguity: float = 0.0,
 ) -> UnitOutcome:
     """One unit of a batch: a kept conversation or a drop with its reason.
 
     With `more` (the batch's offline mode), the chain is cut into goal turns and other chains join it
     while the joined chain still solves, until the conversation has a number of turns drawn from
-    `turns` (`compose.join`); without, the chain is used with its own turns."""
+    `turns` (`compose.join`); without, the chain is used with its own turns. `ambiguity`: the chance that
+    a request leaves out the detail telling look-alike candidates apart, so the assistant asks."""
 
     def drop(code: DropCode, reason: str) -> UnitOutcome:
         return UnitOutcome(key=key, dropped=Dropped(key=key, code=code, reason=reason, tools=chain.tools, seed=seed))
@@ -265,7 +267,7 @@ def synthesize_offline(
     if not spans:
         return drop("unverifiable", "a chain of reads whose last result has nothing to report back")
     original = TemplateWriter(load_template(prompts_dir), metadata, random.Random(seed))
-    writer = ConversationWriter(prompts_dir, metadata, random.Random(stable_seed(seed, "words")))
+    writer = ConversationWriter(prompts_dir, metadata, random.Random(stable_seed(seed, "words")), ambiguity)
     nodes: list[Node] = []
     answers: list[str] = []
     before = initial
@@ -283,8 +285,11 @@ def synthesize_offline(
             code: DropCode = "goal_already_holds" if (why or "").startswith("goal_already_holds") else "unsolved"
             return drop(code, f"turn {i + 1}: {why}")
         steps = [Step(role="user", content=query)]
-        for p, r in zip(planned, results, strict=True):
+        asked = writer.clarification
+        for k, (p, r) in enumerate(zip(planned, results, strict=True)):
             steps += [Step(role="tool_call", content=[p.call]), Step(role="tool_result", content=[r])]
+            if asked is not None and k == asked[0]:  # which of the candidates: asked, and answered
+                steps += [Step(role="assistant", content=asked[1]), Step(role="user", content=asked[2])]
         steps.append(Step(role="assistant", content=answer))
         nodes.append(
             Node(
