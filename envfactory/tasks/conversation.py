@@ -47,8 +47,10 @@ class WordingError(EnvFactoryError):
 class Wording(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    openings: list[str]
+    openings: list[str]  # the first request of a conversation
+    followups: list[str]  # the later ones
     closings: list[str]
+    closing_p: float = 0.25
     joins: list[str]  # between two goals of one turn: "{first}, and then {second}"
     fallback_request: list[str]  # {action} {details}
     fallback_question: list[str]  # a read the user wanted: {action} {details}
@@ -288,6 +290,7 @@ class ConversationWriter:
         self.results: list[ToolResult] = []  # every result so far (earlier turns)
         self.identities_said: set[str] = set()
         self.style = rng.randrange(DATE_STYLES)  # one user writes dates one way throughout
+        self._goal_says: set[str] = set()
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -297,9 +300,12 @@ class ConversationWriter:
         goals = [i for i, c in enumerate(turn.calls) if c.kind == "write" or (turn.start + i) not in consumed]
         return goals or [len(turn.calls) - 1]
 
-    def _criteria(self, call: PlannedCall, label: str, turn: Turn, all_results: list[ToolResult]) -> str:
+    def _criteria(
+        self, call: PlannedCall, label: str, turn: Turn, all_results: list[ToolResult], depth: int = 0
+    ) -> str:
         """A lookup's arguments as words: "in Lisbon", "on 2026-03-12", "of the customer "Ana Costa"" (a
-        record an earlier lookup of the turn found); a value the label already says is not repeated."""
+        record an earlier lookup of the turn found: its name, or what found it); a value the label or
+        the goal itself already says is not repeated."""
         parts = []
         for b in call.bindings:
             if b.source == "output" and b.call is not None and b.call >= turn.start:
@@ -307,14 +313,19 @@ class ConversationWriter:
                 labelled = label_of(record)
                 if labelled is not None and labelled[1].lower() not in label.lower():
                     parts.append(f'of the {noun_of(b.parameter)} "{labelled[1]}"')
+                elif labelled is None and depth < 2:  # a booking has no name: say what found it
+                    parts.append(self._criteria(turn.calls[b.call - turn.start], label, turn, all_results, depth + 1))
                 continue
-            if b.source == "output" or b.parameter.endswith("_id") or say(b.value, self.style).lower() in label.lower():
+            said = say(b.value, self.style)
+            if b.source == "output" or b.parameter.endswith("_id") or said.lower() in label.lower():
+                continue
+            if said.lower() in self._goal_says:
                 continue
             for pattern, form in self.wording.criteria.items():
                 if pattern == "*" or re.search(pattern, b.parameter):
-                    parts.append(form.format(name=words(b.parameter), value=say(b.value, self.style)))
+                    parts.append(form.format(name=words(b.parameter), value=said))
                     break
-        return " ".join(parts)
+        return " ".join(p for p in parts if p)
 
     def _reference(
         self, param: str, value: Any, source_call: int | None, turn: Turn, all_results: list[ToolResult]
@@ -407,6 +418,8 @@ class ConversationWriter:
         self, call: PlannedCall, turn: Turn, all_results: list[ToolResult], spoken: list[str]
     ) -> dict[str, str]:
         values: dict[str, str] = {}
+        # what the goal says itself (its cabin, its date): a lookup's criteria do not repeat it
+        self._goal_says = {say(b.value, self.style).lower() for b in call.bindings if b.source != "output"}
         for b in call.bindings:
             if b.source == "output":
                 values[b.parameter] = self._reference(b.parameter, b.value, b.call, turn, all_results)
@@ -472,9 +485,11 @@ class ConversationWriter:
         if not text.endswith((".", "?", "!", ")")):
             text += "."
         prefix = " ".join(spoken)
-        opening = self.rng.choice(self.wording.openings)
-        closing = self.rng.choice(self.wording.closings)
-        if opening.endswith(", ") and not prefix and not re.match(r"I\b|I'", text):
+        # a user greets once, at the start; later turns just go on, and thanks come now and then
+        opening = self.rng.choice(self.wording.openings if not self.results else self.wording.followups)
+        closing = self.rng.choice(self.wording.closings) if self.rng.random() < self.wording.closing_p else ""
+        continues = opening.strip() and not opening.rstrip().endswith((".", "!", "?"))  # "Hey, ", "And "
+        if continues and not prefix and not re.match(r"I\b|I'", text):
             text = text[:1].lower() + text[1:]
         return re.sub(r"\s+", " ", f"{opening}{prefix + ' ' if prefix else ''}{text}{closing}").strip()
 
