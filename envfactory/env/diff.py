@@ -55,8 +55,19 @@ def diff_into(a: Any, b: Any, prefix: str, out: StateDiff) -> None:
         out.changed.append(prefix or "<root>")
 
 
+RUNTIME_PREFIX = "__"  # a dump's top-level key that carries runtime, not state (a seeded RNG's position)
+
+
+def state_part(dump: dict[str, Any]) -> dict[str, Any]:
+    """A dump without its runtime keys (`__random`): what state comparisons and diffs look at. A fork
+    needs them to behave exactly like the session dumped; a verifier or a diff must not see them."""
+    if not any(k.startswith(RUNTIME_PREFIX) for k in dump):
+        return dump
+    return {k: v for k, v in dump.items() if not k.startswith(RUNTIME_PREFIX)}
+
+
 def diff_states(before: dict[str, Any], after: dict[str, Any]) -> StateDiff:
-    """Diff two dumps of a whole state."""
+    """Diff two dumps of a whole state (their runtime keys left out)."""
     out = StateDiff()
-    diff_into(before, after, "", out)
+    diff_into(state_part(before), state_part(after), "", out)
     return out.sorted()

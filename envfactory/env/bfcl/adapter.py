@@ -6,11 +6,13 @@ Also the numeric guard that keeps MathAPI's process-global precision changes ins
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import decimal
 import functools
 import inspect
 import pickle
+import random
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +34,7 @@ from envfactory.env.bfcl.suites import (
     func_docs,
     load_class,
 )
+from envfactory.env.diff import RUNTIME_PREFIX
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.metadata import EnvMetadata, ToolKind, ToolSpec
 from envfactory.env.tools import ArgumentError, ArgumentProblem
@@ -219,7 +222,54 @@ class BFCLEnvironment(BaseEnvironment):
             raise ScenarioError(f"{source}: cannot load into BFCL {self.class_name}: {type(e).__name__}: {e}") from e
         if self.long_context:
             instance = copy.deepcopy(instance)  # it holds BFCL's module-level extension data
+        self._restore(instance, config or {})
         return instance
+
+    def _default_types(self) -> dict[str, type]:
+        """The type of each attribute of an instance loaded from BFCL's own default scenario."""
+        cached: dict[str, type] | None = self.__dict__.get("_types")
+        if cached is None:
+            fresh = self.cls()
+            with contextlib.suppress(Exception):
+                fresh._load_scenario({}, long_context=False)
+            cached = self.__dict__["_types"] = {k: type(v) for k, v in vars(fresh).items()}
+        return cached
+
+    def _restore(self, instance: Any, config: dict[str, Any]) -> None:
+        """What a dump holds beyond BFCL's own scenario keys, put back: `fork(dump(s))` must behave like s.
+
+        `_load_scenario` reads only the keys of BFCL's initial configs, so a dump taken mid-episode
+        lost the rest — the file system's working directory, a started engine, the brake pedal's
+        force. Plain values (scalars, lists and dicts of them) are set back as they were dumped; the
+        working directory is found again by its path in the loaded tree."""
+        saved = config.get(RANDOM_KEY)
+        rng = getattr(instance, "_random", None)
+        if isinstance(rng, random.Random) and isinstance(saved, list) and len(saved) == 3:
+            with contextlib.suppress(TypeError, ValueError):
+                rng.setstate((saved[0], tuple(saved[1]), saved[2]))
+        if self.class_name == "GorillaFileSystem":
+            path = config.get("_current_dir")
+            if isinstance(path, str) and not config.get("_current_dir_detached"):
+                node = _walk_to(instance.root, path)
+                if node is not None:
+                    instance._current_dir = node
+            return
+        attrs = vars(instance)
+        for key, kind in self._default_types().items():
+            # BFCL's loader takes some values as the config gives them: a dump's list where the class
+            # keeps a set (`generated_ids`) would break `.add` later
+            current = attrs.get(key)
+            if kind in (set, frozenset, tuple) and isinstance(current, list):
+                attrs[key] = kind(current)
+        for key, value in config.items():
+            if key not in attrs or key in self._not_state or key.startswith(RUNTIME_PREFIX):
+                continue
+            current = attrs[key]
+            if to_jsonable(current) == value or not (_plain(current) and _plain(value)):
+                continue
+            if isinstance(current, bool) != isinstance(value, bool):
+                continue
+            attrs[key] = float(value) if isinstance(current, float) and isinstance(value, int) else copy.deepcopy(value)
 
     # Per-call bookkeeping: the generic way, with a pickle snapshot in place of a deep copy (about 7x
     # cheaper for states holding a random.Random; unpickled only when a call fails and rolls back).
@@ -236,8 +286,16 @@ class BFCLEnvironment(BaseEnvironment):
 
     def dump_state(self, state: Any) -> dict[str, Any]:
         if self.class_name == "GorillaFileSystem":
-            return _dump_file_system(state)
-        return {k: to_jsonable(v) for k, v in vars(state).items() if k not in self._not_state}
+            out = _dump_file_system(state)
+        else:
+            out = {k: to_jsonable(v) for k, v in vars(state).items() if k not in self._not_state}
+        rng = getattr(state, "_random", None)
+        if isinstance(rng, random.Random):
+            # where the seeded RNG behind new ids stands: runtime, not state (diffs and verifiers skip
+            # `__` keys), but a fork must go on drawing the same ids as the session it came from
+            version, words, gauss = rng.getstate()
+            out[RANDOM_KEY] = [version, list(words), gauss]
+        return out
 
     def call_arguments(self, call: ParsedCall) -> dict[str, Any]:
         """A parsed call's arguments by name (positional ones named by the method's signature)."""
@@ -247,6 +305,34 @@ class BFCLEnvironment(BaseEnvironment):
                 raise ArgumentError([ArgumentProblem(parameter="<arguments>", problem=f"no tool '{call.name}'")])
             return dict(call.kwargs)
         return tool.bind(call.args, call.kwargs)
+
+
+RANDOM_KEY = RUNTIME_PREFIX + "random"
+
+
+def _plain(value: Any) -> bool:
+    """JSON data as Python holds it (no tuple, set or object that a dump would turn into something else)."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return True
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _walk_to(root: Any, path: str) -> Any:
+    """The directory of a GorillaFileSystem tree at `path` (`/workspace/document`), or None."""
+    names = [n for n in path.split("/") if n]
+    if not names or names[0] != getattr(root, "name", None):
+        return None
+    node = root
+    for name in names[1:]:
+        child = getattr(node, "contents", {}).get(name)
+        if child is None or not hasattr(child, "contents"):
+            return None
+        node = child
+    return node
 
 
 def factories() -> dict[str, Callable[[], BaseEnvironment]]:
