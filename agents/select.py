@@ -1,9 +1,13 @@
 """Select and filter: which of the k solver branches becomes the turn, and the redundancy it sheds.
 
+Calls are "the same" by the reward's own rule (`CallMatcher`: arguments normalized by the tool's
+validator, strings case-folded, numbers `isclose`, a missing optional argument equal to its default),
+so a kept turn scores 1.0 against its own ground truth and no turn that would is turned away.
+
 **select**: a branch qualifies when it ended with an answer, its final states verify against the
 turn's expected state (`verify`, generated ids masked) and — for a read-only turn, whose state cannot
 tell — its answer mentions what π*'s last read returned or it made that read itself. Among those, the
-best match to the chain wins: most of the turn's raw calls matched (same tool, equal unmasked
+best match to the chain wins: most of the turn's raw calls matched (the same call, unmasked
 arguments), then fewest failed calls, then fewest extra calls, then the lowest branch number.
 
 **filter**: failed calls and exact repeats of an earlier successful read (same call, same result) are
@@ -13,58 +17,51 @@ kept only if the replayed final state is equivalent to the branch's; kept result
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from agents.querygen import Branch, SolveTask, TurnDraft, UserCall
+from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
+from envfactory.reward.matching import CallMatcher
 from envfactory.tasks.episode import replay
 from envfactory.tasks.models import MaskSpec, PlannedCall, States, StateVerifier, Step, ToolCall, ToolResult
 from envfactory.tasks.verifier import answer_forms, state_differences, verify
 
-# ---- matching calls ---------------------------------------------------------------------------------
+# ---- matching calls: the reward's own rule (envfactory.reward.matching.CallMatcher) ----------------
 
 
-def same_value(a: Any, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return math.isclose(float(a), float(b), rel_tol=1e-9, abs_tol=1e-9)
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
-    return bool(a == b)
+def matcher_for(pool: EnvPool | None) -> CallMatcher:
+    """The one rule for "the same call", over the pool's environments (their validators normalize)."""
+
+    def env_of(server: str) -> BaseEnvironment | None:
+        if pool is None:
+            return None
+        try:
+            return pool.get(server)
+        except EnvFactoryError:
+            return None
+
+    return CallMatcher(env_of)
 
 
-def same_call(raw: ToolCall, made: ToolCall) -> bool:
-    """`made` does what `raw` does: the same tool, and every unmasked argument of `raw` equal."""
-    if (raw.server, raw.name) != (made.server, made.name):
-        return False
-    return all(
-        k in raw.masked_arguments or (k in made.arguments and same_value(v, made.arguments[k]))
-        for k, v in raw.arguments.items()
-    )
-
-
-def match_calls(raw: list[ToolCall], made: list[ToolCall]) -> tuple[int, int]:
+def match_calls(raw: list[ToolCall], made: list[ToolCall], matcher: CallMatcher) -> tuple[int, int]:
     """(raw calls matched by a made call, made calls left unmatched); each made call matches at most once."""
     used: set[int] = set()
     for r in raw:
         for i, m in enumerate(made):
-            if i not in used and same_call(r, m):
+            if i not in used and matcher.same_call(r, m):
                 used.add(i)
                 break
     return len(used), len(made) - len(used)
 
 
-def turn_goal_reached(task: SolveTask, states: States, made: list[ToolCall]) -> bool:
+def turn_goal_reached(task: SolveTask, states: States, made: list[ToolCall], matcher: CallMatcher) -> bool:
     """Has a branch done what the turn asks (so a question now is not a clarification)?"""
     if task.read_only:
-        return bool(task.raw_calls) and any(same_call(task.raw_calls[-1].call, m) for m in made)
+        return bool(task.raw_calls) and any(matcher.same_call(task.raw_calls[-1].call, m) for m in made)
     return verify(StateVerifier(goal=task.expected), task.initial, states).ok
 
 
@@ -108,10 +105,12 @@ def _mentions(answer: str, value: Any) -> bool:
     return any(form.lower() in text for form in answer_forms(value))
 
 
-def judge(branch: Branch, draft: TurnDraft, initial: States, raw: list[PlannedCall]) -> BranchReport:
+def judge(
+    branch: Branch, draft: TurnDraft, initial: States, raw: list[PlannedCall], matcher: CallMatcher
+) -> BranchReport:
     made, failed = _made_calls(branch)
     raw_calls = [p.call for p in raw]
-    matched, extra = match_calls(raw_calls, made)
+    matched, extra = match_calls(raw_calls, made, matcher)
     report = BranchReport(
         branch=branch.branch, verified=False, matched=matched, raw=len(raw), failed=failed, extra=extra
     )
@@ -121,7 +120,7 @@ def judge(branch: Branch, draft: TurnDraft, initial: States, raw: list[PlannedCa
     verdict = verify(StateVerifier(goal=draft.expected), initial, branch.final)
     report.reasons.extend(verdict.reasons)
     told = draft.fact is not None and _mentions(branch.answer, draft.fact[1])
-    made_last_read = bool(raw_calls) and any(same_call(raw_calls[-1], m) for m in made)
+    made_last_read = bool(raw_calls) and any(matcher.same_call(raw_calls[-1], m) for m in made)
     if draft.answer_required and draft.fact is not None and not told:
         report.reasons.append(f"the answer does not report {draft.fact[0]} = {draft.fact[1]!r}")
     elif draft.read_only and raw_calls and not told and not made_last_read:
@@ -134,8 +133,10 @@ def judge(branch: Branch, draft: TurnDraft, initial: States, raw: list[PlannedCa
     return report
 
 
-def select_branch(branches: list[Branch], draft: TurnDraft, initial: States, raw: list[PlannedCall]) -> Selection:
-    reports = [judge(b, draft, initial, raw) for b in sorted(branches, key=lambda b: b.branch)]
+def select_branch(
+    branches: list[Branch], draft: TurnDraft, initial: States, raw: list[PlannedCall], matcher: CallMatcher
+) -> Selection:
+    reports = [judge(b, draft, initial, raw, matcher) for b in sorted(branches, key=lambda b: b.branch)]
     ok = [r for r in reports if r.verified]
     best = min(ok, key=lambda r: (-r.matched, r.failed, r.extra, r.branch)) if ok else None
     return Selection(turn=draft.turn, selected=best.branch if best else None, reports=reports)
@@ -162,6 +163,7 @@ def _kind(pool: EnvPool, call: ToolCall) -> str | None:
 def filter_branch(pool: EnvPool, branch: Branch, initial: States, servers: list[str]) -> tuple[Branch, FilterReport]:
     """The branch without failed and repeated-read calls, re-executed; or the branch as it was, with why."""
     report = FilterReport(turn=branch.turn)
+    matcher = matcher_for(pool)
     by_step: dict[int, list[UserCall]] = {}
     for u in branch.user_calls:
         by_step.setdefault(u.step, []).append(u)
@@ -183,10 +185,7 @@ def filter_branch(pool: EnvPool, branch: Branch, initial: States, servers: list[
                     report.dropped_failed += 1
                     continue
                 if _kind(pool, call) == "read":
-                    if any(
-                        c.model_dump(exclude={"id"}) == call.model_dump(exclude={"id"}) and r == result.result
-                        for c, r in reads
-                    ):
+                    if any(matcher.same_call(c, call) and r == result.result for c, r in reads):  # the one rule
                         report.dropped_duplicates += 1
                         continue
                     reads.append((call, result.result))

@@ -20,7 +20,7 @@ from langchain_core.runnables import RunnableConfig
 
 from agents.common import AgentDeps
 from agents.querygen import SOLVER_ROLE, Branch, SolveTask, UserCall, step_calls
-from agents.select import turn_goal_reached
+from agents.select import matcher_for, turn_goal_reached
 from agents.user import user_reply
 from envfactory.env.pool import EnvPool
 from envfactory.llm import message_text
@@ -226,7 +226,8 @@ def solve_branch(deps: AgentDeps, pool: EnvPool, task: SolveTask) -> Branch:
         steps.append(Step(role="assistant", content=text, thinking=thinking))
         messages.append(AIMessage(content=text))
         asks = conversational and questions < cfg.max_user_replies and is_question(text)
-        if asks and not turn_goal_reached(task, episode.dumps(), [c for c, r in step_calls(steps) if r.ok]):
+        made = [c for c, r in step_calls(steps) if r.ok]
+        if asks and not turn_goal_reached(task, episode.dumps(), made, matcher_for(pool)):
             questions += 1
             answer, performed = user_reply(
                 deps,

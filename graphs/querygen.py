@@ -43,7 +43,7 @@ from agents.querygen import (
     model_names,
     preset_config,
 )
-from agents.select import filter_branch, select_branch
+from agents.select import filter_branch, matcher_for, select_branch
 from agents.solver import solve_branch
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
@@ -310,7 +310,8 @@ def _branches(state: QueryGenState, turn: int) -> list[Branch]:
 def node_select(state: QueryGenState, runtime: Runtime[QueryGenContext]) -> QueryGenState:
     draft = TurnDraft.model_validate(state["draft"])
     branches = _branches(state, draft.turn)
-    selection = select_branch(branches, draft, state["current"], _turn_plan(state, draft.turn))
+    plan = _turn_plan(state, draft.turn)
+    selection = select_branch(branches, draft, state["current"], plan, matcher_for(_pool(runtime)))
     update: QueryGenState = {"selection": [_dump(selection)]}
     if selection.selected is None:
         return {**update, **_dropped(f"select: {selection.failure}")}

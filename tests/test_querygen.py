@@ -511,7 +511,7 @@ def test_the_graph_takes_its_preset_from_a_plain_dict_context(
 
 def test_a_read_only_turn_needs_the_read_or_its_fact_in_the_answer(pool: EnvPool, plan: Plan) -> None:
     from agents.querygen import Branch, TurnDraft
-    from agents.select import judge
+    from agents.select import judge, matcher_for
     from envfactory.tasks.models import Step, ToolCall
 
     env = pool.get("hotels")
@@ -536,14 +536,18 @@ def test_a_read_only_turn_needs_the_read_or_its_fact_in_the_answer(pool: EnvPool
     def branch(steps: list[Step], answer: str) -> Branch:
         return Branch(turn=0, branch=0, steps=[Step(role="user", content="q"), *steps], final=initial, answer=answer)
 
-    assert judge(branch(made, "Two hotels."), draft, initial, [search]).verified  # the read itself
-    assert judge(branch(wrong, "Casa do Rio is 120 a night."), draft, initial, [search]).verified  # the fact
-    missed = judge(branch(wrong, "Ribeira Inn."), draft, initial, [search])
+    assert judge(branch(made, "Two hotels."), draft, initial, [search], matcher_for(pool)).verified  # the read itself
+    assert judge(
+        branch(wrong, "Casa do Rio is 120 a night."), draft, initial, [search], matcher_for(pool)
+    ).verified  # the fact
+    missed = judge(branch(wrong, "Ribeira Inn."), draft, initial, [search], matcher_for(pool))
     assert not missed.verified and "price_per_night" in missed.reasons[0]
     # the last turn of a chain of reads: the answer itself must report the fact (the task checks it)
     final_turn = draft.model_copy(update={"answer_required": True})
-    assert not judge(branch(made, "Two hotels."), final_turn, initial, [search]).verified
-    assert judge(branch(made, "The first is 120.00 per night."), final_turn, initial, [search]).verified
+    assert not judge(branch(made, "Two hotels."), final_turn, initial, [search], matcher_for(pool)).verified
+    assert judge(
+        branch(made, "The first is 120.00 per night."), final_turn, initial, [search], matcher_for(pool)
+    ).verified
 
 
 async def test_studio_runs_interrupts_and_resumes_querygen(

@@ -1,11 +1,27 @@
-"""R_traj's matching: argument equality (`same_value`) and the largest one-to-one matching of predicted
-to ground-truth calls that respects the ground truth's partial order (`best_match`)."""
+"""One rule for "the same call", and R_traj's matching.
+
+`CallMatcher` is the rule, used by the reward (R_traj) and by QueryGen's select and filter alike, so
+that a turn selection keeps scores 1.0 against its own ground truth and no turn scoring 1.0 is turned
+away: the same tool; both calls' arguments **normalized by the tool's own validator** (types coerced
+as the tool reads them, a missing optional argument equal to its default); the ground truth's masked
+arguments (free text) not compared; values equal by `same_value` — numbers with `isclose`, booleans
+not numbers, strings stripped and case-folded (unless `case_sensitive`), lists in order, objects key by
+key with a missing key equal to None. A predicted call the tool would reject matches nothing.
+
+`best_match` is the largest one-to-one matching of predicted to ground-truth calls that respects the
+ground truth's partial order."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic_core import to_jsonable_python
+
+if TYPE_CHECKING:
+    from envfactory.env.environment import BaseEnvironment
+    from envfactory.tasks.models import ToolCall
 
 
 def same_value(a: Any, b: Any, *, case_sensitive: bool = False, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:
@@ -32,6 +48,52 @@ def same_value(a: Any, b: Any, *, case_sensitive: bool = False, rel_tol: float =
             for x, y in zip(a, b, strict=True)
         )
     return bool(a == b)
+
+
+class CallMatcher:
+    """The rule for "the same call" (see the module's docstring); `env_of(server)` gives an environment or None."""
+
+    def __init__(
+        self,
+        env_of: Callable[[str], BaseEnvironment | None],
+        *,
+        case_sensitive: bool = False,
+        rel_tol: float = 1e-6,
+        abs_tol: float = 1e-9,
+    ) -> None:
+        self.env_of = env_of
+        self.case_sensitive, self.rel_tol, self.abs_tol = case_sensitive, rel_tol, abs_tol
+
+    def normalize(self, call: ToolCall, *, strict: bool) -> dict[str, Any] | None:
+        """The call's arguments as the tool reads them (defaults filled, JSON-typed). A call the tool
+        rejects gives None when `strict` (a prediction), else its raw arguments (a ground truth)."""
+        env = self.env_of(call.server) if call.server else None
+        binding = env.binding(call.name) if env is not None else None
+        if binding is None:
+            return None if strict else dict(call.arguments)
+        try:
+            parsed = to_jsonable_python(binding.parse_args(call.arguments))
+        except Exception:  # ArgumentError, or anything a foreign binding raises
+            return None if strict else dict(call.arguments)
+        return parsed if isinstance(parsed, dict) else dict(call.arguments)
+
+    def same_args(self, want: dict[str, Any], masked: Sequence[str], got: dict[str, Any]) -> bool:
+        """Normalized ground-truth arguments `want` and predicted ones `got` agree (masked ones aside)."""
+        return all(
+            same_value(
+                want.get(k), got.get(k), case_sensitive=self.case_sensitive, rel_tol=self.rel_tol, abs_tol=self.abs_tol
+            )
+            for k in want.keys() | got.keys()
+            if k not in masked
+        )
+
+    def same_call(self, truth: ToolCall, made: ToolCall) -> bool:
+        """`made` does what the ground-truth call `truth` does."""
+        if (truth.server, truth.name) != (made.server, made.name):
+            return False
+        got = self.normalize(made, strict=True)
+        want = self.normalize(truth, strict=False)
+        return got is not None and want is not None and self.same_args(want, truth.masked_arguments, got)
 
 
 def best_match(candidates: Sequence[Sequence[int]], successors: Sequence[int], beam: int = 512) -> int:

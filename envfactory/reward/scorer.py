@@ -8,13 +8,11 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-from pydantic_core import to_jsonable_python
-
 from envfactory.config import get_settings
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
-from envfactory.reward.matching import best_match, same_value
+from envfactory.reward.matching import CallMatcher, best_match
 from envfactory.reward.record import (
     Target,
     _as_calls,
@@ -52,6 +50,8 @@ class CompositeReward:
         self.pool = pool if pool is not None else EnvPool(get_settings())
         self.settings = settings or RewardSettings()
         self._targets: OrderedDict[tuple[Any, ...], Target | RecordError] = OrderedDict()
+        s = self.settings
+        self.matcher = CallMatcher(self._env, case_sensitive=s.case_sensitive, rel_tol=s.rel_tol, abs_tol=s.abs_tol)
 
     # ---- environments and arguments ----------------------------------------------------------
     def _env(self, server: str) -> BaseEnvironment | None:
@@ -66,17 +66,8 @@ class CompositeReward:
         return binding.kind if binding is not None else "write"
 
     def normalize(self, call: ToolCall, *, strict: bool) -> dict[str, Any] | None:
-        """The call's arguments as the tool reads them (defaults filled, JSON-typed). A call the tool
-        rejects gives None when `strict` (a prediction), else its raw arguments (a ground truth)."""
-        env = self._env(call.server) if call.server else None
-        binding = env.binding(call.name) if env is not None else None
-        if binding is None:
-            return None if strict else dict(call.arguments)
-        try:
-            parsed = to_jsonable_python(binding.parse_args(call.arguments))
-        except Exception:  # ArgumentError, or anything a foreign binding raises
-            return None if strict else dict(call.arguments)
-        return parsed if isinstance(parsed, dict) else dict(call.arguments)
+        """The call's arguments as the tool reads them (`CallMatcher.normalize`)."""
+        return self.matcher.normalize(call, strict=strict)
 
     # ---- records -----------------------------------------------------------------------------
     def target(self, ground_truth: Any, initial_config: Any, final_config: Any, mcp_servers: Any) -> Target:
@@ -307,14 +298,8 @@ class CompositeReward:
                 continue
             cands = []
             for i in same_tool:
-                want, masked = t.gt_args[i], t.gt[i].masked_arguments
-                if want is not None and all(
-                    same_value(
-                        want.get(k), args.get(k), case_sensitive=s.case_sensitive, rel_tol=s.rel_tol, abs_tol=s.abs_tol
-                    )
-                    for k in want.keys() | args.keys()
-                    if k not in masked
-                ):
+                want = t.gt_args[i]
+                if want is not None and self.matcher.same_args(want, t.gt[i].masked_arguments, args):
                     cands.append(i)
             candidates.append(cands)
         return best_match(candidates, t.succ, s.max_match_states)
