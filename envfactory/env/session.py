@@ -177,7 +177,21 @@ class Session:
                 args,
                 error=ToolErrorInfo(type="internal_error", message=f"{type(e).__name__}: {e}"),
             )
-        diff, changes, violation = env.finish(state, token, self.strict)
+        try:
+            diff, changes, violation = env.finish(state, token, self.strict)
+        except ToolError as e:  # the environment refuses the state the call left: undone, as a refusal
+            self.state = env.rollback(state, token)
+            return self._record(tool, args, error=_tool_error(e))
+        except Exception as e:  # the tool left a state that cannot be dumped or compared: undone
+            self.state = env.rollback(state, token)
+            return self._record(
+                tool,
+                args,
+                error=ToolErrorInfo(
+                    type="internal_error",
+                    message=f"the call left a state that cannot be read back ({type(e).__name__}: {str(e)[:200]})",
+                ),
+            )
         if violation is None and binding.kind == "read" and not diff.empty:
             violation = f"read tool '{tool}' changed the state at {', '.join(sorted(diff.paths())[:5])}"
         if violation is not None:

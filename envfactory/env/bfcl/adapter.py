@@ -19,7 +19,15 @@ from contextlib import contextmanager
 from typing import Any
 
 from envfactory.env.bfcl.calls import ParsedCall
-from envfactory.env.bfcl.dump import _NOT_STATE, _NOT_STATE_ALL, _dump_file_system, to_jsonable
+from envfactory.env.bfcl.dump import (
+    _NOT_STATE,
+    _NOT_STATE_ALL,
+    FolderCycleError,
+    _dump_file_system,
+    int_key_paths,
+    restore_int_keys,
+    to_jsonable,
+)
 from envfactory.env.bfcl.schema import StrictValidator, _parameters_schema, _problem_for, convert_schema
 from envfactory.env.bfcl.suites import (
     _INPUT_PATCHES,
@@ -34,9 +42,10 @@ from envfactory.env.bfcl.suites import (
     func_docs,
     load_class,
 )
-from envfactory.env.diff import RUNTIME_PREFIX
+from envfactory.env.diff import RUNTIME_PREFIX, StateDiff
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.metadata import EnvMetadata, ToolKind, ToolSpec
+from envfactory.env.state import Change
 from envfactory.env.tools import ArgumentError, ArgumentProblem
 from envfactory.errors import ScenarioError, ToolError
 
@@ -209,6 +218,33 @@ class BFCLEnvironment(BaseEnvironment):
     def binding(self, tool: str) -> BFCLTool | None:
         return self.tools.get(tool)
 
+    def sample_configs(self, limit: int = 4) -> list[tuple[str, dict[str, Any]]]:
+        """BFCL's own initial configs for this class: those of the first multi_turn_base entries using it."""
+        from envfactory.env.bfcl.entries import load_entries
+
+        out: list[tuple[str, dict[str, Any]]] = []
+        with contextlib.suppress(Exception):
+            for entry in load_entries("multi_turn_base"):
+                if self.class_name in entry.involved_classes and len(out) < limit:
+                    out.append((entry.id, entry.config_for(self.class_name)))
+        return out
+
+    def known_calls(self, label: str) -> list[tuple[str, dict[str, Any]]]:
+        """The ground truth of entry `label` that runs on this class, call by call, in turn order."""
+        from envfactory.env.bfcl.calls import CallSyntaxError, parse_call
+        from envfactory.env.bfcl.entries import load_entries, route
+
+        out: list[tuple[str, dict[str, Any]]] = []
+        with contextlib.suppress(Exception):
+            entry = next(e for e in load_entries("multi_turn_base") if e.id == label)
+            for turn in entry.ground_truth:
+                for text in turn:
+                    with contextlib.suppress(CallSyntaxError, ArgumentError):
+                        call = parse_call(text)
+                        if route(call.method, entry.involved_classes) == self.class_name:
+                            out.append((call.method, self.call_arguments(call)))
+        return out
+
     def new_state(self, config: dict[str, Any] | None, source: str = "<config>") -> Any:
         """A fresh instance loaded from a deep copy of `config` (BFCL's initial_config for this class)."""
         instance = self.cls()
@@ -270,6 +306,9 @@ class BFCLEnvironment(BaseEnvironment):
             if isinstance(current, bool) != isinstance(value, bool):
                 continue
             attrs[key] = float(value) if isinstance(current, float) and isinstance(value, int) else copy.deepcopy(value)
+        paths = config.get(INT_KEYS_KEY)
+        if isinstance(paths, list):
+            restore_int_keys(attrs, [p for p in paths if isinstance(p, list) and p and p[0] in attrs])
 
     # Per-call bookkeeping: the generic way, with a pickle snapshot in place of a deep copy (about 7x
     # cheaper for states holding a random.Random; unpickled only when a call fails and rolls back).
@@ -280,6 +319,12 @@ class BFCLEnvironment(BaseEnvironment):
             snapshot = ("copy", copy.deepcopy(state))
         return (snapshot, self.dump_state(state))
 
+    def finish(self, state: Any, token: Any, strict: bool) -> tuple[StateDiff, list[Change], str | None]:
+        try:
+            return super().finish(state, token, strict)
+        except FolderCycleError:  # BFCL's cp copies a folder into itself by linking it there: refused, undone
+            raise ToolError("cannot copy a folder into itself") from None
+
     def rollback(self, state: Any, token: Any) -> Any:
         kind, data = token[0]
         return pickle.loads(data) if kind == "pickle" else data
@@ -288,7 +333,11 @@ class BFCLEnvironment(BaseEnvironment):
         if self.class_name == "GorillaFileSystem":
             out = _dump_file_system(state)
         else:
-            out = {k: to_jsonable(v) for k, v in vars(state).items() if k not in self._not_state}
+            attrs = {k: v for k, v in vars(state).items() if k not in self._not_state}
+            out = {k: to_jsonable(v) for k, v in attrs.items()}
+            paths = int_key_paths(attrs)
+            if paths:  # `comments[1]`: JSON keys are strings, the fork needs the int back
+                out[INT_KEYS_KEY] = paths
         rng = getattr(state, "_random", None)
         if isinstance(rng, random.Random):
             # where the seeded RNG behind new ids stands: runtime, not state (diffs and verifiers skip
@@ -308,6 +357,7 @@ class BFCLEnvironment(BaseEnvironment):
 
 
 RANDOM_KEY = RUNTIME_PREFIX + "random"
+INT_KEYS_KEY = RUNTIME_PREFIX + "int_keys"  # where a dict of the state has int keys (see `int_key_paths`)
 
 
 def _plain(value: Any) -> bool:

@@ -25,6 +25,10 @@ _NOT_STATE_ALL = frozenset({"_api_description", "_random"})
 _NOT_STATE: dict[str, frozenset[str]] = {"TravelAPI": frozenset({"_flight_cost_lookup"})}
 
 
+class FolderCycleError(ValueError):
+    """BFCL's `cp` of a folder into itself links the folder into its own contents: no tree to dump."""
+
+
 def _json_key(k: Any) -> str:
     """A dict key as `json.dumps` writes it."""
     if isinstance(k, str):
@@ -38,6 +42,62 @@ def _json_key(k: Any) -> str:
     if isinstance(k, int | float):
         return json.dumps(k)
     return str(k)
+
+
+def _dumped_keys(value: dict[Any, Any]) -> dict[str, tuple[Any, Any]]:
+    """A dict's keys as its dump writes them → (the key, the value)."""
+    out: dict[str, tuple[Any, Any]] = {}
+    str_keys = {k for k in value if isinstance(k, str)}
+    for k, v in value.items():
+        key = _json_key(k)
+        if not isinstance(k, str) and (key in str_keys or key in out):
+            key = f"{type(k).__name__}:{key}"
+        out[key] = (k, v)
+    return out
+
+
+def int_key_paths(value: Any, path: tuple[Any, ...] = (), _depth: int = 0) -> list[list[Any]]:
+    """Where `value` holds a dict with an int key: `[steps..., the key as dumped]` each (steps: dumped
+    dict keys and list indexes). JSON has only string keys, so a dump alone cannot tell BFCL's
+    `comments[1]` from `comments["1"]`; these paths let a fork put the ints back."""
+    out: list[list[Any]] = []
+    if _depth > 50:
+        return out
+    if isinstance(value, dict):
+        for key, (k, v) in _dumped_keys(value).items():
+            if isinstance(k, int) and not isinstance(k, bool):
+                out.append([*path, key])
+            out.extend(int_key_paths(v, (*path, key), _depth + 1))
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            out.extend(int_key_paths(v, (*path, i), _depth + 1))
+    return out
+
+
+def restore_int_keys(root: dict[str, Any], paths: list[list[Any]]) -> None:
+    """Undo `int_key_paths` on `root` (dumped data as loaded): each dict named by a path gets its int key
+    back, in its place. Dicts are rebuilt, not changed in place (they may be shared with the config)."""
+    for path in sorted((p for p in paths if isinstance(p, list) and len(p) >= 2), key=len, reverse=True):
+        *steps, name = path
+        parent: Any = root
+        for step in steps[:-1]:
+            try:
+                parent = parent[step]
+            except (KeyError, IndexError, TypeError):
+                parent = None
+                break
+        last = steps[-1]
+        try:
+            target = parent[last] if parent is not None else None
+        except (KeyError, IndexError, TypeError):
+            target = None
+        if not isinstance(target, dict) or not isinstance(name, str) or name not in target:
+            continue
+        try:
+            number = int(name.rsplit(":", 1)[-1])
+        except ValueError:
+            continue
+        parent[last] = {(number if k == name else k): v for k, v in target.items()}
 
 
 def _sort_key(x: Any) -> str:
@@ -57,14 +117,7 @@ def to_jsonable(value: Any, _seen: frozenset[int] = frozenset()) -> Any:
     if isinstance(value, float):
         return value
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        str_keys = {k for k in value if isinstance(k, str)}
-        for k, v in value.items():
-            key = _json_key(k)
-            if not isinstance(k, str) and (key in str_keys or key in out):
-                key = f"{type(k).__name__}:{key}"
-            out[key] = to_jsonable(v, _seen)
-        return out
+        return {key: to_jsonable(v, _seen) for key, (_, v) in _dumped_keys(value).items()}
     if isinstance(value, list | tuple):
         return [to_jsonable(v, _seen) for v in value]
     if isinstance(value, set | frozenset):
@@ -111,7 +164,10 @@ def _fs_dump(value: Any, seen: frozenset[int]) -> dict[str, Any] | None:
     if isinstance(value, file):
         return {"type": "file", "content": to_jsonable(value.content, seen)}
     if isinstance(value, directory):
-        return {"type": "directory", "contents": {str(k): to_jsonable(v, seen) for k, v in value.contents.items()}}
+        if id(value) in seen:  # BFCL's cp of a folder into itself links it into its own contents
+            raise FolderCycleError("the file system has a folder inside itself (a cycle); it cannot be dumped")
+        inner = seen | {id(value)}
+        return {"type": "directory", "contents": {str(k): to_jsonable(v, inner) for k, v in value.contents.items()}}
     return None
 
 
