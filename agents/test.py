@@ -11,9 +11,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agents.common import AgentDeps
-from envfactory.env.checks import ErrorReport, TestScenario, schema_checks, validate_generated
+from envfactory.env.checks import ErrorItem, ErrorReport, TestScenario, schema_checks, validate_generated
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox import SandboxLimits
+from envfactory.health import HealthReport, HealthSettings, check_code
 from envfactory.structured import ask_structured
 
 
@@ -47,7 +48,26 @@ def initial_config_for(scenarios: list[TestScenario]) -> dict[str, Any]:
 
 
 def run_tests(deps: AgentDeps, code: str, metadata: EnvMetadata, scenarios: list[TestScenario]) -> ErrorReport:
-    """Execute LLM scenarios + schema checks against `code` in a fresh sandbox process; judge."""
+    """Execute LLM scenarios + schema checks against `code` in a fresh sandbox process; judge. Code that
+    passes is then health-checked (`envfactory.health`, run sandboxed as the pool would run it): each
+    broken invariant is a blocking `health` error naming its dimension, for the Code Agent to revise."""
     checks = schema_checks(metadata, initial_config_for(scenarios))
     limits = SandboxLimits.from_settings(deps.settings)
-    return validate_generated(code, metadata, [*scenarios, *checks], limits, deps.settings.pass_threshold)
+    report = validate_generated(code, metadata, [*scenarios, *checks], limits, deps.settings.pass_threshold)
+    if report.passed():
+        invalid = {s.name for s in report.invalid_scenarios}
+        configs = [(s.name, s.initial_config) for s in scenarios if s.name not in invalid]
+        health = check_code(code, metadata, configs, deps.settings, HealthSettings(calls=deps.settings.health_calls))
+        report.errors += health_errors(health)
+    return report
+
+
+def health_errors(health: HealthReport) -> list[ErrorItem]:
+    """A health report as the Test Agent's errors: blocking, each naming its dimension."""
+    if health.error:
+        return [ErrorItem(dimension="health", severity="high", message=f"cannot be checked: {health.error}")]
+    return [
+        ErrorItem(dimension="health", severity="high", message=f"{d.name}: {problem}")
+        for d in health.dimensions
+        for problem in d.problems
+    ]

@@ -72,11 +72,20 @@ def envs_list(
 @envs_app.command("validate")
 def envs_validate(
     name: Annotated[str | None, typer.Argument(help="one environment; all when omitted")] = None,
+    health: Annotated[bool, typer.Option(help="also require health (see `envs health`)")] = True,
 ) -> None:
-    """Validate environments against the contract and update configs/mcp_server.json."""
+    """Validate environments against the contract and their health; update configs/mcp_server.json."""
+    from envfactory.health import HealthSettings, gate
+
     pool = _pool()
     names = [name] if name else pool.names()
     reports = [validate_env(pool, n) for n in names]
+    if health:
+        settings = HealthSettings(calls=pool.settings.health_calls)
+        with err.status("") as status:
+            for i, r in enumerate(reports):
+                status.update(f"health {i + 1}/{len(reports)}: {r.name}")
+                gate(pool, r, settings)
     if name is None:
         reports += missing_registered(pool, names)
     sync_registry(pool, reports)
@@ -95,6 +104,48 @@ def envs_validate(
     out.print(f"registry: {pool.settings.registry_file}")
     if failed:
         raise EnvFactoryError(f"{len(failed)} of {len(reports)} environments failed validation: {', '.join(failed)}")
+
+
+@envs_app.command("health")
+def envs_health(
+    name: Annotated[str | None, typer.Argument(help="one environment; the whole pool when omitted")] = None,
+    calls: Annotated[int, typer.Option(min=1, help="agent-like calls per scenario")] = 60,
+    seed: Annotated[int, typer.Option(help="seed of the call sequences")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="the reports as JSON, one list")] = False,
+) -> None:
+    """Check the environment contract by running it: round trips, determinism, read-only reads, robustness
+    under malformed calls, reachable writes, schema. Exits non-zero if any environment is unhealthy."""
+    from envfactory.health import DIMENSIONS, HealthSettings, health_of
+
+    pool = _pool()
+    names = pool.names()
+    if name is not None:
+        if name not in names:
+            raise EnvFactoryError(f"no environment '{name}'; see `envfactory envs list`")
+        names = [name]
+    settings = HealthSettings(calls=calls, seed=seed)
+    reports = []
+    with err.status("") as status:
+        for i, n in enumerate(names):
+            status.update(f"health {i + 1}/{len(names)}: {n}")
+            reports.append(health_of(pool, n, settings))
+    if as_json:
+        sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in reports], indent=2) + "\n")
+    else:
+        table = Table("name", "verdict", *DIMENSIONS, "s")
+        for r in reports:
+            cells = {
+                d.name: ("[green]ok[/green]" if d.ok else "[red]FAIL[/red]") + f" {d.checked}" for d in r.dimensions
+            }
+            verdict = "[green]healthy[/green]" if r.healthy else "[red]unhealthy[/red]"
+            table.add_row(r.name, verdict, *(cells.get(d, "-") for d in DIMENSIONS), f"{r.seconds:.1f}")
+        out.print(table)
+        for r in reports:
+            if not r.healthy:
+                out.print(f"[red]{r.summary()}[/red]", highlight=False, soft_wrap=True)
+    bad = [r.name for r in reports if not r.healthy]
+    if bad:
+        raise EnvFactoryError(f"{len(bad)} of {len(reports)} environments are unhealthy: {', '.join(bad)}")
 
 
 @envs_app.command("trust")

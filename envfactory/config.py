@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     # ---- EnvGen -----------------------------------------------------------------------------
     revision_budget: int = Field(default=3, description="revise rounds before an environment is rejected")
     pass_threshold: float = Field(default=1.0, description="fraction of test scenarios that must pass")
+    health_calls: int = Field(
+        default=40, ge=1, description="agent-like calls per scenario of the health check (envs validate, EnvGen)"
+    )
     similarity_threshold: float = Field(
         default=0.85, description="a proposal this similar to a pool env is a duplicate"
     )

@@ -32,6 +32,7 @@ from envfactory.env.registry import registry_lock
 from envfactory.env.sandbox import SandboxUnavailable
 from envfactory.env.validate import sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
+from envfactory.health import HealthSettings, gate
 from graphs.routing import ok_or_end
 
 Status = Literal["running", "registered", "rejected", "failed"]
@@ -175,6 +176,7 @@ def node_register(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGen
         except EnvFactoryError as e:
             return _failed(f"register: the written environment does not load: {e}")
         report = validate_env(pool, meta.name)
+        gate(pool, report, HealthSettings(calls=settings.health_calls))  # unhealthy: not registered
         sync_registry(pool, [report])
     if not report.ok:
         return _failed(f"register: validation failed: {'; '.join(report.problems)}")

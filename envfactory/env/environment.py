@@ -102,6 +102,17 @@ class BaseEnvironment(ABC):
         cache[name] = data
         return data
 
+    def sample_configs(self, limit: int = 4) -> list[tuple[str, dict[str, Any]]]:
+        """Initial configs that ship with the environment, labelled: its scenarios (an imported suite
+        gives its own entries' configs). What health checks and reachability run from; an environment
+        that ships none starts from its empty state."""
+        return [(name, self.scenario(name)) for name in self.scenario_names()[:limit]] or [("empty", {})]
+
+    def known_calls(self, label: str) -> list[tuple[str, dict[str, Any]]]:
+        """Calls known to be sensible from the sample config `label`, in order (an imported suite: its
+        entry's ground truth). Health runs them before its random ones; none by default."""
+        return []
+
     def default_scenario(self) -> str | None:
         """`default` when the environment ships one: what a CLI user or a server starts from."""
         return "default" if "default" in self.scenario_names() else None

@@ -89,6 +89,8 @@ class WorkerPool:
         self.load: LoadAnswer | None = None
         self.restarts = 0
         self.channel = SESSION_CHANNEL
+        self.users = 0  # `pool_for`'s count of the loads sharing it
+        self.key: tuple[str, str] | None = None
 
     def _start(self) -> _Pooled:
         s = self.settings
@@ -163,13 +165,28 @@ _POOLS_LOCK = threading.Lock()
 
 
 def pool_for(name: str, source: str, code_hash: str, settings: PoolSettings) -> WorkerPool:
-    """One pool per environment code per process, shared by every `EnvPool` that loads it."""
+    """One pool per environment code per process, shared by every `EnvPool` that loads it (each load
+    counts as a user until `release_pool`)."""
     key = (name, code_hash)
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None:
             pool = _POOLS[key] = WorkerPool(name, source, settings)
+        pool.users += 1
+        pool.key = key
         return pool
+
+
+def release_pool(pool: WorkerPool) -> None:
+    """One user is done with `pool`: the last one shuts its workers down (another thread checking the
+    same code keeps them until it is done too)."""
+    with _POOLS_LOCK:
+        pool.users -= 1
+        if pool.users > 0:
+            return
+        if pool.key is not None and _POOLS.get(pool.key) is pool:
+            del _POOLS[pool.key]
+    pool.shutdown()
 
 
 @atexit.register

@@ -63,6 +63,9 @@ _ATTEMPTS = [
 class SolverSettings(BaseModel):
     attempts_per_call: int = Field(default=len(_ATTEMPTS), ge=1)
     target_plans: int = Field(default=6, ge=1, description="choices of the records a chain is about, tried in turn")
+    ids_from_state: bool = Field(
+        default=False, description="bind ids no earlier result gave from the state (health's reachability check)"
+    )
     optional_p: float = Field(default=0.3, ge=0, le=1, description="chance to bind an optional input from the state")
 
 
@@ -178,18 +181,10 @@ class _Solver:
         for env in self.chain.servers:
             colls = _records(self.initial.get(env, {}))
             relevant = self._relevant(env)
-            refs = {  # collection → {field: the relevant collection it references (`x_id`, or a list `x_ids`)}
-                coll: {
-                    f: other
-                    for f in next(iter(colls[coll].values()))
-                    if f.endswith(("_id", "_ids")) and (other := collection_for(colls, f)) in relevant - {coll}
-                }
-                for coll in relevant
-            }
+            refs = {coll: _references(colls, coll, relevant) for coll in relevant}
 
-            def refers(record: dict[str, Any], field: str, target: str | None) -> bool:
-                value = record.get(field)
-                return target is None or value == target or (isinstance(value, list) and target in value)
+            def refers(record: dict[str, Any], path: str, target: str | None) -> bool:
+                return target is None or target in _ref_ids(record, path)
 
             for coll in sorted(relevant, key=lambda c: (-len(refs[c]), c)):
                 links = refs[coll]
@@ -205,15 +200,11 @@ class _Solver:
                     live = [i for i in choices if _live(colls[coll][i])]  # not a cancelled booking
                     self.targets[(env, coll)] = self.rng.choice(live or choices)
                 record = colls[coll][self.targets[(env, coll)]]
-                for field, other in links.items():
-                    if (env, other) in self.targets:
-                        continue
-                    value = record.get(field)
-                    listed = [v for v in value if v in colls[other]] if isinstance(value, list) else []
-                    if isinstance(value, str) and value in colls[other]:
-                        self.targets[(env, other)] = value
-                    elif listed:  # a reading list's papers: one of them is the paper the chain is about
-                        self.targets[(env, other)] = self.rng.choice(sorted(listed))
+                for path, other in links.items():
+                    ids = [v for v in _ref_ids(record, path) if v in colls[other]]
+                    if (env, other) not in self.targets and ids:
+                        # the card's account; one of a reading list's papers; the product of one of an order's lines
+                        self.targets[(env, other)] = ids[0] if len(ids) == 1 else self.rng.choice(sorted(ids))
 
     # ---- values from earlier outputs ------------------------------------------------------------------
 
@@ -402,6 +393,17 @@ class _Solver:
                     bindings.append(
                         Binding(parameter=pname, source="output", value=earlier[0], path=earlier[1], call=earlier[2])
                     )
+                elif self.settings.ids_from_state:  # reachability checks: a record of its own collection
+                    colls = _records(self.episode.sessions[env].dump())
+                    coll = collection_for(colls, pname)
+                    ids = sorted(colls.get(coll or "", {}))
+                    if ids:
+                        chosen = self.targets.get((env, coll or ""))
+                        value = chosen if chosen in ids and attempt == 0 else self.rng.choice(ids)
+                        args[pname] = value
+                        bindings.append(Binding(parameter=pname, source="state", value=value, path=f"{coll}.{value}"))
+                    elif pname in required:
+                        self.missing.append(pname)
                 elif pname in required:
                     self.missing.append(pname)
                 continue
@@ -440,7 +442,7 @@ class _Solver:
                     path = f"{coll}.{record['id']}.{field}"
                     bindings.append(Binding(parameter=pname, source="state", value=args[pname], path=path))
                     continue
-            if pname not in required and not (fresh and how.all_optional):
+            if pname not in required and not (fresh and how.all_optional) and pname not in forced:
                 continue  # optional and nothing in the state: leave it out
             like = self._field_values(env, pname)
             args[pname] = self.values.make(pname, pschema, self.learned.get((qualified, pname)), like)
@@ -562,6 +564,37 @@ class _Solver:
             turn_final=turn_final,
             spans=_spans_of(self.turn_of),
         )
+
+
+def _references(colls: dict[str, dict[str, Any]], coll: str, relevant: set[str]) -> dict[str, str]:
+    """Where a collection's records name records of another relevant collection: a field `x_id`, a list
+    `x_ids`, or `x_id` inside the items of a list field (`lines[].product_id`) → that collection."""
+    first = next(iter(colls[coll].values()))
+    out: dict[str, str] = {}
+    for field, value in first.items():
+        if field.endswith(("_id", "_ids")) and (other := collection_for(colls, field)) in relevant - {coll}:
+            out[field] = other
+        elif isinstance(value, list) and value and isinstance(value[0], dict):
+            for key in value[0]:
+                if key.endswith("_id") and (other := collection_for(colls, key)) in relevant - {coll}:
+                    out[f"{field}[].{key}"] = other
+    return out
+
+
+def _ref_ids(record: dict[str, Any], path: str) -> list[str]:
+    """The ids a record names at `path` (see `_references`)."""
+    if "[]." in path:
+        field, key = path.split("[].", 1)
+        items = record.get(field)
+        return (
+            [str(i[key]) for i in items if isinstance(i, dict) and isinstance(i.get(key), str)]
+            if isinstance(items, list)
+            else []
+        )
+    value = record.get(path)
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, str)]
+    return [value] if isinstance(value, str) else []
 
 
 def collection_for(colls: Any, pname: str) -> str | None:

@@ -6,7 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-Dimension = Literal["interface", "execution", "results", "state"]
+# "health": an invariant of the environment contract that `envfactory.health` found broken (round trip,
+# determinism, read-only reads, robustness, reachable writes, schema); the message starts with which
+Dimension = Literal["interface", "execution", "results", "state", "health"]
 Severity = Literal["critical", "high", "medium", "low"]
 SEVERITY_ORDER: dict[str, int] = {"critical": 0, "high": 1, "medium": 2, "low": 3}
 

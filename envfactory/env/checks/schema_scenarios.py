@@ -192,7 +192,7 @@ def schema_checks(metadata: EnvMetadata, initial_config: dict[str, Any] | None =
     for spec in metadata.tools:
         params, required = spec.parameters, spec.required
         gen = _Generator(spec, samples)
-        req_args = {p: gen.value(params[p], p) for p in required}
+        req_args = {p: gen.value(params.get(p, {}), p) for p in required}  # an undefined one: any value
         steps = [ExpectedCall(tool=spec.name, args=req_args, expect_ok=None, args_schema_valid=gen.exact)]
         optional = [p for p in params if p not in required]
         if optional:
@@ -207,7 +207,7 @@ def schema_checks(metadata: EnvMetadata, initial_config: dict[str, Any] | None =
                 )
             )
         for p in required or list(params):
-            wrong = _wrong_value(params[p])
+            wrong = _wrong_value(params.get(p, {}))
             if wrong is not MISSING:
                 steps.append(
                     ExpectedCall(tool=spec.name, args={**req_args, p: wrong}, expect_error_type="invalid_arguments")
