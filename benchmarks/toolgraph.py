@@ -18,7 +18,8 @@ build — tracemalloc slows allocation-heavy code, so that pass is not timed —
 peak RSS (the model, torch and chromadb included).
 
 Then, on the pool graph: the BFCL check (ground-truth data-flow recall, extra edges) at the default
-threshold and around it, and sampling throughput.
+threshold and around it, with the similarity edges alone and with the schema edges beside them
+(`envfactory.toolgraph.schema_edges`), and sampling throughput.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def bench_scale(name: str, sources: list[ToolSource], embedder: Embedder, naive:
     tracemalloc.stop()
 
     ct = cold.timings
-    graph_part = ct.extract_s + ct.similarity_s + ct.classify_s + ct.graph_s
+    graph_part = ct.extract_s + ct.similarity_s + ct.classify_s + ct.graph_s + ct.schema_s
     row = {
         "scale": name,
         "tools": f"{cold.tools:,}",
@@ -95,6 +96,7 @@ def bench_scale(name: str, sources: list[ToolSource], embedder: Embedder, naive:
         "total cold": f"{cold_total:.1f} s",
         "total warm": f"{warm_total:.1f} s",
         "pairs / edges": f"{cold.candidate_pairs:,} / {graph.stats().tool_depend:,}",
+        "schema edges": f"{cold.schema_depend:,} ({ct.schema_s:.2f} s)",
         "heap peak": _mb(peak),
         "naive loop": "-",
         "speed-up": "-",
@@ -117,22 +119,34 @@ def bench_scale(name: str, sources: list[ToolSource], embedder: Embedder, naive:
     return row
 
 
-def bench_bfcl(graph_for: dict[float, ToolGraph]) -> Table:
+def bench_bfcl(graph_for: dict[tuple[float, bool], ToolGraph]) -> Table:
+    """The BFCL check per (threshold, schema edges on) graph."""
     pairs, flows = ground_truth_flows("multi_turn_base")
     table = Table(
-        "threshold", "data-flow pairs", "covered", "recall", "distinct", "distinct recall", "BFCL edges", "extra edges",
+        "threshold", "edges", "data-flow pairs", "covered", "recall", "distinct", "distinct recall", "BFCL edges",
+        "extra edges", "of them schema-only",
         title=f"BFCL multi_turn_base ground truth: {pairs} consecutive call pairs, {len(flows)} with a data flow",
     )  # fmt: skip
-    for threshold, graph in sorted(graph_for.items()):
+    default = ToolGraphSettings().build_edge_threshold
+    for (threshold, schema), graph in sorted(graph_for.items()):
         r = flow_report(graph, pairs, flows)
-        mark = " (default)" if threshold == ToolGraphSettings().build_edge_threshold else ""
+        used = {(f.source, f.target) for f in flows}
+        schema_extra = sum(
+            1
+            for a, b, d in graph.depend_edges()
+            if a.startswith("bfcl_") and b.startswith("bfcl_") and d["found_by"] == "schema" and (a, b) not in used
+        )
+        mark = " (default)" if threshold == default and schema else ""
         table.add_row(
-            f"{threshold:.2f}{mark}", str(r.flow_pairs), str(r.covered), f"{r.recall:.3f}",
-            f"{r.distinct_covered}/{r.distinct_flows}", f"{r.distinct_recall:.3f}", str(r.bfcl_edges),
-            str(r.extra_edges),
+            f"{threshold:.2f}{mark}", "+ schema" if schema else "similarity only", str(r.flow_pairs), str(r.covered),
+            f"{r.recall:.3f}", f"{r.distinct_covered}/{r.distinct_flows}", f"{r.distinct_recall:.3f}",
+            str(r.bfcl_edges), str(r.extra_edges), str(schema_extra) if schema else "-",
         )  # fmt: skip
-        if mark:
-            console.print("missed at the default threshold: " + "; ".join(r.missed), highlight=False)
+        if threshold == default:
+            which = "with schema edges" if schema else "similarity only"
+            console.print(
+                f"missed at the default threshold, {which}: " + ("; ".join(r.missed) or "none"), highlight=False
+            )
     return table
 
 
@@ -192,13 +206,16 @@ def main() -> None:
         # the pool graph at several thresholds (embeddings cached: only the similarity reruns)
         cache = EmbeddingCache(Path(tmp) / "cache-pool", embedder)
         graphs = {
-            th: build_tool_graph(base, cache, ToolGraphSettings(build_edge_threshold=th))[0]
+            (th, schema): build_tool_graph(
+                base, cache, ToolGraphSettings(build_edge_threshold=th, schema_edges=schema)
+            )[0]
             for th in (0.75, 0.8, 0.85, 0.9)
+            for schema in (False, True)
         }
     if not args.skip_bfcl:
         console.print(bench_bfcl(graphs))
 
-    sampler = TopologySampler(graphs[0.85])
+    sampler = TopologySampler(graphs[(ToolGraphSettings().build_edge_threshold, True)])
     t = time.perf_counter()
     chains = sampler.sample(1000, (3, 6), seed=0)
     dt = time.perf_counter() - t

@@ -59,7 +59,8 @@ def test_llm_classification_and_refinement(
     baseline, _ = build_tool_graph(hotels, embedder, ToolGraphSettings())
     assert baseline.g.has_edge("hotels.cancel_booking", "hotels.book_room")  # to be pruned
     assert not baseline.g.has_edge("hotels.search_hotels", "hotels.list_bookings")  # to be added
-    assert not baseline.g.has_edge("hotels.get_hotel", "hotels.search_hotels")
+    # a schema rule relates the two `city` parameters already; the LLM's addition makes it its own
+    assert baseline.g.edges["hotels.get_hotel", "hotels.search_hotels"]["found_by"] == "schema"
 
     model = ScriptedChatModel(script=script())
     graph, report = build_tool_graph(hotels, embedder, ToolGraphSettings(), model=model, library=library, retries=2)
@@ -92,7 +93,7 @@ def test_llm_classification_and_refinement(
     with_param = graph.g.edges["hotels.get_hotel", "hotels.search_hotels"]
     assert with_param["found_by"] == "llm" and with_param["via"][0][:2] == ["city", "city"]
     relate = graph.g.edges["hotels.get_hotel:out:city", "hotels.search_hotels:in:city"]
-    assert relate["type"] == "Parameter_Relate" and relate["found_by"] == "llm"
+    assert relate["type"] == "Parameter_Relate" and relate["found_by"] == "llm" and "rule" not in relate
 
     rejected = {(c.action, c.source, c.target): c.note for c in ref.changes if not c.applied}
     assert rejected == {

@@ -8,6 +8,8 @@ Modules, one concept each:
   the rules that read outputs from output schemas or descriptions;
 - `collect`: the pool's tools as sources (with native tools' return type names);
 - `similarity`: the vectorized output × input similarity (and the naive loop it replaces);
+- `schema_edges`: the dependencies the schemas imply beside the similarity (ids and their records,
+  lists and their items, same names, values a description names, values of one kind);
 - `classify`: the `user_provided` heuristic; `llm_classify`: the same decision by the LLM;
 - `graph`: `ToolGraph`, the NetworkX DiGraph and its queries (`validate_parameter`...);
 - `build`: `build_tool_graph`, the pipeline from sources to graph; `refine`: LLM refinement;
@@ -26,6 +28,7 @@ from envfactory.toolgraph.html import render_env_html
 from envfactory.toolgraph.io import FORMAT_VERSION, export_graphml, load_graph, save_graph
 from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, output_params
 from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain, TopologySampler, split_turns
+from envfactory.toolgraph.schema_edges import add_schema_edges, schema_pairs
 from envfactory.toolgraph.settings import ToolGraphSettings, cache_path, graph_path
 from envfactory.toolgraph.similarity import naive_pairs, similar_pairs
 from envfactory.toolgraph.synthetic import synthetic_sources
@@ -47,6 +50,7 @@ __all__ = [
     "ToolSource",
     "TopologySampler",
     "Verdict",
+    "add_schema_edges",
     "build_tool_graph",
     "cache_path",
     "classify",
@@ -63,6 +67,7 @@ __all__ = [
     "pool_sources",
     "render_env_html",
     "save_graph",
+    "schema_pairs",
     "similar_pairs",
     "split_turns",
     "synthetic_sources",

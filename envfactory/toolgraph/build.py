@@ -9,6 +9,9 @@
 5. edges: every pair inside an environment; a pair across environments only per
    `cross_env_edges` ("external": into user-provided inputs only, since an id lives in its own
    environment's state while a city or a date can travel), at most `cross_env_top_k` per input;
+   then, with `schema_edges` (the default), the pairs the tools' schemas imply inside each
+   environment (`schema_edges`: ids and their records, lists and their items, same names, values a
+   description names, values of one kind), marked `found_by="schema"`;
 6. with a model, the logical refinement of each environment (`refine`).
 """
 
@@ -32,6 +35,7 @@ from envfactory.toolgraph.grounding import ground_verdicts
 from envfactory.toolgraph.llm_classify import ClassifyReport, classify_env
 from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, output_params
 from envfactory.toolgraph.refine import RefineReport, refine_env
+from envfactory.toolgraph.schema_edges import add_schema_edges
 from envfactory.toolgraph.settings import ToolGraphSettings
 from envfactory.toolgraph.similarity import Pairs, similar_pairs
 
@@ -44,6 +48,7 @@ class BuildTimings(BaseModel):
     similarity_s: float = 0.0
     classify_s: float = 0.0
     graph_s: float = 0.0
+    schema_s: float = 0.0
     refine_s: float = 0.0
     total_s: float = 0.0
 
@@ -63,7 +68,9 @@ class BuildReport(BaseModel):
     candidate_pairs: int = 0  # output → input pairs above the threshold
     same_env_pairs: int = 0
     cross_env_pairs_kept: int = 0
-    relations: int = 0  # Parameter_Relate pairs in the graph (before refinement)
+    relations: int = 0  # Parameter_Relate pairs from the similarity (before refinement)
+    schema_relations: int = 0  # Parameter_Relate pairs the schema rules added (beside the similarity's)
+    schema_depend: int = 0  # Tool_Depend edges only the schema rules found
     timings: BuildTimings = Field(default_factory=BuildTimings)
     classification: list[ClassifyReport] = Field(default_factory=list)
     refinement: list[RefineReport] = Field(default_factory=list)
@@ -238,6 +245,12 @@ def build_tool_graph(
         )
     timings.graph_s = time.perf_counter() - t
 
+    # 5b. schema edges
+    t = time.perf_counter()
+    schema_relations = add_schema_edges(graph, (outputs, inputs)) if settings.schema_edges else 0
+    schema_depend = sum(d["found_by"] == "schema" for _, _, d in graph.depend_edges())
+    timings.schema_s = time.perf_counter() - t
+
     # 6. refinement
     t = time.perf_counter()
     refinements: list[RefineReport] = []
@@ -274,6 +287,8 @@ def build_tool_graph(
         same_env_pairs=len(same_rows),
         cross_env_pairs_kept=len(cross_rows),
         relations=len(keep),
+        schema_relations=schema_relations,
+        schema_depend=schema_depend,
         timings=timings,
         classification=reports,
         refinement=refinements,

@@ -12,11 +12,12 @@ Edges (attribute `type`):
 - `Tool_Input` — input parameter → its tool, with `required`;
 - `Tool_Output` — tool → its output parameter;
 - `Parameter_Relate` — output ↔ input parameter of two different tools whose similarity passed the
-  threshold (or that the LLM related): stored in both directions, `flow` true on output → input;
-  attributes score, name_type, desc, found_by (similarity/llm), reason;
+  threshold, that a schema rule relates (`schema_edges`) or that the LLM related: stored in both
+  directions, `flow` true on output → input; attributes score, name_type, desc (0 for a schema
+  relation, 1 for the LLM's), found_by (similarity/schema/llm), reason, and rule for a schema relation;
 - `Tool_Depend` — tool → tool when some output of the first relates to an input of the second (or the
-  LLM added the dependency); attributes via (list of [output, input, score]), score (best),
-  found_by, reason, cross_env.
+  LLM added the dependency); attributes via (list of [output, input, score]), score (best similarity),
+  found_by (what first made it: similarity, else schema; llm when the LLM added it), reason, cross_env.
 
 (Edge attributes avoid the names `source` and `target`: node-link JSON uses them for the endpoints.)
 """
@@ -33,7 +34,7 @@ from pydantic import BaseModel
 from envfactory.toolgraph.params import ParamSpec, ToolSource
 from envfactory.toolgraph.settings import ToolGraphSettings
 
-FoundBy = Literal["similarity", "llm"]
+FoundBy = Literal["similarity", "schema", "llm"]
 TOOL, PARAMETER = "tool", "parameter"
 TOOL_INPUT, TOOL_OUTPUT = "Tool_Input", "Tool_Output"
 PARAMETER_RELATE, TOOL_DEPEND = "Parameter_Relate", "Tool_Depend"
@@ -55,6 +56,7 @@ class GraphStats(BaseModel):
     tool_depend: int
     cross_env_depend: int
     llm_depend: int
+    schema_depend: int = 0  # Tool_Depend edges only the schema rules found
     isolated_tools: int  # no Tool_Depend edge in or out
     unsatisfiable_tools: int  # a required internal input that no tool outputs
 
@@ -106,11 +108,19 @@ class ToolGraph:
         desc: float = 0.0,
         found_by: FoundBy = "similarity",
         reason: str = "",
+        rule: str = "",
     ) -> None:
-        """A Parameter_Relate pair (both directions) and the Tool_Depend edge it implies."""
-        attrs = {"score": score, "name_type": name_type, "desc": desc, "found_by": found_by, "reason": reason}
-        self.g.add_edge(out_pid, in_pid, type=PARAMETER_RELATE, flow=True, **attrs)
-        self.g.add_edge(in_pid, out_pid, type=PARAMETER_RELATE, flow=False, **attrs)
+        """A Parameter_Relate pair (both directions) and the Tool_Depend edge it implies (`rule`: which
+        schema rule found it, for `found_by="schema"`)."""
+        attrs: dict[str, Any] = {
+            "score": score, "name_type": name_type, "desc": desc, "found_by": found_by, "reason": reason,
+        }  # fmt: skip
+        if rule:
+            attrs["rule"] = rule
+        for a, b, flow in ((out_pid, in_pid, True), (in_pid, out_pid, False)):
+            if self.g.has_edge(a, b):  # related again (the LLM confirming a rule's pair): the new say only
+                self.g.edges[a, b].clear()
+            self.g.add_edge(a, b, type=PARAMETER_RELATE, flow=flow, **attrs)
         a, b = self.g.nodes[out_pid]["tool"], self.g.nodes[in_pid]["tool"]
         via = [self.g.nodes[out_pid]["name"], self.g.nodes[in_pid]["name"], round(float(score), 4)]
         self.add_depend(a, b, via=[via], score=score, found_by=found_by, reason=reason)
@@ -144,6 +154,12 @@ class ToolGraph:
         data["score"] = max(float(data["score"]), float(score))
         if found_by == "llm" and reason:
             data["reason"] = reason
+        if found_by == "llm" and data["found_by"] == "schema":
+            data["found_by"] = "llm"  # no longer the rules' alone: the LLM asks for it too
+
+    def changed(self) -> None:
+        """Forget what was derived from the dependencies (call after editing `g` directly)."""
+        self._reach.clear()
 
     def remove_depend(self, a: str, b: str) -> int:
         """Remove Tool_Depend a → b and every Parameter_Relate between a's outputs and b's inputs; the
@@ -328,6 +344,7 @@ class ToolGraph:
             tool_depend=len(depend),
             cross_env_depend=sum(bool(d["cross_env"]) for _, _, d in depend),
             llm_depend=sum(d["found_by"] == "llm" for _, _, d in depend),
+            schema_depend=sum(d["found_by"] == "schema" for _, _, d in depend),
             isolated_tools=len(tools) - len(linked & set(tools)),
             unsatisfiable_tools=sum(bool(self.unsatisfiable_inputs(t)) for t in tools),
         )

@@ -65,7 +65,7 @@ def _svg(graph: ToolGraph, env: str) -> str:
         title = f"{graph.node(a)['name']} → {graph.node(b)['name']}: {via}"
         if d.get("reason"):
             title += f" ({d['reason']})"
-        dash = ' stroke-dasharray="5,4"' if d.get("found_by") == "llm" else ""
+        dash = {"llm": ' stroke-dasharray="5,4"', "schema": ' stroke-dasharray="2,3"'}.get(str(d.get("found_by")), "")
         parts.append(
             f'<path class="edge" d="{path}" fill="none" stroke="#777" stroke-width="1.3"{dash} '
             'marker-end="url(#arrow)">'
@@ -125,7 +125,8 @@ def render_env_html(graph: ToolGraph, env: str) -> str:
         f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>tool graph: {escape(env)}</title>'
         f"<style>{style}</style></head><body>"
         f"<h1>{escape(env)}</h1><p>{len(graph.tools(env))} tools, {len(edges)} dependencies "
-        f"({sum(d.get('found_by') == 'llm' for _, _, d in edges)} from the LLM, dashed). "
+        f"({sum(d.get('found_by') == 'llm' for _, _, d in edges)} from the LLM, dashed; "
+        f"{sum(d.get('found_by') == 'schema' for _, _, d in edges)} from the schemas only, dotted). "
         "Columns: steps from a tool the user can call directly. Hover an edge for the parameters it passes.</p>"
         f'<div class="svg">{_svg(graph, env)}</div>{_tables(graph, env)}</body></html>\n'
     )

@@ -3,6 +3,11 @@
 A saved file is `{"format": "envfactory-toolgraph", "format_version": N, "graph": <node-link data>}`.
 Loading a file of another version fails with a message saying how to rebuild, instead of handing
 the sampler a graph whose attributes mean something else.
+
+A graph saved before the schema rules (`schema_edges`; no `schema_rules` in its graph attributes), or
+with another version of them, is the same format: it loads, and gains the schema edges a fresh build
+would add (the rules read only the parameter nodes it already has), unless its settings turn them off.
+So a cached `<data dir>/toolgraph/graph.json` does not hide them.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import networkx as nx
 from envfactory.inputs import InputError, read_json
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
+from envfactory.toolgraph.schema_edges import add_schema_edges, schema_edges_stale
 
 FORMAT = "envfactory-toolgraph"
 FORMAT_VERSION = 1
@@ -43,7 +49,14 @@ def graph_from_data(data: Any, source: str = "<data>") -> ToolGraph:
         g = nx.node_link_graph(data["graph"], directed=True, multigraph=False, edges="edges")
     except (KeyError, TypeError, nx.NetworkXError) as e:
         raise ToolGraphError(f"{source}: malformed graph data: {type(e).__name__}: {e}") from None
-    return ToolGraph(nx.DiGraph(g))
+    graph = ToolGraph(nx.DiGraph(g))
+    try:
+        if schema_edges_stale(graph):
+            add_schema_edges(graph)
+            graph.g.graph["settings"] = {**graph.g.graph.get("settings", {}), "schema_edges": True}
+    except (KeyError, TypeError, ValueError) as e:
+        raise ToolGraphError(f"{source}: malformed graph data: {type(e).__name__}: {e}") from None
+    return graph
 
 
 def save_graph(graph: ToolGraph, path: str | Path) -> Path:

@@ -32,6 +32,11 @@ class ToolGraphSettings(BaseSettings):
         "(an id lives in its own environment's state; a city or a date can travel), or all",
     )
     cross_env_top_k: int = Field(default=3, ge=0, description="at most this many cross-environment producers per input")
+    schema_edges: bool = Field(
+        default=True,
+        description="add the edges the tools' schemas imply (an id input and the record it names, a list and "
+        "its items, the same name, a value its description names, values of one kind) beside the similarity ones",
+    )
     validate_hops: int = Field(
         default=3, ge=1, description="Parameter_Relate hops validate_parameter follows (1: direct producers only)"
     )
