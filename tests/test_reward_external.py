@@ -5,15 +5,20 @@ scores its own ground truth 1.0 — R_traj 1 and R_state 1."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from envfactory.config import Settings
 from envfactory.env import bfcl
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
+from envfactory.export import catalog_from_pool, convert_to_rl_data
 from envfactory.reward import CompositeReward
+from envfactory.tasks.batch import SynthConfig, load_conversations
+from envfactory.tasks.run import run_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRIES = bfcl.load_entries("multi_turn_base") if bfcl.available() else []
@@ -57,3 +62,32 @@ def test_every_bfcl_turn_scores_its_own_ground_truth_one() -> None:
             assert (result.r_traj, result.r_state, result.reward) == (1.0, 1.0, 1.0), where
             scored += 1
     assert scored > 500
+
+
+def test_every_native_turn_of_a_306_unit_run_scores_its_own_ground_truth_one(tmp_path: Path) -> None:
+    """The same promise on our own data: an offline synth run over every native environment (9 × T=17 × S=2
+    × D=2 = 306 units), each turn exported as an RL record by the exporter, scores its ground truth 1.0 —
+    and a completion missing the turn's last call does not."""
+    settings = Settings(root=ROOT, bfcl=False)
+    out = tmp_path / "run"
+    config = SynthConfig.model_validate({"T": 17, "S": 2, "D": 2, "A": 9, "seed": 0, "out": out, "plot": False})
+    with open(os.devnull, "w") as devnull:
+        run_batch(config, settings, console=Console(file=devnull))
+    conversations = load_conversations(out)
+    pool = EnvPool(settings)
+    scorer = CompositeReward(pool)
+    scored: dict[str, int] = {}
+    for conv in conversations:
+        for sample in convert_to_rl_data(conv, catalog_from_pool(pool, conv.servers)):
+            truth = json.loads(sample.reward_model.ground_truth)
+            kwargs = sample.extra_info.mcp_factory_kwargs
+            record = (sample.reward_model.ground_truth, kwargs.initial_config, kwargs.final_config, kwargs.mcp_servers)
+            calls = [(c["name"], c["arguments"]) for c in truth]
+            result = scorer.score(hermes(calls), *record)
+            assert (result.r_traj, result.r_state, result.reward) == (1.0, 1.0, 1.0), (conv.id, result.reasons)
+            if len(calls) > 1:
+                assert scorer.score(hermes(calls[:-1]), *record).r_traj < 1.0, conv.id
+            for server in json.loads(kwargs.mcp_servers):
+                scored[server] = scored.get(server, 0) + 1
+    assert set(scored) == set(EnvPool(settings).names())  # every native environment
+    assert sum(scored.values()) > 1000
