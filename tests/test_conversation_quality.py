@@ -4,6 +4,7 @@ environment (not the wording), the figures' definitions on crafted conversations
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,11 @@ def test_the_figures_catch_what_the_method_argues_against() -> None:
     figures = measure([good])
     assert (figures.requests_with_internal_id, figures.incoherent_id_arguments, figures.empty_then_more) == (0, 0, 0)
     assert figures.canned_answers == 0.0
+    # a date reported the way users write it is a reported value, not a canned answer
+    dated = [{"id": "BK-0002", "guest_name": "Ana", "check_in": "2026-01-10"}]
+    for style in range(4):
+        answer = f"I see one on {say('2026-01-10', style)}. Is that the one?"
+        assert measure([_conversation("My booking under Ana?", [(listed, dated)], answer)]).canned_answers == 0.0
 
 
 # ---- the writer's rules ------------------------------------------------------------------------------
@@ -237,3 +243,40 @@ def test_ambiguity_leaves_the_choice_open_and_the_user_settles_it(pool: EnvPool)
     none = ConversationWriter(PROMPTS, meta, random.Random(0), ambiguity=0.0)
     none.request(Turn(calls=[listed, cancel], results=results, start=0))
     assert none.clarification is None
+
+
+def _at(result: Any, path: str) -> Any:
+    """The value at a binding's path inside a result (`[0].id`, `author_ids[1]`, `.` for the result itself)."""
+    node = result
+    for part in re.findall(r"\[(\d+)\]|([^.\[\]]+)", path):
+        index, key = part
+        node = node[int(index)] if index else node[key]
+    return node
+
+
+def test_every_output_binding_points_at_its_value(
+    batch: tuple[list[Conversation], list[dict[str, Any]], EnvPool],
+) -> None:
+    """What the solver says it took from an earlier call is there: the claimed call's result holds the
+    argument's value at the claimed path (lookups inserted before a chain step shift the call numbers)."""
+    conversations, _, _ = batch
+    checked = 0
+    for conv in conversations:
+        results = {
+            r.call_id: r
+            for node in conv.nodes
+            for step in node.steps
+            if step.role == "tool_result" and isinstance(step.content, list)
+            for r in step.content
+            if isinstance(r, ToolResult)
+        }
+        for planned in conv.task.solver:
+            for b in planned.bindings:
+                if b.source != "output" or b.call is None or f"call_{b.call}" not in results:
+                    continue
+                source = results[f"call_{b.call}"]
+                assert source.ok, (conv.id, planned.call.name, b)
+                where = f"{conv.id}: {planned.call.name}.{b.parameter} from call {b.call} at {b.path}"
+                assert _at(source.result, b.path or ".") == b.value == planned.call.arguments[b.parameter], where
+                checked += 1
+    assert checked > 50

@@ -21,7 +21,8 @@ Definitions (one place, used by the tests too):
 - *distinct-2* is corpus-level (Li et al., 2016), so it falls as a corpus grows; `distinct_2_per_100`
   averages it over chunks of 100 requests, to compare runs of different sizes;
 - a *canned answer* names what was done instead of what happened: it contains no scalar value from
-  its turn's results, or it lists the turn's tool names.
+  its turn's results (numbers, dates and times in any of the forms users write them), or it lists
+  the turn's tool names.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from envfactory.tasks.conversation import renderings
 from envfactory.tasks.models import Conversation, ToolCall, ToolResult
 from envfactory.tasks.solver import IDENTITY, is_identity, singular
 
@@ -105,8 +107,9 @@ def _mentions(text: str, value: str) -> bool:
 
 
 def _number_forms(value: str) -> set[str]:
-    """A number as an answer may write it: 240.0 as 240 or 240.00."""
-    forms = {value}
+    """A value as an answer may write it: 240.0 as 240 or 240.00; a date or time the ways users write
+    them (`conversation.say`: 2026-01-10 as "10 January 2026")."""
+    forms = renderings(value)
     try:
         number = float(value)
     except ValueError:

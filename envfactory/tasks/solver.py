@@ -221,9 +221,10 @@ class _Solver:
         return order[shift % len(order)]
 
     def _from_output(self, src: InputSource, schema: dict[str, Any], shift: int) -> tuple[Any, str] | None:
-        if src.index is None or src.index >= len(self.results) or not self.results[src.index].ok:
+        # the chain's step `src.index` ran as call `self.at[src.index]` (lookups inserted before it shift it)
+        if src.index is None or src.index >= len(self.at) or not self.results[self.at[src.index]].ok:
             return None
-        result = self.results[src.index].result
+        result = self.results[self.at[src.index]].result
         prefix = ""
         if isinstance(result, list) and result:
             i = self._pick_element(result, shift)
