@@ -203,7 +203,7 @@ def serve(
     scenario: Annotated[str | None, typer.Option(help="default initial config: a scenario name or a JSON file")] = None,
 ) -> None:
     """Serve an environment as an MCP server (each MCP session gets its own isolated state)."""
-    from envfactory.env.mcp_server import EnvMCPServer
+    from envfactory.serve.mcp_server import EnvMCPServer
 
     settings = get_settings()
     env = EnvPool(settings).get(name)
@@ -230,7 +230,7 @@ def hub_serve(
     app_name: Annotated[list[str] | None, typer.Option("--app", help="serve only these apps (repeatable)")] = None,
 ) -> None:
     """Serve the pool through SynthAPI's meta-tools; a session picks its task with ?task=ID or envfactory_load_task."""
-    from envfactory.env.hub_server import serve_hub
+    from envfactory.serve.hub_server import serve_hub
 
     settings = get_settings()
     if transport is Transport.http:

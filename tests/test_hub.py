@@ -18,11 +18,11 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from envfactory.env.hub import META_TOOLS, Hub, HubError, load_tasks
-from envfactory.env.hub_server import LOAD_TASK_TOOL, build_hub_server
-from envfactory.env.mcp_server import STATE_TOOL
 from envfactory.env.pool import EnvPool
 from envfactory.net import free_port
+from envfactory.serve.hub import META_TOOLS, Hub, HubError, load_tasks
+from envfactory.serve.hub_server import LOAD_TASK_TOOL, build_hub_server
+from envfactory.serve.mcp_server import STATE_TOOL
 from envfactory.tasks.models import (
     Assertion,
     Conversation,
@@ -345,7 +345,7 @@ async def test_http_task_errors_and_task_object(hub_url: str, tasks: dict[str, T
 
 async def test_stdio_hub(tasks_file: Path) -> None:
     script = (
-        "import sys; from envfactory.env.pool import EnvPool; from envfactory.env.hub_server import serve_hub;"
+        "import sys; from envfactory.env.pool import EnvPool; from envfactory.serve.hub_server import serve_hub;"
         " serve_hub(EnvPool(), sys.argv[1], 'stdio', default_task='book-porto', apps=['hotels', 'flights'])"
     )
     params = StdioServerParameters(

@@ -241,7 +241,7 @@ def test_a_failed_write_in_process_keeps_the_old_file(tmp_path: Path, monkeypatc
 
 
 def _tasks(p: Path) -> Any:
-    from envfactory.env.hub import load_tasks
+    from envfactory.serve.hub import load_tasks
 
     return load_tasks(p)
 
@@ -400,7 +400,7 @@ def test_registry_messages_keep_their_advice(tmp_path: Path) -> None:
 
 
 def test_a_deep_jsonl_line_names_its_line(tmp_path: Path) -> None:
-    from envfactory.env.hub import HubError, load_tasks
+    from envfactory.serve.hub import HubError, load_tasks
     from envfactory.tasks.batch import SynthConfigError, read_jsonl
 
     path = tmp_path / "conversations.jsonl"

@@ -1,7 +1,7 @@
 """Serve the SynthAPI meta-tool hub over MCP: the whole pool behind five meta-tools, one episode per MCP session.
 
 An agent connected here sees `list_apps`, `list_tools`, `get_tool_documentation`, `call_tool` and
-`complete_task` (see `envfactory.env.hub` for why `call_tool` is the fifth) instead of every tool
+`complete_task` (see `envfactory.serve.hub` for why `call_tool` is the fifth) instead of every tool
 schema of every app. Each MCP session (each `initialize` over streamable HTTP, or the one stdio
 connection) gets its own `HubEpisode`, keyed weakly on the SDK's session object like
 `EnvMCPServer` does: its own `Session` per app, its own task, its own verdict.
@@ -26,10 +26,10 @@ from mcp.server.fastmcp import FastMCP
 from pydantic import ValidationError
 from starlette.applications import Starlette
 
-from envfactory.env.hub import CALL_TOOL, META_TOOLS, Hub, HubEpisode, HubError, TaskLoaded, load_tasks
-from envfactory.env.mcp_server import _DISCONNECT_FILTER, STATE_TOOL, BoundedJSONBody, _NoServerStream, _result
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
+from envfactory.serve.hub import CALL_TOOL, META_TOOLS, Hub, HubEpisode, HubError, TaskLoaded, load_tasks
+from envfactory.serve.mcp_server import _DISCONNECT_FILTER, STATE_TOOL, BoundedJSONBody, _NoServerStream, _result
 from envfactory.tasks.models import Task
 
 LOAD_TASK_TOOL = "envfactory_load_task"

@@ -11,7 +11,7 @@ An agent does not hold every tool schema of every app in its context; it discove
 
 SynthAPI names four meta-tools (list_apps, list_tools, get_tool_documentation, complete_task): its
 agent executes the tools it discovers directly, since its harness adds them to the model's tool list
-once documented. Over MCP (`envfactory.env.hub_server`) a client's tool list is fixed at connection
+once documented. Over MCP (`envfactory.serve.hub_server`) a client's tool list is fixed at connection
 time, and re-listing per discovered tool would defeat the purpose, so the fifth meta-tool,
 `call_tool`, is how a discovered tool is executed: the same call a direct tool would make, routed to
 this episode's isolated `Session` of that app.

@@ -1,0 +1,98 @@
+"""The layer rules, read from the source (an AST import check, nothing imported):
+
+- `envfactory/` (the library) never imports LangGraph, `agents/`, `graphs/` or `training/`;
+- `agents/` never imports `graphs/`;
+- no import cycle between `envfactory/`'s subpackages (and top-level modules), counting every import,
+  also those inside functions.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import networkx as nx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module `path` imports (absolute names; relative imports resolved)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    here = _module(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            out.add(name)
+            out.update(f"{name}.{a.name}" for a in node.names)  # `from pkg import module`
+    return out
+
+
+def _files(top: str) -> list[Path]:
+    return sorted((ROOT / top).rglob("*.py"))
+
+
+def _offending(top: str, forbidden: tuple[str, ...]) -> list[str]:
+    return [
+        f"{p.relative_to(ROOT)} imports {name}"
+        for p in _files(top)
+        for name in sorted(_imports(p))
+        if name.split(".")[0] in forbidden
+    ]
+
+
+def test_the_import_reader_sees_relative_and_nested_imports() -> None:
+    assert "langgraph.graph" in _imports(ROOT / "graphs" / "envgen.py")
+    assert {"envfactory.env.pool", "envfactory.env.pool.EnvPool"} <= _imports(ROOT / "envfactory" / "health.py")
+
+
+def test_the_library_imports_no_agents_graphs_training_or_langgraph() -> None:
+    assert _offending("envfactory", ("langgraph", "agents", "graphs", "training")) == []
+
+
+def test_agents_never_import_graphs() -> None:
+    assert _offending("agents", ("graphs",)) == []
+
+
+def _unit(module: str) -> str | None:
+    """A module's unit for the cycle check: `envfactory.<subpackage>` or a top-level `envfactory.<module>`."""
+    parts = module.split(".")
+    if parts[0] != "envfactory" or len(parts) < 2:
+        return None
+    return ".".join(parts[:2])
+
+
+def _exists(unit: str) -> bool:
+    """`unit` is a subpackage or a module of the library (not a name imported from one)."""
+    path = ROOT / Path(*unit.split("."))
+    return path.is_dir() or path.with_suffix(".py").is_file()
+
+
+def test_no_import_cycle_between_the_library_s_parts() -> None:
+    graph = nx.DiGraph()
+    for path in _files("envfactory"):
+        source = _unit(_module(path))
+        if source is None:
+            continue
+        for name in _imports(path):
+            target = _unit(name)
+            if target is not None and target != source and _exists(target):
+                graph.add_edge(source, target)
+    assert graph.has_edge("envfactory.tasks", "envfactory.env")  # the check sees the library's imports
+    cycles = sorted(sorted(c) for c in nx.simple_cycles(graph))
+    assert cycles == [], cycles
