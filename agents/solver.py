@@ -12,7 +12,6 @@ whose reply continues the branch; user-side tools are then the user's, not the a
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
@@ -26,8 +25,8 @@ from envfactory.env.pool import EnvPool
 from envfactory.llm import message_text
 from envfactory.tasks.episode import Episode, result_of
 from envfactory.tasks.models import Node, States, Step, ToolCall, ToolResult
+from envfactory.thinking import split_thinking
 
-_THINK = re.compile(r"<think>(.*?)</think>", re.DOTALL)
 UNKNOWN_SERVER = "unknown"
 
 
@@ -88,14 +87,6 @@ def tool_message(result: ToolResult) -> ToolMessage:
 
 def _status(result: ToolResult) -> Any:
     return "success" if result.ok else "error"
-
-
-def split_thinking(text: str) -> tuple[str, str | None]:
-    """(visible text, <think> trace or None)."""
-    traces = _THINK.findall(text)
-    if not traces:
-        return text.strip(), None
-    return _THINK.sub("", text).strip(), "\n".join(t.strip() for t in traces)
 
 
 def history_messages(nodes: list[Node], toolset: Toolset) -> list[BaseMessage]:
@@ -195,7 +186,8 @@ def solve_branch(deps: AgentDeps, pool: EnvPool, task: SolveTask) -> Branch:
     for iteration in range(1, cfg.max_solve_iterations + 1):
         reply = model.invoke(messages, config=_config(task))
         assert isinstance(reply, AIMessage)
-        text, thinking = split_thinking(message_text(reply))
+        visible, thinking, _ = split_thinking(message_text(reply))
+        text = visible.strip()
         invalid = list(reply.invalid_tool_calls or [])
         if reply.tool_calls or invalid:
             # some servers send calls without ids; the results must name the call they answer

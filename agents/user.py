@@ -10,7 +10,6 @@ branch's own episode, and it answers once it is done with them.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -24,9 +23,9 @@ from agents.querygen import USER_ROLE, SolveTask
 from envfactory.env.pool import EnvPool
 from envfactory.llm import message_text
 from envfactory.tasks.models import Step, ToolCall, ToolResult
+from envfactory.thinking import strip_thinking
 
 Execute = Callable[[str, Any, str | None], tuple[ToolCall, ToolResult]]
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
 def dialog_view(steps: list[Step]) -> str:
@@ -66,7 +65,7 @@ def user_reply(
     performed: list[tuple[ToolCall, ToolResult]] = []
     for round_ in range(task.config.max_user_tool_rounds + 1):
         reply = model.invoke(messages, config=config)
-        text = _THINK.sub("", message_text(reply)).strip()
+        text = strip_thinking(message_text(reply))
         tool_calls = reply.tool_calls if isinstance(reply, AIMessage) else []
         if not (tools and tool_calls) or round_ == task.config.max_user_tool_rounds:
             return text, performed

@@ -20,13 +20,12 @@ from pydantic import BaseModel, Field, ValidationError
 
 from envfactory.llm import message_text
 from envfactory.prompts import PromptLibrary
+from envfactory.thinking import strip_thinking
 
 T = TypeVar("T", bound=BaseModel)
 REPAIR_PROMPT = "common/repair"
 log = logging.getLogger(__name__)
 
-# Reasoning models (Qwen3, DeepSeek-R1 behind vLLM) may leave their thinking in the content.
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n(.*?)```", re.DOTALL)
 _OPENERS = {"{": "}", "[": "]"}
 
@@ -95,7 +94,7 @@ def _candidates(text: str) -> Iterator[tuple[tuple[int, int], str, str]]:
 
 def _scan(text: str, schema: type[T] | None) -> tuple[Any, str | None]:
     """The first candidate that decodes (and validates, with a schema); else the surest candidate's error."""
-    text = _THINK.sub("", text).strip()
+    text = strip_thinking(text)  # reasoning models (Qwen3, DeepSeek-R1 behind vLLM) leave it in the content
     if not text:
         return None, "the reply is empty"
     seen: set[str] = set()

@@ -46,6 +46,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from envfactory.tasks.models import ToolCall
+from envfactory.thinking import split_thinking
 
 MAX_CHARS = 200_000  # longer text is cut here before parsing (noted)
 MAX_CALLS = 64  # calls kept; further ones are only counted (`dropped`)
@@ -53,7 +54,6 @@ MAX_DEPTH = 32  # nesting allowed in arguments
 _SNIPPET = 160  # characters of a bad block kept in its report
 _SEPARATORS = (".", "__", ":", "/")
 
-_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
 _FENCE = re.compile(r"```(?:json|JSON)?[ \t]*\n?(.*?)```", re.DOTALL)
 _XML_FUNCTION = re.compile(r"<function=([^>\s]+)\s*>(.*?)(?:</function>|$)", re.DOTALL)
 _XML_PARAMETER = re.compile(r"<parameter=([^>\s]+)\s*>(.*?)(?:</parameter>|(?=<parameter=)|$)", re.DOTALL)
@@ -368,26 +368,11 @@ class _Parser:
                 self.json_value(value, f"{where} fence {k}", body)
 
     def strip_think(self, text: str, where: str) -> str:
-        """Drop `<think>…</think>` blocks (linear: no regex backtracking over long unclosed text)."""
-        if "think>" not in text:
-            return text
-        close = text.rfind(_THINK_CLOSE)
-        if close >= 0 and text.rfind(_THINK_OPEN, 0, close) < 0:  # the template opened <think> in the prompt
-            text = text[close + len(_THINK_CLOSE) :]
-        kept: list[str] = []
-        pos = 0
-        while True:
-            start = text.find(_THINK_OPEN, pos)
-            if start < 0:
-                kept.append(text[pos:])
-                break
-            kept.append(text[pos:start])
-            end = text.find(_THINK_CLOSE, start + len(_THINK_OPEN))
-            if end < 0:
-                self.out.problems.append(f"{where}: unclosed <think>; the rest of the text was ignored")
-                break
-            pos = end + len(_THINK_CLOSE)
-        return "".join(kept)
+        """Drop `<think>` traces (`envfactory.thinking`'s rules); an unclosed one is a problem."""
+        split = split_thinking(text)
+        if split.unclosed:
+            self.out.problems.append(f"{where}: unclosed <think>; the rest of the text was ignored")
+        return split.visible
 
     def hermes(self, text: str, where: str) -> None:
         self.seen("hermes")
