@@ -1,7 +1,7 @@
 """Checkpointers: a SQLite file by default, Postgres when `ENVFACTORY_POSTGRES_DSN` is set.
 
-The CLI uses the sync savers (one per process: SQLite locks under concurrent writers from several
-connections: one saver per process, shared by its threads). `langgraph dev` gets its own persistent saver through
+The CLI uses the sync savers, one per process shared by its threads (SQLite locks under concurrent
+writers from several connections). `langgraph dev` gets its own persistent saver through
 `langgraph.json`'s `checkpointer` key, which must be an async context manager (`dev_checkpointer`).
 """
 
