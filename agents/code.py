@@ -3,29 +3,19 @@
 from __future__ import annotations
 
 import ast
-import json
 import re
 from pathlib import Path
 
-from langchain_core.messages import AIMessage, BaseMessage
-from pydantic import BaseModel
+from langchain_core.messages import BaseMessage
 
 from agents.common import AgentDeps
 from envfactory.env.checks import ErrorReport
 from envfactory.env.metadata import EnvMetadata
+from envfactory.structured import Expect, Structured
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 # the exemplar shown to the model: a real, tested environment of the bundled pool
 EXAMPLE_ENV = Path(__file__).resolve().parent.parent / "envs" / "hotels" / "env.py"
-
-
-class GeneratedCode(BaseModel):
-    """The Code Agent's answer: the code, or why there is none after the bounded retries."""
-
-    ok: bool
-    code: str | None = None
-    error: str | None = None
-    attempts: int = 0
 
 
 def extract_code(text: str) -> tuple[str | None, str | None]:
@@ -42,20 +32,13 @@ def extract_code(text: str) -> tuple[str | None, str | None]:
     return code.strip() + "\n", None
 
 
+# The Code Agent's answer: the code, or why there is none after the bounded retries.
+GeneratedCode = Structured[str]
+CODE = Expect(name="env.py", read=extract_code, shape="a single ```python code block holding the complete env.py")
+
+
 def _ask_code(deps: AgentDeps, messages: list[BaseMessage]) -> GeneratedCode:
-    model = deps.model("code")
-    retries = deps.settings.structured_retries
-    problem = "no answer"
-    for attempt in range(1, retries + 2):
-        reply = model.invoke(messages)
-        text = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
-        code, problem_or_none = extract_code(text)
-        if code is not None:
-            return GeneratedCode(ok=True, code=code, attempts=attempt)
-        problem = problem_or_none or problem
-        repair = deps.prompts.get("common/repair").render(error=problem, schema="a single ```python code block")
-        messages = [*messages, AIMessage(content=text), *repair[-1:]]
-    return GeneratedCode(ok=False, error=f"no valid code after {retries + 1} answers: {problem}", attempts=retries + 1)
+    return deps.ask("code", messages, CODE)
 
 
 def generate_code(deps: AgentDeps, metadata: EnvMetadata) -> GeneratedCode:

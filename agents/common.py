@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import BaseMessage
 
 from envfactory.config import Role, Settings, get_settings
 from envfactory.llm import UsageTracker, chat_model
 from envfactory.prompts import PromptLibrary, library_from_settings
+from envfactory.structured import Expect, Structured, ask
+
+V = TypeVar("V")
 
 # Models are cached per process and per model settings: a scripted model keeps its place in the
 # script across the nodes of a run, and a local GGUF model is loaded once.
@@ -35,6 +40,14 @@ class AgentDeps:
         if self._prompts is None:
             self._prompts = library_from_settings(self.settings, overrides=self.prompt_overrides or None)
         return self._prompts
+
+    def ask(
+        self, role: Role, messages: Sequence[BaseMessage], expect: Expect[V], *, retries: int | None = None
+    ) -> Structured[V]:
+        """The one structured-asking loop (`envfactory.structured.ask`) with `role`'s model, tagged with the
+        role; `structured_retries` re-asks unless `retries` says otherwise."""
+        retries = self.settings.structured_retries if retries is None else retries
+        return ask(self.model(role), messages, expect, library=self.prompts, retries=retries, role=role)
 
     def model(self, role: Role) -> BaseChatModel:
         key = (role, self.settings.llm_for(role).model_dump_json())

@@ -16,11 +16,10 @@ same way parse errors do. Nothing here raises for a model's bad answer.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from agents.common import AgentDeps
@@ -28,23 +27,13 @@ from agents.querygen import QUERY_ROLE, Preparation, QueryGenConfig
 from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
-from envfactory.llm import message_text
-from envfactory.structured import REPAIR_PROMPT, parse_reply
+from envfactory.structured import Structured, expect_model
 from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.models import Node, PlannedCall, States
 from envfactory.tasks.solver import CoreIds, SolveOutcome, solve_chain
 from envfactory.toolgraph.sampler import ToolChain
 
 T = TypeVar("T", bound=BaseModel)
-
-
-class Checked(BaseModel, Generic[T]):
-    """An answer that parsed, validated and passed its check; or the last error after the bounded re-asks."""
-
-    ok: bool
-    value: T | None = None
-    error: str | None = None
-    attempts: int = 0
 
 
 def ask_checked(
@@ -54,26 +43,10 @@ def ask_checked(
     check: Callable[[T], str | None] | None = None,
     *,
     retries: int | None = None,
-) -> Checked[T]:
-    """`ask_structured` with a semantic check: a parse error, a validation error or the check's complaint
-    goes back to the model (the `common/repair` prompt with the error and the schema), `retries` times."""
-    model = deps.model(QUERY_ROLE)
-    retries = deps.settings.structured_retries if retries is None else retries
-    repair = deps.prompts.get(REPAIR_PROMPT)
-    schema_text = json.dumps(schema.model_json_schema(), indent=2)
-    conversation = list(messages)
-    error: str | None = None
-    config: Any = {"tags": [f"role:{QUERY_ROLE}"], "metadata": {"role": QUERY_ROLE}}
-    for attempt in range(retries + 1):
-        text = message_text(model.invoke(conversation, config=config))
-        value, error = parse_reply(text, schema)
-        if value is not None and check is not None:
-            error = check(value)
-        if value is not None and error is None:
-            return Checked[schema](ok=True, value=value, attempts=attempt + 1)  # type: ignore[valid-type]
-        if attempt < retries:
-            conversation += [AIMessage(content=text), *repair.render(error=error or "", schema=schema_text)]
-    return Checked[schema](ok=False, error=error, attempts=retries + 1)  # type: ignore[valid-type]
+) -> Structured[T]:
+    """QueryGen's question: a JSON answer of `schema` that also passes `check` (its complaint goes back
+    to the model like a parse error)."""
+    return deps.ask(QUERY_ROLE, messages, expect_model(schema, check), retries=retries)
 
 
 # ---- what the model is shown ------------------------------------------------------------------------
@@ -167,7 +140,7 @@ def _normalize_user_tools(prep: Preparation, chain: ToolChain) -> tuple[list[str
     return list(dict.fromkeys(out)), None
 
 
-def prepare(deps: AgentDeps, pool: EnvPool, chain: ToolChain, config: QueryGenConfig) -> Checked[Preparation]:
+def prepare(deps: AgentDeps, pool: EnvPool, chain: ToolChain, config: QueryGenConfig) -> Structured[Preparation]:
     messages = deps.prompts.get("querygen/prepare").render(
         environments=environments_view(pool, chain.servers),
         tools=chain_view(pool, chain),
@@ -367,7 +340,7 @@ def generate(
     history: list[Node],
     turn: int,
     n_turns: int,
-) -> Checked[TurnQuery]:
+) -> Structured[TurnQuery]:
     messages = deps.prompts.get("querygen/generate").render(
         profile=prep.profile,
         scenario=prep.scenario,
@@ -385,7 +358,7 @@ def refine(
     planned: list[PlannedCall],
     history: list[Node],
     draft: TurnQuery,
-) -> Checked[RefinedQuery]:
+) -> Structured[RefinedQuery]:
     messages = deps.prompts.get("querygen/refine").render(
         profile=prep.profile,
         history=history_view(history),

@@ -15,7 +15,7 @@ from agents.common import AgentDeps
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, load_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
-from envfactory.structured import ask_structured
+from envfactory.structured import expect_model
 
 
 class ToolIdea(BaseModel):
@@ -116,9 +116,7 @@ def search_environment(deps: AgentDeps, request: EnvGenRequest, attempts: int = 
             hint=request.hint or "none",
             rejected="\n".join(rejected) or "none",
         )
-        answer = ask_structured(
-            deps.model("search"), messages, Proposal, library=deps.prompts, retries=settings.structured_retries
-        )
+        answer = deps.ask("search", messages, expect_model(Proposal))
         if not answer.ok or answer.value is None:
             return SearchOutcome(ok=False, report=report, error=f"search/propose: {answer.error}")
         candidate = answer.value
@@ -150,9 +148,7 @@ def search_environment(deps: AgentDeps, request: EnvGenRequest, attempts: int = 
     messages = deps.prompts.get("search/metadata").render(
         proposal=proposal.model_dump_json(indent=2), sources=sources_text
     )
-    answer_meta = ask_structured(
-        deps.model("search"), messages, EnvMetadata, library=deps.prompts, retries=settings.structured_retries
-    )
+    answer_meta = deps.ask("search", messages, expect_model(EnvMetadata))
     if not answer_meta.ok or answer_meta.value is None:
         return SearchOutcome(ok=False, report=report, error=f"search/metadata: {answer_meta.error}")
     meta = answer_meta.value.model_copy(update={"name": proposal.name, "domain": proposal.domain, "source": "envgen"})

@@ -15,31 +15,22 @@ from envfactory.env.checks import ErrorItem, ErrorReport, TestScenario, schema_c
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox import SandboxLimits
 from envfactory.health import HealthReport, HealthSettings, check_code
-from envfactory.structured import ask_structured
+from envfactory.structured import Structured, expect_model
 
 
 class ScenarioSet(BaseModel):
     scenarios: list[TestScenario] = Field(min_length=1)
 
 
-class ScenarioResult(BaseModel):
-    ok: bool
-    scenarios: list[TestScenario] = Field(default_factory=list)
-    error: str | None = None
-    attempts: int = 0
-
-
-def generate_scenarios(deps: AgentDeps, metadata: EnvMetadata, n: int = 4) -> ScenarioResult:
+def generate_scenarios(deps: AgentDeps, metadata: EnvMetadata, n: int = 4) -> Structured[ScenarioSet]:
+    """The Test Agent's scenarios for `metadata` (each marked `source="llm"`)."""
     messages = deps.prompts.get("test/scenarios").render(
         metadata=metadata.model_dump_json(indent=2, exclude_none=True), n_scenarios=str(n)
     )
-    answer = ask_structured(
-        deps.model("test"), messages, ScenarioSet, library=deps.prompts, retries=deps.settings.structured_retries
-    )
-    if not answer.ok or answer.value is None:
-        return ScenarioResult(ok=False, error=answer.error, attempts=answer.attempts)
-    scenarios = [s.model_copy(update={"source": "llm"}) for s in answer.value.scenarios]
-    return ScenarioResult(ok=True, scenarios=scenarios, attempts=answer.attempts)
+    answer = deps.ask("test", messages, expect_model(ScenarioSet))
+    if answer.value is not None:
+        answer.value.scenarios = [s.model_copy(update={"source": "llm"}) for s in answer.value.scenarios]
+    return answer
 
 
 def initial_config_for(scenarios: list[TestScenario]) -> dict[str, Any]:

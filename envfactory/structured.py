@@ -1,8 +1,11 @@
-"""Ask a chat model for an answer of a Pydantic type, re-asking with the error when it does not fit.
+"""The one way to ask a chat model for an answer of a given form, re-asking with the error when it does not fit.
 
-Bad output never raises: after `retries` re-asks (each with the `common/repair` prompt, the error
-and the JSON schema) it becomes a recorded failure. Transport errors and `ScriptExhaustedError`
-do propagate: they are not the model's answer.
+One loop (`ask` / `aask`): render → call (tagged with its role for token accounting) → strip `<think>`
+traces → read the reply (`Expect.read`: JSON into a Pydantic model, or a code block) → an optional
+check → on failure the `common/repair` prompt with the error and the expected form, at most
+`retries` times → a `Structured` result: the value, or the last error as a recorded failure. Bad
+output never raises. Transport errors and `ScriptExhaustedError` do propagate: they are not the
+model's answer. `ask_structured` is the loop for a Pydantic model.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from langchain_core.language_models import BaseChatModel
@@ -23,6 +27,7 @@ from envfactory.prompts import PromptLibrary
 from envfactory.thinking import strip_thinking
 
 T = TypeVar("T", bound=BaseModel)
+V = TypeVar("V")
 REPAIR_PROMPT = "common/repair"
 log = logging.getLogger(__name__)
 
@@ -30,11 +35,11 @@ _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript|js)?[ \t]*\n(.*?)```", re
 _OPENERS = {"{": "}", "[": "]"}
 
 
-class Structured(BaseModel, Generic[T]):
-    """The outcome of `ask_structured`: `value` when `ok`, else the last `error`; `raw` holds every reply."""
+class Structured(BaseModel, Generic[V]):
+    """The outcome of asking: `value` when `ok`, else the last `error`; `raw` holds every reply."""
 
     ok: bool
-    value: T | None = None
+    value: V | None = None
     error: str | None = None
     attempts: int = 0
     raw: list[str] = Field(default_factory=list)
@@ -142,6 +147,28 @@ def parse_reply(text: str, schema: type[T]) -> tuple[T | None, str | None]:
     return (value, None) if error is None else (None, error)
 
 
+@dataclass(frozen=True)
+class Expect(Generic[V]):
+    """What an answer must be: `read` turns a reply (thinking stripped) into (value, None) or (None, the
+    problem); `shape` is what the repair prompt shows as the required form; `check` may still refuse a
+    value that reads (a query that is empty, states that do not load)."""
+
+    name: str
+    read: Callable[[str], tuple[V | None, str | None]]
+    shape: str
+    check: Callable[[V], str | None] | None = None
+
+
+def expect_model(schema: type[T], check: Callable[[T], str | None] | None = None) -> Expect[T]:
+    """A JSON answer validated by `schema` (shown to the model as its JSON schema)."""
+    return Expect(
+        name=schema.__name__,
+        read=lambda text: parse_reply(text, schema),
+        shape=json.dumps(schema.model_json_schema(), indent=2),
+        check=check,
+    )
+
+
 def _text(reply: Any) -> str:
     """Chat models return messages; a chain ending in a string parser returns text."""
     return reply if isinstance(reply, str) else message_text(reply)
@@ -151,20 +178,83 @@ def _config(role: str | None) -> RunnableConfig | None:
     return {"tags": [f"role:{role}"], "metadata": {"role": role}} if role else None
 
 
-def _repair(library: PromptLibrary, schema: type[BaseModel], text: str, error: str) -> list[BaseMessage]:
-    schema_text = json.dumps(schema.model_json_schema(), indent=2)
-    return [AIMessage(content=text), *library.get(REPAIR_PROMPT).render(error=error, schema=schema_text)]
-
-
-def _done(schema: type[T], replies: list[str], role: str | None, value: T | None, error: str | None) -> Structured[T]:
-    if value is None:
-        log.warning("no valid %s after %d answers (role %s): %s", schema.__name__, len(replies), role, error)
-    return Structured[schema](  # type: ignore[valid-type]
-        ok=value is not None, value=value, error=error, attempts=len(replies), raw=replies, role=role
-    )
-
-
 ModelLike = BaseChatModel | Runnable[Any, Any]
+
+
+class _Asking(Generic[V]):
+    """The loop's bookkeeping, shared by `ask` and `aask` (they differ only in how they call the model)."""
+
+    def __init__(self, messages: Sequence[BaseMessage], expect: Expect[V], library: PromptLibrary, role: str | None):
+        self.expect, self.library, self.role = expect, library, role
+        self.repair = library.get(REPAIR_PROMPT)  # a missing repair prompt is a setup error: fail before a call
+        self.conversation = list(messages)
+        self.replies: list[str] = []
+        self.error: str | None = None
+
+    def take(self, reply: Any, last: bool) -> Structured[V] | None:
+        """Read one reply: the result when it is usable (or the attempts are spent), else None (re-ask)."""
+        text = _text(reply)
+        self.replies.append(text)
+        value, self.error = self.expect.read(strip_thinking(text))
+        if value is not None and self.expect.check is not None:
+            self.error = self.expect.check(value)
+        if value is not None and self.error is None:
+            return self.done(value)
+        if last:
+            return self.done(None)
+        repair = self.repair.render(error=self.error or "", schema=self.expect.shape)
+        self.conversation += [AIMessage(content=text), *repair]
+        return None
+
+    def done(self, value: V | None) -> Structured[V]:
+        if value is None:
+            log.warning(
+                "no valid %s after %d answers (role %s): %s", self.expect.name, len(self.replies), self.role, self.error
+            )
+        return Structured[Any](
+            ok=value is not None,
+            value=value,
+            error=None if value is not None else self.error,
+            attempts=len(self.replies),
+            raw=self.replies,
+            role=self.role,
+        )
+
+
+def ask(
+    model: ModelLike,
+    messages: Sequence[BaseMessage],
+    expect: Expect[V],
+    *,
+    library: PromptLibrary,
+    retries: int,
+    role: str | None = None,
+) -> Structured[V]:
+    """Invoke `model` and read its reply as `expect` says; on failure re-ask up to `retries` times."""
+    asking = _Asking(messages, expect, library, role)
+    for attempt in range(retries + 1):
+        result = asking.take(model.invoke(asking.conversation, config=_config(role)), attempt == retries)
+        if result is not None:
+            return result
+    raise AssertionError("unreachable: the last attempt returns")
+
+
+async def aask(
+    model: ModelLike,
+    messages: Sequence[BaseMessage],
+    expect: Expect[V],
+    *,
+    library: PromptLibrary,
+    retries: int,
+    role: str | None = None,
+) -> Structured[V]:
+    """`ask` with `ainvoke`."""
+    asking = _Asking(messages, expect, library, role)
+    for attempt in range(retries + 1):
+        result = asking.take(await model.ainvoke(asking.conversation, config=_config(role)), attempt == retries)
+        if result is not None:
+            return result
+    raise AssertionError("unreachable: the last attempt returns")
 
 
 def ask_structured(
@@ -175,21 +265,10 @@ def ask_structured(
     library: PromptLibrary,
     retries: int,
     role: str | None = None,
+    check: Callable[[T], str | None] | None = None,
 ) -> Structured[T]:
-    """Invoke `model`, parse its reply into `schema`; on failure re-ask up to `retries` times."""
-    conversation = list(messages)
-    library.get(REPAIR_PROMPT)  # a missing repair prompt is a setup error: fail before spending a call
-    replies: list[str] = []
-    error: str | None = None
-    for attempt in range(retries + 1):
-        text = _text(model.invoke(conversation, config=_config(role)))
-        replies.append(text)
-        value, error = parse_reply(text, schema)
-        if value is not None:
-            return _done(schema, replies, role, value, None)
-        if attempt < retries:
-            conversation += _repair(library, schema, text, error or "")
-    return _done(schema, replies, role, None, error)
+    """`ask` for a JSON answer of `schema` (and `check`, when given)."""
+    return ask(model, messages, expect_model(schema, check), library=library, retries=retries, role=role)
 
 
 async def aask_structured(
@@ -200,18 +279,7 @@ async def aask_structured(
     library: PromptLibrary,
     retries: int,
     role: str | None = None,
+    check: Callable[[T], str | None] | None = None,
 ) -> Structured[T]:
     """`ask_structured` with `ainvoke`."""
-    conversation = list(messages)
-    library.get(REPAIR_PROMPT)
-    replies: list[str] = []
-    error: str | None = None
-    for attempt in range(retries + 1):
-        text = _text(await model.ainvoke(conversation, config=_config(role)))
-        replies.append(text)
-        value, error = parse_reply(text, schema)
-        if value is not None:
-            return _done(schema, replies, role, value, None)
-        if attempt < retries:
-            conversation += _repair(library, schema, text, error or "")
-    return _done(schema, replies, role, None, error)
+    return await aask(model, messages, expect_model(schema, check), library=library, retries=retries, role=role)

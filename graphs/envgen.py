@@ -110,7 +110,7 @@ def node_code(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGenStat
     result = generate_code(_deps(runtime), _meta(state))
     if not result.ok:
         return _failed(f"code: {result.error}")
-    return {"code": result.code}
+    return {"code": result.value}
 
 
 def node_test(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGenState:
@@ -121,9 +121,9 @@ def node_test(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGenStat
     if not scenarios:
         n = runtime.context.n_scenarios if runtime.context else 4
         generated = generate_scenarios(deps, meta, n)
-        if not generated.ok:
+        if generated.value is None:
             return _failed(f"test: scenarios: {generated.error}")
-        scenarios = generated.scenarios
+        scenarios = generated.value.scenarios
         update["scenarios"] = [s.model_dump(mode="json") for s in scenarios]
     assert state.get("code") is not None
     try:
@@ -139,7 +139,7 @@ def node_revise(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGenSt
     result = revise_code(_deps(runtime), _meta(state), state.get("code") or "", report)
     if not result.ok:
         return _failed(f"revise: {result.error}")
-    return {"code": result.code, "revision": state.get("revision", 0) + 1}
+    return {"code": result.value, "revision": state.get("revision", 0) + 1}
 
 
 def _slug(text: str) -> str:

@@ -11,7 +11,15 @@ from pydantic import BaseModel, Field
 
 from envfactory.llm import ScriptedChatModel, ScriptExhaustedError, UsageTracker
 from envfactory.prompts import PROMPT_KEY, PromptLibrary
-from envfactory.structured import ExtractionError, Structured, aask_structured, ask_structured, extract_json
+from envfactory.structured import (
+    ExtractionError,
+    Structured,
+    aask_structured,
+    ask,
+    ask_structured,
+    expect_model,
+    extract_json,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -133,3 +141,47 @@ def test_async_variant(library: PromptLibrary) -> None:
     answer = asyncio.run(aask_structured(model, ask_messages(), Proposal, library=library, retries=1))
     assert answer.ok and answer.attempts == 2
     assert "Field required" in str(model.calls[1].messages[-1].content)
+
+
+# ---- the one loop: any form of answer, with a check, tagged with its role ------------------------------------------
+
+
+def _recording(replies: list[str]) -> tuple[object, list[tuple[list[BaseMessage], dict[str, object]]]]:
+    """A model answering `replies` in turn and recording each conversation and config it was given."""
+    from langchain_core.runnables import RunnableConfig, RunnableLambda
+
+    seen: list[tuple[list[BaseMessage], dict[str, object]]] = []
+
+    def answer(messages: list[BaseMessage], config: RunnableConfig) -> AIMessage:
+        seen.append((list(messages), {"tags": config.get("tags"), "metadata": config.get("metadata")}))
+        return AIMessage(content=replies[len(seen) - 1])
+
+    return RunnableLambda(answer), seen
+
+
+def test_one_loop_reads_code_answers_with_the_same_repair(library: PromptLibrary) -> None:
+    from agents.code import CODE
+
+    model, seen = _recording(["Here is my plan, no code yet.", "<think>```python\nbad(</think>```python\nx = 1\n```"])
+    answer = ask(model, ask_messages(), CODE, library=library, retries=2, role="code")  # type: ignore[arg-type]
+    assert answer.ok and answer.value == "x = 1\n" and answer.attempts == 2 and answer.role == "code"
+    repair = seen[1][0][-1].content
+    assert "no ```python block found" in str(repair) and "a single ```python code block" in str(repair)
+    assert all(cfg["tags"] == ["role:code"] for _, cfg in seen)
+
+
+def test_a_check_refuses_a_value_that_reads(library: PromptLibrary) -> None:
+    model, seen = _recording([GOOD, GOOD.replace("hotels", "flights")])
+    answer = ask(
+        model,  # type: ignore[arg-type]
+        ask_messages(),
+        expect_model(Proposal, lambda p: "not hotels again" if p.name == "hotels" else None),
+        library=library,
+        retries=1,
+        role="query",
+    )
+    assert answer.ok and answer.value is not None and answer.value.name == "flights" and answer.attempts == 2
+    assert "not hotels again" in str(seen[1][0][-1].content)
+    model, _ = _recording([GOOD, GOOD])
+    spent = ask(model, ask_messages(), expect_model(Proposal, lambda p: "never"), library=library, retries=1)  # type: ignore[arg-type]
+    assert not spent.ok and spent.error == "never" and spent.attempts == 2 and spent.raw == [GOOD, GOOD]
