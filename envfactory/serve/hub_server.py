@@ -15,21 +15,16 @@ turned off (`control_tools=False`).
 
 from __future__ import annotations
 
-import logging
-import weakref
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
 from mcp import types
-from mcp.server.fastmcp import FastMCP
 from pydantic import ValidationError
-from starlette.applications import Starlette
 
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
+from envfactory.serve.base import STATE_TOOL, SessionServer, tool_result
 from envfactory.serve.hub import CALL_TOOL, META_TOOLS, Hub, HubEpisode, HubError, TaskLoaded, load_tasks
-from envfactory.serve.mcp_server import _DISCONNECT_FILTER, STATE_TOOL, BoundedJSONBody, _NoServerStream, _result
 from envfactory.tasks.models import Task
 
 LOAD_TASK_TOOL = "envfactory_load_task"
@@ -80,8 +75,11 @@ _META_TOOLS = [
 ]
 
 
-class HubMCPServer(FastMCP):
+class HubMCPServer(SessionServer[HubEpisode]):
     """A FastMCP server whose tools are the hub's meta-tools, dispatched to per-session episodes."""
+
+    choice_param = TASK_PARAM
+    choice_header = TASK_HEADER
 
     def __init__(
         self,
@@ -95,69 +93,45 @@ class HubMCPServer(FastMCP):
         json_response: bool = True,
         server_stream: bool = False,
     ) -> None:
+        if default_task is not None:
+            hub.task(default_task)  # fail at start, not at the first call, on an unknown task id
         super().__init__(
             name="envfactory-hub",
             instructions=HUB_INSTRUCTIONS,
+            default_choice=default_task,
+            # apps may be untrusted environments whose calls wait on a sandboxed worker
+            blocking=True,
             host=host,
             port=port,
-            log_level=log_level,  # type: ignore[arg-type]
+            control_tools=control_tools,
+            log_level=log_level,
             json_response=json_response,
+            server_stream=server_stream,
         )
-        for logger_name in ("mcp.server.streamable_http", "uvicorn.error"):
-            logger = logging.getLogger(logger_name)
-            if _DISCONNECT_FILTER not in logger.filters:
-                logger.addFilter(_DISCONNECT_FILTER)
-        if default_task is not None:
-            hub.task(default_task)  # fail at start, not at the first call, on an unknown task id
         self.hub = hub
         self.default_task = default_task
-        self.control_tools = control_tools
-        self.server_stream = server_stream
-        self._episodes: weakref.WeakKeyDictionary[Any, HubEpisode] = weakref.WeakKeyDictionary()
-        self._locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
-
-    def streamable_http_app(self) -> Starlette:
-        app = super().streamable_http_app()
-        if not self.server_stream:
-            app.add_middleware(_NoServerStream)
-        app.add_middleware(BoundedJSONBody)
-        return app
 
     @property
     def open_episodes(self) -> int:
-        return len(self._episodes)
+        return self.open_held
 
     async def list_tools(self) -> list[types.Tool]:
         return _META_TOOLS + (_HUB_CONTROL_TOOLS if self.control_tools else [])
 
-    def _connection_task(self) -> str | None:
-        request = self.get_context().request_context.request
-        if request is not None and hasattr(request, "query_params"):
-            chosen = request.query_params.get(TASK_PARAM) or request.headers.get(TASK_HEADER)
-            if chosen:
-                return str(chosen)
-        return self.default_task
-
-    def _episode(self, key: Any, connection_task: str | None) -> HubEpisode:
-        """This MCP session's episode, created on its first call with the connection's task (if any)."""
-        episode = self._episodes.get(key)
-        if episode is None:
-            try:
-                episode = self.hub.episode(connection_task)
-            except HubError as e:
-                if e.code == "unknown_task":
-                    raise HubError(e.code, f"{e.message}; given by this connection's task parameter") from None
-                raise
-            self._episodes[key] = episode
-        return episode
+    def create(self, choice: Any) -> HubEpisode:
+        """A new episode on the connection's task (if any)."""
+        try:
+            return self.hub.episode(choice)
+        except HubError as e:
+            if e.code == "unknown_task":
+                raise HubError(e.code, f"{e.message}; given by this connection's task parameter") from None
+            raise
 
     def _load_task(self, key: Any, connection_task: str | None, arguments: dict[str, Any]) -> types.CallToolResult:
-        episode = self._episodes.get(key)
-        if episode is None:  # a bad task on the connection must not keep the session from loading a good one
-            try:
-                episode = self._episode(key, connection_task)
-            except HubError:
-                episode = self._episodes[key] = self.hub.episode()
+        try:
+            episode = self.held(key, connection_task)
+        except HubError:  # a bad task on the connection must not keep the session from loading a good one
+            episode = self._held[key] = self.hub.episode()
         task_id, raw = arguments.get("task_id"), arguments.get("task")
         if task_id is not None and raw is not None:
             raise HubError("invalid_arguments", f"give `task_id` or `task` to {LOAD_TASK_TOOL}, not both")
@@ -176,35 +150,24 @@ class HubMCPServer(FastMCP):
             target = episode.task
         task = self.hub.load_task(episode, target)
         if task is None:
-            return _result({"task_id": None, "apps": []}, wrap=False)
+            return tool_result({"task_id": None, "apps": []}, wrap=False)
         loaded = TaskLoaded(task_id=task.id, instruction=task.instruction, apps=task.servers)
-        return _result(loaded.model_dump(mode="json"), wrap=False)
+        return tool_result(loaded.model_dump(mode="json"), wrap=False)
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:  # type: ignore[override]
-        # apps may be untrusted environments whose calls wait on a sandboxed worker: the work runs off the
-        # event loop, one call per MCP session at a time (in order), so one slow app never stalls the others
-        key = self.get_context().request_context.session
-        connection_task = self._connection_task()
-        lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock:
-            return await anyio.to_thread.run_sync(self._dispatch, key, connection_task, name, arguments or {})
-
-    def _dispatch(
-        self, key: Any, connection_task: str | None, name: str, arguments: dict[str, Any]
-    ) -> types.CallToolResult:
+    def dispatch(self, key: Any, choice: Any, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
             if self.control_tools and name == LOAD_TASK_TOOL:
-                return self._load_task(key, connection_task, arguments)
-            episode = self._episode(key, connection_task)
+                return self._load_task(key, choice, arguments)
+            episode = self.held(key, choice)
             if self.control_tools and name == STATE_TOOL:
-                return _result(self.hub.state(episode), wrap=False)
+                return tool_result(self.hub.state(episode), wrap=False)
         except HubError as e:
-            return _result(e.payload(), wrap=False, error=True)
+            return tool_result(e.payload(), wrap=False, error=True)
         except EnvFactoryError as e:  # e.g. an app whose code fails to load
-            return _result(HubError("environment_error", str(e)).payload(), wrap=False, error=True)
+            return tool_result(HubError("environment_error", str(e)).payload(), wrap=False, error=True)
         out = self.hub.invoke(episode, name, arguments)
         # a tool's result may be any JSON value: structured content wraps it as {"result": ...}
-        return _result(out.payload, wrap=name == CALL_TOOL, error=not out.ok)
+        return tool_result(out.payload, wrap=name == CALL_TOOL, error=not out.ok)
 
 
 def build_hub_server(
