@@ -225,7 +225,9 @@ class SessionServer(FastMCP, Generic[H]):
         return self.get_context().request_context.session
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:  # type: ignore[override]
-        key, choice = self.request_key(), self.connection_choice()
+        key = self.request_key()
+        # the connection's choice matters only to a session's first call (it starts the held object)
+        choice = self.connection_choice() if key not in self._held else self.default_choice
         args = arguments if isinstance(arguments, dict) else {}
         if not self.blocking:
             return self.dispatch(key, choice, name, args)
