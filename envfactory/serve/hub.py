@@ -30,7 +30,6 @@ episode methods, or `invoke` to dispatch a meta-tool call by name with JSON argu
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -43,6 +42,7 @@ from envfactory.env.session import CallRecord, Session
 from envfactory.env.tools import _strip_titles, pydantic_errors_to_problems
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.inputs import InputError, parse_json, read_text
+from envfactory.tasks.episode import Episode
 from envfactory.tasks.models import Conversation, States, Task
 from envfactory.tasks.verifier import verify
 
@@ -304,15 +304,16 @@ class HubCall(NamedTuple):
     record: CallRecord
 
 
-@dataclass(eq=False)
-class HubEpisode:
-    """One conversation with the hub: a `Session` per app touched, the active task, whether it has ended."""
+class HubEpisode(Episode):
+    """One conversation with the hub: an `Episode` (a `Session` per app touched), the active task, whether
+    it has ended, and every call in order."""
 
-    sessions: dict[str, Session] = field(default_factory=dict)
-    task: Task | None = None
-    ended: bool = False
-    result: CompletionResult | None = None
-    calls: list[HubCall] = field(default_factory=list)
+    def __init__(self, pool: EnvPool) -> None:
+        super().__init__(pool)
+        self.task: Task | None = None
+        self.ended = False
+        self.result: CompletionResult | None = None
+        self.calls: list[HubCall] = []
 
 
 # ---- the hub ----------------------------------------------------------------------------------------
@@ -411,7 +412,7 @@ class Hub:
     # ---- episodes ----------------------------------------------------------------------------------
     def episode(self, task: Task | str | None = None) -> HubEpisode:
         """A new episode, with `task` (an object or a task id) loaded when given."""
-        ep = HubEpisode()
+        ep = HubEpisode(self.pool)
         if task is not None:
             self.load_task(ep, task)
         return ep
@@ -443,13 +444,9 @@ class Hub:
         return self.env(app).default_scenario()
 
     def session(self, episode: HubEpisode, app: str) -> Session:
-        """The episode's session of `app`, forked from the app's default scenario on first use."""
-        s = episode.sessions.get(app)
-        if s is None:
-            env = self.env(app)
-            s = Session.fork(env, env.default_scenario())
-            episode.sessions[app] = s
-        return s
+        """The episode's session of `app` (one of the hub's apps), forked from its default scenario on first use."""
+        self.env(app)  # an app outside the hub is an error naming the hub's apps
+        return episode.session(app)
 
     def call_tool(
         self, episode: HubEpisode, app: str, tool: str, arguments: dict[str, Any] | None = None
@@ -466,7 +463,7 @@ class Hub:
 
     def state(self, episode: HubEpisode) -> States:
         """The current state dump of every app the episode holds a session of."""
-        return {app: s.dump() for app, s in episode.sessions.items()}
+        return episode.dumps()
 
     def complete_task(self, episode: HubEpisode, answer: str | None = None) -> CompletionResult:
         """End the episode and run the active task's verifier on the final states."""

@@ -20,14 +20,25 @@ from envfactory.tasks.models import States, ToolCall, ToolResult
 
 
 class Episode:
-    """Sessions per environment; environments not given an initial state start from their default scenario."""
+    """Sessions per environment; environments not given an initial state start from their default scenario
+    (at once for `initial` and `servers`, on first use for any other: `session`)."""
 
-    def __init__(self, pool: EnvPool, initial: States, servers: Iterable[str] = ()) -> None:
+    def __init__(self, pool: EnvPool, initial: States | None = None, servers: Iterable[str] = ()) -> None:
         self.pool = pool
         self.sessions: dict[str, Session] = {}
+        initial = initial or {}
         for name in dict.fromkeys([*initial, *servers]):
-            env = pool.get(name)
-            self.sessions[name] = Session.fork(env, initial[name] if name in initial else env.default_scenario())
+            self.start(name, initial.get(name))
+
+    def start(self, server: str, config: dict[str, Any] | str | None = None) -> Session:
+        """(Re)start `server`'s session from `config` (None: its default scenario)."""
+        env = self.pool.get(server)
+        session = self.sessions[server] = Session.fork(env, env.default_scenario() if config is None else config)
+        return session
+
+    def session(self, server: str) -> Session:
+        """`server`'s session, started from its default scenario on first use."""
+        return self.sessions.get(server) or self.start(server)
 
     def env(self, server: str) -> BaseEnvironment:
         return self.pool.get(server)
