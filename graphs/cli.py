@@ -24,6 +24,7 @@ from envfactory.env.metadata import DOMAINS
 from envfactory.errors import EnvFactoryError
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import EnvGenContext, build
+from graphs.running import run_or_resume
 
 app = typer.Typer(no_args_is_help=True, help="EnvGen: synthesize and verify new environments (LangGraph).")
 out = Console()
@@ -54,13 +55,12 @@ def _run_one(
     ctx: EnvGenContext,
     interrupt_before: list[str],
 ) -> dict[str, Any]:
-    graph = build(saver)
-    cfg: Any = {"configurable": {"thread_id": thread}}
-    graph.invoke(payload, cfg, context=ctx, durability="sync", interrupt_before=interrupt_before or None)
-    snap = graph.get_state(cfg)
-    values = dict(snap.values)
-    if snap.next:
-        values["status"] = f"interrupted before {', '.join(snap.next)}"
+    ran = run_or_resume(
+        build(saver), thread, payload, context=ctx, durable=True, interrupt_before=interrupt_before, restart=True
+    )
+    values = ran.values
+    if ran.next:
+        values["status"] = f"interrupted before {', '.join(ran.next)}"
     return {"thread": thread, **values}
 
 

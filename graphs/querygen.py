@@ -22,7 +22,6 @@ import threading
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
-from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.state import CompiledStateGraph
@@ -65,6 +64,7 @@ from envfactory.tasks.template import answer_fact
 from envfactory.tasks.verifier import admissible
 from envfactory.toolgraph.sampler import ToolChain
 from graphs.routing import ok_or_end
+from graphs.running import run_or_resume
 
 Status = Literal["running", "kept", "dropped"]
 
@@ -515,29 +515,23 @@ def run_querygen(
     ctx = replace(context or QueryGenContext(), pool=pool)
     preset_config(ctx.preset, ctx.overrides)  # an unknown preset or bad override fails here, not mid-run
     thread = thread_id or conversation_id
-    compiled = build(checkpointer)
-    cfg: RunnableConfig = {"configurable": {"thread_id": thread}}
-    if max_concurrency is not None:
-        cfg["max_concurrency"] = max_concurrency
-    payload: dict[str, Any] | None = {
+    payload: dict[str, Any] = {
         "chain": chain.model_dump(mode="json"),
         "seed": seed,
         "conversation_id": conversation_id,
     }
     if initial_state is not None:
-        assert payload is not None
         payload.update(initial_state=initial_state, core_ids=core_ids or {})
-    if checkpointer is not None:
-        snapshot = compiled.get_state(cfg)
-        if snapshot.values:
-            if not snapshot.next and snapshot.values.get("status") in ("kept", "dropped"):
-                return _outcome(dict(snapshot.values), thread)
-            payload = None  # resume where it stopped
-    # durability needs a checkpointer (langgraph 1.2 fails on "sync" without one)
-    durability: Literal["sync"] | None = "sync" if checkpointer is not None else None
-    result = compiled.invoke(payload, cfg, context=ctx, durability=durability, interrupt_before=interrupt_before)
-    values = dict(compiled.get_state(cfg).values) if checkpointer is not None else dict(result)
-    return _outcome(values, thread)
+    ran = run_or_resume(
+        build(checkpointer),
+        thread,
+        payload,
+        context=ctx,
+        durable=checkpointer is not None,
+        interrupt_before=interrupt_before,
+        max_concurrency=max_concurrency,
+    )
+    return _outcome(ran.values, thread)
 
 
 __all__ = [
