@@ -15,9 +15,13 @@ import os
 import stat
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from envfactory.errors import EnvFactoryError
+
+M = TypeVar("M", bound=BaseModel)
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # state dumps, scenarios, metadata, task files: far below this
 MAX_CODE_BYTES = 2 * 1024 * 1024  # an env.py
@@ -130,6 +134,16 @@ def parse_yaml(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> Any:
 def read_yaml(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> Any:
     """A bounded regular file parsed as YAML (JSON is YAML too), with one-line errors naming the path."""
     return parse_yaml(read_text(path, max_bytes=max_bytes, what=what), str(path))
+
+
+def read_yaml_model(path: Path, model: type[M], *, what: str = "file") -> M:
+    """A bounded YAML file validated into `model`; an invalid one is an error naming the path and the first
+    problem."""
+    data = read_yaml(path, what=what)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise InputError(f"{path}: {str(e).splitlines()[0]}") from None
 
 
 def read_file_bytes(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> bytes:

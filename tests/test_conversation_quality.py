@@ -170,51 +170,10 @@ def test_optional_segments_are_dropped_when_their_value_is_missing() -> None:
     assert _fill(template, {"max_price": "100"}) is None  # a required value is missing: not this phrasing
 
 
-def test_a_lookup_with_look_alike_candidates_is_told_apart(pool: EnvPool) -> None:
-    meta = {"hotels": pool.get("hotels").metadata}
+def _cancel_one_of_two_look_alikes(**extra: Any) -> Turn:
+    """Ana Costa has two bookings that differ only by date; the turn lists them and cancels the second."""
     twins = [
-        {
-            "id": "BK-0001",
-            "hotel_id": "HT-1",
-            "guest_name": "Ana Costa",
-            "check_in": "2026-03-01",
-            "nights": 2,
-            "status": "confirmed",
-        },
-        {
-            "id": "BK-0002",
-            "hotel_id": "HT-1",
-            "guest_name": "Ana Costa",
-            "check_in": "2026-04-10",
-            "nights": 2,
-            "status": "confirmed",
-        },
-    ]
-    listed = PlannedCall(
-        call=ToolCall(server="hotels", name="list_bookings", arguments={"guest_name": "Ana Costa"}),
-        bindings=[Binding(parameter="guest_name", source="state", value="Ana Costa")],
-        kind="read",
-    )
-    cancel = PlannedCall(
-        call=ToolCall(server="hotels", name="cancel_booking", arguments={"booking_id": "BK-0002"}),
-        bindings=[Binding(parameter="booking_id", source="output", value="BK-0002", path="[1].id", call=0)],
-        kind="write",
-    )
-    results = [
-        ToolResult(server="hotels", name="list_bookings", ok=True, result=twins),
-        ToolResult(server="hotels", name="cancel_booking", ok=True, result={**twins[1], "status": "cancelled"}),
-    ]
-    for seed in range(5):
-        writer = ConversationWriter(PROMPTS, meta, random.Random(seed))
-        text = writer.request(Turn(calls=[listed, cancel], results=results, start=0))
-        assert "Ana Costa" in text and any(r in text for r in renderings("2026-04-10"))  # what only the target has
-        assert "BK-0002" not in text and "list" not in text.lower()
-
-
-def test_ambiguity_leaves_the_choice_open_and_the_user_settles_it(pool: EnvPool) -> None:
-    meta = {"hotels": pool.get("hotels").metadata}
-    twins = [
-        {"id": f"BK-000{i}", "hotel_id": "HT-1", "guest_name": "Ana Costa", "check_in": day, "nights": 2}
+        {"id": f"BK-000{i}", "hotel_id": "HT-1", "guest_name": "Ana Costa", "check_in": day, "nights": 2, **extra}
         for i, day in ((1, "2026-03-01"), (2, "2026-04-10"))
     ]
     listed = PlannedCall(
@@ -231,8 +190,22 @@ def test_ambiguity_leaves_the_choice_open_and_the_user_settles_it(pool: EnvPool)
         ToolResult(server="hotels", name="list_bookings", ok=True, result=twins),
         ToolResult(server="hotels", name="cancel_booking", ok=True, result={**twins[1], "status": "cancelled"}),
     ]
+    return Turn(calls=[listed, cancel], results=results, start=0)
+
+
+def test_a_lookup_with_look_alike_candidates_is_told_apart(pool: EnvPool) -> None:
+    meta = {"hotels": pool.get("hotels").metadata}
+    for seed in range(5):
+        writer = ConversationWriter(PROMPTS, meta, random.Random(seed))
+        text = writer.request(_cancel_one_of_two_look_alikes(status="confirmed"))
+        assert "Ana Costa" in text and any(r in text for r in renderings("2026-04-10"))  # what only the target has
+        assert "BK-0002" not in text and "list" not in text.lower()
+
+
+def test_ambiguity_leaves_the_choice_open_and_the_user_settles_it(pool: EnvPool) -> None:
+    meta = {"hotels": pool.get("hotels").metadata}
     writer = ConversationWriter(PROMPTS, meta, random.Random(0), ambiguity=1.0)
-    text = writer.request(Turn(calls=[listed, cancel], results=results, start=0))
+    text = writer.request(_cancel_one_of_two_look_alikes())
     assert writer.clarification is not None
     after, question, reply = writer.clarification
     target, other = renderings("2026-04-10"), renderings("2026-03-01")
@@ -241,7 +214,7 @@ def test_ambiguity_leaves_the_choice_open_and_the_user_settles_it(pool: EnvPool)
     assert any(r in question for r in target) and any(r in question for r in other)  # both offered
     assert any(r in reply for r in target) and not any(r in reply for r in other)  # the user picks the right one
     none = ConversationWriter(PROMPTS, meta, random.Random(0), ambiguity=0.0)
-    none.request(Turn(calls=[listed, cancel], results=results, start=0))
+    none.request(_cancel_one_of_two_look_alikes())
     assert none.clarification is None
 
 

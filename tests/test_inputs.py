@@ -452,6 +452,25 @@ def test_prompt_folder_files_are_bounded(tmp_path: Path) -> None:
         tool_chat_template(Settings(root=ROOT, prompts_dir=tmp_path))
 
 
+def test_prompt_folder_files_that_do_not_fit_their_model_name_the_file(tmp_path: Path) -> None:
+    from envfactory.export.errors import ExportError
+    from envfactory.export.turns import WORDING_FILE, load_wording
+    from envfactory.tasks.conversation import PHRASINGS_FILE, WordingError
+    from envfactory.tasks.conversation import WORDING_FILE as CONVERSATION_WORDING
+    from envfactory.tasks.conversation import load_wording as conversation_wording
+    from envfactory.tasks.template import TEMPLATE_FILE, TemplateError, load_template
+
+    for rel in (TEMPLATE_FILE, WORDING_FILE, CONVERSATION_WORDING, PHRASINGS_FILE):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("unexpected: 1\n")
+    with pytest.raises(TemplateError, match=r"query template .*\.yaml: \d+ validation errors? for QueryTemplate"):
+        load_template(tmp_path)
+    with pytest.raises(ExportError, match=r"export wording .*en\.yaml: \d+ validation errors? for ExportWording"):
+        load_wording(tmp_path)
+    with pytest.raises(WordingError, match=r"conversation wording .*\.yaml: \d+ validation errors? for Wording"):
+        conversation_wording(tmp_path)
+
+
 def test_a_yaml_alias_bomb_synth_config_is_refused(tmp_path: Path) -> None:
     from envfactory.tasks.batch import SynthConfigError, load_config
 

@@ -24,7 +24,7 @@ from envfactory.export.errors import ExportError
 from envfactory.export.messages import ChatMessage, ChatToolCall, FunctionCall, result_text
 from envfactory.export.options import ExportOptions
 from envfactory.export.tools_schema import ToolNamer
-from envfactory.inputs import InputError, read_yaml
+from envfactory.inputs import InputError, read_yaml_model
 from envfactory.tasks.models import Node, Step, ToolCall, ToolResult, UserToolCall
 
 # model-facing wording lives in the prompts folder (overridable with ENVFACTORY_PROMPTS_DIR)
@@ -39,15 +39,10 @@ class ExportWording(BaseModel):
 
 @lru_cache(maxsize=8)
 def load_wording(prompts_dir: Path) -> ExportWording:
-    path = prompts_dir / WORDING_FILE
     try:
-        data = read_yaml(path)
+        return read_yaml_model(prompts_dir / WORDING_FILE, ExportWording)
     except InputError as e:
         raise ExportError(f"export wording {e}") from None
-    try:
-        return ExportWording.model_validate(data)
-    except ValueError as e:
-        raise ExportError(f"export wording {path}: {str(e).splitlines()[0]}") from None
 
 
 class Turn(BaseModel):

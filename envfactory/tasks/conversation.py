@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
-from envfactory.inputs import InputError, read_yaml
+from envfactory.inputs import InputError, read_yaml_model
 from envfactory.tasks.models import PlannedCall, ToolResult
 from envfactory.tasks.solver import LABEL_FIELDS, is_identity, label_of, singular
 
@@ -82,20 +82,11 @@ class Phrasings(BaseModel):
 
 @lru_cache(maxsize=8)
 def load_wording(prompts_dir: Path) -> tuple[Wording, Phrasings]:
-    out: list[BaseModel] = []
-    for rel, model in ((WORDING_FILE, Wording), (PHRASINGS_FILE, Phrasings)):
-        path = prompts_dir / rel
-        try:
-            data = read_yaml(path)
-        except InputError as e:
-            raise WordingError(f"conversation wording {e}") from None
-        try:
-            out.append(model.model_validate(data))
-        except ValueError as e:
-            raise WordingError(f"conversation wording {path}: {str(e).splitlines()[0]}") from None
-    wording, phrasings = out
-    assert isinstance(wording, Wording) and isinstance(phrasings, Phrasings)
-    return wording, phrasings
+    try:
+        wording = read_yaml_model(prompts_dir / WORDING_FILE, Wording)
+        return wording, read_yaml_model(prompts_dir / PHRASINGS_FILE, Phrasings)
+    except InputError as e:
+        raise WordingError(f"conversation wording {e}") from None
 
 
 # ---- values as words ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
-from envfactory.inputs import InputError, read_yaml
+from envfactory.inputs import InputError, read_yaml_model
 from envfactory.tasks.models import PlannedCall
 
 TEMPLATE_FILE = Path("template") / "query" / "en.yaml"
@@ -46,15 +46,10 @@ class QueryTemplate(BaseModel):
 
 @lru_cache(maxsize=8)
 def load_template(prompts_dir: Path) -> QueryTemplate:
-    path = prompts_dir / TEMPLATE_FILE
     try:
-        data = read_yaml(path)
+        return read_yaml_model(prompts_dir / TEMPLATE_FILE, QueryTemplate)
     except InputError as e:
         raise TemplateError(f"query template {e}") from None
-    try:
-        return QueryTemplate.model_validate(data)
-    except ValueError as e:
-        raise TemplateError(f"query template {path}: {str(e).splitlines()[0]}") from None
 
 
 def _words(name: str) -> str:
