@@ -612,3 +612,23 @@ def test_a_state_model_may_not_redefine_the_runtime_machinery() -> None:
     obs = parse_observations(run_checks_in_sandbox(code, TINY_META, [PING], FAST).output)
     assert obs is not None
     assert any("redefines State.dump" in p for p in obs.env_problems)
+
+
+def test_binds_below_tmp_show_on_top_of_the_private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interpreter or venv under /tmp (a clone in /tmp/x) stays visible: bwrap mounts in order, so the
+    private /tmp comes before every read-only bind, and one below /tmp lands on top of it."""
+    from envfactory.env.sandbox import wall
+
+    below = str(tmp_path / "venv")
+    assert below.startswith("/tmp/")
+    real = wall._ro_binds
+    monkeypatch.setattr(wall, "_ro_binds", lambda: [*real(), (below, below)])
+    args = wall.bwrap_args("bwrap", tmpfs_mb=16, seccomp_fd=None)
+    tmp_at = next(  # `--tmpfs /tmp`, or (started by root) `--bind <staged tmp> /tmp`
+        i
+        for i in range(len(args) - 2)
+        if (args[i] == "--tmpfs" and args[i + 1] == "/tmp") or (args[i] == "--bind" and args[i + 2] == "/tmp")
+    )
+    binds = [i for i in range(len(args) - 2) if args[i] == "--ro-bind"]
+    assert any(args[i + 2] == below for i in binds)
+    assert all(tmp_at < i for i in binds)

@@ -360,6 +360,8 @@ def bwrap_args(bwrap: str, *, tmpfs_mb: int, seccomp_fd: int | None, info_fd: in
     ]
     for key, value in child_env(wrapped=True).items():
         args += ["--setenv", key, value]
+    # the private /tmp first: a bind below /tmp (an interpreter or venv under /tmp) then shows on top of it
+    args += tmp
     for source, dest in binds:
         args += ["--ro-bind", source, dest]
     args += _symlinks()
@@ -367,7 +369,7 @@ def bwrap_args(bwrap: str, *, tmpfs_mb: int, seccomp_fd: int | None, info_fd: in
     args += ["--proc", "/proc", "--remount-ro", "/proc", "--dir", "/dev"]
     for dev in ("null", "zero", "random", "urandom"):
         args += ["--dev-bind", f"/dev/{dev}", f"/dev/{dev}"]
-    args += [*tmp, "--remount-ro", "/", "--chdir", "/tmp"]
+    args += ["--remount-ro", "/", "--chdir", "/tmp"]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     if info_fd is not None:
