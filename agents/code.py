@@ -9,9 +9,9 @@ from pathlib import Path
 from langchain_core.messages import BaseMessage
 
 from agents.common import AgentDeps
-from envfactory.env.checks import ErrorReport
 from envfactory.env.metadata import EnvMetadata
-from envfactory.structured import Expect, Structured
+from envfactory.envgen.checks import ErrorReport
+from envfactory.llm.structured import Expect, Structured
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 # the exemplar shown to the model: a real, tested environment of the bundled pool

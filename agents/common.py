@@ -11,9 +11,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
 from envfactory.config import Role, Settings, get_settings
-from envfactory.llm import UsageTracker, chat_model
-from envfactory.prompts import PromptLibrary, library_from_settings
-from envfactory.structured import Expect, Structured, ask
+from envfactory.llm.models import UsageTracker, chat_model
+from envfactory.llm.prompts import PromptLibrary, library_from_settings
+from envfactory.llm.structured import Expect, Structured, ask
 
 V = TypeVar("V")
 
@@ -44,7 +44,7 @@ class AgentDeps:
     def ask(
         self, role: Role, messages: Sequence[BaseMessage], expect: Expect[V], *, retries: int | None = None
     ) -> Structured[V]:
-        """The one structured-asking loop (`envfactory.structured.ask`) with `role`'s model, tagged with the
+        """The one structured-asking loop (`envfactory.llm.structured.ask`) with `role`'s model, tagged with the
         role; `structured_retries` re-asks unless `retries` says otherwise."""
         retries = self.settings.structured_retries if retries is None else retries
         return ask(self.model(role), messages, expect, library=self.prompts, retries=retries, role=role)

@@ -23,14 +23,14 @@ from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from agents.common import AgentDeps
-from agents.querygen import QUERY_ROLE, Preparation, QueryGenConfig
 from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
-from envfactory.structured import Structured, expect_model
+from envfactory.llm.structured import Structured, expect_model
+from envfactory.querygen.records import QUERY_ROLE, Preparation, QueryGenConfig
 from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.models import Node, PlannedCall, States
-from envfactory.tasks.solver import CoreIds, SolveOutcome, solve_chain
+from envfactory.tasks.pi_star import CoreIds, SolveOutcome, solve_chain
 from envfactory.toolgraph.sampler import ToolChain
 
 T = TypeVar("T", bound=BaseModel)

@@ -15,7 +15,7 @@ from agents.common import AgentDeps
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, load_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
-from envfactory.structured import expect_model
+from envfactory.llm.structured import expect_model
 
 
 class ToolIdea(BaseModel):
@@ -83,7 +83,7 @@ def _from_user(request: EnvGenRequest) -> SearchOutcome:
     if request.metadata_path:
         meta = load_metadata(request.metadata_path)
         return SearchOutcome(ok=True, metadata=meta, report=SearchReport(mode="metadata", domain=meta.domain))
-    from envfactory.env.openapi import openapi_to_metadata
+    from envfactory.envgen.openapi import openapi_to_metadata
 
     assert request.openapi_path is not None
     meta = openapi_to_metadata(Path(request.openapi_path), name=request.name, domain=request.domain or "utilities")
@@ -93,9 +93,9 @@ def _from_user(request: EnvGenRequest) -> SearchOutcome:
 def search_environment(deps: AgentDeps, request: EnvGenRequest, attempts: int = 3) -> SearchOutcome:
     if request.mode != "search":
         return _from_user(request)
-    from envfactory.coverage import PoolIndex
-    from envfactory.embeddings import Embedder
-    from envfactory.sources import search_sources
+    from envfactory.envgen.coverage import PoolIndex
+    from envfactory.envgen.sources import search_sources
+    from envfactory.llm.embeddings import Embedder
 
     settings = deps.settings
     pool = EnvPool(settings)

@@ -18,14 +18,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_core.runnables import RunnableConfig
 
 from agents.common import AgentDeps
-from agents.querygen import SOLVER_ROLE, Branch, SolveTask, UserCall, step_calls
-from agents.select import matcher_for, turn_goal_reached
 from agents.user import user_reply
 from envfactory.env.pool import EnvPool
-from envfactory.llm import message_text
+from envfactory.llm.models import message_text
+from envfactory.llm.thinking import split_thinking
+from envfactory.querygen.records import SOLVER_ROLE, Branch, SolveTask, UserCall, step_calls
+from envfactory.querygen.select import matcher_for, turn_goal_reached
 from envfactory.tasks.episode import Episode, result_of
 from envfactory.tasks.models import Node, States, Step, ToolCall, ToolResult
-from envfactory.thinking import split_thinking
 
 UNKNOWN_SERVER = "unknown"
 

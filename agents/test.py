@@ -1,6 +1,6 @@
 """Test Agent: LLM-written scenarios plus schema-derived checks, executed in the sandbox and judged.
 
-The verdict is computed by `envfactory.env.checks` from what the code actually did in a fresh
+The verdict is computed by `envfactory.envgen.checks` from what the code actually did in a fresh
 sandbox process — never from the model's claim that a scenario passed (the published code's flaw).
 """
 
@@ -11,11 +11,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agents.common import AgentDeps
-from envfactory.env.checks import ErrorItem, ErrorReport, TestScenario, schema_checks, validate_generated
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox import SandboxLimits
-from envfactory.health import HealthReport, HealthSettings, check_code
-from envfactory.structured import Structured, expect_model
+from envfactory.envgen.checks import ErrorItem, ErrorReport, TestScenario, schema_checks, validate_generated
+from envfactory.envgen.health import HealthReport, HealthSettings, check_code
+from envfactory.llm.structured import Structured, expect_model
 
 
 class ScenarioSet(BaseModel):
@@ -40,7 +40,7 @@ def initial_config_for(scenarios: list[TestScenario]) -> dict[str, Any]:
 
 def run_tests(deps: AgentDeps, code: str, metadata: EnvMetadata, scenarios: list[TestScenario]) -> ErrorReport:
     """Execute LLM scenarios + schema checks against `code` in a fresh sandbox process; judge. Code that
-    passes is then health-checked (`envfactory.health`, run sandboxed as the pool would run it): each
+    passes is then health-checked (`envfactory.envgen.health`, run sandboxed as the pool would run it): each
     broken invariant is a blocking `health` error naming its dimension, for the Code Agent to revise."""
     checks = schema_checks(metadata, initial_config_for(scenarios))
     limits = SandboxLimits.from_settings(deps.settings)

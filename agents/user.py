@@ -19,11 +19,11 @@ from langchain_core.runnables import Runnable, RunnableConfig
 
 from agents.common import AgentDeps
 from agents.query import calls_view
-from agents.querygen import USER_ROLE, SolveTask
 from envfactory.env.pool import EnvPool
-from envfactory.llm import message_text
+from envfactory.llm.models import message_text
+from envfactory.llm.thinking import strip_thinking
+from envfactory.querygen.records import USER_ROLE, SolveTask
 from envfactory.tasks.models import Step, ToolCall, ToolResult
-from envfactory.thinking import strip_thinking
 
 Execute = Callable[[str, Any, str | None], tuple[ToolCall, ToolResult]]
 

@@ -45,10 +45,10 @@ sys.path.insert(0, str(ROOT))
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool  # noqa: E402
 from envfactory.reward import CompositeReward, RewardResult, RewardSettings, apply_blanks  # noqa: E402
+from envfactory.reward.tool_calls import parse_tool_calls  # noqa: E402
 from envfactory.tasks.episode import replay  # noqa: E402
 from envfactory.tasks.models import States, ToolCall  # noqa: E402
 from envfactory.tasks.verifier import state_differences  # noqa: E402
-from envfactory.tool_calls import parse_tool_calls  # noqa: E402
 
 TARGET = 2000.0
 Step = tuple[str, str, dict[str, Any]]  # server, tool, arguments

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool, load_untrusted_folder  # noqa: E402
-from envfactory.net import free_port  # noqa: E402
+from envfactory.serve.net import free_port  # noqa: E402
 
 # the calls of one conversation, on the default scenario of the chosen environment
 CONVERSATIONS: dict[str, list[tuple[str, dict[str, Any]]]] = {

@@ -42,16 +42,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
-from envfactory.embeddings import Embedder, EmbeddingCache, load_model  # noqa: E402
 from envfactory.env.pool import EnvPool  # noqa: E402
+from envfactory.llm.embeddings import Embedder, EmbeddingCache, load_model  # noqa: E402
+from envfactory.suites.bfcl.flows import flow_report, ground_truth_flows  # noqa: E402
 from envfactory.toolgraph import (  # noqa: E402
     ToolGraph,
     ToolGraphSettings,
     ToolSource,
     TopologySampler,
     build_tool_graph,
-    flow_report,
-    ground_truth_flows,
     input_params,
     naive_pairs,
     output_params,

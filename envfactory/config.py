@@ -102,6 +102,10 @@ class Settings(BaseSettings):
             self.docs_dir = self.root / "sources"
         return self
 
+    def suite_enabled(self, name: str) -> bool:
+        """Whether the pool includes an imported suite's environments (`bfcl`: the `bfcl` switch)."""
+        return self.bfcl if name == "bfcl" else True
+
     @property
     def envs_path(self) -> Path:
         return self.envs_dir or self.root / "envs"

@@ -25,14 +25,14 @@ from agents.common import AgentDeps
 from agents.search import EnvGenRequest, search_environment
 from agents.test import generate_scenarios, run_tests
 from envfactory.config import Settings, get_settings
-from envfactory.env.checks import ErrorReport, TestScenario
 from envfactory.env.metadata import EnvMetadata, dump_metadata
 from envfactory.env.pool import EnvPool
-from envfactory.env.registry import registry_lock
 from envfactory.env.sandbox import SandboxUnavailable
-from envfactory.env.validate import sync_registry, validate_env
+from envfactory.envgen.checks import ErrorReport, TestScenario
+from envfactory.envgen.health import HealthSettings, gate
+from envfactory.envgen.registry import registry_lock
+from envfactory.envgen.validate import sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
-from envfactory.health import HealthSettings, gate
 from graphs.routing import ok_or_end
 
 Status = Literal["running", "registered", "rejected", "failed"]

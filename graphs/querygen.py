@@ -32,7 +32,11 @@ from typing_extensions import TypedDict  # pydantic (Studio's JSON schemas) need
 
 from agents.common import AgentDeps
 from agents.query import TurnQuery, generate, given_schema, prepare, refine, schema_generate, turns_of
-from agents.querygen import (
+from agents.solver import solve_branch
+from envfactory.config import get_settings
+from envfactory.env.pool import EnvPool
+from envfactory.errors import EnvFactoryError
+from envfactory.querygen.records import (
     Branch,
     Preparation,
     QueryGenConfig,
@@ -42,11 +46,7 @@ from agents.querygen import (
     model_names,
     preset_config,
 )
-from agents.select import filter_branch, matcher_for, select_branch
-from agents.solver import solve_branch
-from envfactory.config import get_settings
-from envfactory.env.pool import EnvPool
-from envfactory.errors import EnvFactoryError
+from envfactory.querygen.select import filter_branch, matcher_for, select_branch
 from envfactory.tasks.episode import replay
 from envfactory.tasks.models import (
     Assertion,

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from envfactory.config import Settings
-from envfactory.embeddings import PACKAGED_MODEL, Embedder, EmbeddingCache
 from envfactory.env.pool import EnvPool
+from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder, EmbeddingCache
 from envfactory.toolgraph import ToolGraph, ToolGraphSettings, ToolSource, build_tool_graph, pool_sources
 from envfactory.toolgraph.build import BuildReport
 

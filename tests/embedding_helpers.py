@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from envfactory.embeddings import PACKAGED_MODEL, Embedder
+from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder
 
 
 class CountingEmbedder(Embedder):

@@ -12,7 +12,7 @@ import yaml
 
 from agents.common import reset_model_cache
 from envfactory.config import get_settings
-from envfactory.llm import reset_scripted_models
+from envfactory.llm.models import reset_scripted_models
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import EnvGenContext, build
 

@@ -16,9 +16,9 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
-from envfactory.llm import ScriptedCall
+from envfactory.llm.models import ScriptedCall
 from envfactory.tasks.models import PlannedCall
-from envfactory.tasks.solver import solve_chain
+from envfactory.tasks.pi_star import solve_chain
 from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain
 from graphs.querygen import QueryGenContext, QueryGenOutcome, run_querygen
 from tests.envgen_helpers import setup_project

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from envfactory.net import free_port
+from envfactory.serve.net import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

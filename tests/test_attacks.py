@@ -36,21 +36,20 @@ from typing import Any
 import pytest
 
 from envfactory.config import Settings
-from envfactory.env.checks import ExpectedCall, TestScenario, judge
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.pool import EnvPool, load_env_folder
 from envfactory.env.sandbox import (
     Observations,
     SandboxLimits,
-    SandboxResult,
     parse_observations,
-    run_checks_in_sandbox,
     static_check,
 )
 from envfactory.env.sandbox.wall import RUNTIME_MOUNT
 from envfactory.env.sandbox.wire import decode
 from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession
 from envfactory.env.session import Session
+from envfactory.envgen.checks import ExpectedCall, TestScenario, judge
+from envfactory.envgen.checks.sandbox_round import SandboxResult, run_checks_in_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data" / "attacks"

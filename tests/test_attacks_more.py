@@ -34,16 +34,17 @@ import pytest
 
 import envfactory.env.sandboxed as sandboxed
 from envfactory.config import Settings
-from envfactory.env.checks import ExpectedCall, judge
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.pool import EnvPool
-from envfactory.env.sandbox import SandboxLimits, SandboxResult, parse_observations, run_checks_in_sandbox
+from envfactory.env.sandbox import SandboxLimits, parse_observations
 from envfactory.env.sandbox.process import SandboxProcess
 from envfactory.env.sandbox.protocol import WorkerLimits
 from envfactory.env.sandbox.wall import _stage_root, bwrap_args, find_wall
 from envfactory.env.sandbox.wire import decode
 from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession
 from envfactory.env.session import Session
+from envfactory.envgen.checks import ExpectedCall, judge
+from envfactory.envgen.checks.sandbox_round import SandboxResult, run_checks_in_sandbox
 from envfactory.errors import EnvLoadError, ScenarioError
 from tests.test_attacks import (
     AS_ROOT,

@@ -22,12 +22,12 @@ pytest.importorskip("bfcl_eval")
 import jsonschema
 
 from envfactory.config import Settings
-from envfactory.env import bfcl
 from envfactory.env.diff import state_part
 from envfactory.env.metadata import DOMAINS, EnvMetadata
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.env.tools import ArgumentError
+from envfactory.suites import bfcl
 
 ROOT = Path(__file__).resolve().parent.parent
 ENTRIES = bfcl.load_entries("multi_turn_base")

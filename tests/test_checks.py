@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from envfactory.env.checks import (
+from envfactory.env.metadata import EnvMetadata, load_metadata
+from envfactory.env.sandbox import SandboxLimits
+from envfactory.envgen.checks import (
     MISSING,
     UNKNOWN_TOOL,
     ErrorItem,
@@ -21,8 +23,6 @@ from envfactory.env.checks import (
     schema_checks,
     validate_generated,
 )
-from envfactory.env.metadata import EnvMetadata, load_metadata
-from envfactory.env.sandbox import SandboxLimits
 
 ROOT = Path(__file__).resolve().parent.parent
 HOTELS = ROOT / "envs" / "hotels"

@@ -26,9 +26,9 @@ from envfactory.tasks.models import (
     ToolCall,
     ToolResult,
 )
+from envfactory.tasks.pi_star import is_identity
 from envfactory.tasks.quality import is_id_parameter, measure
 from envfactory.tasks.run import run_batch
-from envfactory.tasks.solver import is_identity
 from envfactory.tasks.template import answer_fact
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from envfactory.config import Settings
-from envfactory.coverage import PoolIndex, entry_texts
 from envfactory.env.metadata import DOMAINS, load_metadata
 from envfactory.env.pool import EnvPool
+from envfactory.envgen.coverage import PoolIndex, entry_texts
 from tests.embedding_helpers import CountingEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent

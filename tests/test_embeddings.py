@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envfactory.embeddings import (
+from envfactory.errors import EnvFactoryError
+from envfactory.llm.embeddings import (
     EF_NAME,
     PACKAGED_MODEL,
     Embedder,
@@ -24,7 +25,6 @@ from envfactory.embeddings import (
     resolve_model,
     text_hash,
 )
-from envfactory.errors import EnvFactoryError
 from tests.embedding_helpers import CountingEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,7 +150,7 @@ def test_persisted_collection_reopens_offline_in_a_fresh_process(tmp_path: Path,
         socket.getaddrinfo = no_network
         import chromadb
         from chromadb.config import Settings
-        from envfactory.embeddings import chroma_adapter_class
+        from envfactory.llm.embeddings import chroma_adapter_class
         chroma_adapter_class()                        # registers the adapter, as open_collection does
         client = chromadb.PersistentClient(path={str(store)!r}, settings=Settings(anonymized_telemetry=False))
         col = client.get_collection({cache.collection.name!r})

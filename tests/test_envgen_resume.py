@@ -51,7 +51,17 @@ def test_sigkill_mid_loop_then_resume(tmp_path: Path, monkeypatch: pytest.Monkey
     )
     monkeypatch.setenv("ENVFACTORY_SANDBOX_TIMEOUT_S", "60")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envfactory.cli", "envgen", "run", "--metadata", str(METADATA), "--thread-id", THREAD],
+        [
+            sys.executable,
+            "-m",
+            "envfactory.cli",
+            "envgen",
+            "run",
+            "--metadata",
+            str(METADATA),
+            "--thread-id",
+            THREAD,
+        ],
         env=os.environ,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -534,7 +534,7 @@ def test_verl_parquet_is_the_reference_record(exported: dict[str, Path]) -> None
 
 
 def cli(*args: str) -> Any:
-    from envfactory.cli_export import app
+    from envfactory.cli.export import app
 
     root = typer.Typer(add_completion=False)
 
@@ -579,7 +579,7 @@ def test_a_torn_last_line_is_skipped(run_dir: Path, tmp_path: Path) -> None:
 
 def test_the_package_imports_no_heavy_library() -> None:
     heavy = "('datasets', 'pyarrow', 'transformers', 'torch', 'trl')"
-    code = f"import sys, envfactory.export, envfactory.cli_export; print([m for m in {heavy} if m in sys.modules])"
+    code = f"import sys, envfactory.export, envfactory.cli.export; print([m for m in {heavy} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"
 

@@ -1,4 +1,4 @@
-"""Environment health (`envfactory.health`, `envfactory envs health`): the contract's invariants, checked by
+"""Environment health (`envfactory.envgen.health`, `envfactory envs health`): the contract's invariants, checked by
 running the environment.
 
 Every shipped environment (native and BFCL) must be healthy; and for each dimension a deliberately broken
@@ -23,8 +23,8 @@ from envfactory.env import State
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.env.sandboxed import SandboxedEnvironment
-from envfactory.env.validate import validate_env
-from envfactory.health import DIMENSIONS, HealthSettings, check_code, check_health, gate, health_of
+from envfactory.envgen.health import DIMENSIONS, HealthSettings, check_code, check_health, gate, health_of
+from envfactory.envgen.validate import validate_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -283,8 +283,8 @@ def test_check_code_stages_candidate_code_like_the_pool(tmp_path: Path) -> None:
 def test_the_test_agent_names_the_failing_dimension(tmp_path: Path) -> None:
     from agents.common import AgentDeps
     from agents.test import run_tests
-    from envfactory.env.checks import ExpectedCall, TestScenario
     from envfactory.env.metadata import EnvMetadata
+    from envfactory.envgen.checks import ExpectedCall, TestScenario
 
     # a fork of a dump forgets the private bumps: the Test Agent's own scenarios (one live session) pass
     folder = write_env(tmp_path, "agent", broken_code("agent", "round_trip"))

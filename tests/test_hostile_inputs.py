@@ -20,8 +20,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from envfactory.net import free_port
 from envfactory.serve.mcp_server import RESET_TOOL, STATE_TOOL
+from envfactory.serve.net import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = {"hotel_id": "HT-POR-01", "guest_name": "Ana Costa", "check_in": "2026-03-01", "nights": 2}
@@ -183,7 +183,17 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     env = {**os.environ, "ENVFACTORY_ROOT": str(root), "ENVFACTORY_BFCL": "false"}
     with log.open("w") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "envfactory.cli", "serve", "hotels", "--transport", "http", "--port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "envfactory.cli",
+                "serve",
+                "hotels",
+                "--transport",
+                "http",
+                "--port",
+                str(port),
+            ],
             env=env,
             stdout=fh,
             stderr=subprocess.STDOUT,

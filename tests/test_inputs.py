@@ -259,25 +259,25 @@ def _state(p: Path) -> Any:
 
 
 def _registry(p: Path) -> Any:
-    from envfactory.env.registry import load_registry
+    from envfactory.envgen.registry import load_registry
 
     return load_registry(p)
 
 
 def _openapi(p: Path) -> Any:
-    from envfactory.env.openapi import load_openapi
+    from envfactory.envgen.openapi import load_openapi
 
     return load_openapi(p)
 
 
 def _prompt(p: Path) -> Any:
-    from envfactory.prompts import load_prompt_file
+    from envfactory.llm.prompts import load_prompt_file
 
     return load_prompt_file("demo/x", p)
 
 
 def _script(p: Path) -> Any:
-    from envfactory.llm import load_script
+    from envfactory.llm.models import load_script
 
     return load_script(p)
 
@@ -301,7 +301,7 @@ def _synth_jsonl(p: Path) -> Any:
 
 
 def _bfcl_jsonl(p: Path) -> Any:
-    from envfactory.env.bfcl.suites import read_jsonl
+    from envfactory.suites.bfcl.suites import read_jsonl
 
     return read_jsonl(p)
 
@@ -384,7 +384,7 @@ def test_invalid_utf8_is_a_one_line_error(tmp_path: Path, name: str, load: Calla
 
 
 def test_registry_messages_keep_their_advice(tmp_path: Path) -> None:
-    from envfactory.env.registry import Registry, RegistryError, load_registry, save_registry
+    from envfactory.envgen.registry import Registry, RegistryError, load_registry, save_registry
 
     path = tmp_path / "mcp_server.json"
     path.write_bytes(b'{"mcpServers": {"caf\xe9": {}}}')
@@ -483,7 +483,7 @@ def test_a_yaml_alias_bomb_synth_config_is_refused(tmp_path: Path) -> None:
 
 
 def test_sources_skip_a_fifo_and_a_deep_spec(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    from envfactory.sources import read_source
+    from envfactory.envgen.sources import read_source
 
     fifo = _fifo(tmp_path / "notes.md")
     deep = tmp_path / "api.json"

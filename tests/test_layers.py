@@ -58,7 +58,7 @@ def _offending(top: str, forbidden: tuple[str, ...]) -> list[str]:
 
 def test_the_import_reader_sees_relative_and_nested_imports() -> None:
     assert "langgraph.graph" in _imports(ROOT / "graphs" / "envgen.py")
-    assert {"envfactory.env.pool", "envfactory.env.pool.EnvPool"} <= _imports(ROOT / "envfactory" / "health.py")
+    assert {"envfactory.env.pool", "envfactory.env.pool.EnvPool"} <= _imports(ROOT / "envfactory" / "envgen/health.py")
 
 
 def test_the_library_imports_no_agents_graphs_training_or_langgraph() -> None:

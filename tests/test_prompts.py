@@ -9,9 +9,9 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from typer.testing import CliRunner
 
-from envfactory.cli_prompts import app
+from envfactory.cli.prompts import app
 from envfactory.config import Settings
-from envfactory.prompts import PROMPT_KEY, PromptError, PromptLibrary, library_from_settings
+from envfactory.llm.prompts import PROMPT_KEY, PromptError, PromptLibrary, library_from_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

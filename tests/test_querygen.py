@@ -17,10 +17,10 @@ import pytest
 import yaml
 
 from agents.common import reset_model_cache
-from agents.querygen import PRESETS, QueryGenError, preset_config
-from agents.select import filter_branch
 from envfactory.env.pool import EnvPool
-from envfactory.llm import ScriptExhaustedError, reset_scripted_models
+from envfactory.llm.models import ScriptExhaustedError, reset_scripted_models
+from envfactory.querygen.records import PRESETS, QueryGenError, preset_config
+from envfactory.querygen.select import filter_branch
 from envfactory.tasks.episode import replay
 from envfactory.tasks.models import Conversation, StateVerifier
 from envfactory.tasks.verifier import state_differences, verify
@@ -320,7 +320,7 @@ def test_filter_drops_a_failed_call_and_a_repeated_read(
 
 
 def test_filter_keeps_the_steps_when_the_replay_differs(pool: EnvPool, plan: Plan) -> None:
-    from agents.querygen import Branch
+    from envfactory.querygen.records import Branch
     from envfactory.tasks.models import Step, ToolCall, ToolResult
 
     env = pool.get("hotels")
@@ -510,8 +510,8 @@ def test_the_graph_takes_its_preset_from_a_plain_dict_context(
 
 
 def test_a_read_only_turn_needs_the_read_or_its_fact_in_the_answer(pool: EnvPool, plan: Plan) -> None:
-    from agents.querygen import Branch, TurnDraft
-    from agents.select import judge, matcher_for
+    from envfactory.querygen.records import Branch, TurnDraft
+    from envfactory.querygen.select import judge, matcher_for
     from envfactory.tasks.models import Step, ToolCall
 
     env = pool.get("hotels")

@@ -21,10 +21,10 @@ from envfactory.reward import (
     record_columns,
     same_value,
 )
+from envfactory.reward.tool_calls import ToolIndex, parse_tool_calls
 from envfactory.tasks.episode import replay
 from envfactory.tasks.models import MaskSpec, States, ToolCall
 from envfactory.tasks.verifier import canonical
-from envfactory.tool_calls import ToolIndex, parse_tool_calls
 
 Call = tuple[str, dict[str, Any]]
 

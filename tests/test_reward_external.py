@@ -12,11 +12,11 @@ import pytest
 from rich.console import Console
 
 from envfactory.config import Settings
-from envfactory.env import bfcl
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.export import catalog_from_pool, convert_to_rl_data
 from envfactory.reward import CompositeReward
+from envfactory.suites import bfcl
 from envfactory.tasks.batch import SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
 

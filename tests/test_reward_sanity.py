@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from envfactory.cli.demo import export_demo
 from envfactory.config import Settings
-from envfactory.demo import export_demo
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.export import FORMATS, convert_to_rl_data
 from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
 from envfactory.reward import CompositeReward
-from envfactory.reward_sanity import KINDS, completions, reward_sanity
+from envfactory.reward.sanity import KINDS, completions, reward_sanity
 from envfactory.tasks.batch import SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
 from envfactory.toolgraph import ToolGraph, save_graph

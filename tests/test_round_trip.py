@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from envfactory.env import bfcl
-from envfactory.env.checks import schema_checks
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord, Session
+from envfactory.envgen.checks import schema_checks
+from envfactory.suites import bfcl
 
 ENTRIES = bfcl.load_entries("multi_turn_base") if bfcl.available() else []
 

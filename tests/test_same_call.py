@@ -3,7 +3,7 @@
 From each native environment's schema-valid calls (the schema checks' own arguments on the default
 scenario), seeded variations a model produces — another letter case, surrounding spaces, an integer
 written as a float, an optional argument left out or given its default, a wrong value — are judged by
-the selection's rule (`agents.select.match_calls`) and scored by the reward as the only call of a
+the selection's rule (`envfactory.querygen.select.match_calls`) and scored by the reward as the only call of a
 one-call record: a call the selection would keep scores R_traj 1.0, one it would turn away less.
 """
 
@@ -14,10 +14,10 @@ import json
 import random
 from typing import Any
 
-from agents.select import match_calls, matcher_for
-from envfactory.env.checks import schema_checks
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
+from envfactory.envgen.checks import schema_checks
+from envfactory.querygen.select import match_calls, matcher_for
 from envfactory.reward import CompositeReward
 from envfactory.tasks.models import ToolCall
 

@@ -14,15 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from envfactory.env.checks import ExpectedCall, TestScenario
 from envfactory.env.metadata import EnvMetadata, load_metadata
 from envfactory.env.sandbox import (
     SandboxLimits,
-    SandboxResult,
     parse_observations,
-    run_checks_in_sandbox,
     static_check,
 )
+from envfactory.envgen.checks import ExpectedCall, TestScenario
+from envfactory.envgen.checks.sandbox_round import SandboxResult, run_checks_in_sandbox
 
 ROOT = Path(__file__).resolve().parent.parent
 HOTELS = ROOT / "envs" / "hotels"

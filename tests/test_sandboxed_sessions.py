@@ -26,14 +26,14 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from envfactory.config import Settings
-from envfactory.env.checks import schema_checks
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession
 from envfactory.env.session import CallRecord, Session
 from envfactory.env.trust import trust
-from envfactory.net import free_port
+from envfactory.envgen.checks import schema_checks
 from envfactory.reward import CompositeReward
+from envfactory.serve.net import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = sorted(p.name for p in (ROOT / "envs").iterdir() if (p / "env.py").is_file())
@@ -213,7 +213,16 @@ def test_no_os_sandbox_means_no_untrusted_code_unless_opted_out(tmp_path: Path) 
     bin_dir = tmp_path / "bin"  # a PATH with python but without bwrap
     bin_dir.mkdir()
     env = {**os.environ, "ENVFACTORY_ROOT": str(tmp_path), "ENVFACTORY_BFCL": "false", "PATH": str(bin_dir)}
-    cmd = [sys.executable, "-m", "envfactory.cli", "call", "hotels", "get_hotel", "--args", '{"hotel_id": "HT-LIS-01"}']
+    cmd = [
+        sys.executable,
+        "-m",
+        "envfactory.cli",
+        "call",
+        "hotels",
+        "get_hotel",
+        "--args",
+        '{"hotel_id": "HT-LIS-01"}',
+    ]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     line = res.stderr.strip()

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from envfactory.cli_scaling import app
+from envfactory.cli.scaling import app
 from envfactory.errors import EnvFactoryError
 from envfactory.scaling import (
     DEFAULT_PARAMS,

@@ -21,8 +21,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from envfactory.config import Settings
+from envfactory.envgen.sources import LocalSourceIndex, SourceSearchError, TavilySearch, chunk_text, search_sources
 from envfactory.errors import EnvFactoryError
-from envfactory.sources import LocalSourceIndex, SourceSearchError, TavilySearch, chunk_text, search_sources
 from tests.embedding_helpers import CountingEmbedder
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,9 +9,9 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import BaseModel, Field
 
-from envfactory.llm import ScriptedChatModel, ScriptExhaustedError, UsageTracker
-from envfactory.prompts import PROMPT_KEY, PromptLibrary
-from envfactory.structured import (
+from envfactory.llm.models import ScriptedChatModel, ScriptExhaustedError, UsageTracker
+from envfactory.llm.prompts import PROMPT_KEY, PromptLibrary
+from envfactory.llm.structured import (
     ExtractionError,
     Structured,
     aask_structured,

@@ -1,13 +1,13 @@
-"""The one rule for `<think>` traces (envfactory/thinking.py), and that every reader of model replies follows it."""
+"""The one rule for `<think>` traces (envfactory/llm/thinking.py), and that every reader of model replies follows it."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from envfactory.structured import _scan
-from envfactory.thinking import split_thinking, strip_thinking
-from envfactory.tool_calls import parse_tool_calls
+from envfactory.llm.structured import _scan
+from envfactory.llm.thinking import split_thinking, strip_thinking
+from envfactory.reward.tool_calls import parse_tool_calls
 
 
 def test_closed_blocks_are_traces_and_the_rest_is_said() -> None:

@@ -16,7 +16,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from envfactory.embeddings import EmbeddingCache
+from envfactory.llm.embeddings import EmbeddingCache
+from envfactory.suites.bfcl.flows import flow_report, ground_truth_flows
 from envfactory.toolgraph import (
     FORMAT_VERSION,
     ParamSpec,
@@ -27,8 +28,6 @@ from envfactory.toolgraph import (
     TopologySampler,
     classify,
     export_graphml,
-    flow_report,
-    ground_truth_flows,
     input_params,
     load_graph,
     naive_pairs,

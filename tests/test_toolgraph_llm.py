@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from envfactory.embeddings import PACKAGED_MODEL, Embedder
 from envfactory.env.pool import EnvPool
-from envfactory.llm import ScriptedChatModel
-from envfactory.prompts import PromptLibrary
-from envfactory.structured import parse_reply
+from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder
+from envfactory.llm.models import ScriptedChatModel
+from envfactory.llm.prompts import PromptLibrary
+from envfactory.llm.structured import parse_reply
 from envfactory.toolgraph import ToolGraphError, ToolGraphSettings, ToolSource, build_tool_graph, env_sources
 from envfactory.toolgraph.llm_classify import UserProvidedAnswer
 from envfactory.toolgraph.refine import RefineAnswer

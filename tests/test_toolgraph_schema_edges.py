@@ -15,17 +15,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from envfactory.embeddings import EmbeddingCache
 from envfactory.env.metadata import ToolSpec
+from envfactory.llm.embeddings import EmbeddingCache
+from envfactory.suites.bfcl.flows import Flow, flow_report, ground_truth_flows
 from envfactory.toolgraph import (
-    Flow,
     ToolGraph,
     ToolGraphSettings,
     ToolSource,
     TopologySampler,
     build_tool_graph,
-    flow_report,
-    ground_truth_flows,
     input_params,
     load_graph,
     output_params,

@@ -108,6 +108,18 @@ def _digest(folder: Path) -> str | None:
         return None
 
 
+def imported_suites() -> dict[str, Callable[[], dict[str, Callable[[], BaseEnvironment]]]]:
+    """The imported benchmark suites installed: the `envfactory.suites` entry point group.
+
+    Each entry names a function returning the suite's environment factories by name ({} when the
+    benchmark's package is missing). The runtime never imports a suite: `envfactory.suites.bfcl`
+    registers itself in pyproject.toml, and another package can add one the same way.
+    """
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep.load() for ep in entry_points(group="envfactory.suites")}
+
+
 class EnvPool:
     """Lazily loads environments by name; each is loaded once per pool."""
 
@@ -131,11 +143,9 @@ class EnvPool:
     def imported_factories(self) -> dict[str, Callable[[], BaseEnvironment]]:
         if self._imported is None:
             self._imported = {}
-            if self.settings.bfcl:
-                from envfactory.env import bfcl
-
-                if bfcl.available():
-                    self._imported.update(bfcl.factories())
+            for name, environments in imported_suites().items():
+                if self.settings.suite_enabled(name):
+                    self._imported.update(environments())
         return self._imported
 
     def names(self, include_imported: bool = True) -> list[str]:

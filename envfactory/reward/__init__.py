@@ -5,7 +5,7 @@ tool calls (`name`, `arguments`, `masked_arguments`; `server` or a qualified nam
 `extra_info.mcp_factory_kwargs` — `mcp_servers`, `initial_config`, `final_config` (JSON strings or
 parsed objects; both are accepted). A completion is scored against it:
 
-**Parsing** (`envfactory.tool_calls`): the completion's calls in any common format. A completion
+**Parsing** (`envfactory.reward.tool_calls`): the completion's calls in any common format. A completion
 that is not text/messages at all, or that tried to call tools but none could be read, scores
 **0.0** with the reason in `RewardResult.reasons`; nothing here raises for model output.
 

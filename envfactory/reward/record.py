@@ -14,8 +14,8 @@ from pydantic_core import to_json
 from envfactory.env.environment import BaseEnvironment
 from envfactory.reward.settings import RecordError
 from envfactory.reward.state_masking import Blank, apply_blanks
+from envfactory.reward.tool_calls import ToolIndex, json_problem
 from envfactory.tasks.models import ToolCall
-from envfactory.tool_calls import ToolIndex, json_problem
 
 _PATH_SHOWN = 3
 

@@ -26,9 +26,9 @@ from envfactory.reward.record import (
 )
 from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
+from envfactory.reward.tool_calls import ParsedCompletion, parse_tool_calls
 from envfactory.tasks.episode import Episode
 from envfactory.tasks.models import ToolCall
-from envfactory.tool_calls import ParsedCompletion, parse_tool_calls
 
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
 

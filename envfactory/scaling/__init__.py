@@ -8,7 +8,7 @@ the figure, and composition suggestions for a task budget.
 - `budget`   the best compositions for a budget of N = A×T×S instances
 - `simulate` synthetic tables from known parameters
 
-`envfactory scaling fit | suggest | simulate` (`envfactory/cli_scaling.py`) is the command line.
+`envfactory scaling fit | suggest | simulate` (`envfactory/cli/scaling.py`) is the command line.
 """
 
 from envfactory.scaling.budget import CompositionLimits, Suggestion, suggest_compositions

@@ -34,7 +34,7 @@ from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import InputError, read_yaml_model
 from envfactory.tasks.models import PlannedCall, ToolResult
-from envfactory.tasks.solver import LABEL_FIELDS, is_identity, label_of, singular
+from envfactory.tasks.pi_star import LABEL_FIELDS, is_identity, label_of, singular
 
 WORDING_FILE = Path("template") / "conversation" / "en.yaml"
 PHRASINGS_FILE = Path("template") / "conversation" / "tools.yaml"

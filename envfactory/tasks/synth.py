@@ -36,7 +36,7 @@ from envfactory.tasks.models import (
     Task,
     ToolResult,
 )
-from envfactory.tasks.solver import CoreIds, SolveOutcome, SolverSettings, solve_chain
+from envfactory.tasks.pi_star import CoreIds, SolveOutcome, SolverSettings, solve_chain
 from envfactory.tasks.template import TemplateWriter, answer_fact, load_template
 from envfactory.tasks.verifier import admissible, verify
 from envfactory.toolgraph.sampler import ToolChain

@@ -15,10 +15,10 @@ Modules, one concept each:
 - `build`: `build_tool_graph`, the pipeline from sources to graph; `refine`: LLM refinement;
 - `io`: JSON save/load with a format version, GraphML export; `html`: one environment's HTML view;
 - `sampler`: `TopologySampler` and `ToolChain`;
-- `bfcl_check`: recall of BFCL ground-truth data flows; `synthetic`: synthetic pools for benchmarks.
+- `synthetic`: synthetic pools for benchmarks (BFCL's ground-truth flows, the recall check:
+  `envfactory.suites.bfcl.flows`).
 """
 
-from envfactory.toolgraph.bfcl_check import Flow, FlowReport, flow_report, ground_truth_flows
 from envfactory.toolgraph.build import BuildReport, BuildTimings, build_tool_graph, embed_texts
 from envfactory.toolgraph.classify import Verdict, classify
 from envfactory.toolgraph.collect import env_sources, pool_sources
@@ -38,8 +38,6 @@ __all__ = [
     "BuildReport",
     "BuildTimings",
     "ChainStep",
-    "Flow",
-    "FlowReport",
     "GraphStats",
     "InputSource",
     "ParamSpec",
@@ -57,9 +55,7 @@ __all__ = [
     "embed_texts",
     "env_sources",
     "export_graphml",
-    "flow_report",
     "graph_path",
-    "ground_truth_flows",
     "input_params",
     "load_graph",
     "naive_pairs",

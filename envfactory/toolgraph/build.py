@@ -26,8 +26,8 @@ from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
 from envfactory.config import Settings
-from envfactory.embeddings import TextEmbedder
-from envfactory.prompts import PromptLibrary
+from envfactory.llm.embeddings import TextEmbedder
+from envfactory.llm.prompts import PromptLibrary
 from envfactory.toolgraph.classify import Verdict, classify
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
@@ -307,10 +307,10 @@ def build_pool_graph(
 ) -> tuple[ToolGraph, BuildReport]:
     """The graph of the pool's tools (or of `envs`), embedded through the data dir's cache; the LLM
     classifies and refines when one is configured (and `no_llm` is not set)."""
-    from envfactory.embeddings import Embedder, EmbeddingCache
     from envfactory.env.pool import EnvPool
-    from envfactory.llm import chat_model
-    from envfactory.prompts import library_from_settings
+    from envfactory.llm.embeddings import Embedder, EmbeddingCache
+    from envfactory.llm.models import chat_model
+    from envfactory.llm.prompts import library_from_settings
     from envfactory.toolgraph.collect import pool_sources
     from envfactory.toolgraph.settings import cache_path
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
-from envfactory.prompts import PromptLibrary
-from envfactory.structured import ask_structured
+from envfactory.llm.prompts import PromptLibrary
+from envfactory.llm.structured import ask_structured
 from envfactory.toolgraph.classify import Verdict
 from envfactory.toolgraph.params import ParamSpec
 

@@ -15,8 +15,8 @@ from typing import Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
-from envfactory.prompts import PromptLibrary
-from envfactory.structured import ask_structured
+from envfactory.llm.prompts import PromptLibrary
+from envfactory.llm.structured import ask_structured
 from envfactory.toolgraph.graph import ToolGraph
 
 PROMPT = "toolgraph/refine"

@@ -1,7 +1,6 @@
 """Running untrusted generated environment code: a static filter, then a process walled off by the kernel.
 
-DESIGN: "Generated code is hostile until a person trusts it: the OS is the wall, Python checks only
-a filter."
+Generated code is hostile until a person trusts it: the OS is the wall, Python checks only a filter.
 
 Layers, outermost first:
 
@@ -12,16 +11,17 @@ Layers, outermost first:
    before any untrusted code. No OS sandbox: refused, unless the user opts out by name.
 2. `process` / `wire`: the parent drives a worker one request at a time over pipes, reading every
    answer with a deadline, a size limit and a depth limit; anything late or malformed kills it.
-3. `runner`: an EnvGen validation round (`run_checks_in_sandbox`): the parent makes every call and
-   records the `Observations` itself; the judge (`envfactory.env.checks`) compares them with
-   expectations the worker never sees. `envfactory.env.sandboxed` serves the `Session` API of an
-   untrusted environment from a pool of the same workers: what was judged is what runs.
+3. the callers: EnvGen's validation round (`envfactory.envgen.checks.sandbox_round`,
+   `run_checks_in_sandbox`): the parent makes every call and records the `Observations` itself; the
+   judge (`envfactory.envgen.checks`) compares them with expectations the worker never sees.
+   `envfactory.env.sandboxed` serves the `Session` API of an untrusted environment from a pool of
+   the same workers: what was judged is what runs.
 4. `static_check` (the AST policy) and the worker's guarded builtins (`guards`) are a filter: they
    give the Code Agent precise feedback (a line and a reason), and make the obvious escapes fail
    early. They are not the containment.
 
-Modules: `policy` (allow-lists), `ast_check`, `limits`, `wall`, `wire`, `protocol`, `process`,
-`runner`; the worker's side: `worker` with `isolation` (limits, filter, privileges), `guards` and
+Modules: `policy` (allow-lists), `ast_check`, `limits`, `wall`, `wire`, `protocol`, `process`;
+the worker's side: `worker` with `isolation` (limits, filter, privileges), `guards` and
 `integrity` (tampering snapshots, a filter as well). The worker's modules are not imported here:
 `python -m envfactory.env.sandbox.worker` imports this package first, and the parent never needs them.
 """
@@ -49,7 +49,6 @@ from envfactory.env.sandbox.protocol import (
     StepObservation,
     parse_observations,
 )
-from envfactory.env.sandbox.runner import SandboxResult, SandboxStatus, run_checks_in_sandbox
 from envfactory.env.sandbox.wall import SandboxUnavailable, Wall, find_wall
 
 __all__ = [
@@ -67,8 +66,6 @@ __all__ = [
     "Observations",
     "Phase",
     "SandboxLimits",
-    "SandboxResult",
-    "SandboxStatus",
     "SandboxUnavailable",
     "ScenarioObservation",
     "StaticProblem",
@@ -78,6 +75,5 @@ __all__ = [
     "module_member_problem",
     "module_problem",
     "parse_observations",
-    "run_checks_in_sandbox",
     "static_check",
 ]

@@ -6,7 +6,7 @@ untrusted: the parent validates it against these models and judges it itself. Th
 sees an expected result, and it writes no result file a forged exit could leave behind.
 
 `Observations` is the parent's own record of a validation round, built from those answers; the
-judge (`envfactory.env.checks`) compares it with the scenarios' expectations.
+judge (`envfactory.envgen.checks`) compares it with the scenarios' expectations.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfactory.env.bfcl.adapter import environment
-from envfactory.env.bfcl.suites import _version_prefix, class_importable, data_dir, read_jsonl
 from envfactory.env.session import Session
+from envfactory.suites.bfcl.adapter import environment
+from envfactory.suites.bfcl.suites import _version_prefix, class_importable, data_dir, read_jsonl
 
 
 def route(method: str, involved_classes: list[str]) -> str | None:

@@ -21,10 +21,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agents.querygen import Branch, SolveTask, TurnDraft, UserCall
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
+from envfactory.querygen.records import Branch, SolveTask, TurnDraft, UserCall
 from envfactory.reward.matching import CallMatcher
 from envfactory.tasks.episode import replay
 from envfactory.tasks.models import MaskSpec, PlannedCall, States, StateVerifier, Step, ToolCall, ToolResult

@@ -36,7 +36,7 @@ from rich.table import Table
 from envfactory.config import ROLES, LLMSettings, Role, Settings, get_settings
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.inputs import InputError, read_yaml
-from envfactory.prompts import PROMPT_KEY
+from envfactory.llm.prompts import PROMPT_KEY
 
 ANY_PROMPT = "*"  # script key for calls whose prompt has no responses of its own (or no prompt name)
 ToolLike = dict[str, Any] | type | Callable[..., Any] | BaseTool
@@ -267,7 +267,7 @@ class _ScriptPlayer:
 class ScriptedChatModel(BaseChatModel):
     """Replays scripted responses: a list (in order) or a mapping prompt name → list (in order per prompt).
 
-    The prompt name comes from the conversation's first message (see `envfactory.prompts`), so a
+    The prompt name comes from the conversation's first message (see `envfactory.llm.prompts`), so a
     repair re-ask after bad output takes the next response of the *original* prompt. In a mapping,
     the key `"*"` serves calls whose prompt has no list of its own. Usage: ceil(characters / 4).
     """

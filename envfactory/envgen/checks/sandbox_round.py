@@ -34,7 +34,7 @@ from envfactory.env.sandbox.protocol import (
 from envfactory.env.sandbox.wall import Wall, find_wall
 
 if TYPE_CHECKING:
-    from envfactory.env.checks.scenarios import TestScenario
+    from envfactory.envgen.checks.scenarios import TestScenario
 
 SandboxStatus = Literal["ok", "static_rejected", "timeout", "memory", "crashed"]
 CODE_PATH = "/sandbox/env.py"  # what tracebacks name; no such file exists anywhere

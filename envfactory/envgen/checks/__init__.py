@@ -40,8 +40,8 @@ Modules:
 - `verdict`: `judge` and `validate_generated`.
 """
 
-from envfactory.env.checks.matching import MISSING, match, resolve_path
-from envfactory.env.checks.report import (
+from envfactory.envgen.checks.matching import MISSING, match, resolve_path
+from envfactory.envgen.checks.report import (
     SEVERITY_ORDER,
     Dimension,
     ErrorItem,
@@ -50,9 +50,9 @@ from envfactory.env.checks.report import (
     ScenarioOutcome,
     Severity,
 )
-from envfactory.env.checks.scenarios import ExpectedCall, TestScenario
-from envfactory.env.checks.schema_scenarios import UNKNOWN_PARAMETER, UNKNOWN_TOOL, schema_checks
-from envfactory.env.checks.verdict import judge, validate_generated
+from envfactory.envgen.checks.scenarios import ExpectedCall, TestScenario
+from envfactory.envgen.checks.schema_scenarios import UNKNOWN_PARAMETER, UNKNOWN_TOOL, schema_checks
+from envfactory.envgen.checks.verdict import judge, validate_generated
 
 __all__ = [
     "MISSING",

@@ -48,12 +48,12 @@ Modules, one concept each:
 - `entries`: BFCL's test entries (`load_entries`) and `route`.
 """
 
-from envfactory.env.bfcl.adapter import BFCLEnvironment, BFCLTool, environment, factories
-from envfactory.env.bfcl.calls import CallSyntaxError, ParsedCall, parse_call, parse_calls
-from envfactory.env.bfcl.dump import to_jsonable
-from envfactory.env.bfcl.entries import BFCLEntry, load_entries, route
-from envfactory.env.bfcl.schema import StrictValidator, convert_schema
-from envfactory.env.bfcl.suites import (
+from envfactory.suites.bfcl.adapter import BFCLEnvironment, BFCLTool, environment, factories
+from envfactory.suites.bfcl.calls import CallSyntaxError, ParsedCall, parse_call, parse_calls
+from envfactory.suites.bfcl.dump import to_jsonable
+from envfactory.suites.bfcl.entries import BFCLEntry, load_entries, route
+from envfactory.suites.bfcl.schema import StrictValidator, convert_schema
+from envfactory.suites.bfcl.suites import (
     SUITES_BY_CLASS,
     SUITES_BY_ENV,
     available,

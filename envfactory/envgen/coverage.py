@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from envfactory.embeddings import IndexSync, TextEmbedder, max_batch, open_collection, text_hash
 from envfactory.env.metadata import DOMAINS, EnvMetadata, load_metadata
 from envfactory.env.pool import EnvPool
+from envfactory.llm.embeddings import IndexSync, TextEmbedder, max_batch, open_collection, text_hash
 
 
 class DomainGap(BaseModel):

@@ -22,9 +22,9 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, Field, ValidationError
 
-from envfactory.llm import message_text
-from envfactory.prompts import PromptLibrary
-from envfactory.thinking import strip_thinking
+from envfactory.llm.models import message_text
+from envfactory.llm.prompts import PromptLibrary
+from envfactory.llm.thinking import strip_thinking
 
 T = TypeVar("T", bound=BaseModel)
 V = TypeVar("V")

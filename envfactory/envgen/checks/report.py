@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-# "health": an invariant of the environment contract that `envfactory.health` found broken (round trip,
+# "health": an invariant of the environment contract that `envfactory.envgen.health` found broken (round trip,
 # determinism, read-only reads, robustness, reachable writes, schema); the message starts with which
 Dimension = Literal["interface", "execution", "results", "state", "health"]
 Severity = Literal["critical", "high", "medium", "low"]

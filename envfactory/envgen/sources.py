@@ -18,9 +18,9 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from envfactory.config import Settings, get_settings
-from envfactory.embeddings import Embedder, IndexSync, TextEmbedder, max_batch, open_collection, text_hash
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import InputError, parse_json, parse_yaml, read_file_bytes, read_text
+from envfactory.llm.embeddings import Embedder, IndexSync, TextEmbedder, max_batch, open_collection, text_hash
 
 if TYPE_CHECKING:
     from chromadb.api.types import Metadata

@@ -1,7 +1,7 @@
 """External check of the graph against BFCL's multi-turn ground truth.
 
 Each ground-truth turn is replayed through our BFCL sessions (one per involved class, as
-`envfactory.env.bfcl` runs them). For every pair of consecutive calls in a turn, the pair is a
+`envfactory.suites.bfcl` runs them). For every pair of consecutive calls in a turn, the pair is a
 **data flow** when a value the first call returned (any scalar leaf of its result; booleans, null
 and empty strings are not values) is an argument value (any scalar leaf) of the second. Recall is
 the fraction of data-flow pairs whose (first tool → second tool) is a Tool_Depend edge of the graph,
@@ -60,8 +60,8 @@ def _leaves(value: Any) -> Iterator[tuple[str, Any]]:
 
 def ground_truth_flows(category: str = "multi_turn_base") -> tuple[int, list[Flow]]:
     """(consecutive call pairs, data flows) of BFCL's ground truth for `category`."""
-    from envfactory.env import bfcl
     from envfactory.env.session import Session
+    from envfactory.suites import bfcl
 
     importable = {c for c in bfcl.SUITES_BY_CLASS if bfcl.class_importable(c)}
     pairs = 0

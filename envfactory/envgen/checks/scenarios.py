@@ -6,8 +6,8 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from envfactory.env.checks.matching import _operator_problem
 from envfactory.env.session import ErrorType
+from envfactory.envgen.checks.matching import _operator_problem
 
 
 class ExpectedCall(BaseModel):

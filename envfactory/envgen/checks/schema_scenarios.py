@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from envfactory.env.checks.matching import MISSING, _is_number
-from envfactory.env.checks.scenarios import ExpectedCall, TestScenario
 from envfactory.env.metadata import EnvMetadata, ToolSpec
 from envfactory.env.state import DEFAULT_CLOCK
+from envfactory.envgen.checks.matching import MISSING, _is_number
+from envfactory.envgen.checks.scenarios import ExpectedCall, TestScenario
 
 
 class _Samples:

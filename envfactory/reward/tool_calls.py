@@ -45,8 +45,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from envfactory.llm.thinking import split_thinking
 from envfactory.tasks.models import ToolCall
-from envfactory.thinking import split_thinking
 
 MAX_CHARS = 200_000  # longer text is cut here before parsing (noted)
 MAX_CALLS = 64  # calls kept; further ones are only counted (`dropped`)
@@ -368,7 +368,7 @@ class _Parser:
                 self.json_value(value, f"{where} fence {k}", body)
 
     def strip_think(self, text: str, where: str) -> str:
-        """Drop `<think>` traces (`envfactory.thinking`'s rules); an unclosed one is a problem."""
+        """Drop `<think>` traces (`envfactory.llm.thinking`'s rules); an unclosed one is a problem."""
         split = split_thinking(text)
         if split.unclosed:
             self.out.problems.append(f"{where}: unclosed <think>; the rest of the text was ignored")

@@ -10,20 +10,26 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from envfactory.env.checks.interface import _interface_errors
-from envfactory.env.checks.matching import MISSING, _short, match, resolve_path
-from envfactory.env.checks.report import Dimension, ErrorItem, ErrorReport, InvalidScenario, ScenarioOutcome, Severity
-from envfactory.env.checks.scenarios import ExpectedCall, TestScenario
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox import (
     Observations,
     SandboxLimits,
-    SandboxResult,
     ScenarioObservation,
     StepObservation,
     parse_observations,
-    run_checks_in_sandbox,
 )
+from envfactory.envgen.checks.interface import _interface_errors
+from envfactory.envgen.checks.matching import MISSING, _short, match, resolve_path
+from envfactory.envgen.checks.report import (
+    Dimension,
+    ErrorItem,
+    ErrorReport,
+    InvalidScenario,
+    ScenarioOutcome,
+    Severity,
+)
+from envfactory.envgen.checks.sandbox_round import SandboxResult, run_checks_in_sandbox
+from envfactory.envgen.checks.scenarios import ExpectedCall, TestScenario
 
 _FAILING = frozenset({"critical", "high", "medium"})  # severities that fail the scenario they occur in
 _TOOL_ERROR_FAMILY = frozenset({"tool_error", "not_found", "conflict"})

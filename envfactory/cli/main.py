@@ -12,11 +12,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from envfactory.cli_prompts import app as prompts_app
+from envfactory.cli.prompts import app as prompts_app
 from envfactory.config import get_settings
 from envfactory.env.metadata import dump_metadata
 from envfactory.env.pool import EnvPool, derived_metadata
-from envfactory.env.validate import missing_registered, runs_as, source_of, sync_registry, validate_env
+from envfactory.envgen.validate import missing_registered, runs_as, source_of, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import parse_json, write_atomic
 
@@ -75,7 +75,7 @@ def envs_validate(
     health: Annotated[bool, typer.Option(help="also require health (see `envs health`)")] = True,
 ) -> None:
     """Validate environments against the contract and their health; update configs/mcp_server.json."""
-    from envfactory.health import HealthSettings, gate
+    from envfactory.envgen.health import HealthSettings, gate
 
     pool = _pool()
     names = [name] if name else pool.names()
@@ -115,7 +115,7 @@ def envs_health(
 ) -> None:
     """Check the environment contract by running it: round trips, determinism, read-only reads, robustness
     under malformed calls, reachable writes, schema. Exits non-zero if any environment is unhealthy."""
-    from envfactory.health import DIMENSIONS, HealthSettings, health_of
+    from envfactory.envgen.health import DIMENSIONS, HealthSettings, health_of
 
     pool = _pool()
     names = pool.names()
@@ -278,7 +278,7 @@ def call(
 @app.command("demo")
 def demo() -> None:
     """Run the main job offline on the bundled pool (what `make demo` runs)."""
-    from envfactory.demo import run_demo
+    from envfactory.cli.demo import run_demo
 
     reports = run_demo(get_settings(), out)
     failed = [r.name for r in reports if not r.ok]
@@ -306,7 +306,3 @@ def main() -> None:
     except EnvFactoryError as e:
         err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
         sys.exit(1)
-
-
-if __name__ == "__main__":
-    main()

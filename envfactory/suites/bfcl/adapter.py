@@ -18,8 +18,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from envfactory.env.bfcl.calls import ParsedCall
-from envfactory.env.bfcl.dump import (
+from envfactory.env.diff import RUNTIME_PREFIX, StateDiff
+from envfactory.env.environment import BaseEnvironment
+from envfactory.env.metadata import EnvMetadata, ToolKind, ToolSpec
+from envfactory.env.state import Change
+from envfactory.env.tools import ArgumentError, ArgumentProblem
+from envfactory.errors import ScenarioError, ToolError
+from envfactory.suites.bfcl.calls import ParsedCall
+from envfactory.suites.bfcl.dump import (
     _NOT_STATE,
     _NOT_STATE_ALL,
     FolderCycleError,
@@ -28,8 +34,8 @@ from envfactory.env.bfcl.dump import (
     restore_int_keys,
     to_jsonable,
 )
-from envfactory.env.bfcl.schema import StrictValidator, _parameters_schema, _problem_for, convert_schema
-from envfactory.env.bfcl.suites import (
+from envfactory.suites.bfcl.schema import StrictValidator, _parameters_schema, _problem_for, convert_schema
+from envfactory.suites.bfcl.suites import (
     _INPUT_PATCHES,
     _NULLABLE_OUTPUT,
     _SUITES,
@@ -42,12 +48,6 @@ from envfactory.env.bfcl.suites import (
     func_docs,
     load_class,
 )
-from envfactory.env.diff import RUNTIME_PREFIX, StateDiff
-from envfactory.env.environment import BaseEnvironment
-from envfactory.env.metadata import EnvMetadata, ToolKind, ToolSpec
-from envfactory.env.state import Change
-from envfactory.env.tools import ArgumentError, ArgumentProblem
-from envfactory.errors import ScenarioError, ToolError
 
 
 @contextmanager
@@ -220,7 +220,7 @@ class BFCLEnvironment(BaseEnvironment):
 
     def sample_configs(self, limit: int = 4) -> list[tuple[str, dict[str, Any]]]:
         """BFCL's own initial configs for this class: those of the first multi_turn_base entries using it."""
-        from envfactory.env.bfcl.entries import load_entries
+        from envfactory.suites.bfcl.entries import load_entries
 
         out: list[tuple[str, dict[str, Any]]] = []
         with contextlib.suppress(Exception):
@@ -231,8 +231,8 @@ class BFCLEnvironment(BaseEnvironment):
 
     def known_calls(self, label: str) -> list[tuple[str, dict[str, Any]]]:
         """The ground truth of entry `label` that runs on this class, call by call, in turn order."""
-        from envfactory.env.bfcl.calls import CallSyntaxError, parse_call
-        from envfactory.env.bfcl.entries import load_entries, route
+        from envfactory.suites.bfcl.calls import CallSyntaxError, parse_call
+        from envfactory.suites.bfcl.entries import load_entries, route
 
         out: list[tuple[str, dict[str, Any]]] = []
         with contextlib.suppress(Exception):

@@ -38,14 +38,14 @@ from jsonschema.exceptions import SchemaError
 from pydantic import BaseModel, Field
 
 from envfactory.config import Settings
-from envfactory.env.checks.schema_scenarios import schema_checks
 from envfactory.env.diff import state_part
 from envfactory.env.environment import BaseEnvironment, Environment, contract_problems
 from envfactory.env.metadata import EnvMetadata, dump_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.env.sandboxed import WorkerPool, release_pool
 from envfactory.env.session import CallRecord, Session
-from envfactory.env.validate import EnvReport
+from envfactory.envgen.checks.schema_scenarios import schema_checks
+from envfactory.envgen.validate import EnvReport
 from envfactory.errors import EnvFactoryError
 
 Dimension = Literal["round_trip", "determinism", "read_only", "robustness", "writes_reachable", "schema"]
@@ -290,7 +290,7 @@ class _Checker:
             for tool in writes:
                 self.fail("writes_reachable", f"write tool {tool} never succeeded in a change from a shipped scenario")
             return
-        from envfactory.tasks.solver import SolverSettings, solve_chain
+        from envfactory.tasks.pi_star import SolverSettings, solve_chain
         from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain
 
         settings = SolverSettings(ids_from_state=True, target_plans=4)

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from envfactory.config import get_settings
 from envfactory.errors import EnvFactoryError
-from envfactory.prompts import PromptLibrary, library_from_settings
+from envfactory.llm.prompts import PromptLibrary, library_from_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The prompt files (prompts/<group>/<name>.yaml).")
 out = Console()

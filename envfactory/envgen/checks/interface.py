@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from envfactory.env.checks.matching import _short
-from envfactory.env.checks.report import ErrorItem, Severity
 from envfactory.env.environment import contract_problems
 from envfactory.env.metadata import EnvMetadata
+from envfactory.envgen.checks.matching import _short
+from envfactory.envgen.checks.report import ErrorItem, Severity
 
 
 def _interface_errors(metadata: EnvMetadata, derived: EnvMetadata) -> list[ErrorItem]:
