@@ -57,7 +57,7 @@ def _offending(top: str, forbidden: tuple[str, ...]) -> list[str]:
 
 
 def test_the_import_reader_sees_relative_and_nested_imports() -> None:
-    assert "langgraph.graph" in _imports(ROOT / "graphs" / "envgen.py")
+    assert "langgraph.graph" in _imports(ROOT / "graphs" / "envgen" / "graph.py")
     assert {"envfactory.env.pool", "envfactory.env.pool.EnvPool"} <= _imports(ROOT / "envfactory" / "envgen/health.py")
 
 

@@ -40,7 +40,7 @@ def synth(
         run_batch(cfg, settings, console=out)
         return
     from graphs.checkpoint import open_checkpointer
-    from graphs.querygen_batch import querygen_runner
+    from graphs.querygen.batch import querygen_runner
 
     with open_checkpointer(settings) as saver:  # one saver per process, shared by the batch's threads
         run_batch(cfg, settings, querygen_runner(EnvPool(settings), settings, cfg, saver), console=out)

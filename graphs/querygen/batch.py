@@ -19,7 +19,8 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.tasks.batch import SynthConfig, Unit, UnitRunner
 from envfactory.tasks.synth import Dropped, UnitOutcome, initial_states
-from graphs.querygen import QueryGenContext, run_querygen
+from graphs.querygen.run import run_querygen
+from graphs.querygen.state import QueryGenContext
 
 
 def querygen_runner(

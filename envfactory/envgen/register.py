@@ -1,0 +1,79 @@
+"""Writing a generated environment's folder, and registering it: load it as the pool would, validate, list it.
+
+A folder holds `env.py`, `metadata.json`, `scenarios/<name>.json` (each test scenario's initial state;
+the first is `default`), `scenarios/tests/<name>.json` (the scenarios themselves) and `envgen.json`
+(the Search Agent's report and every test round's report).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from envfactory.config import Settings
+from envfactory.env.metadata import EnvMetadata, dump_metadata
+from envfactory.env.pool import EnvPool
+from envfactory.envgen.checks import TestScenario
+from envfactory.envgen.health import HealthSettings, gate
+from envfactory.envgen.registry import registry_lock
+from envfactory.envgen.validate import sync_registry, validate_env
+from envfactory.errors import EnvFactoryError
+
+
+class RegistrationError(EnvFactoryError):
+    """The environment was not registered (the message says why)."""
+
+
+class GeneratedEnvironment(BaseModel):
+    """What EnvGen produced for one environment: its metadata, code, test scenarios and reports."""
+
+    metadata: EnvMetadata
+    code: str
+    scenarios: list[TestScenario] = Field(default_factory=list)
+    search: dict[str, Any] | None = None
+    reports: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_")[:60] or "scenario"
+
+
+def write_environment(folder: Path, env: GeneratedEnvironment) -> None:
+    """Write (or overwrite) the environment's folder."""
+    (folder / "scenarios" / "tests").mkdir(parents=True, exist_ok=True)
+    (folder / "env.py").write_text(env.code, encoding="utf-8")
+    dump_metadata(env.metadata, folder / "metadata.json")
+    for i, s in enumerate(env.scenarios):
+        name = "default" if i == 0 else _slug(s.name)
+        (folder / "scenarios" / f"{name}.json").write_text(json.dumps(s.initial_config, indent=2) + "\n")
+        (folder / "scenarios" / "tests" / f"{_slug(s.name)}.json").write_text(s.model_dump_json(indent=2) + "\n")
+    (folder / "envgen.json").write_text(json.dumps({"search": env.search, "reports": env.reports}, indent=2) + "\n")
+
+
+def register(env: GeneratedEnvironment, settings: Settings) -> Path:
+    """Write `envs/<name>/`, load it as the pool would, validate it and add it to the registry; its folder.
+
+    One registration at a time (threads of a batch, other processes): write, load, validate, list.
+    Raises `RegistrationError` when the folder holds a hand-written environment (not overwritten),
+    when the written code does not load, or when validation fails.
+    """
+    folder = settings.envs_path / env.metadata.name
+    with registry_lock(settings.registry_file):
+        if (folder / "env.py").exists() and not (folder / "envgen.json").exists():
+            raise RegistrationError(f"{folder} holds a hand-written environment; not overwritten")
+        write_environment(folder, env)
+        pool = EnvPool(settings)
+        try:  # untrusted: loaded in the same OS sandbox it was judged in, never in this process
+            pool.get(env.metadata.name)
+        except EnvFactoryError as e:
+            raise RegistrationError(f"the written environment does not load: {e}") from e
+        report = validate_env(pool, env.metadata.name)
+        gate(pool, report, HealthSettings(calls=settings.health_calls))  # unhealthy: not registered
+        sync_registry(pool, [report])
+    if not report.ok:
+        raise RegistrationError(f"validation failed: {'; '.join(report.problems)}")
+    return folder
