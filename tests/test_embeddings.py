@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from envfactory.config import Settings
 from envfactory.errors import EnvFactoryError
 from envfactory.llm.embeddings import (
     EF_NAME,
@@ -42,7 +43,7 @@ def test_default_model_resolves_to_the_packaged_folder() -> None:
     assert (folder / "model.safetensors").is_file() and (folder / "modules.json").is_file()
     # the hub names of the same weights resolve to the package too: nothing to download
     assert resolve_model("sentence-transformers/all-MiniLM-L6-v2") == str(folder)
-    assert Embedder().model_name == PACKAGED_MODEL  # the settings default
+    assert Embedder(Settings().embedding_model).model_name == PACKAGED_MODEL  # the settings default
 
 
 def test_other_names_pass_through(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +23,7 @@ class ExportOptions(BaseModel):
     `describe` appends a note to the user's message, `drop` leaves it out.
     `include_interactive`: RL samples also for turns where the user spoke again or acted mid-turn
     (a rollout has no simulated user, so by default those turns are left out of RL data).
+    `prompts_dir`: where the model-facing wording (`template/export/en.yaml`) is read from.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -31,3 +33,6 @@ class ExportOptions(BaseModel):
     system: str | None = Field(default=None, description="system message text; None: no system message")
     user_calls: UserCallMode = "describe"
     include_interactive: bool = False
+    prompts_dir: Path | None = Field(
+        default=None, description="prompt folder holding the export wording; None: the settings' prompt folder"
+    )

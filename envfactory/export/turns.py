@@ -67,22 +67,29 @@ def _pair(calls: list[ToolCall], results: list[ToolResult]) -> list[tuple[ToolCa
     return [(c, results[k] if k < len(results) else None) for k, c in enumerate(calls)]
 
 
-def user_action_note(user_call: UserToolCall) -> str:
-    """What the user did, appended to their message (user_calls="describe")."""
+def export_wording(options: ExportOptions) -> ExportWording:
+    """The wording of `options.prompts_dir`, else of the settings' prompt folder (read when a converter starts)."""
     from envfactory.config import get_settings
 
-    return load_wording(get_settings().prompts_path).user_action_note.format(
+    return load_wording(options.prompts_dir or get_settings().prompts_path)
+
+
+def user_action_note(user_call: UserToolCall, wording: ExportWording) -> str:
+    """What the user did, appended to their message (user_calls="describe")."""
+    return wording.user_action_note.format(
         tool=user_call.call.name,
         arguments=json.dumps(user_call.call.arguments, ensure_ascii=False),
         result=result_text(user_call.result.result),
     )
 
 
-def turn_messages(node: Node, namer: ToolNamer, options: ExportOptions) -> Turn:
+def turn_messages(node: Node, namer: ToolNamer, options: ExportOptions, wording: ExportWording | None = None) -> Turn:
+    """One node as messages. `wording` is read from `options` when a user action needs a note and none is given."""
     notes: dict[int, list[str]] = defaultdict(list)
-    if options.user_calls == "describe":
+    if options.user_calls == "describe" and node.user_calls:
+        wording = wording or export_wording(options)
         for u in node.user_calls:
-            notes[u.after_step].append(user_action_note(u))
+            notes[u.after_step].append(user_action_note(u, wording))
     steps = node.steps
     messages: list[ChatMessage] = []
     if not steps or steps[0].role != "user":
@@ -168,9 +175,10 @@ def turn_messages(node: Node, namer: ToolNamer, options: ExportOptions) -> Turn:
 
 def conversation_turns(nodes: list[Node], namer: ToolNamer, options: ExportOptions) -> list[Turn]:
     """The turns up to the first invalid one: a later turn builds on an earlier one's answer."""
+    wording = export_wording(options) if options.user_calls == "describe" and any(n.user_calls for n in nodes) else None
     turns: list[Turn] = []
     for node in nodes:
-        turn = turn_messages(node, namer, options)
+        turn = turn_messages(node, namer, options, wording)
         if not turn.valid:
             break
         turns.append(turn)

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import numpy as np
 from pydantic import BaseModel
 
-from envfactory.config import get_settings
 from envfactory.errors import EnvFactoryError
 
 if TYPE_CHECKING:
@@ -119,8 +118,8 @@ class Embedder:
     same model name in the process.
     """
 
-    def __init__(self, model: str | None = None, *, batch_size: int = 64) -> None:
-        self._name = model or get_settings().embedding_model
+    def __init__(self, model: str, *, batch_size: int = 64) -> None:
+        self._name = model
         self.batch_size = batch_size
 
     @property
@@ -176,7 +175,9 @@ def chroma_adapter_class() -> type:
 
     class ChromaEmbeddingFunction(EmbeddingFunction[Documents]):
         def __init__(self, embedder: TextEmbedder | None = None, model: str | None = None) -> None:
-            self.embedder: TextEmbedder = embedder or Embedder(model)
+            if embedder is None and model is None:
+                raise EmbeddingError("the chroma adapter needs an embedder or a model name")
+            self.embedder: TextEmbedder = embedder or Embedder(str(model))
 
         def __call__(self, input: Documents) -> Embeddings:
             return list(self.embedder.embed(list(input)))

@@ -266,19 +266,13 @@ def validate_generated(
     code: str,
     metadata: EnvMetadata,
     scenarios: list[TestScenario],
-    limits: SandboxLimits | None = None,
-    threshold: float | None = None,
+    limits: SandboxLimits,
+    threshold: float,
 ) -> ErrorReport:
     """Static check, then one fresh sandbox run of the scenarios, then the judge (invalid ones are not judged).
 
-    `limits` and `threshold` default to the settings (sandbox_timeout_s, sandbox_memory_mb,
-    pass_threshold). Callers usually pass LLM scenarios plus `schema_checks(metadata, config)`.
+    `limits` and `threshold` come from the caller's settings (`SandboxLimits.from_settings`,
+    `pass_threshold`). Callers usually pass LLM scenarios plus `schema_checks(metadata, config)`.
     """
-    if limits is None or threshold is None:
-        from envfactory.config import get_settings
-
-        settings = get_settings()
-        limits = limits or SandboxLimits.from_settings(settings)
-        threshold = settings.pass_threshold if threshold is None else threshold
     result = run_checks_in_sandbox(code, metadata, scenarios, limits)
     return judge(metadata, scenarios, result, threshold)
