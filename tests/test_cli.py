@@ -92,3 +92,17 @@ def test_envs_metadata_prints_the_code_schema(project: Path) -> None:
     assert res.returncode == 0, res.stderr
     meta = json.loads(res.stdout)
     assert meta == json.loads((project / "envs" / "hotels" / "metadata.json").read_text())
+
+
+def test_a_graph_command_without_langgraph_says_which_extra_to_install(tmp_path: Path) -> None:
+    """LangGraph is the `graphs` extra: without it the core commands run and `envgen` says what to install."""
+    blocker = tmp_path / "sitecustomize.py"
+    blocker.write_text("import sys\nsys.modules['langgraph'] = None  # as if the graphs extra were not installed\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "ENVFACTORY_BFCL": "false", "COLUMNS": "200"}
+    cmd = [sys.executable, "-m", "envfactory.cli"]
+    res = subprocess.run([*cmd, "envgen", "history"], env=env, capture_output=True, text=True, timeout=120)
+    one_line_error(res, "pip install 'envfactory[graphs]'")
+    helped = subprocess.run([*cmd, "--help"], env=env, capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "envgen" not in helped.stdout and "envs" in helped.stdout
+    listed = subprocess.run([*cmd, "envs", "list", "--native"], env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and "hotels" in listed.stdout

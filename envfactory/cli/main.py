@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envfactory.cli.prompts import app as prompts_app
@@ -294,8 +295,15 @@ def _add_plugins(argv: list[str]) -> None:
 
     wanted = argv[1] if len(argv) > 1 else "--help"
     for ep in entry_points(group="envfactory.cli"):
-        if wanted in (ep.name, "--help"):
+        if wanted not in (ep.name, "--help"):
+            continue
+        try:
             app.add_typer(ep.load(), name=ep.name)
+        except ModuleNotFoundError as e:
+            if wanted == "--help":
+                continue  # listed only when it can run
+            hint = "pip install 'envfactory[graphs]'" if (e.name or "").startswith("langgraph") else f"install {e.name}"
+            raise EnvFactoryError(f"`envfactory {ep.name}` needs {e.name}, which is not installed: {hint}") from None
 
 
 def main() -> None:
@@ -304,5 +312,5 @@ def main() -> None:
         _add_plugins(sys.argv)
         app()
     except EnvFactoryError as e:
-        err.print(f"[red]error:[/red] {e}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(1)
