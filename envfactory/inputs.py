@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, first_error
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -136,14 +136,24 @@ def read_yaml(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file"
     return parse_yaml(read_text(path, max_bytes=max_bytes, what=what), str(path))
 
 
-def read_yaml_model(path: Path, model: type[M], *, what: str = "file") -> M:
-    """A bounded YAML file validated into `model`; an invalid one is an error naming the path and the first
-    problem."""
-    data = read_yaml(path, what=what)
+def _validated(path: Path, data: Any, model: type[M]) -> M:
     try:
         return model.model_validate(data)
-    except ValidationError as e:
-        raise InputError(f"{path}: {str(e).splitlines()[0]}") from None
+    except ValidationError as e:  # "<path>: 1 validation error for Model: field 'a.b': what"
+        loc, msg = first_error(e)
+        raise InputError(f"{path}: {str(e).splitlines()[0]}: " + (f"field '{loc}': {msg}" if loc else msg)) from None
+
+
+def read_yaml_model(path: Path, model: type[M], *, what: str = "file") -> M:
+    """A bounded YAML file validated into `model`; an invalid one is an error naming the path, the field
+    and the first problem."""
+    return _validated(path, read_yaml(path, what=what), model)
+
+
+def read_json_model(path: Path, model: type[M], *, what: str = "file") -> M:
+    """A bounded JSON file validated into `model`; an invalid one is an error naming the path, the field
+    and the first problem."""
+    return _validated(path, read_json(path, what=what), model)
 
 
 def read_file_bytes(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> bytes:

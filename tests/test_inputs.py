@@ -393,6 +393,12 @@ def test_registry_messages_keep_their_advice(tmp_path: Path) -> None:
     path.write_text("{")
     with pytest.raises(RegistryError, match=r"invalid JSON at line 1.*; fix or delete it"):
         load_registry(path)
+    path.write_text('{"mcpServers": {"hotels": {"command": 1}}}')
+    with pytest.raises(
+        RegistryError,
+        match=r"mcp_server\.json: \d+ validation errors? for Registry: field 'mcpServers\.hotels\.command': .*; fix",
+    ):
+        load_registry(path)
     assert load_registry(tmp_path / "absent.json") == Registry()
     save_registry(path, Registry())
     assert load_registry(path) == Registry()
@@ -469,6 +475,8 @@ def test_prompt_folder_files_that_do_not_fit_their_model_name_the_file(tmp_path:
         load_wording(tmp_path)
     with pytest.raises(WordingError, match=r"conversation wording .*\.yaml: \d+ validation errors? for Wording"):
         conversation_wording(tmp_path)
+    with pytest.raises(TemplateError, match=r"\.yaml: .* for QueryTemplate: field '\w+': Field required"):
+        load_template(tmp_path)  # the first problem, with its field
 
 
 def test_a_yaml_alias_bomb_synth_config_is_refused(tmp_path: Path) -> None:

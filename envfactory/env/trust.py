@@ -15,10 +15,10 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from envfactory.errors import EnvFactoryError, first_error
-from envfactory.inputs import MAX_FILE_BYTES, InputError, read_file_bytes, read_json, write_atomic
+from envfactory.errors import EnvFactoryError
+from envfactory.inputs import MAX_FILE_BYTES, InputError, read_file_bytes, read_json_model, write_atomic
 
 _NOT_HASHED_DIRS = frozenset({"scenarios", "__pycache__"})
 _NOT_HASHED_FILES = frozenset({"envgen.json"})
@@ -64,12 +64,9 @@ def load_trust(path: Path) -> TrustFile:
     if not path.exists():
         return TrustFile()
     try:
-        return TrustFile.model_validate(read_json(path, what="trust file"))
+        return read_json_model(path, TrustFile, what="trust file")
     except InputError as e:
         raise TrustError(f"{e}; fix or delete it") from None
-    except ValidationError as e:
-        loc, msg = first_error(e)
-        raise TrustError(f"{path}: field '{loc}': {msg}; fix or delete it") from None
 
 
 def is_trusted(path: Path, name: str, folder: Path) -> bool:

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from envfactory.errors import EnvFactoryError, first_error
-from envfactory.inputs import InputError, read_json, write_atomic
+from envfactory.errors import EnvFactoryError
+from envfactory.inputs import InputError, read_json_model, write_atomic
 
 
 class ServerEntry(BaseModel):
@@ -45,12 +45,9 @@ def load_registry(path: Path) -> Registry:
     if not path.exists():
         return Registry()
     try:
-        return Registry.model_validate(read_json(path, what="registry file"))
+        return read_json_model(path, Registry, what="registry file")
     except InputError as e:
         raise RegistryError(f"{e}; fix or delete it") from None
-    except ValidationError as e:
-        loc, msg = first_error(e)
-        raise RegistryError(f"{path}: field '{loc}': {msg}; fix or delete it") from None
 
 
 _THREAD_LOCK = threading.RLock()
