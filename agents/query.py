@@ -30,7 +30,7 @@ from envfactory.llm.structured import Structured, expect_model
 from envfactory.querygen.records import QUERY_ROLE, Preparation, QueryGenConfig
 from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.models import Node, PlannedCall, States
-from envfactory.tasks.pi_star import CoreIds, SolveOutcome, solve_chain
+from envfactory.tasks.pi_star import CoreIds, PiStarOutcome, solve_chain
 from envfactory.toolgraph.sampler import ToolChain
 
 T = TypeVar("T", bound=BaseModel)
@@ -194,7 +194,7 @@ class SchemaOutcome(BaseModel):
     ok: bool
     states: States = Field(default_factory=dict)
     core_ids: CoreIds = Field(default_factory=dict)
-    solved: SolveOutcome | None = None
+    solved: PiStarOutcome | None = None
     error: str | None = None
     attempts: int = 0
     source: str = "llm"
@@ -253,7 +253,7 @@ def _all_errors(env: BaseEnvironment, config: dict[str, Any]) -> str | None:
 
 def check_initial(
     pool: EnvPool, chain: ToolChain, states: dict[str, dict[str, Any]], core: CoreIds, seed: int
-) -> tuple[States, SolveOutcome | None, str | None]:
+) -> tuple[States, PiStarOutcome | None, str | None]:
     """Load every state, then let π* execute the chain on it."""
     loaded, problem = load_states(pool, chain.servers, states)
     if problem:

@@ -290,10 +290,10 @@ class _Checker:
             for tool in writes:
                 self.fail("writes_reachable", f"write tool {tool} never succeeded in a change from a shipped scenario")
             return
-        from envfactory.tasks.pi_star import SolverSettings, solve_chain
+        from envfactory.tasks.pi_star import PiStarSettings, solve_chain
         from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain
 
-        settings = SolverSettings(ids_from_state=True, target_plans=4)
+        settings = PiStarSettings(ids_from_state=True, target_plans=4)
         for tool in writes:
             spec = self.env.metadata.tool(tool)
             inputs = [InputSource(parameter=p, required=p in spec.required, source="user") for p in spec.parameters]

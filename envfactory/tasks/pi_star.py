@@ -60,7 +60,7 @@ _ATTEMPTS = [
 ]
 
 
-class SolverSettings(BaseModel):
+class PiStarSettings(BaseModel):
     attempts_per_call: int = Field(default=len(_ATTEMPTS), ge=1)
     target_plans: int = Field(default=6, ge=1, description="choices of the records a chain is about, tried in turn")
     ids_from_state: bool = Field(
@@ -69,7 +69,7 @@ class SolverSettings(BaseModel):
     optional_p: float = Field(default=0.3, ge=0, le=1, description="chance to bind an optional input from the state")
 
 
-class SolveOutcome(BaseModel):
+class PiStarOutcome(BaseModel):
     """π* executed: the planned calls, their results, the states after each turn; or why it failed."""
 
     ok: bool
@@ -116,7 +116,7 @@ def _walk(value: Any, path: str = "") -> list[tuple[str, str, Any]]:
     return out
 
 
-class _Solver:
+class _PiStar:
     def __init__(
         self,
         pool: EnvPool,
@@ -124,7 +124,7 @@ class _Solver:
         initial: States,
         core: CoreIds,
         seed: int,
-        s: SolverSettings,
+        s: PiStarSettings,
         any_record: bool = False,
     ):
         self.any_record = any_record  # targets from every record, not only the core batch
@@ -479,7 +479,7 @@ class _Solver:
 
     def _execute(
         self, qualified: str, inputs: list[InputSource], turn: int, depth: int = 0
-    ) -> tuple[PlannedCall, CallRecord] | SolveOutcome:
+    ) -> tuple[PlannedCall, CallRecord] | PiStarOutcome:
         """Bind and run one call (inserting the lookups its ids need first); a failed outcome if it cannot."""
         env, name = qualified.split(".", 1)
         kind = self.pool.get(env).metadata.tool(name).kind
@@ -493,11 +493,11 @@ class _Solver:
                     break
                 tried.add(lookup)
                 done = self._execute(lookup, [], turn, depth + 1)
-                if isinstance(done, SolveOutcome):
+                if isinstance(done, PiStarOutcome):
                     return done
                 call, bindings = self._bind(qualified, inputs, attempt)
             if self.missing:
-                return SolveOutcome(
+                return PiStarOutcome(
                     ok=False,
                     code="incoherent",
                     initial=self.initial,
@@ -529,7 +529,7 @@ class _Solver:
             if wanted:  # "give at least one of power, level, temperature": bind one of them from now on
                 self.force[qualified] = re.findall(r"\w+", wanted.group(1))
         else:
-            return SolveOutcome(
+            return PiStarOutcome(
                 ok=False,
                 code="unsolvable",
                 initial=self.initial,
@@ -545,18 +545,18 @@ class _Solver:
         self.turn_of.append(turn)
         return planned, rec
 
-    def run(self) -> SolveOutcome:
+    def run(self) -> PiStarOutcome:
         spans = turn_spans(self.chain)
         turn_final: list[States] = []
         for turn, (start, end) in enumerate(spans):
             for index in range(start, end):
                 done = self._execute(self.chain.tools[index], self.chain.steps[index].inputs, turn)
-                if isinstance(done, SolveOutcome):
+                if isinstance(done, PiStarOutcome):
                     done.planned, done.results = self.planned, self.results
                     return done
                 self.at.append(len(self.results) - 1)
             turn_final.append(self.episode.dumps())
-        return SolveOutcome(
+        return PiStarOutcome(
             ok=True,
             planned=self.planned,
             results=self.results,
@@ -721,19 +721,19 @@ def solve_chain(
     core: CoreIds | None = None,
     *,
     seed: int = 0,
-    settings: SolverSettings | None = None,
-) -> SolveOutcome:
+    settings: PiStarSettings | None = None,
+) -> PiStarOutcome:
     """Execute `chain` from `initial` (one dump per environment) with π*; never raises for a failing call.
 
     The records a chain is about are chosen together (`_plan_targets`); when the chain fails on them
     (the event chosen is already cancelled, its account has no card), it is solved again on other
     records — core ones first, then any — before the unit is given up: the state has records that
     satisfy the chain's preconditions far more often than a first choice does."""
-    s = settings or SolverSettings()
-    first: SolveOutcome | None = None
+    s = settings or PiStarSettings()
+    first: PiStarOutcome | None = None
     for plan in range(s.target_plans):
         rng_seed = seed if plan == 0 else seed * 1_000_003 + plan
-        outcome = _Solver(pool, chain, initial, core or {}, rng_seed, s, any_record=plan >= s.target_plans // 2).run()
+        outcome = _PiStar(pool, chain, initial, core or {}, rng_seed, s, any_record=plan >= s.target_plans // 2).run()
         if outcome.ok:
             return outcome
         first = first or outcome

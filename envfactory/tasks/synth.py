@@ -36,7 +36,7 @@ from envfactory.tasks.models import (
     Task,
     ToolResult,
 )
-from envfactory.tasks.pi_star import CoreIds, SolveOutcome, SolverSettings, solve_chain
+from envfactory.tasks.pi_star import CoreIds, PiStarOutcome, PiStarSettings, solve_chain
 from envfactory.tasks.template import TemplateWriter, answer_fact, load_template
 from envfactory.tasks.verifier import admissible, verify
 from envfactory.toolgraph.sampler import ToolChain
@@ -110,8 +110,8 @@ def _grow(
     initial: States,
     core: CoreIds,
     seed: int,
-    solver: SolverSettings | None,
-) -> tuple[ToolChain, SolveOutcome]:
+    solver: PiStarSettings | None,
+) -> tuple[ToolChain, PiStarOutcome]:
     """The chain in goal turns, joined by candidates from `more` while the whole still solves."""
     kind = partial(_kind, pool)
     want = random.Random(stable_seed(seed, "turns")).randint(*turns)
@@ -139,7 +139,7 @@ def _fact(planned: list[PlannedCall], results: list[ToolResult]) -> tuple[str, A
     return answer_fact(results[-1].result, planned[-1].call.arguments)
 
 
-def _prune_empty_reads(outcome: SolveOutcome) -> SolveOutcome:
+def _prune_empty_reads(outcome: PiStarOutcome) -> PiStarOutcome:
     """Reads that found nothing and that nothing later uses are taken out (a read changes no state, so
     every state stays right): a user hears "there are none" without a call after it depending on it,
     and no turn is left asking for nothing. Bindings are renumbered; emptied turns go."""
@@ -173,7 +173,7 @@ def _prune_empty_reads(outcome: SolveOutcome) -> SolveOutcome:
     return outcome.model_copy(update={"planned": planned, "results": results, "spans": spans, "turn_final": finals})
 
 
-def _verifiable_turns(outcome: SolveOutcome) -> tuple[list[tuple[int, int]], list[States]]:
+def _verifiable_turns(outcome: PiStarOutcome) -> tuple[list[tuple[int, int]], list[States]]:
     """The solver's turns, a read-only turn with nothing to report merged into the next one (its reads
     become that turn's lookups); a trailing one is dropped with its calls' states unchanged."""
     spans: list[tuple[int, int]] = []
@@ -230,7 +230,7 @@ def synthesize_offline(
     state_variant: int = 0,
     depth: int = 1,
     prompts_dir: Path,
-    solver: SolverSettings | None = None,
+    solver: PiStarSettings | None = None,
     more: list[ToolChain] | None = None,
     turns: tuple[int, int] = (3, 5),
     ambiguity: float = 0.0,
