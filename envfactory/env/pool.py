@@ -8,6 +8,7 @@ in, a bundled environment edited since it was trusted — is untrusted: it loads
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import sys
 import threading
@@ -108,8 +109,9 @@ def _digest(folder: Path) -> str | None:
         return None
 
 
+@functools.cache
 def imported_suites() -> dict[str, Callable[[], dict[str, Callable[[], BaseEnvironment]]]]:
-    """The imported benchmark suites installed: the `envfactory.suites` entry point group.
+    """The imported benchmark suites installed: the `envfactory.suites` entry point group (read once a process).
 
     Each entry names a function returning the suite's environment factories by name ({} when the
     benchmark's package is missing). The runtime never imports a suite: `envfactory.suites.bfcl`
