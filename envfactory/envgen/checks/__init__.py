@@ -1,8 +1,8 @@
 """Test scenarios, schema-derived checks and the judge of generated environment code.
 
-The Test Agent's verdict comes from executed checks (DESIGN): the sandbox child reports what each
-call returned and what the state was; the judge here compares that with the scenario's
-expectations. Nothing a model says about its own scenarios counts.
+The Test Agent's verdict comes from executed checks, never from a model's opinion: the sandbox
+reports what each call returned and what the state was; the judge here compares that with the
+scenario's expectations. Nothing a model says about its own scenarios counts.
 
 The four dimensions and their severities:
 
