@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import re
 import sys
 from typing import Any
 
@@ -104,13 +105,16 @@ def _sort_key(x: Any) -> str:
     return json.dumps(x, sort_keys=True, default=str)
 
 
+_MPF_REPR = re.compile(r"mpf\('([^']+)'\)")
+
+
 def to_jsonable(value: Any, _seen: frozenset[int] = frozenset()) -> Any:
     """`value` as fresh JSON data (shares no object with `value`).
 
     dict keys become strings as `json.dumps` writes them (a key that would then collide with an
     existing string key is written `"<type>:<key>"`); tuples → lists; sets → sorted lists;
-    datetimes → ISO strings; Decimal and mpmath numbers → floats (mpmath at the precision in force,
-    the one BFCL's call set); other objects → their public attributes.
+    datetimes → ISO strings; Decimal and mpmath numbers → floats (mpmath with the digits its repr
+    shows at the precision in force, the one BFCL's call set); other objects → their public attributes.
     """
     if value is None or isinstance(value, bool | int | str):
         return value
@@ -131,8 +135,12 @@ def to_jsonable(value: Any, _seen: frozenset[int] = frozenset()) -> Any:
     if isinstance(value, decimal.Decimal):
         return float(value)
     if type(value).__module__.startswith("mpmath"):
+        # repr's digits (`mpf('1.3027')` for log10(20) at precision 2), not str's (`1.3`): MathAPI returns
+        # its numbers in dicts, which BFCL's executor writes with repr, so that is what a model and its
+        # checker see — str's digits would make 20 and 11 as bases give the same answer
+        digits = _MPF_REPR.fullmatch(repr(value))
         try:
-            return float(str(value))
+            return float(digits.group(1) if digits else str(value))
         except (TypeError, ValueError):
             return str(value)
     if isinstance(value, bytes):
