@@ -246,3 +246,46 @@ def write_atomic(path: Path, text: str) -> None:
             os.close(dfd)
     except OSError:
         pass
+
+
+# ---- append-only JSONL logs (a batch's results: one line per finished unit) ---------------------------
+
+MAX_LOG_BYTES = 2 * 1024**3  # a large run's log: large, but bounded (and a regular file)
+
+
+def read_jsonl_log(path: Path) -> list[dict[str, Any]]:
+    """The rows of an append-only JSONL log; a torn last line (the writer was killed mid-line) is cut off
+    on disk first, so appending can go on. A missing file has no rows."""
+    if not path.exists() and not path.is_symlink():
+        return []
+    data = read_file_bytes(path, max_bytes=MAX_LOG_BYTES, what="JSONL file")
+    if data and not data.endswith(b"\n"):
+        data = data[: data.rfind(b"\n") + 1]
+        path.write_bytes(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not valid UTF-8 (byte {e.start}); fix or remove it to resume") from None
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(parse_json(line, f"{path}:{n}"))
+        except InputError as e:
+            raise InputError(f"{e}; fix or remove it to resume") from None
+    return rows
+
+
+class JsonlAppender:
+    """Appends one line and fsyncs: a finished unit survives a kill right after. Thread-safe."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+
+    def write(self, line: str) -> None:
+        with self._lock, self.path.open("a", encoding="utf-8") as f:
+            f.write(line + "\n")
+            f.flush()
+            os.fsync(f.fileno())

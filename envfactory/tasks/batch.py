@@ -13,9 +13,7 @@ down) are retried on resume.
 
 from __future__ import annotations
 
-import os
 import random
-import threading
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -27,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
-from envfactory.inputs import InputError, parse_json, read_file_bytes, read_yaml
+from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, read_yaml
 from envfactory.tasks.models import Conversation
 from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
@@ -35,7 +33,6 @@ from envfactory.toolgraph.sampler import ToolChain, TopologySampler
 
 CONVERSATIONS = "conversations.jsonl"
 DROPPED = "dropped.jsonl"
-MAX_JSONL_BYTES = 2 * 1024**3  # a run's conversations file: large, but bounded (and a regular file)
 
 
 class SynthConfigError(EnvFactoryError):
@@ -187,35 +184,11 @@ def _chains_from(sampler: TopologySampler, graph: ToolGraph, env: str, config: S
 # ---- the JSONL files ------------------------------------------------------------------------------
 
 
-def _read_repaired(path: Path) -> bytes:
-    """The file's bytes, a torn last line (the process was killed mid-write) cut off on disk first."""
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
     try:
-        data = read_file_bytes(path, max_bytes=MAX_JSONL_BYTES, what="JSONL file")
+        return read_jsonl_log(path)
     except InputError as e:
         raise SynthConfigError(str(e)) from None
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-        path.write_bytes(data)
-    return data
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists() and not path.is_symlink():
-        return []
-    data = _read_repaired(path)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise SynthConfigError(f"{path}: not valid UTF-8 (byte {e.start}); fix or remove it to resume") from None
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(parse_json(line, f"{path}:{n}"))
-        except InputError as e:
-            raise SynthConfigError(f"{e}; fix or remove it to resume") from None
-    return rows
 
 
 def done_keys(out: Path) -> set[str]:
@@ -223,20 +196,6 @@ def done_keys(out: Path) -> set[str]:
     kept = {r["id"] for r in read_jsonl(out / CONVERSATIONS)}
     dropped = {r["key"] for r in read_jsonl(out / DROPPED) if r.get("code") != "error"}
     return kept | dropped
-
-
-class _Appender:
-    """Appends one line and fsyncs: a finished unit survives a kill right after."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-
-    def write(self, line: str) -> None:
-        with self._lock, self.path.open("a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
 
 
 # ---- running --------------------------------------------------------------------------------------
@@ -263,7 +222,7 @@ def run_units(
     out.mkdir(parents=True, exist_ok=True)
     done = done_keys(out)
     todo = [u for u in units if u.key not in done]
-    kept, dropped = _Appender(out / CONVERSATIONS), _Appender(out / DROPPED)
+    kept, dropped = JsonlAppender(out / CONVERSATIONS), JsonlAppender(out / DROPPED)
 
     def safe(unit: Unit) -> UnitOutcome:
         try:
