@@ -451,7 +451,7 @@ def test_the_step_budget_bounds_a_branch(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_tool_names_shared_by_two_environments_are_prefixed(pool: EnvPool) -> None:
-    from agents.solver import Toolset
+    from envfactory.eval.toolset import Toolset
     from envfactory.env.metadata import EnvMetadata
 
     hotels = pool.get("hotels").metadata
