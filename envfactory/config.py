@@ -12,8 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-Role = Literal["search", "code", "test", "query", "user", "solver"]
-ROLES: tuple[Role, ...] = ("search", "code", "test", "query", "user", "solver")
+Role = Literal["search", "code", "test", "query", "user", "solver", "eval"]
+ROLES: tuple[Role, ...] = ("search", "code", "test", "query", "user", "solver", "eval")
 
 
 def _project_root() -> Path:

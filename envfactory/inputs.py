@@ -253,15 +253,16 @@ def write_atomic(path: Path, text: str) -> None:
 MAX_LOG_BYTES = 2 * 1024**3  # a large run's log: large, but bounded (and a regular file)
 
 
-def read_jsonl_log(path: Path) -> list[dict[str, Any]]:
-    """The rows of an append-only JSONL log; a torn last line (the writer was killed mid-line) is cut off
-    on disk first, so appending can go on. A missing file has no rows."""
+def read_jsonl_log(path: Path, *, repair: bool = True) -> list[dict[str, Any]]:
+    """The rows of an append-only JSONL log; a torn last line (the writer was killed mid-line) is left out,
+    and with `repair` also cut off on disk, so appending can go on. A missing file has no rows."""
     if not path.exists() and not path.is_symlink():
         return []
     data = read_file_bytes(path, max_bytes=MAX_LOG_BYTES, what="JSONL file")
     if data and not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]
-        path.write_bytes(data)
+        if repair:
+            path.write_bytes(data)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -451,8 +451,8 @@ def test_the_step_budget_bounds_a_branch(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_tool_names_shared_by_two_environments_are_prefixed(pool: EnvPool) -> None:
-    from envfactory.eval.toolset import Toolset
     from envfactory.env.metadata import EnvMetadata
+    from envfactory.eval.toolset import Toolset
 
     hotels = pool.get("hotels").metadata
     # a second environment with a tool of the same name (the bundled pool has no such pair)

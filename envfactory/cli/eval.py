@@ -1,0 +1,126 @@
+"""`envfactory eval SOURCE --out DIR`: a model as a tool-using agent on verified turns (per-turn mode).
+
+    envfactory eval .envfactory/synth/run --out .envfactory/eval/run1 --attempts 4 [--concurrency 4]
+
+SOURCE is a synth run's folder or a JSONL file of conversations; the model is the `eval` role's
+(`ENVFACTORY_LLM_ROLES__EVAL__PROVIDER=openai|local|scripted`, else the default model). Attempts go
+to DIR/attempts.jsonl as they finish (rerun the same command to resume), then DIR/summary.json, a
+table, and DIR/eval.png.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from envfactory.config import get_settings
+from envfactory.env.pool import EnvPool
+from envfactory.eval.agent import AgentLimits
+from envfactory.eval.items import items_from_conversations, load_conversations
+from envfactory.eval.run import AttemptRecord, EvalSettings, EvalSummary, Group, run_eval
+from envfactory.llm.models import chat_model
+
+app = typer.Typer(
+    add_completion=False,
+    help="Evaluate a model as a tool-using agent on verified turns.",
+    context_settings={"allow_interspersed_args": True},  # `eval SOURCE --out DIR`: options after the source
+)
+out = Console()
+err = Console(stderr=True)
+
+
+@app.callback(invoke_without_command=True)
+def evaluate(
+    source: Annotated[Path, typer.Argument(help="a synth run's folder, or a JSONL file of conversations")],
+    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)")],
+    attempts: Annotated[int, typer.Option(min=1, help="attempts per turn: k of pass@k and pass^k")] = 1,
+    concurrency: Annotated[int, typer.Option(min=1, help="attempts at once")] = 1,
+    limit: Annotated[int | None, typer.Option(min=1, help="the first N turns only")] = None,
+    max_steps: Annotated[int, typer.Option(min=1, help="model steps per attempt")] = 8,
+    timeout: Annotated[float, typer.Option(min=0.001, help="seconds per attempt")] = 300.0,
+) -> None:
+    """Run (or resume) an evaluation and print its summary."""
+    settings = get_settings()
+    pool = EnvPool(settings)
+    items = items_from_conversations(load_conversations(source), pool)
+    config = EvalSettings(
+        attempts=attempts,
+        concurrency=concurrency,
+        limit=limit,
+        limits=AgentLimits(max_steps=max_steps, timeout_s=timeout),
+    )
+    total = len(items[:limit] if limit else items) * attempts
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
+    ) as progress:
+        bar = progress.add_task("eval", total=total)
+        solved = ran = 0
+
+        def advance(record: AttemptRecord) -> None:
+            nonlocal solved, ran
+            ran += 1
+            solved += record.success
+            progress.update(bar, advance=1, description=f"eval: {solved}/{ran} solved")
+
+        summary = run_eval(items, lambda: chat_model("eval", settings), pool, out_dir, config, progress=advance)
+        progress.update(bar, completed=total)
+    out.print(summary_table(summary))
+    plot_summary(summary, out_dir / "eval.png")
+    out.print(f"written to {out_dir} (attempts.jsonl, summary.json, eval.png)")
+
+
+def _row(table: Table, name: str, g: Group) -> None:
+    at, hat = g.pass_rates.pass_at, g.pass_rates.pass_hat
+    k = max(at) if at else 1
+    table.add_row(
+        name,
+        str(g.items),
+        str(g.attempts),
+        f"{g.success_rate:.3f}",
+        f"{g.mean_reward:.3f}",
+        f"{at.get(k, 0.0):.3f}",
+        f"{hat.get(k, 0.0):.3f}",
+    )
+
+
+def summary_table(summary: EvalSummary) -> Table:
+    k = max(summary.pass_rates.pass_at) if summary.pass_rates.pass_at else 1
+    table = Table("group", "turns", "attempts", "success", "reward", f"pass@{k}", f"pass^{k}", title="evaluation")
+    whole = Group(
+        attempts=summary.attempts,
+        items=summary.items,
+        success_rate=summary.success_rate,
+        mean_reward=summary.mean_reward,
+        pass_rates=summary.pass_rates,
+    )
+    _row(table, "all", whole)
+    for title, groups in (("env", summary.by_env), ("kind", summary.by_kind), ("calls", summary.by_chain_length)):
+        for name, g in groups.items():
+            _row(table, f"{title}={name}", g)
+    return table
+
+
+def plot_summary(summary: EvalSummary, path: Path) -> None:
+    """Success rate and mean reward per environment (a bar chart)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(summary.by_env)
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.8 * len(names) + 2), 3.2))
+    xs = range(len(names))
+    ax.bar([x - 0.2 for x in xs], [summary.by_env[n].success_rate for n in names], width=0.4, label="success")
+    ax.bar([x + 0.2 for x in xs], [summary.by_env[n].mean_reward for n in names], width=0.4, label="reward")
+    ax.set_xticks(list(xs), names, rotation=30, ha="right")
+    ax.set_ylim(0, 1)
+    ax.set_title(f"{summary.items} turns × {summary.attempts // max(summary.items, 1)} attempts")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

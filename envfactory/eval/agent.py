@@ -1,0 +1,121 @@
+"""The evaluated agent: a chat model solving one turn with the turn's tools, in its own episode.
+
+The model gets the item's prompt (the ground-truth conversation so far, then the request) and its
+tools (`bind_tools`), and runs until it answers without a call, up to `max_steps` model steps and
+`timeout_s` seconds. Calls are read from the reply's native `tool_calls`, else from its text
+(Qwen/Hermes `<tool_call>` blocks and the other formats `reward.tool_calls` reads). Every call runs in
+the attempt's own `Episode` (its own sessions, forked from the turn's initial state): attempts share
+nothing. A model error, a time-out or a spent step budget ends the attempt with a recorded `error`;
+nothing raises out of `run_agent` for what the model does.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
+from langchain_core.messages.utils import convert_to_openai_messages
+from pydantic import BaseModel, Field
+
+from envfactory.env.pool import EnvPool
+from envfactory.eval.items import EvalItem
+from envfactory.eval.toolset import Toolset, tool_message
+from envfactory.llm.models import message_text
+from envfactory.llm.thinking import strip_thinking
+from envfactory.reward.tool_calls import parse_tool_calls
+from envfactory.tasks.episode import Episode
+from envfactory.tasks.models import States, ToolResult
+
+ROLE = "eval"
+
+
+class AgentLimits(BaseModel):
+    max_steps: int = Field(default=8, ge=1, description="model steps per attempt")
+    timeout_s: float = Field(default=300.0, gt=0, description="wall clock per attempt, checked between steps")
+
+
+class AgentRun(BaseModel):
+    """What one attempt did: its messages (OpenAI style, the model's part only), results, final state."""
+
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    results: list[ToolResult] = Field(default_factory=list)
+    final: States = Field(default_factory=dict)
+    answer: str = ""
+    model_steps: int = 0
+    text_calls: int = 0
+    error: str | None = None
+
+
+def _toolset(pool: EnvPool, item: EvalItem) -> Toolset:
+    """The item's tools (the prompt's list), runnable: a name the prompt does not show is an unknown tool."""
+    shown = {t.get("function", t).get("name") for t in item.tools}
+    everything = Toolset(pool, item.servers)
+    return Toolset(pool, item.servers, only={f"{s}.{t}" for n, (s, t) in everything.targets.items() if n in shown})
+
+
+def _text_calls(text: str, toolset: Toolset, step: int) -> list[tuple[str, Any, str]]:
+    parsed = parse_tool_calls(text)
+    out = []
+    for j, call in enumerate(parsed.calls):
+        qualified = f"{call.server}__{call.name}"  # the parser splits `env__tool`; the toolset shows it whole
+        name = qualified if call.server and qualified in toolset.targets else call.name
+        out.append((name, call.arguments, f"s{step}t{j}"))
+    return out
+
+
+def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: AgentLimits) -> AgentRun:
+    """One attempt at `item` (see the module doc)."""
+    toolset = _toolset(pool, item)
+    episode = Episode(pool, item.initial, item.servers)
+    messages: list[BaseMessage] = list(convert_to_messages(item.prompt))
+    bound = model.bind_tools(item.tools)
+    run = AgentRun()
+    start = time.monotonic()
+
+    def finish(**update: Any) -> AgentRun:
+        return run.model_copy(update={"final": episode.dumps(), **update})
+
+    for step in range(1, limits.max_steps + 1):
+        if time.monotonic() - start > limits.timeout_s:
+            return finish(error=f"timed out: over {limits.timeout_s:g} s after {run.model_steps} model steps")
+        try:
+            reply = bound.invoke(
+                messages, config={"tags": [f"role:{ROLE}"], "metadata": {"role": ROLE, "item": item.id}}
+            )
+        except Exception as e:  # a provider's failure is a failed attempt, whatever its type
+            return finish(error=f"model error: {type(e).__name__}: {str(e)[:300]}")
+        run.model_steps = step
+        raw = message_text(reply)
+        text = strip_thinking(raw).strip()
+        calls: list[tuple[str, Any, str]] = []
+        if isinstance(reply, AIMessage):
+            calls = [(tc["name"], tc["args"], tc.get("id") or f"s{step}c{j}") for j, tc in enumerate(reply.tool_calls)]
+            calls += [
+                (str(b.get("name") or "?"), b.get("args"), b.get("id") or f"s{step}b{j}")
+                for j, b in enumerate(reply.invalid_tool_calls)
+            ]
+        if not calls:
+            calls = _text_calls(raw, toolset, step)
+            run.text_calls += len(calls)
+        if not calls:
+            run.messages.append({"role": "assistant", "content": text})
+            if not text:
+                return finish(error="the model's final answer is empty")
+            return finish(answer=text)
+        ai = AIMessage(
+            content=text,
+            tool_calls=[
+                {"name": n, "args": a if isinstance(a, dict) else {}, "id": i, "type": "tool_call"} for n, a, i in calls
+            ],
+        )
+        messages.append(ai)
+        answered: list[ToolMessage] = []
+        for name, args, call_id in calls:
+            _, result = toolset.execute(episode, name, args, call_id)
+            run.results.append(result)
+            answered.append(tool_message(result))
+        messages += answered
+        run.messages += convert_to_openai_messages([ai, *answered])
+    return finish(error=f"no final answer within {limits.max_steps} model steps")

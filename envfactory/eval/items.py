@@ -1,0 +1,101 @@
+"""What an evaluation runs on: one item per verified turn, in the per-turn mode (as BFCL does).
+
+An item is a turn of a verified conversation as its RL record has it: the prompt (the ground-truth
+conversation so far, then the turn's request), the tools shown, the state before the turn, the state
+the ground truth reaches, and the ground truth's calls. Items come from a synth run's folder, or any
+JSONL file of conversations (`conversations.jsonl`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from envfactory.env.pool import EnvPool
+from envfactory.errors import EnvFactoryError, first_error
+from envfactory.export.options import ExportOptions
+from envfactory.export.rl import GroundTruthCall, RLSample, convert_to_rl_data
+from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
+from envfactory.inputs import InputError, read_jsonl_log
+from envfactory.tasks.models import Conversation, States
+
+CONVERSATIONS = "conversations.jsonl"
+Kind = Literal["read", "write", "mixed", "none"]
+
+
+class EvalSourceError(EnvFactoryError):
+    """The evaluation's input cannot be read (the message names the file and the line)."""
+
+
+class EvalItem(BaseModel):
+    """One turn to solve: its prompt and tools, the state before it, and the ground truth's outcome."""
+
+    id: str  # "<conversation id>/t<turn>"
+    conversation_id: str
+    turn: int
+    prompt: list[dict[str, Any]]  # OpenAI-style messages
+    tools: list[dict[str, Any]]  # OpenAI-style function specs
+    servers: list[str]
+    initial: States
+    expected: States
+    ground_truth: list[GroundTruthCall]
+    kind: Kind
+
+    @property
+    def env(self) -> str:
+        """The environment the turn is about (its first), for the per-environment breakdown."""
+        return self.servers[0] if self.servers else "none"
+
+
+def _kind(calls: list[GroundTruthCall], writes: set[tuple[str, str]]) -> Kind:
+    if not calls:
+        return "none"
+    w = sum((c.server, c.name.split("__")[-1]) in writes for c in calls)
+    return "write" if w == len(calls) else "read" if w == 0 else "mixed"
+
+
+def item_of(sample: RLSample, writes: set[tuple[str, str]]) -> EvalItem:
+    kwargs = sample.extra_info.mcp_factory_kwargs
+    calls = [GroundTruthCall.model_validate(c) for c in json.loads(sample.reward_model.ground_truth)]
+    return EvalItem(
+        id=f"{sample.extra_info.conversation_id}/t{sample.extra_info.turn}",
+        conversation_id=sample.extra_info.conversation_id,
+        turn=sample.extra_info.turn,
+        prompt=[m.wire() for m in sample.prompt],
+        tools=json.loads(sample.extra_info.tools),
+        servers=json.loads(kwargs.mcp_servers),
+        initial=json.loads(kwargs.initial_config),
+        expected=json.loads(kwargs.final_config),
+        ground_truth=calls,
+        kind=_kind(calls, writes),
+    )
+
+
+def items_from_conversations(conversations: list[Conversation], pool: EnvPool) -> list[EvalItem]:
+    """Every valid turn of every conversation, as an item (turns the user acted in are left out, as in RL data)."""
+    servers = list(dict.fromkeys(s for c in conversations for s in conversation_servers(c)))
+    catalog = catalog_from_pool(pool, servers)
+    writes = {(s, t.name) for s in servers for t in catalog[s].tools if t.kind == "write"}
+    return [item_of(s, writes) for c in conversations for s in convert_to_rl_data(c, catalog, ExportOptions())]
+
+
+def load_conversations(source: Path) -> list[Conversation]:
+    """Conversations from a synth run's folder (its `conversations.jsonl`) or a JSONL file of them."""
+    path = source / CONVERSATIONS if source.is_dir() else source
+    if not path.is_file():
+        raise EvalSourceError(f"{source}: no {CONVERSATIONS} here (give a synth run's folder or a JSONL file)")
+    try:
+        rows = read_jsonl_log(path, repair=False)  # a source is read, never written
+    except InputError as e:
+        raise EvalSourceError(str(e)) from None
+    out = []
+    for n, row in enumerate(rows, 1):
+        try:
+            out.append(Conversation.model_validate(row))
+        except ValidationError as e:
+            loc, msg = first_error(e)
+            raise EvalSourceError(f"{path}: record {n} is not a conversation: field '{loc}': {msg}") from None
+    return out

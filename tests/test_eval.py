@@ -1,0 +1,173 @@
+"""`envfactory eval` on verified turns: real environments, real rewards, the scripted model as the policy.
+
+The ground truth played back as the model solves every turn and earns reward 1.0 (in native tool
+calls and in Hermes text); wrong play fails with reasons; a model error is a recorded failed attempt;
+a killed run resumes with no attempt lost or duplicated.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.eval.agent import AgentLimits, run_agent
+from envfactory.eval.items import EvalItem, EvalSourceError, items_from_conversations, load_conversations
+from envfactory.eval.run import ATTEMPTS, EvalSettings, done_attempts, run_eval
+from envfactory.eval.score import score_attempt
+from envfactory.llm.models import ScriptedChatModel
+from envfactory.reward import CompositeReward
+from envfactory.tasks.batch import SynthConfig
+from envfactory.tasks.run import run_batch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("eval") / "run"
+    settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path_factory.mktemp("data"))
+    config = {"envs": ["hotels", "banking", "shop"], "T": 1, "S": 1, "D": 1, "seed": 3, "out": out, "plot": False}
+    run_batch(SynthConfig.model_validate(config), settings, console=None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def pool() -> EnvPool:
+    return EnvPool(Settings(root=ROOT, bfcl=False))
+
+
+@pytest.fixture(scope="module")
+def items(run_dir: Path, pool: EnvPool) -> list[EvalItem]:
+    found = items_from_conversations(load_conversations(run_dir), pool)
+    assert len(found) >= 6 and {i.kind for i in found} >= {"read", "write"}
+    return found
+
+
+def truth_play(item: EvalItem, *, text: bool = False) -> list[dict[str, Any]]:
+    """The ground truth as scripted replies: its calls in one step, then an answer."""
+    calls = [{"name": c.name, "args": dict(c.arguments)} for c in item.ground_truth]
+    if text:
+        blocks = "".join(
+            f"<tool_call>{json.dumps({'name': c['name'], 'arguments': c['args']})}</tool_call>" for c in calls
+        )
+        first: dict[str, Any] = {"content": f"<think>the plan</think>{blocks}"}
+    else:
+        first = {"tool_calls": calls}
+    return [first, {"content": "Done: here is what I found and did."}]
+
+
+def play(items: list[EvalItem], attempts: int, **kw: Any) -> list[dict[str, Any]]:
+    return [r for item in items for _ in range(attempts) for r in truth_play(item, **kw)]
+
+
+def test_the_ground_truth_as_the_model_solves_every_turn(items: list[EvalItem], pool: EnvPool, tmp_path: Path) -> None:
+    script = play(items, 2)
+    summary = run_eval(items, lambda: ScriptedChatModel(script=script), pool, tmp_path, EvalSettings(attempts=2))
+    records = done_attempts(tmp_path)
+    assert len(records) == 2 * len(items) and all(r.success for r in records), [
+        r.reasons for r in records if not r.success
+    ]
+    assert all(r.reward == pytest.approx(1.0) and r.r_state == 1.0 for r in records)
+    assert (
+        summary.success_rate == 1.0 and summary.pass_rates.pass_at[2] == 1.0 and summary.pass_rates.pass_hat[2] == 1.0
+    )
+    assert set(summary.by_env) == {i.env for i in items} and summary.errors == 0
+    assert json.loads((tmp_path / "summary.json").read_text())["items"] == len(items)
+
+
+def test_text_tool_calls_are_read_from_the_reply(items: list[EvalItem], pool: EnvPool) -> None:
+    reward = CompositeReward(pool)
+    for item in items[:4]:
+        run = run_agent(ScriptedChatModel(script=truth_play(item, text=True)), pool, item, AgentLimits())
+        score = score_attempt(pool, item, run, reward)
+        assert score.success and run.text_calls == len(item.ground_truth), score.reasons
+
+
+def test_wrong_play_fails_with_reasons(items: list[EvalItem], pool: EnvPool) -> None:
+    reward = CompositeReward(pool)
+    for item in items:
+        idle = run_agent(ScriptedChatModel(script=["I would rather not."]), pool, item, AgentLimits())
+        score = score_attempt(pool, item, idle, reward)
+        assert not score.success and score.reasons and score.reward is not None and score.reward.reward < 1.0
+        first = item.ground_truth[0]
+        wrong = [{"tool_calls": [{"name": first.name, "args": {**first.arguments, "zz_unknown": 1}}]}, "done"]
+        bad = run_agent(ScriptedChatModel(script=wrong), pool, item, AgentLimits())
+        assert bad.results and not bad.results[0].ok and not score_attempt(pool, item, bad, reward).success
+
+
+def test_model_errors_and_spent_budgets_are_recorded_failures(
+    items: list[EvalItem], pool: EnvPool, tmp_path: Path
+) -> None:
+    summary = run_eval(items[:3], lambda: ScriptedChatModel(script=[]), pool, tmp_path, EvalSettings())
+    records = done_attempts(tmp_path)
+    assert len(records) == 3 and summary.errors == 3 and summary.success_rate == 0.0
+    assert all(r.error is not None and r.error.startswith("model error: ScriptExhaustedError") for r in records)
+    item = items[0]
+    looping = [{"tool_calls": [{"name": item.ground_truth[0].name, "args": item.ground_truth[0].arguments}]}] * 3
+    run = run_agent(ScriptedChatModel(script=looping), pool, item, AgentLimits(max_steps=3))
+    assert run.error == "no final answer within 3 model steps" and run.model_steps == 3
+
+
+def test_a_killed_run_resumes_with_no_attempt_lost_or_duplicated(
+    items: list[EvalItem], pool: EnvPool, tmp_path: Path
+) -> None:
+    subset = items[:4]
+    run_eval(subset, lambda: ScriptedChatModel(script=play(subset, 2)), pool, tmp_path, EvalSettings(attempts=2))
+    log = tmp_path / ATTEMPTS
+    lines = log.read_text().splitlines()
+    log.write_text("\n".join(lines[:3]) + "\n" + lines[3][:25])  # three attempts survived, the fourth torn mid-line
+    done = {(r.item, r.attempt) for r in done_attempts(tmp_path)}
+    rest = [(i, k) for i in subset for k in range(2) if (i.id, k) not in done]
+    script = [r for i, _ in rest for r in truth_play(i)]
+    summary = run_eval(subset, lambda: ScriptedChatModel(script=script), pool, tmp_path, EvalSettings(attempts=2))
+    keys = [(r.item, r.attempt) for r in done_attempts(tmp_path)]
+    assert sorted(keys) == sorted({(i.id, k) for i in subset for k in range(2)}) and len(keys) == len(set(keys))
+    assert summary.attempts == 8 and summary.success_rate == 1.0
+
+
+def test_a_source_that_is_not_conversations_is_one_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(EvalSourceError, match=r"no conversations\.jsonl here"):
+        load_conversations(tmp_path)
+    bad = tmp_path / "c.jsonl"
+    bad.write_text('{"id": "x"}\n')
+    with pytest.raises(EvalSourceError, match=r"c\.jsonl: record 1 is not a conversation: field"):
+        load_conversations(bad)
+
+
+def test_the_command_runs_resumes_and_prints_one_line_errors(
+    run_dir: Path, items: list[EvalItem], tmp_path: Path
+) -> None:
+    """`envfactory eval` end to end in a subprocess, the scripted model set through the eval role's settings."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    script = tmp_path / "script.yaml"
+    script.write_text(yaml.safe_dump(play(items[:3], 1)))
+    env = {
+        **os.environ,
+        "ENVFACTORY_ROOT": str(ROOT),
+        "ENVFACTORY_BFCL": "false",
+        "ENVFACTORY_LLM_ROLES__EVAL__PROVIDER": "scripted",
+        "ENVFACTORY_LLM_ROLES__EVAL__SCRIPT": str(script),
+        "COLUMNS": "200",
+    }
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "envfactory.cli", "eval", str(run_dir), "--out", str(out), "--limit", "3"]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "pass@1" in res.stdout and (out / "eval.png").stat().st_size > 1000
+    assert json.loads((out / "summary.json").read_text())["success_rate"] == 1.0
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)  # all done: nothing reruns
+    assert again.returncode == 0 and len((out / ATTEMPTS).read_text().splitlines()) == 3
+    missing = subprocess.run([*cmd[:4], str(tmp_path / "nowhere"), *cmd[5:]], env=env, capture_output=True, text=True)
+    assert (
+        missing.returncode == 1 and missing.stderr.count("\n") == 1 and "no conversations.jsonl here" in missing.stderr
+    )
