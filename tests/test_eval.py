@@ -17,7 +17,7 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem, EvalSourceError, items_from_conversations, load_conversations
-from envfactory.eval.run import ATTEMPTS, EvalSettings, done_attempts, run_eval
+from envfactory.eval.run import ATTEMPTS, EvalSettings, Runner, done_attempts, run_eval, turn_runner
 from envfactory.eval.score import score_attempt
 from envfactory.llm.models import ScriptedChatModel
 from envfactory.reward import CompositeReward
@@ -48,6 +48,10 @@ def items(run_dir: Path, pool: EnvPool) -> list[EvalItem]:
     return found
 
 
+def turns(pool: EnvPool) -> Runner[EvalItem]:
+    return turn_runner(pool, AgentLimits())
+
+
 def truth_play(item: EvalItem, *, text: bool = False) -> list[dict[str, Any]]:
     """The ground truth as scripted replies: its calls in one step, then an answer."""
     calls = [{"name": c.name, "args": dict(c.arguments)} for c in item.ground_truth]
@@ -67,7 +71,13 @@ def play(items: list[EvalItem], attempts: int, **kw: Any) -> list[dict[str, Any]
 
 def test_the_ground_truth_as_the_model_solves_every_turn(items: list[EvalItem], pool: EnvPool, tmp_path: Path) -> None:
     script = play(items, 2)
-    summary = run_eval(items, lambda: ScriptedChatModel(script=script), pool, tmp_path, EvalSettings(attempts=2))
+    summary = run_eval(
+        items,
+        lambda: ScriptedChatModel(script=script),
+        turns(pool),
+        tmp_path,
+        EvalSettings(attempts=2),
+    )
     records = done_attempts(tmp_path)
     assert len(records) == 2 * len(items) and all(r.success for r in records), [
         r.reasons for r in records if not r.success
@@ -103,7 +113,7 @@ def test_wrong_play_fails_with_reasons(items: list[EvalItem], pool: EnvPool) -> 
 def test_model_errors_and_spent_budgets_are_recorded_failures(
     items: list[EvalItem], pool: EnvPool, tmp_path: Path
 ) -> None:
-    summary = run_eval(items[:3], lambda: ScriptedChatModel(script=[]), pool, tmp_path, EvalSettings())
+    summary = run_eval(items[:3], lambda: ScriptedChatModel(script=[]), turns(pool), tmp_path, EvalSettings())
     records = done_attempts(tmp_path)
     assert len(records) == 3 and summary.errors == 3 and summary.success_rate == 0.0
     assert all(r.error is not None and r.error.startswith("model error: ScriptExhaustedError") for r in records)
@@ -117,14 +127,26 @@ def test_a_killed_run_resumes_with_no_attempt_lost_or_duplicated(
     items: list[EvalItem], pool: EnvPool, tmp_path: Path
 ) -> None:
     subset = items[:4]
-    run_eval(subset, lambda: ScriptedChatModel(script=play(subset, 2)), pool, tmp_path, EvalSettings(attempts=2))
+    run_eval(
+        subset,
+        lambda: ScriptedChatModel(script=play(subset, 2)),
+        turns(pool),
+        tmp_path,
+        EvalSettings(attempts=2),
+    )
     log = tmp_path / ATTEMPTS
     lines = log.read_text().splitlines()
     log.write_text("\n".join(lines[:3]) + "\n" + lines[3][:25])  # three attempts survived, the fourth torn mid-line
     done = {(r.item, r.attempt) for r in done_attempts(tmp_path)}
     rest = [(i, k) for i in subset for k in range(2) if (i.id, k) not in done]
     script = [r for i, _ in rest for r in truth_play(i)]
-    summary = run_eval(subset, lambda: ScriptedChatModel(script=script), pool, tmp_path, EvalSettings(attempts=2))
+    summary = run_eval(
+        subset,
+        lambda: ScriptedChatModel(script=script),
+        turns(pool),
+        tmp_path,
+        EvalSettings(attempts=2),
+    )
     keys = [(r.item, r.attempt) for r in done_attempts(tmp_path)]
     assert sorted(keys) == sorted({(i.id, k) for i in subset for k in range(2)}) and len(keys) == len(set(keys))
     assert summary.attempts == 8 and summary.success_rate == 1.0

@@ -10,10 +10,12 @@ table, and DIR/eval.png.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from langchain_core.language_models import BaseChatModel
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -21,8 +23,19 @@ from rich.table import Table
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits
+from envfactory.eval.bfcl import SUITES, bfcl_attempt, bfcl_items
 from envfactory.eval.items import items_from_conversations, load_conversations
-from envfactory.eval.run import AttemptRecord, EvalSettings, EvalSummary, Group, run_eval
+from envfactory.eval.run import (
+    AttemptRecord,
+    EvalRunError,
+    EvalSettings,
+    EvalSummary,
+    Group,
+    HasId,
+    Runner,
+    run_eval,
+    turn_runner,
+)
 from envfactory.llm.models import chat_model
 
 app = typer.Typer(
@@ -36,8 +49,9 @@ err = Console(stderr=True)
 
 @app.callback(invoke_without_command=True)
 def evaluate(
-    source: Annotated[Path, typer.Argument(help="a synth run's folder, or a JSONL file of conversations")],
-    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)")],
+    source: Annotated[Path | None, typer.Argument(help="a synth run's folder, or a conversations file")] = None,
+    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)")] = Path("."),
+    suite: Annotated[str | None, typer.Option(help=f"an imported suite instead of SOURCE: {', '.join(SUITES)}")] = None,
     attempts: Annotated[int, typer.Option(min=1, help="attempts per turn: k of pass@k and pass^k")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="attempts at once")] = 1,
     limit: Annotated[int | None, typer.Option(min=1, help="the first N turns only")] = None,
@@ -46,14 +60,34 @@ def evaluate(
 ) -> None:
     """Run (or resume) an evaluation and print its summary."""
     settings = get_settings()
-    pool = EnvPool(settings)
-    items = items_from_conversations(load_conversations(source), pool)
-    config = EvalSettings(
-        attempts=attempts,
-        concurrency=concurrency,
-        limit=limit,
-        limits=AgentLimits(max_steps=max_steps, timeout_s=timeout),
-    )
+    limits = AgentLimits(max_steps=max_steps, timeout_s=timeout)
+    config = EvalSettings(attempts=attempts, concurrency=concurrency, limit=limit, limits=limits)
+    if out_dir == Path("."):
+        raise EvalRunError("--out DIR is required: the folder the attempts and the summary go to")
+    items: Sequence[HasId]
+    runner: Runner[Any]
+    if suite is not None:
+        if source is not None:
+            raise EvalRunError("give either SOURCE (a synth run or a conversations file) or --suite, not both")
+        if suite not in SUITES:
+            raise EvalRunError(f"unknown suite '{suite}'; suites: {', '.join(SUITES)}")
+        items = bfcl_items(suite)
+
+        def play(model: BaseChatModel, item: Any, k: int) -> AttemptRecord:
+            return bfcl_attempt(model, item, k, limits)
+
+        runner = play
+    elif source is not None:
+        pool = EnvPool(settings)
+        items = items_from_conversations(load_conversations(source), pool)
+        turn = turn_runner(pool, limits)
+
+        def solve(model: BaseChatModel, item: Any, k: int) -> AttemptRecord:
+            return turn(model, item, k)
+
+        runner = solve
+    else:
+        raise EvalRunError("give SOURCE (a synth run's folder or a conversations file) or --suite NAME")
     total = len(items[:limit] if limit else items) * attempts
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
@@ -67,7 +101,7 @@ def evaluate(
             solved += record.success
             progress.update(bar, advance=1, description=f"eval: {solved}/{ran} solved")
 
-        summary = run_eval(items, lambda: chat_model("eval", settings), pool, out_dir, config, progress=advance)
+        summary = run_eval(items, lambda: chat_model("eval", settings), runner, out_dir, config, progress=advance)
         progress.update(bar, completed=total)
     out.print(summary_table(summary))
     plot_summary(summary, out_dir / "eval.png")

@@ -13,10 +13,10 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
@@ -128,10 +128,29 @@ def done_attempts(out: Path) -> list[AttemptRecord]:
         raise EvalRunError(str(e)) from None
 
 
+class HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+Item = TypeVar("Item", bound=HasId)
+Runner = Callable[[BaseChatModel, Item, int], AttemptRecord]
+
+
+def turn_runner(pool: EnvPool, limits: AgentLimits) -> Runner[EvalItem]:
+    """Attempts at verified turns: the agent, then success and the composite reward."""
+    reward = CompositeReward(pool)
+
+    def run(model: BaseChatModel, item: EvalItem, index: int) -> AttemptRecord:
+        return attempt(model, pool, item, index, reward, limits)
+
+    return run
+
+
 def run_eval(
-    items: list[EvalItem],
+    items: Sequence[Item],
     model: ModelFactory,
-    pool: EnvPool,
+    runner: Runner[Item],
     out: Path,
     settings: EvalSettings,
     *,
@@ -140,19 +159,18 @@ def run_eval(
     """Run the attempts not yet in `out`, then write and return the summary over every attempt there."""
     items = items[: settings.limit] if settings.limit else items
     if not items:
-        raise EvalRunError("nothing to evaluate: the source holds no verified turn")
+        raise EvalRunError("nothing to evaluate: the source holds no item")
     out.mkdir(parents=True, exist_ok=True)
     done = {(r.item, r.attempt) for r in done_attempts(out)}
     todo = [(item, k) for item in items for k in range(settings.attempts) if (item.id, k) not in done]
     writer = JsonlAppender(out / ATTEMPTS)
-    reward = CompositeReward(pool)
     models: dict[int, BaseChatModel] = {}
 
-    def one(job: tuple[EvalItem, int]) -> AttemptRecord:
+    def one(job: tuple[Item, int]) -> AttemptRecord:
         me = threading.get_ident()  # one model client per worker thread
         if me not in models:
             models[me] = model()
-        return attempt(models[me], pool, job[0], job[1], reward, settings.limits)
+        return runner(models[me], job[0], job[1])
 
     with ThreadPoolExecutor(max_workers=settings.concurrency) as ex:
         futures = [ex.submit(one, job) for job in todo]

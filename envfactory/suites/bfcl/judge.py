@@ -76,7 +76,7 @@ def result_text(value: Any) -> str:
     return str(value)
 
 
-class _Runner:
+class BFCLExecutor:
     """One side (the model's or the ground truth's) of an entry: its sessions and every result so far."""
 
     def __init__(self, entry: BFCLEntry, long_context: bool) -> None:
@@ -114,7 +114,7 @@ def _public(state: Any) -> dict[str, Any]:
     return {k: v for k, v in vars(state).items() if not k.startswith("_")}
 
 
-def _state_mismatch(model: _Runner, truth: _Runner) -> str | None:
+def _state_mismatch(model: BFCLExecutor, truth: BFCLExecutor) -> str | None:
     for class_name, session in truth.sessions.items():
         theirs, ours = _public(session.state), _public(model.sessions[class_name].state)
         differing = sorted(k for k in theirs if ours.get(k) != theirs[k])
@@ -145,7 +145,7 @@ def judge_entry(entry: BFCLEntry, answer: Answer) -> EntryVerdict:
             message=f"{len(answer)} answered turns for {len(entry.ground_truth)} turns",
         )
     long_context = long_context_of(entry.id)
-    model, truth = _Runner(entry, long_context), _Runner(entry, long_context)
+    model, truth = BFCLExecutor(entry, long_context), BFCLExecutor(entry, long_context)
     for turn, (steps, expected_calls) in enumerate(zip(answer, entry.ground_truth, strict=True)):
         for step in steps:
             for text in step:
