@@ -37,6 +37,7 @@ from envfactory.eval.run import (
     turn_runner,
 )
 from envfactory.llm.models import chat_model
+from envfactory.tasks.batch import HELDOUT
 
 app = typer.Typer(
     add_completion=False,
@@ -52,6 +53,9 @@ def evaluate(
     source: Annotated[Path | None, typer.Argument(help="a synth run's folder, or a conversations file")] = None,
     out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)")] = Path("."),
     suite: Annotated[str | None, typer.Option(help=f"an imported suite instead of SOURCE: {', '.join(SUITES)}")] = None,
+    split: Annotated[
+        str | None, typer.Option(help="a run's split: heldout (default if the run has one), train")
+    ] = None,
     attempts: Annotated[int, typer.Option(min=1, help="attempts per turn: k of pass@k and pass^k")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="attempts at once")] = 1,
     limit: Annotated[int | None, typer.Option(min=1, help="the first N turns only")] = None,
@@ -79,7 +83,12 @@ def evaluate(
         runner = play
     elif source is not None:
         pool = EnvPool(settings)
-        items = items_from_conversations(load_conversations(source), pool)
+        chosen = split or ("heldout" if source.is_dir() and (source / HELDOUT).is_file() else "train")
+        if chosen not in ("train", "heldout"):
+            raise EvalRunError(f"--split is train or heldout, not '{chosen}'")
+        conversations = load_conversations(source, "heldout" if chosen == "heldout" else "train")
+        items = items_from_conversations(conversations, pool)
+        err.print(f"evaluating the {chosen} split of {source}: {len(items)} verified turns", highlight=False)
         turn = turn_runner(pool, limits)
 
         def solve(model: BaseChatModel, item: Any, k: int) -> AttemptRecord:

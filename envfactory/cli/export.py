@@ -55,11 +55,11 @@ def export(
     from envfactory.config import get_settings
     from envfactory.env.pool import EnvPool
     from envfactory.export.export import export_conversations
-    from envfactory.export.files import load_conversations
+    from envfactory.export.files import training_conversations
     from envfactory.export.options import ExportOptions
     from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
 
-    conversations = load_conversations(source)
+    conversations = training_conversations(source)
     pool = EnvPool(get_settings())
     catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
     options = ExportOptions(

@@ -12,17 +12,18 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from envfactory.env.pool import EnvPool
-from envfactory.errors import EnvFactoryError, first_error
+from envfactory.errors import EnvFactoryError
+from envfactory.export import files as export_files
+from envfactory.export.errors import ExportError
+from envfactory.export.files import Split
 from envfactory.export.options import ExportOptions
 from envfactory.export.rl import GroundTruthCall, RLSample, convert_to_rl_data
 from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
-from envfactory.inputs import InputError, read_jsonl_log
 from envfactory.tasks.models import Conversation, States
 
-CONVERSATIONS = "conversations.jsonl"
 Kind = Literal["read", "write", "mixed", "none"]
 
 
@@ -82,20 +83,10 @@ def items_from_conversations(conversations: list[Conversation], pool: EnvPool) -
     return [item_of(s, writes) for c in conversations for s in convert_to_rl_data(c, catalog, ExportOptions())]
 
 
-def load_conversations(source: Path) -> list[Conversation]:
-    """Conversations from a synth run's folder (its `conversations.jsonl`) or a JSONL file of them."""
-    path = source / CONVERSATIONS if source.is_dir() else source
-    if not path.is_file():
-        raise EvalSourceError(f"{source}: no {CONVERSATIONS} here (give a synth run's folder or a JSONL file)")
+def load_conversations(source: Path, split: Split = "train") -> list[Conversation]:
+    """Conversations of one split of a synth run's folder (`conversations.jsonl` for "train",
+    `heldout.jsonl` for "heldout"), or of a JSONL file of them."""
     try:
-        rows = read_jsonl_log(path, repair=False)  # a source is read, never written
-    except InputError as e:
+        return export_files.load_conversations(source, split)
+    except ExportError as e:
         raise EvalSourceError(str(e)) from None
-    out = []
-    for n, row in enumerate(rows, 1):
-        try:
-            out.append(Conversation.model_validate(row))
-        except ValidationError as e:
-            loc, msg = first_error(e)
-            raise EvalSourceError(f"{path}: record {n} is not a conversation: field '{loc}': {msg}") from None
-    return out

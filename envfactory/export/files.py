@@ -4,30 +4,56 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
 from envfactory.errors import first_error
 from envfactory.export.errors import ExportError
 from envfactory.inputs import InputError, parse_json, read_file_bytes
+from envfactory.tasks.batch import CONVERSATIONS, HELDOUT
 from envfactory.tasks.models import Conversation
 
-CONVERSATIONS = "conversations.jsonl"  # what `envfactory synth` writes in its output folder
 MAX_JSONL_BYTES = 2 * 1024**3  # a large synth run, bounded
+Split = Literal["train", "heldout"]
+SPLIT_FILES: dict[str, str] = {"train": CONVERSATIONS, "heldout": HELDOUT}
 
 
-def conversations_file(source: Path) -> Path:
-    """A run folder's `conversations.jsonl`, or the file itself."""
-    path = source / CONVERSATIONS if source.is_dir() else source
+def conversations_file(source: Path, split: Split = "train") -> Path:
+    """A run folder's file of one split (`conversations.jsonl`: train, `heldout.jsonl`), or the file itself."""
+    name = SPLIT_FILES[split]
+    path = source / name if source.is_dir() else source
     if not path.is_file():
-        where = f"{source} has no {CONVERSATIONS}" if source.is_dir() else f"{source} does not exist"
+        where = f"{source} has no {name}" if source.is_dir() else f"{source} does not exist"
         raise ExportError(f"{where}: give a synth run folder or a conversations JSONL file")
     return path
 
 
-def load_conversations(source: Path) -> list[Conversation]:
-    """Every conversation in the file; a torn last line (a run killed mid-write) is skipped, never repaired here."""
+def training_conversations(source: Path) -> list[Conversation]:
+    """The conversations export may train on: never the held-out split. A `heldout.jsonl` is refused, and
+    a conversation the run's `summary.json` lists as held out is left out wherever it is found."""
     path = conversations_file(source)
+    if path.name == HELDOUT:
+        raise ExportError(f"{path} is a run's held-out split, kept for evaluation: export never emits it")
+    conversations = load_conversations(path)
+    held = _heldout_ids(path.parent / "summary.json")
+    return [c for c in conversations if c.id not in held]
+
+
+def _heldout_ids(summary: Path) -> set[str]:
+    if not summary.is_file():
+        return set()
+    try:
+        data = parse_json(read_file_bytes(summary, what="run summary").decode("utf-8"), str(summary))
+    except (InputError, UnicodeDecodeError) as e:
+        raise ExportError(f"{summary}: cannot tell the held-out conversations: {e}") from None
+    units = (data.get("summary") or {}).get("heldout_units") if isinstance(data, dict) else None
+    return {str(u) for u in units} if isinstance(units, list) else set()
+
+
+def load_conversations(source: Path, split: Split = "train") -> list[Conversation]:
+    """Every conversation in the file; a torn last line (a run killed mid-write) is skipped, never repaired here."""
+    path = conversations_file(source, split)
     try:
         data = read_file_bytes(path, max_bytes=MAX_JSONL_BYTES, what="conversations file")
     except InputError as e:

@@ -31,7 +31,8 @@ from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler
 
-CONVERSATIONS = "conversations.jsonl"
+CONVERSATIONS = "conversations.jsonl"  # the training split: what export reads
+HELDOUT = "heldout.jsonl"  # the held-out split: for evaluation only, never exported
 DROPPED = "dropped.jsonl"
 
 
@@ -62,6 +63,12 @@ class SynthConfig(BaseModel):
         description="offline mode: chance a request leaves out what tells look-alike records apart (then asked)",
     )
     cross_env: bool = Field(default=False, description="chains may reach other environments (up to 3)")
+    holdout_envs: list[str] = Field(
+        default_factory=list, description="environments held out for evaluation (unseen apps): heldout.jsonl only"
+    )
+    holdout_tasks: float = Field(
+        default=0.0, ge=0.0, lt=1.0, description="share of each other environment's tasks held out (unseen tasks)"
+    )
     concurrency: int = Field(default=2, ge=1)
     out: Path = Field(default=Path(".envfactory/synth/run"), description="output folder (relative: to the root)")
     graph: Path | None = Field(default=None, description="tool graph file; default: the data dir's, built if missing")
@@ -110,6 +117,7 @@ class Unit(BaseModel):
     more: list[ToolChain] | None = None  # offline: chains that may join it, for a multi-turn conversation
     turns: tuple[int, int] = (3, 5)
     ambiguity: float = 0.0
+    split: Literal["train", "heldout"] = "train"
 
 
 class Plan(BaseModel):
@@ -131,6 +139,9 @@ def choose_envs(config: SynthConfig, pool: EnvPool) -> list[str]:
 
 def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
     envs = choose_envs(config, pool)
+    stray = sorted(set(config.holdout_envs) - set(envs))
+    if stray:
+        raise SynthConfigError(f"holdout_envs names environment(s) this run does not use: {stray}; it uses {envs}")
     units: list[Unit] = []
     shortfall: dict[str, int] = {}
     for env in envs:
@@ -143,6 +154,7 @@ def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
         chains = pool_of[: config.tasks]
         if len(chains) < config.tasks:
             shortfall[env] = config.tasks - len(chains)
+        held = heldout_tasks(config, env, len(chains))
         for t, chain in enumerate(chains):
             more: list[ToolChain] | None = None
             if offline:  # candidates to join after the task's own chain, in a seeded order
@@ -161,9 +173,19 @@ def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
                         more=more,
                         turns=config.turns,
                         ambiguity=config.ambiguity if offline else 0.0,
+                        split="heldout" if t in held else "train",
                     )
                 )
     return Plan(envs=envs, units=units, shortfall=shortfall)
+
+
+def heldout_tasks(config: SynthConfig, env: str, n: int) -> set[int]:
+    """The task indices of `env` held out: all of a held-out environment, else a seeded share of its tasks
+    (every state variant of a task goes the same way, so no held-out task is seen in training)."""
+    if env in config.holdout_envs:
+        return set(range(n))
+    k = round(n * config.holdout_tasks)
+    return set(random.Random(stable_seed(config.seed, env, "holdout")).sample(range(n), k)) if k else set()
 
 
 def _chains_from(sampler: TopologySampler, graph: ToolGraph, env: str, config: SynthConfig, n: int) -> list[ToolChain]:
@@ -193,7 +215,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def done_keys(out: Path) -> set[str]:
     """Units already finished in `out`: kept ones, and drops other than errors (those are retried)."""
-    kept = {r["id"] for r in read_jsonl(out / CONVERSATIONS)}
+    kept = {r["id"] for r in [*read_jsonl(out / CONVERSATIONS), *read_jsonl(out / HELDOUT)]}
     dropped = {r["key"] for r in read_jsonl(out / DROPPED) if r.get("code") != "error"}
     return kept | dropped
 
@@ -204,7 +226,10 @@ def done_keys(out: Path) -> set[str]:
 class BatchSummary(BaseModel):
     planned: int
     skipped: int  # already done before this run
-    kept: int  # in the output now (all runs)
+    kept: int  # in the output now (all runs), both splits
+    heldout: int = 0  # of them, held out (heldout.jsonl)
+    heldout_envs: list[str] = Field(default_factory=list)
+    heldout_units: list[str] = Field(default_factory=list)
     dropped: int
     dropped_by_code: dict[str, int]
     shortfall: dict[str, int]
@@ -223,6 +248,8 @@ def run_units(
     done = done_keys(out)
     todo = [u for u in units if u.key not in done]
     kept, dropped = JsonlAppender(out / CONVERSATIONS), JsonlAppender(out / DROPPED)
+    heldout = JsonlAppender(out / HELDOUT)
+    split = {u.key: u.split for u in units}
 
     def safe(unit: Unit) -> UnitOutcome:
         try:
@@ -239,7 +266,8 @@ def run_units(
         for fut in as_completed(futures):
             outcome = fut.result()
             if outcome.conversation is not None:
-                kept.write(outcome.conversation.model_dump_json())
+                to = heldout if split.get(outcome.key) == "heldout" else kept
+                to.write(outcome.conversation.model_dump_json())
             elif outcome.dropped is not None:
                 dropped.write(outcome.dropped.model_dump_json())
             if progress is not None:
@@ -249,7 +277,9 @@ def run_units(
 
 def summarize(plan: Plan, out: Path, skipped: int) -> BatchSummary:
     planned = {u.key for u in plan.units}
-    kept = [r for r in read_jsonl(out / CONVERSATIONS) if r["id"] in planned]
+    train = [r for r in read_jsonl(out / CONVERSATIONS) if r["id"] in planned]
+    held = [r for r in read_jsonl(out / HELDOUT) if r["id"] in planned]
+    kept = train + held
     kept_keys = {r["id"] for r in kept}
     # the latest line per key wins: a unit that errored and then succeeded on resume counts once, as kept
     drops: dict[str, dict[str, Any]] = {}
@@ -261,6 +291,9 @@ def summarize(plan: Plan, out: Path, skipped: int) -> BatchSummary:
         planned=len(plan.units),
         skipped=skipped,
         kept=len(kept),
+        heldout=len(held),
+        heldout_envs=[e for e in plan.envs if {u.split for u in plan.units if u.env == e} == {"heldout"}],
+        heldout_units=sorted(u.key for u in plan.units if u.split == "heldout"),
         dropped=len(drops),
         dropped_by_code=dict(sorted(codes.items())),
         shortfall=plan.shortfall,
