@@ -3,6 +3,7 @@ high-compute runs against an N-only baseline, plot it, and suggest a composition
 
     envfactory scaling fit TABLE [--holdout 0.25] [--plot out.png] [--json report.json]
     envfactory scaling suggest TABLE --budget N [--max-apps A] [--depths 1,2,4]
+    envfactory scaling add TABLE --run SYNTH_RUN --eval EVAL_DIR [--metric success_rate] [--model M]
     envfactory scaling simulate --out table.csv [--c0 ... --nu ...] [--noise 0.01]
 """
 
@@ -196,6 +197,29 @@ def suggest_cmd(
     out.print(
         f"limits: {apps}; S in [{limits.min_states}, {limits.max_states}]; D in {{{allowed}}}; "
         "ties: compositions with the same A·S·D and T, which the law cannot tell apart",
+        highlight=False,
+    )
+
+
+@app.command("add")
+def add_cmd(
+    table_path: Annotated[Path, typer.Argument(help="run table to append to (.csv, .jsonl or .json; created)")],
+    run: Annotated[Path, typer.Option("--run", help="the synth run the model was trained on")],
+    evaluation: Annotated[Path, typer.Option("--eval", help="the model's `envfactory eval` folder")],
+    metric: Annotated[str, typer.Option(help="score: success_rate, mean_reward or pass_hat_max")] = "success_rate",
+    model: Annotated[str | None, typer.Option(help="the model trained")] = None,
+    label: Annotated[str | None, typer.Option(help="a name for the run")] = None,
+) -> None:
+    """Add a row from real runs: the synth run's A, T, S, D and the evaluation's score."""
+    from envfactory.scaling.evidence import add_run, run_from
+
+    if metric not in ("success_rate", "mean_reward", "pass_hat_max"):
+        raise ScalingError(f"--metric is success_rate, mean_reward or pass_hat_max, not '{metric}'")
+    row = run_from(run, evaluation, metric=metric, model=model, label=label)  # type: ignore[arg-type]
+    table = add_run(table_path, row)
+    out.print(
+        f"{table_path}: row {len(table)} A={row.apps} T={row.tasks} S={row.states} D={row.depth} "
+        f"score={row.score:.4f} ({metric})",
         highlight=False,
     )
 

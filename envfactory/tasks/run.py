@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -115,7 +116,25 @@ def run_batch(
     if config.plot and stats.conversations:
         png = plot_stats(stats, outdir / "stats.png")
         out.print(f"plot: {png}", highlight=False)
-    (outdir / "summary.json").write_text(
-        json.dumps({"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}, indent=2) + "\n"
-    )
+    record = {"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}
+    record["composition"] = training_composition(config, plan).model_dump()
+    (outdir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
     return summary
+
+
+class Composition(BaseModel):
+    """What the training split of a run is made of, in SynthAPI's variables (what a scaling table needs)."""
+
+    A: int  # environments with training data
+    T: int  # tasks per environment in training (the planned T less the held-out ones)
+    S: int
+    D: int
+    seed: int
+    mode: str
+
+
+def training_composition(config: SynthConfig, plan: Plan) -> Composition:
+    train = [u for u in plan.units if u.split == "train"]
+    envs = sorted({u.env for u in train})
+    tasks = max((len({u.task for u in train if u.env == e}) for e in envs), default=0)
+    return Composition(A=len(envs), T=tasks, S=config.states, D=config.depth, seed=config.seed, mode=config.mode)

@@ -1,0 +1,65 @@
+"""A run table row from real runs: a synth run's training composition (A, T, S, D from its
+`summary.json`) and an evaluation's score (`envfactory eval`'s `summary.json`) — the loop
+plan → synth → export → train → eval → `scaling add` → `scaling fit` → `scaling suggest`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from envfactory.inputs import InputError, read_json
+from envfactory.scaling.errors import RunTableError
+from envfactory.scaling.table import Run, RunTable, load_table, write_table
+
+Metric = Literal["success_rate", "mean_reward", "pass_hat_max"]
+
+
+class _Composition(BaseModel):
+    A: int
+    T: int
+    S: int
+    D: int
+
+
+def _summary(folder: Path, what: str) -> dict[str, Any]:
+    path = folder / "summary.json" if folder.is_dir() else folder
+    try:
+        data = read_json(path, what=f"{what} summary")
+    except InputError as e:
+        raise RunTableError(f"{e} (is {folder} a {what} folder?)") from None
+    if not isinstance(data, dict):
+        raise RunTableError(f"{path}: not a {what} summary")
+    return data
+
+
+def score_of(evaluation: dict[str, Any], metric: Metric, where: Path) -> float:
+    if metric == "pass_hat_max":
+        hats = (evaluation.get("pass_rates") or {}).get("pass_hat") or {}
+        if not hats:
+            raise RunTableError(f"{where}: no pass^k in the evaluation summary")
+        return float(hats[max(hats, key=int)])
+    value = evaluation.get(metric)
+    if not isinstance(value, int | float):
+        raise RunTableError(f"{where}: the evaluation summary has no '{metric}'")
+    return float(value)
+
+
+def run_from(synth: Path, evaluation: Path, *, metric: Metric, model: str | None, label: str | None) -> Run:
+    """The table row of a model trained on `synth`'s training split and evaluated in `evaluation`."""
+    try:
+        comp = _Composition.model_validate(_summary(synth, "synth run").get("composition"))
+    except ValidationError:
+        raise RunTableError(f"{synth}: its summary.json records no composition (rerun `envfactory synth`)") from None
+    score = score_of(_summary(evaluation, "evaluation"), metric, evaluation)
+    return Run(apps=comp.A, tasks=comp.T, states=comp.S, depth=comp.D, score=score, model=model, label=label)
+
+
+def add_run(table: Path, run: Run) -> RunTable:
+    """Append `run` to the table file (created when missing) and return the table."""
+    runs = list(load_table(table).runs) if table.exists() else []
+    updated = RunTable(runs=[*runs, run])
+    write_table(updated, table)
+    return updated
