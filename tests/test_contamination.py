@@ -1,0 +1,55 @@
+"""`envfactory contamination RUN --against bfcl`: planted copies of BFCL's questions are found, clean data is not."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("bfcl_eval")
+
+from envfactory.config import Settings
+from envfactory.eval.contamination import check, ngrams, words
+from envfactory.suites.bfcl.entries import load_entries
+from envfactory.tasks.batch import SynthConfig, load_conversations
+from envfactory.tasks.run import run_batch
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("contamination") / "run"
+    settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path_factory.mktemp("data"))
+    run_batch(SynthConfig.model_validate({"envs": ["hotels", "banking"], "T": 1, "out": out, "plot": False}), settings)
+    return out
+
+
+def test_clean_data_shows_no_copied_request(run: Path) -> None:
+    report = check(load_conversations(run))
+    assert report.requests > 0 and report.benchmark_requests > 1000
+    assert report.exact_matches == 0 and report.requests_with_shared_ngram == 0
+
+
+def test_planted_copies_are_found(run: Path) -> None:
+    conversations = load_conversations(run)
+    question = str(load_entries("multi_turn_base")[7].question[0][0]["content"])
+    copied, embedded = conversations[0].model_copy(deep=True), conversations[0].model_copy(deep=True)
+    copied.nodes[0].query = question.upper() + "  "  # normalization: case and spacing do not hide a copy
+    embedded.nodes[0].query = "Before anything else: " + " ".join(words(question)[:9]) + " and then stop."
+    report = check([*conversations, copied, embedded])
+    assert report.exact_matches == 1 and report.requests_with_shared_ngram == 2
+    assert report.max_ngram_share == 1.0 and any(question.upper() in e for e in report.examples)
+    assert ngrams(["a", "b", "c"], 2) == {("a", "b"), ("b", "c")}
+
+
+def test_the_command(run: Path) -> None:
+    env = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "COLUMNS": "200"}
+    cmd = [sys.executable, "-m", "envfactory.cli", "contamination", str(run)]
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "exact matches" in res.stdout, res.stderr
+    bad = subprocess.run([*cmd, "--against", "tau2"], env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "only 'bfcl' is known" in bad.stderr and bad.stderr.count("\n") == 1
