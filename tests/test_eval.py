@@ -191,3 +191,26 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
     assert again.returncode == 0 and len((out / ATTEMPTS).read_text().splitlines()) == 3
     missing = subprocess.run([*cmd[:4], str(tmp_path / "nowhere"), *cmd[5:]], env=env, capture_output=True, text=True)
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
+
+
+def test_meta_tools_discovered_on_demand_solve_every_turn(items: list[EvalItem], pool: EnvPool) -> None:
+    """SynthAPI's meta-tools: the model lists the apps, then calls each ground-truth tool through call_tool."""
+    reward = CompositeReward(pool)
+    limits = AgentLimits(tools="meta")
+    for item in items:
+        calls = [
+            {
+                "name": "call_tool",
+                "args": {"app": c.server, "tool": c.name.split("__")[-1], "arguments": dict(c.arguments)},
+            }
+            for c in item.ground_truth
+        ]
+        script = [{"tool_calls": [{"name": "list_apps", "args": {}}]}, {"tool_calls": calls}, "Done."]
+        model = ScriptedChatModel(script=script)
+        run = run_agent(model, pool, item, limits)
+        score = score_attempt(pool, item, run, reward)
+        assert score.success and score.reward is not None and score.reward.reward == pytest.approx(1.0), score
+        assert model.bound_tools == ["list_apps", "list_tools", "get_tool_documentation", "call_tool"]
+    wrong = [{"tool_calls": [{"name": "call_tool", "args": {"app": "nowhere", "tool": "x"}}]}, "Done."]
+    run = run_agent(ScriptedChatModel(script=wrong), pool, items[0], limits)
+    assert not score_attempt(pool, items[0], run, reward).success and run.results == []

@@ -60,11 +60,14 @@ def evaluate(
     concurrency: Annotated[int, typer.Option(min=1, help="attempts at once")] = 1,
     limit: Annotated[int | None, typer.Option(min=1, help="the first N turns only")] = None,
     max_steps: Annotated[int, typer.Option(min=1, help="model steps per attempt")] = 8,
+    tools: Annotated[str, typer.Option(help="direct (the turn's tools) or meta (SynthAPI's meta-tools)")] = "direct",
     timeout: Annotated[float, typer.Option(min=0.001, help="seconds per attempt")] = 300.0,
 ) -> None:
     """Run (or resume) an evaluation and print its summary."""
     settings = get_settings()
-    limits = AgentLimits(max_steps=max_steps, timeout_s=timeout)
+    if tools not in ("direct", "meta"):
+        raise EvalRunError(f"--tools is direct or meta, not '{tools}'")
+    limits = AgentLimits(max_steps=max_steps, timeout_s=timeout, tools="meta" if tools == "meta" else "direct")
     config = EvalSettings(attempts=attempts, concurrency=concurrency, limit=limit, limits=limits)
     if out_dir == Path("."):
         raise EvalRunError("--out DIR is required: the folder the attempts and the summary go to")

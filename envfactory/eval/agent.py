@@ -12,7 +12,7 @@ nothing raises out of `run_agent` for what the model does.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
@@ -25,15 +25,23 @@ from envfactory.eval.toolset import Toolset, tool_message
 from envfactory.llm.models import message_text
 from envfactory.llm.thinking import strip_thinking
 from envfactory.reward.tool_calls import parse_tool_calls
+from envfactory.serve.hub import CALL_TOOL, COMPLETE_TASK, META_TOOLS, Hub
 from envfactory.tasks.episode import Episode
-from envfactory.tasks.models import States, ToolResult
+from envfactory.tasks.models import States, StateVerifier, Task, ToolResult
 
 ROLE = "eval"
 
 
 class AgentLimits(BaseModel):
+    """How an attempt runs: its budgets, and how the tools are shown."""
+
     max_steps: int = Field(default=8, ge=1, description="model steps per attempt")
     timeout_s: float = Field(default=300.0, gt=0, description="wall clock per attempt, checked between steps")
+    tools: Literal["direct", "meta"] = Field(
+        default="direct",
+        description="direct: the turn's tools; meta: SynthAPI's meta-tools (list_apps, list_tools, "
+        "get_tool_documentation, call_tool) over the turn's environments, discovered on demand",
+    )
 
 
 class AgentRun(BaseModel):
@@ -55,6 +63,73 @@ def _toolset(pool: EnvPool, item: EvalItem) -> Toolset:
     return Toolset(pool, item.servers, only={f"{s}.{t}" for n, (s, t) in everything.targets.items() if n in shown})
 
 
+def _function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+
+
+class _MetaTools:
+    """SynthAPI's meta-tools over the item's environments, in the attempt's own hub episode."""
+
+    def __init__(self, pool: EnvPool, item: EvalItem, direct: Toolset) -> None:
+        self.hub = Hub(pool, apps=item.servers)
+        task = Task(
+            id=item.id,
+            instruction="",
+            servers=item.servers,
+            initial_state=item.initial,
+            verifier=StateVerifier(goal={}),
+            solver=[],
+        )
+        self.episode = self.hub.episode(task)
+        self.specs = [
+            {
+                "type": "function",
+                "function": {"name": s.name, "description": s.description, "parameters": s.input_schema},
+            }
+            for s in META_TOOLS
+            if s.name != COMPLETE_TASK  # the evaluation judges the attempt itself
+        ]
+        self.direct = direct
+
+    def execute(self, name: str, args: Any, call_id: str) -> ToolResult:
+        outcome = self.hub.invoke(self.episode, name, args if isinstance(args, dict) else {})
+        return ToolResult(server="hub", name=name, ok=outcome.ok, result=outcome.payload, call_id=call_id)
+
+    def results(self) -> list[ToolResult]:
+        """The environments' results, call by call (what the results check compares)."""
+        return [
+            ToolResult(server=c.app, name=c.record.tool, ok=c.record.ok, result=c.record.payload())
+            for c in self.episode.calls
+        ]
+
+    def as_direct(self) -> list[dict[str, Any]]:
+        """The environment calls as one assistant message with direct calls, for the composite reward."""
+        calls = [
+            {
+                "type": "function",
+                "function": {"name": self.direct.exposed(c.app, c.record.tool), "arguments": c.record.arguments},
+            }
+            for c in self.episode.calls
+        ]
+        return [{"role": "assistant", "content": "", "tool_calls": calls}] if calls else []
+
+    def history(self, prompt: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The prompt with its earlier direct calls written as `call_tool` calls, as a meta-tool agent makes them."""
+        out = []
+        for m in prompt:
+            calls = m.get("tool_calls")
+            if m.get("role") == "assistant" and calls:
+                rewritten = []
+                for c in calls:
+                    fn = c.get("function", {})
+                    server, tool = self.direct.targets.get(fn.get("name", ""), ("", fn.get("name", "")))
+                    args = {"app": server, "tool": tool, "arguments": fn.get("arguments") or {}}
+                    rewritten.append({**c, "function": {"name": CALL_TOOL, "arguments": args}})
+                m = {**m, "tool_calls": rewritten}
+            out.append(m)
+        return out
+
+
 def _text_calls(text: str, toolset: Toolset, step: int) -> list[tuple[str, Any, str]]:
     parsed = parse_tool_calls(text)
     out = []
@@ -68,13 +143,16 @@ def _text_calls(text: str, toolset: Toolset, step: int) -> list[tuple[str, Any, 
 def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: AgentLimits) -> AgentRun:
     """One attempt at `item` (see the module doc)."""
     toolset = _toolset(pool, item)
-    episode = Episode(pool, item.initial, item.servers)
-    messages: list[BaseMessage] = list(convert_to_messages(item.prompt))
-    bound = model.bind_tools(item.tools)
+    meta = _MetaTools(pool, item, toolset) if limits.tools == "meta" else None
+    episode = meta.episode if meta is not None else Episode(pool, item.initial, item.servers)
+    messages: list[BaseMessage] = list(convert_to_messages(meta.history(item.prompt) if meta else item.prompt))
+    bound = model.bind_tools(meta.specs if meta is not None else item.tools)
     run = AgentRun()
     start = time.monotonic()
 
     def finish(**update: Any) -> AgentRun:
+        if meta is not None:  # what the environments saw: their results, and the calls as direct ones
+            update = {"results": meta.results(), "messages": [*meta.as_direct(), *run.messages[-1:]], **update}
         return run.model_copy(update={"final": episode.dumps(), **update})
 
     for step in range(1, limits.max_steps + 1):
@@ -113,7 +191,10 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
         messages.append(ai)
         answered: list[ToolMessage] = []
         for name, args, call_id in calls:
-            _, result = toolset.execute(episode, name, args, call_id)
+            if meta is not None:
+                result = meta.execute(name, args, call_id)
+            else:
+                _, result = toolset.execute(episode, name, args, call_id)
             run.results.append(result)
             answered.append(tool_message(result))
         messages += answered
