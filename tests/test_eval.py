@@ -214,3 +214,29 @@ def test_meta_tools_discovered_on_demand_solve_every_turn(items: list[EvalItem],
     wrong = [{"tool_calls": [{"name": "call_tool", "args": {"app": "nowhere", "tool": "x"}}]}, "Done."]
     run = run_agent(ScriptedChatModel(script=wrong), pool, items[0], limits)
     assert not score_attempt(pool, items[0], run, reward).success and run.results == []
+
+
+def test_whole_conversations_carry_the_models_own_history(run_dir: Path, pool: EnvPool) -> None:
+    """Conversation mode: one item per conversation, the later requests after the model's own answers."""
+    conversations = load_conversations(run_dir)
+    whole = items_from_conversations(conversations, pool, "conversation")
+    turns = items_from_conversations(conversations, pool)
+    assert len(whole) == len(conversations) and sum(1 + len(w.followups) for w in whole) == len(turns)
+    reward = CompositeReward(pool)
+    for item in whole:
+        per_turn = [t for t in turns if t.conversation_id == item.id]
+        script = [r for t in per_turn for r in truth_play(t)]
+        model = ScriptedChatModel(script=script)
+        run = run_agent(model, pool, item, AgentLimits())
+        score = score_attempt(pool, item, run, reward)
+        assert score.success and score.reward is not None and score.reward.reward == pytest.approx(1.0), score.reasons
+        last_prompt = model.calls[-1].messages  # the model's own answers sit between the requests
+        requests = [str(m.content) for m in last_prompt if m.type == "human"]
+        assert requests[-len(item.followups) :] == item.followups
+        assert [str(m.content) for m in last_prompt if m.type == "ai" and not m.tool_calls][: len(item.followups)]
+        stop_early = run_agent(ScriptedChatModel(script=script[:2]), pool, item, AgentLimits())
+        assert (
+            item.followups
+            and stop_early.error is not None
+            and not score_attempt(pool, item, stop_early, reward).success
+        )

@@ -61,6 +61,7 @@ def evaluate(
     limit: Annotated[int | None, typer.Option(min=1, help="the first N turns only")] = None,
     max_steps: Annotated[int, typer.Option(min=1, help="model steps per attempt")] = 8,
     tools: Annotated[str, typer.Option(help="direct (the turn's tools) or meta (SynthAPI's meta-tools)")] = "direct",
+    mode: Annotated[str, typer.Option(help="turn (ground-truth history, then the request) or conversation")] = "turn",
     timeout: Annotated[float, typer.Option(min=0.001, help="seconds per attempt")] = 300.0,
 ) -> None:
     """Run (or resume) an evaluation and print its summary."""
@@ -90,7 +91,9 @@ def evaluate(
         if chosen not in ("train", "heldout"):
             raise EvalRunError(f"--split is train or heldout, not '{chosen}'")
         conversations = load_conversations(source, "heldout" if chosen == "heldout" else "train")
-        items = items_from_conversations(conversations, pool)
+        if mode not in ("turn", "conversation"):
+            raise EvalRunError(f"--mode is turn or conversation, not '{mode}'")
+        items = items_from_conversations(conversations, pool, "conversation" if mode == "conversation" else "turn")
         err.print(f"evaluating the {chosen} split of {source}: {len(items)} verified turns", highlight=False)
         turn = turn_runner(pool, limits)
 

@@ -15,7 +15,7 @@ import time
 from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage, convert_to_messages
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage, convert_to_messages
 from langchain_core.messages.utils import convert_to_openai_messages
 from pydantic import BaseModel, Field
 
@@ -35,7 +35,7 @@ ROLE = "eval"
 class AgentLimits(BaseModel):
     """How an attempt runs: its budgets, and how the tools are shown."""
 
-    max_steps: int = Field(default=8, ge=1, description="model steps per attempt")
+    max_steps: int = Field(default=8, ge=1, description="model steps per turn of an attempt")
     timeout_s: float = Field(default=300.0, gt=0, description="wall clock per attempt, checked between steps")
     tools: Literal["direct", "meta"] = Field(
         default="direct",
@@ -149,13 +149,15 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
     bound = model.bind_tools(meta.specs if meta is not None else item.tools)
     run = AgentRun()
     start = time.monotonic()
+    answered_turns: list[str] = []
 
     def finish(**update: Any) -> AgentRun:
         if meta is not None:  # what the environments saw: their results, and the calls as direct ones
             update = {"results": meta.results(), "messages": [*meta.as_direct(), *run.messages[-1:]], **update}
         return run.model_copy(update={"final": episode.dumps(), **update})
 
-    for step in range(1, limits.max_steps + 1):
+    budget = limits.max_steps * (1 + len(item.followups))  # max_steps per turn
+    for step in range(1, budget + 1):
         if time.monotonic() - start > limits.timeout_s:
             return finish(error=f"timed out: over {limits.timeout_s:g} s after {run.model_steps} model steps")
         try:
@@ -181,6 +183,12 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
             run.messages.append({"role": "assistant", "content": text})
             if not text:
                 return finish(error="the model's final answer is empty")
+            if len(answered_turns) < len(item.followups):  # whole-conversation mode: the next request
+                request = item.followups[len(answered_turns)]
+                answered_turns.append(text)
+                messages += [AIMessage(content=text), HumanMessage(content=request)]
+                run.messages.append({"role": "user", "content": request})
+                continue
             return finish(answer=text)
         ai = AIMessage(
             content=text,
@@ -199,4 +207,4 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
             answered.append(tool_message(result))
         messages += answered
         run.messages += convert_to_openai_messages([ai, *answered])
-    return finish(error=f"no final answer within {limits.max_steps} model steps")
+    return finish(error=f"no final answer within {budget} model steps")

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
@@ -44,6 +44,9 @@ class EvalItem(BaseModel):
     expected: States
     ground_truth: list[GroundTruthCall]
     kind: Kind
+    followups: list[str] = Field(
+        default_factory=list, description="whole-conversation mode: the later turns' requests, in order"
+    )
 
     @property
     def env(self) -> str:
@@ -75,12 +78,47 @@ def item_of(sample: RLSample, writes: set[tuple[str, str]]) -> EvalItem:
     )
 
 
-def items_from_conversations(conversations: list[Conversation], pool: EnvPool) -> list[EvalItem]:
-    """Every valid turn of every conversation, as an item (turns the user acted in are left out, as in RL data)."""
+def items_from_conversations(
+    conversations: list[Conversation], pool: EnvPool, mode: Literal["turn", "conversation"] = "turn"
+) -> list[EvalItem]:
+    """The items to evaluate. `turn`: every valid turn of every conversation (turns the user acted in are
+    left out, as in RL data). `conversation`: one item per conversation — its first request, then each
+    later request after the model's own answer, judged on the state after the last turn; a conversation
+    is kept up to its first turn that is not a valid item."""
     servers = list(dict.fromkeys(s for c in conversations for s in conversation_servers(c)))
     catalog = catalog_from_pool(pool, servers)
     writes = {(s, t.name) for s in servers for t in catalog[s].tools if t.kind == "write"}
-    return [item_of(s, writes) for c in conversations for s in convert_to_rl_data(c, catalog, ExportOptions())]
+    per_conversation = [
+        [item_of(s, writes) for s in convert_to_rl_data(c, catalog, ExportOptions())] for c in conversations
+    ]
+    if mode == "turn":
+        return [item for items in per_conversation for item in items]
+    return [whole for items in per_conversation if (whole := _whole(items, writes)) is not None]
+
+
+def _whole(turns: list[EvalItem], writes: set[tuple[str, str]]) -> EvalItem | None:
+    """A conversation's turns 0, 1, ... (up to the first missing one) as one item."""
+    consecutive = turns[: next((n for n, t in enumerate(turns) if t.turn != n), len(turns))]
+    if not consecutive:
+        return None
+    initial: States = {}
+    expected: States = {}
+    for t in consecutive:  # an environment starts as the first turn touching it found it, ends as the last left it
+        for server, state in t.initial.items():
+            initial.setdefault(server, state)
+        expected.update(t.expected)
+    calls = [c for t in consecutive for c in t.ground_truth]
+    return consecutive[0].model_copy(
+        update={
+            "id": consecutive[0].conversation_id,
+            "initial": initial,
+            "expected": expected,
+            "servers": list(dict.fromkeys(s for t in consecutive for s in t.servers)),
+            "ground_truth": calls,
+            "kind": _kind(calls, writes),
+            "followups": [str(t.prompt[-1].get("content", "")) for t in consecutive[1:]],
+        }
+    )
 
 
 def load_conversations(source: Path, split: Split = "train") -> list[Conversation]:
