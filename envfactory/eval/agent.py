@@ -12,11 +12,13 @@ nothing raises out of `run_agent` for what the model does.
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage, convert_to_messages
 from langchain_core.messages.utils import convert_to_openai_messages
+from langchain_core.runnables import Runnable
 from pydantic import BaseModel, Field
 
 from envfactory.env.pool import EnvPool
@@ -27,7 +29,7 @@ from envfactory.llm.thinking import strip_thinking
 from envfactory.reward.tool_calls import parse_tool_calls
 from envfactory.serve.hub import CALL_TOOL, COMPLETE_TASK, META_TOOLS, Hub
 from envfactory.tasks.episode import Episode
-from envfactory.tasks.models import States, StateVerifier, Task, ToolResult
+from envfactory.tasks.models import States, StateVerifier, Task, ToolCall, ToolResult
 
 ROLE = "eval"
 
@@ -130,14 +132,54 @@ class _MetaTools:
         return out
 
 
-def _text_calls(text: str, toolset: Toolset, step: int) -> list[tuple[str, Any, str]]:
-    parsed = parse_tool_calls(text)
-    out = []
-    for j, call in enumerate(parsed.calls):
-        qualified = f"{call.server}__{call.name}"  # the parser splits `env__tool`; the toolset shows it whole
-        name = qualified if call.server and qualified in toolset.targets else call.name
-        out.append((name, call.arguments, f"s{step}t{j}"))
-    return out
+Call = tuple[str, Any, str]  # name, arguments, call id
+
+
+class Reply(NamedTuple):
+    """A model's reply as a tool-using loop reads it."""
+
+    raw: str  # the text, thinking included
+    text: str  # the visible text
+    calls: list[Call]  # native tool calls, else the ones written in the text
+    invalid: list[Call]  # native calls whose arguments could not be read (arguments as the model sent them)
+    from_text: int  # how many of `calls` came from the text
+
+
+def invoke(bound: Runnable[Any, BaseMessage], messages: list[BaseMessage], item: str) -> BaseMessage:
+    """One model step, tagged with the eval role and the item (for token accounting and traces)."""
+    return bound.invoke(messages, config={"tags": [f"role:{ROLE}"], "metadata": {"role": ROLE, "item": item}})
+
+
+def read_reply(reply: BaseMessage, prefix: str, name: Callable[[ToolCall], str] | None = None) -> Reply:
+    """The calls of `reply`: its native `tool_calls` (readable and not), else — when it made no native call
+    at all — those written in its text (Hermes `<tool_call>` and the reward parser's other formats; `name`
+    maps a parsed call to the name to run). A call without an id gets one made from `prefix`."""
+    raw = message_text(reply)
+    calls: list[Call] = []
+    invalid: list[Call] = []
+    if isinstance(reply, AIMessage):
+        calls = [(tc["name"], tc["args"], tc.get("id") or f"{prefix}c{j}") for j, tc in enumerate(reply.tool_calls)]
+        invalid = [
+            (str(b.get("name") or "?"), b.get("args"), b.get("id") or f"{prefix}b{j}")
+            for j, b in enumerate(reply.invalid_tool_calls)
+        ]
+    from_text = 0
+    if not calls and not invalid:
+        parsed = parse_tool_calls(raw).calls
+        calls = [(name(c) if name else c.name, c.arguments, f"{prefix}t{j}") for j, c in enumerate(parsed)]
+        from_text = len(calls)
+    return Reply(raw=raw, text=strip_thinking(raw).strip(), calls=calls, invalid=invalid, from_text=from_text)
+
+
+def calls_message(text: str, calls: list[Call]) -> AIMessage:
+    """The assistant message that made `calls` (arguments that are not an object sent as {})."""
+    made = [{"name": n, "args": a if isinstance(a, dict) else {}, "id": i, "type": "tool_call"} for n, a, i in calls]
+    return AIMessage(content=text, tool_calls=made)
+
+
+def _exposed(call: ToolCall, toolset: Toolset) -> str:
+    qualified = f"{call.server}__{call.name}"  # the parser splits `env__tool`; the toolset shows it whole
+    return qualified if call.server and qualified in toolset.targets else call.name
 
 
 def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: AgentLimits) -> AgentRun:
@@ -161,24 +203,13 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
         if time.monotonic() - start > limits.timeout_s:
             return finish(error=f"timed out: over {limits.timeout_s:g} s after {run.model_steps} model steps")
         try:
-            reply = bound.invoke(
-                messages, config={"tags": [f"role:{ROLE}"], "metadata": {"role": ROLE, "item": item.id}}
-            )
+            reply = read_reply(invoke(bound, messages, item.id), f"s{step}", lambda c: _exposed(c, toolset))
         except Exception as e:  # a provider's failure is a failed attempt, whatever its type
             return finish(error=f"model error: {type(e).__name__}: {str(e)[:300]}")
         run.model_steps = step
-        raw = message_text(reply)
-        text = strip_thinking(raw).strip()
-        calls: list[tuple[str, Any, str]] = []
-        if isinstance(reply, AIMessage):
-            calls = [(tc["name"], tc["args"], tc.get("id") or f"s{step}c{j}") for j, tc in enumerate(reply.tool_calls)]
-            calls += [
-                (str(b.get("name") or "?"), b.get("args"), b.get("id") or f"s{step}b{j}")
-                for j, b in enumerate(reply.invalid_tool_calls)
-            ]
-        if not calls:
-            calls = _text_calls(raw, toolset, step)
-            run.text_calls += len(calls)
+        run.text_calls += reply.from_text
+        text = reply.text
+        calls = reply.calls + reply.invalid
         if not calls:
             run.messages.append({"role": "assistant", "content": text})
             if not text:
@@ -190,12 +221,7 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
                 run.messages.append({"role": "user", "content": request})
                 continue
             return finish(answer=text)
-        ai = AIMessage(
-            content=text,
-            tool_calls=[
-                {"name": n, "args": a if isinstance(a, dict) else {}, "id": i, "type": "tool_call"} for n, a, i in calls
-            ],
-        )
+        ai = calls_message(text, calls)
         messages.append(ai)
         answered: list[ToolMessage] = []
         for name, args, call_id in calls:

@@ -17,11 +17,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel
 
-from envfactory.eval.agent import ROLE, AgentLimits
+from envfactory.eval.agent import AgentLimits, calls_message, invoke, read_reply
 from envfactory.eval.run import AttemptRecord
-from envfactory.llm.models import message_text
-from envfactory.llm.thinking import strip_thinking
-from envfactory.reward.tool_calls import parse_tool_calls
 from envfactory.suites.bfcl.adapter import environment
 from envfactory.suites.bfcl.entries import BFCLEntry, load_entries
 from envfactory.suites.bfcl.judge import Answer, BFCLExecutor, judge_entry, long_context_of
@@ -73,10 +70,6 @@ def _added_functions_message() -> str:
     return str(DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC)
 
 
-def _config(item: str) -> dict[str, Any]:
-    return {"tags": [f"role:{ROLE}"], "metadata": {"role": ROLE, "item": item}}
-
-
 def play_entry(model: BaseChatModel, entry: BFCLEntry, limits: AgentLimits) -> tuple[Answer, str | None, int]:
     """The model's answer to `entry` (turns → steps → call strings), an error if it stopped early, model steps."""
     missed: dict[int, list[str]] = {int(k): v for k, v in (entry.model_extra or {}).get("missed_function", {}).items()}
@@ -100,36 +93,18 @@ def play_entry(model: BaseChatModel, entry: BFCLEntry, limits: AgentLimits) -> t
                 answer.extend([] for _ in range(len(entry.question) - len(answer)))
                 return answer, f"timed out: over {limits.timeout_s:g} s", steps_used
             try:
-                reply = bound.invoke(
-                    messages, config={"tags": [f"role:{ROLE}"], "metadata": {"role": ROLE, "item": entry.id}}
-                )
+                reply = read_reply(invoke(bound, messages, entry.id), f"t{turn}s{step}")
             except Exception as e:  # a provider's failure ends the attempt, recorded
                 answer.extend([] for _ in range(len(entry.question) - len(answer)))
                 return answer, f"model error: {type(e).__name__}: {str(e)[:300]}", steps_used
             steps_used += 1
-            raw = message_text(reply)
-            calls = [
-                (tc["name"], tc["args"], tc.get("id") or f"t{turn}s{step}c{j}")
-                for j, tc in enumerate(getattr(reply, "tool_calls", []) or [])
-            ]
+            calls = reply.calls  # calls whose arguments could not be read are not BFCL calls: left out
             if not calls:
-                calls = [
-                    (c.name, c.arguments, f"t{turn}s{step}x{j}") for j, c in enumerate(parse_tool_calls(raw).calls)
-                ]
-            if not calls:
-                messages.append(AIMessage(content=strip_thinking(raw).strip()))
+                messages.append(AIMessage(content=reply.text))
                 break  # the turn is answered
             texts = [_call_text(n, a) for n, a, _ in calls]
             turn_steps.append(texts)
-            messages.append(
-                AIMessage(
-                    content="",
-                    tool_calls=[
-                        {"name": n, "args": a if isinstance(a, dict) else {}, "id": i, "type": "tool_call"}
-                        for n, a, i in calls
-                    ],
-                )
-            )
+            messages.append(calls_message("", calls))
             for (name, _, call_id), text in zip(calls, texts, strict=True):
                 messages.append(ToolMessage(content=executor.run(text), tool_call_id=call_id, name=name))
     return answer, None, steps_used
