@@ -103,9 +103,7 @@ def _harness(items: list[EvalItem], pool: EnvPool, concurrency: int, tmp: Path) 
 def _bare(items: list[EvalItem], pool: EnvPool) -> float:
     start = time.perf_counter()
     for item in items:
-        calls = [
-            ToolCall(server=c.server, name=c.name.split("__")[-1], arguments=c.arguments) for c in item.ground_truth
-        ]
+        calls = [ToolCall(server=c.server, name=c.tool, arguments=c.arguments) for c in item.ground_truth]
         replay(pool, calls, item.initial, item.servers)
     return time.perf_counter() - start
 

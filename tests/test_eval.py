@@ -201,7 +201,7 @@ def test_meta_tools_discovered_on_demand_solve_every_turn(items: list[EvalItem],
         calls = [
             {
                 "name": "call_tool",
-                "args": {"app": c.server, "tool": c.name.split("__")[-1], "arguments": dict(c.arguments)},
+                "args": {"app": c.server, "tool": c.tool, "arguments": dict(c.arguments)},
             }
             for c in item.ground_truth
         ]

@@ -57,7 +57,7 @@ class EvalItem(BaseModel):
 def _kind(calls: list[GroundTruthCall], writes: set[tuple[str, str]]) -> Kind:
     if not calls:
         return "none"
-    w = sum((c.server, c.name.split("__")[-1]) in writes for c in calls)
+    w = sum((c.server, c.tool) in writes for c in calls)
     return "write" if w == len(calls) else "read" if w == 0 else "mixed"
 
 

@@ -26,23 +26,16 @@ from envfactory.tasks.verifier import verify
 class Score(BaseModel):
     success: bool
     reasons: list[str] = Field(default_factory=list)
-    reward: RewardResult | None = None
+    reward: RewardResult
 
 
 def _key(value: object) -> str:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _tool_name(exported: str, server: str) -> str:
-    prefix = f"{server}__"
-    return exported[len(prefix) :] if exported.startswith(prefix) else exported
-
-
 def missing_results(pool: EnvPool, item: EvalItem, run: AgentRun) -> int:
     """How many of the ground truth's successful results the attempt did not also get."""
-    calls = [
-        ToolCall(server=c.server, name=_tool_name(c.name, c.server), arguments=c.arguments) for c in item.ground_truth
-    ]
+    calls = [ToolCall(server=c.server, name=c.tool, arguments=c.arguments) for c in item.ground_truth]
     truth = Counter(_key(r.result) for r in replay(pool, calls, item.initial, item.servers).results if r.ok)
     got = Counter(_key(r.result) for r in run.results if r.ok)
     return sum((truth - got).values())

@@ -36,6 +36,12 @@ class GroundTruthCall(BaseModel):
     masked_arguments: list[str] = Field(default_factory=list)
     server: str
 
+    @property
+    def tool(self) -> str:
+        """The environment's own tool name (`name` less the `server__` prefix a shared name gets)."""
+        prefix = f"{self.server}__"
+        return self.name[len(prefix) :] if self.name.startswith(prefix) else self.name
+
 
 class RewardModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
