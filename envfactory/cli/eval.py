@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from langchain_core.language_models import BaseChatModel
@@ -95,12 +95,7 @@ def evaluate(
             raise EvalRunError(f"--mode is turn or conversation, not '{mode}'")
         items = items_from_conversations(conversations, pool, "conversation" if mode == "conversation" else "turn")
         err.print(f"evaluating the {chosen} split of {source}: {len(items)} verified turns", highlight=False)
-        turn = turn_runner(pool, limits)
-
-        def solve(model: BaseChatModel, item: Any, k: int) -> AttemptRecord:
-            return turn(model, item, k)
-
-        runner = solve
+        runner = cast(Runner[Any], turn_runner(pool, limits))
     else:
         raise EvalRunError("give SOURCE (a synth run's folder or a conversations file) or --suite NAME")
     total = len(items[:limit] if limit else items) * attempts

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from envfactory.errors import first_error
 from envfactory.export.errors import ExportError
-from envfactory.inputs import InputError, parse_json, read_file_bytes
+from envfactory.inputs import InputError, parse_json, read_file_bytes, read_json
 from envfactory.tasks.batch import CONVERSATIONS, HELDOUT
 from envfactory.tasks.models import Conversation
 
@@ -44,8 +44,8 @@ def _heldout_ids(summary: Path) -> set[str]:
     if not summary.is_file():
         return set()
     try:
-        data = parse_json(read_file_bytes(summary, what="run summary").decode("utf-8"), str(summary))
-    except (InputError, UnicodeDecodeError) as e:
+        data = read_json(summary, what="run summary")
+    except InputError as e:
         raise ExportError(f"{summary}: cannot tell the held-out conversations: {e}") from None
     units = (data.get("summary") or {}).get("heldout_units") if isinstance(data, dict) else None
     return {str(u) for u in units} if isinstance(units, list) else set()
