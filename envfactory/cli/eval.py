@@ -50,8 +50,8 @@ err = Console(stderr=True)
 
 @app.callback(invoke_without_command=True)
 def evaluate(
+    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)")],
     source: Annotated[Path | None, typer.Argument(help="a synth run's folder, or a conversations file")] = None,
-    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)")] = Path("."),
     suite: Annotated[str | None, typer.Option(help=f"an imported suite instead of SOURCE: {', '.join(SUITES)}")] = None,
     split: Annotated[
         str | None, typer.Option(help="a run's split: heldout (default if the run has one), train")
@@ -70,8 +70,6 @@ def evaluate(
         raise EvalRunError(f"--tools is direct or meta, not '{tools}'")
     limits = AgentLimits(max_steps=max_steps, timeout_s=timeout, tools="meta" if tools == "meta" else "direct")
     config = EvalSettings(attempts=attempts, concurrency=concurrency, limit=limit, limits=limits)
-    if out_dir == Path("."):
-        raise EvalRunError("--out DIR is required: the folder the attempts and the summary go to")
     items: Sequence[HasId]
     runner: Runner[Any]
     if suite is not None:
@@ -135,14 +133,7 @@ def _row(table: Table, name: str, g: Group) -> None:
 def summary_table(summary: EvalSummary) -> Table:
     k = max(summary.pass_rates.pass_at) if summary.pass_rates.pass_at else 1
     table = Table("group", "turns", "attempts", "success", "reward", f"pass@{k}", f"pass^{k}", title="evaluation")
-    whole = Group(
-        attempts=summary.attempts,
-        items=summary.items,
-        success_rate=summary.success_rate,
-        mean_reward=summary.mean_reward,
-        pass_rates=summary.pass_rates,
-    )
-    _row(table, "all", whole)
+    _row(table, "all", summary)
     for title, groups in (("env", summary.by_env), ("kind", summary.by_kind), ("calls", summary.by_chain_length)):
         for name, g in groups.items():
             _row(table, f"{title}={name}", g)

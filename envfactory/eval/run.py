@@ -75,15 +75,12 @@ class Group(BaseModel):
     pass_rates: PassRates
 
 
-class EvalSummary(BaseModel):
-    items: int
-    attempts: int
+class EvalSummary(Group):
+    """The whole evaluation (its own figures as a `Group`), its errors and reward parts, and the breakdowns."""
+
     errors: int
-    success_rate: float
-    mean_reward: float
     mean_r_traj: float
     mean_r_state: float
-    pass_rates: PassRates
     by_env: dict[str, Group]
     by_chain_length: dict[str, Group]
     by_kind: dict[str, Group]
@@ -218,16 +215,11 @@ def _by(records: list[AttemptRecord], key: Callable[[AttemptRecord], Any], k_max
 
 
 def summarize(records: list[AttemptRecord], k_max: int) -> EvalSummary:
-    whole = _group(records, k_max)
     return EvalSummary(
-        items=whole.items,
-        attempts=whole.attempts,
+        **_group(records, k_max).model_dump(),
         errors=sum(r.error is not None for r in records),
-        success_rate=whole.success_rate,
-        mean_reward=whole.mean_reward,
         mean_r_traj=_mean(r.r_traj for r in records),
         mean_r_state=_mean(r.r_state for r in records),
-        pass_rates=whole.pass_rates,
         by_env=_by(records, lambda r: r.env, k_max),
         by_chain_length=_by(records, lambda r: r.chain_length, k_max),
         by_kind=_by(records, lambda r: r.kind, k_max),
