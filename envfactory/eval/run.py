@@ -158,7 +158,8 @@ def run_eval(
     if not items:
         raise EvalRunError("nothing to evaluate: the source holds no item")
     out.mkdir(parents=True, exist_ok=True)
-    done = {(r.item, r.attempt) for r in done_attempts(out)}
+    records = done_attempts(out)  # the log is read once: then each new attempt is written and kept
+    done = {(r.item, r.attempt) for r in records}
     todo = [(item, k) for item in items for k in range(settings.attempts) if (item.id, k) not in done]
     writer = JsonlAppender(out / ATTEMPTS)
     models: dict[int, BaseChatModel] = {}
@@ -174,11 +175,12 @@ def run_eval(
         for f in as_completed(futures):
             record = f.result()
             writer.write(record.model_dump_json())  # the driver is the only writer
+            records.append(record)
             if progress is not None:
                 progress(record)
     wanted = {item.id for item in items}
-    records = [r for r in done_attempts(out) if r.item in wanted and r.attempt < settings.attempts]
-    summary = summarize(records, settings.attempts)
+    asked = [r for r in records if r.item in wanted and r.attempt < settings.attempts]
+    summary = summarize(asked, settings.attempts)
     write_atomic(out / SUMMARY, summary.model_dump_json(indent=2) + "\n")
     return summary
 
