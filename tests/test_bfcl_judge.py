@@ -21,10 +21,11 @@ from envfactory.suites.bfcl import available
 from envfactory.suites.bfcl.calls import parse_call
 from envfactory.suites.bfcl.entries import BFCLEntry, load_entries
 from envfactory.suites.bfcl.judge import Answer, judge_entry, result_text
+from envfactory.suites.bfcl.suites import MULTI_TURN_CATEGORIES
 
 pytestmark = pytest.mark.skipif(not available(), reason="bfcl-eval is not installed")
 
-CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+CATEGORIES = MULTI_TURN_CATEGORIES
 _RUN = itertools.count()
 
 

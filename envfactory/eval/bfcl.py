@@ -22,13 +22,9 @@ from envfactory.eval.run import AttemptRecord
 from envfactory.suites.bfcl.adapter import environment
 from envfactory.suites.bfcl.entries import BFCLEntry, load_entries
 from envfactory.suites.bfcl.judge import Answer, BFCLExecutor, judge_entry, long_context_of
+from envfactory.suites.bfcl.suites import MULTI_TURN_CATEGORIES
 
-SUITES = {
-    "bfcl-multi-turn-base": "multi_turn_base",
-    "bfcl-multi-turn-miss-func": "multi_turn_miss_func",
-    "bfcl-multi-turn-miss-param": "multi_turn_miss_param",
-    "bfcl-multi-turn-long-context": "multi_turn_long_context",
-}
+SUITES = {f"bfcl-{c.replace('_', '-')}": c for c in MULTI_TURN_CATEGORIES}  # bfcl-multi-turn-base, ...
 
 
 class BFCLItem(BaseModel):

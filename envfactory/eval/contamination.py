@@ -20,10 +20,9 @@ from pydantic import BaseModel, Field
 
 from envfactory.suites.bfcl.calls import CallSyntaxError, parse_call
 from envfactory.suites.bfcl.entries import load_entries
-from envfactory.suites.bfcl.suites import SUITES_BY_CLASS
+from envfactory.suites.bfcl.suites import MULTI_TURN_CATEGORIES, SUITES_BY_CLASS, class_importable
 from envfactory.tasks.models import Conversation
 
-CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
 _WORD = re.compile(r"[a-z0-9]+")
 
 
@@ -55,7 +54,7 @@ def _bfcl_texts() -> tuple[list[str], set[str], set[str]]:
     """BFCL's user messages, its function names, and the string values of its ground-truth calls."""
     texts: list[str] = []
     values: set[str] = set()
-    for category in CATEGORIES:
+    for category in MULTI_TURN_CATEGORIES:
         for entry in load_entries(category):
             texts += [str(m.get("content", "")) for turn in entry.question for m in turn if m.get("role") == "user"]
             for call_text in (c for turn in entry.ground_truth for c in turn):
@@ -67,11 +66,8 @@ def _bfcl_texts() -> tuple[list[str], set[str], set[str]]:
     names: set[str] = set()
     from envfactory.suites.bfcl.adapter import environment
 
-    for class_name in SUITES_BY_CLASS:
-        try:
-            names |= set(environment(class_name).metadata.tool_names)
-        except Exception:  # a class whose dependency is missing here: its names are left out
-            continue
+    for class_name in filter(class_importable, SUITES_BY_CLASS):  # a class missing a dependency here: left out
+        names |= set(environment(class_name).metadata.tool_names)
     return texts, names, values
 
 

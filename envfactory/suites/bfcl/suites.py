@@ -127,6 +127,10 @@ _UNDOCUMENTED_RESPONSES: dict[str, frozenset[str]] = {
 }
 
 
+# BFCL's multi-turn categories that need no data beyond bfcl-eval's own (composite needs more)
+MULTI_TURN_CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param", "multi_turn_long_context")
+
+
 def available() -> bool:
     """Whether `bfcl-eval` is installed (its multi-turn classes and data)."""
     try:
