@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, cast, get_args
 
 import typer
 from pydantic import ValidationError
@@ -211,11 +211,11 @@ def add_cmd(
     label: Annotated[str | None, typer.Option(help="a name for the run")] = None,
 ) -> None:
     """Add a row from real runs: the synth run's A, T, S, D and the evaluation's score."""
-    from envfactory.scaling.evidence import add_run, run_from
+    from envfactory.scaling.evidence import Metric, add_run, run_from
 
-    if metric not in ("success_rate", "mean_reward", "pass_hat_max"):
-        raise ScalingError(f"--metric is success_rate, mean_reward or pass_hat_max, not '{metric}'")
-    row = run_from(run, evaluation, metric=metric, model=model, label=label)  # type: ignore[arg-type]
+    if metric not in get_args(Metric):
+        raise ScalingError(f"--metric is {', '.join(get_args(Metric))}, not '{metric}'")
+    row = run_from(run, evaluation, metric=cast(Metric, metric), model=model, label=label)
     table = add_run(table_path, row)
     out.print(
         f"{table_path}: row {len(table)} A={row.apps} T={row.tasks} S={row.states} D={row.depth} "
