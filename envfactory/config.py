@@ -25,10 +25,12 @@ def _project_root() -> Path:
 
 
 class LLMSettings(BaseModel):
-    """One chat model. `provider`: openai (any OpenAI-compatible endpoint), local (llama.cpp GGUF), scripted."""
+    """One chat model. `provider`: openai (any OpenAI-compatible endpoint), local (llama.cpp GGUF), scripted,
+    transformers (a training checkpoint in-process: `model` is its folder, `.gguf` file or alias; needs the
+    `train` extra and the `training` package, found through the `envfactory.chat_models` entry point)."""
 
-    provider: Literal["openai", "local", "scripted", "none"] = "none"
-    model: str = "gpt-4o-mini"
+    provider: Literal["openai", "local", "scripted", "transformers", "none"] = "none"
+    model: str = Field(default="gpt-4o-mini", description="the served model's name; transformers: the checkpoint")
     base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     api_key: str | None = Field(default=None, description="falls back to OPENAI_API_KEY; 'EMPTY' for local servers")
     temperature: float = 0.7

@@ -460,3 +460,60 @@ def test_auto_sets_aside_a_template_that_cannot_render_tools() -> None:
     assert setup.template == "ours" and setup.replaced and "renders neither" in setup.replaced
     assert tokenizer.chat_template != own and renders_tools(tokenizer)
     assert not prepare_tokenizer(tokenizer, "auto").replaced  # ours renders tools: kept from then on
+
+
+# ---- a checkpoint as the evaluated model (the `transformers` provider) ----------------------------------------
+
+
+@pytest.mark.slow
+def test_a_checkpoint_is_evaluated_on_prompts_rendered_as_in_training(
+    tmp_path: Path, exported: dict[str, Path], tiny_model: Path
+) -> None:
+    """The `transformers` provider (found through its entry point) shows the model every exported prompt exactly
+    as TRL renders it for training, and an evaluation through it records every attempt with its outcome."""
+    from langchain_core.messages import convert_to_messages
+
+    from envfactory.config import LLMSettings, Settings
+    from envfactory.eval.agent import AgentLimits
+    from envfactory.eval.items import items_from_conversations
+    from envfactory.eval.run import ATTEMPTS, EvalSettings, run_eval, turn_runner
+    from envfactory.llm.models import chat_model
+    from training.chat_model import TransformersChat, load_shared
+
+    settings = Settings(
+        root=ROOT,
+        bfcl=False,
+        llm_roles={"eval": LLMSettings(provider="transformers", model=str(tiny_model), temperature=0, max_tokens=12)},
+    )
+    model = chat_model("eval", settings)
+    assert isinstance(model, TransformersChat)
+    tokenizer = load_shared(str(tiny_model)).tokenizer
+    grpo_rows = rows(exported["trl-grpo"])
+    for row in grpo_rows:  # the RL records: the same prompts as the evaluation's per-turn items
+        tools = json.loads(row["tools"])
+        trained = tokenizer.apply_chat_template(row["prompt"], tools=tools, tokenize=False, add_generation_prompt=True)
+        assert model.render(convert_to_messages(row["prompt"]), tools) == trained
+        assert "<tools>" in trained and tools[0]["function"]["name"] in trained
+
+    pool = EnvPool(settings)
+    items = items_from_conversations(load_conversations(exported["trl-sft"].parent / "run"), pool)[:2]
+    summary = run_eval(
+        items,
+        lambda: chat_model("eval", settings),
+        turn_runner(pool, AgentLimits(max_steps=2)),
+        tmp_path,
+        EvalSettings(),
+    )
+    records = [json.loads(line) for line in (tmp_path / ATTEMPTS).read_text().splitlines()]
+    assert [r["item"] for r in records] == [i.id for i in items] and summary.attempts == 2
+    for r in records:  # a random tiny model solves nothing: each failure says why
+        assert r["model_steps"] >= 1 and not r["success"] and (r["reasons"] or r["error"])
+        assert 0.0 <= r["reward"] <= 1.0
+
+
+def test_an_unknown_or_missing_provider_is_a_clear_error(tmp_path: Path) -> None:
+    from envfactory.config import LLMSettings, Settings
+    from envfactory.llm.models import LLMConfigError, _entry_point_model
+
+    with pytest.raises(LLMConfigError, match="not installed"):
+        _entry_point_model("eval", LLMSettings.model_construct(provider="nope"), Settings(root=ROOT), [])  # type: ignore[arg-type]

@@ -611,6 +611,27 @@ def _var(role: Role, field: str) -> str:
     return f"ENVFACTORY_LLM__{field} (or ENVFACTORY_LLM_ROLES__{role.upper()}__{field} for this role only)"
 
 
+def _entry_point_model(
+    role: Role, cfg: LLMSettings, settings: Settings, callbacks: list[BaseCallbackHandler]
+) -> BaseChatModel:
+    """A provider another package registers (`envfactory.chat_models` entry points: name -> factory taking the
+    role's settings, the settings and the callbacks): the library never imports it itself."""
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="envfactory.chat_models") if ep.name == cfg.provider]
+    if not found:
+        raise LLMConfigError(
+            f"role '{role}': provider {cfg.provider} is not installed (no 'envfactory.chat_models' entry point "
+            "named so): install the project with its train extra (pip install -e '.[train]')"
+        )
+    try:
+        factory = found[0].load()
+    except ImportError as e:
+        raise LLMConfigError(f"role '{role}': provider {cfg.provider} cannot be imported: {e}") from None
+    model: BaseChatModel = factory(cfg, settings, callbacks)
+    return model
+
+
 def chat_model(role: Role, settings: Settings | None = None, usage: UsageTracker | None = None) -> BaseChatModel:
     """The chat model configured for `role`; with `usage`, its calls are counted under that role."""
     settings = settings or get_settings()
@@ -634,6 +655,8 @@ def chat_model(role: Role, settings: Settings | None = None, usage: UsageTracker
             max_tokens=cfg.max_tokens,
             callbacks=callbacks,
         )
+    if cfg.provider == "transformers":
+        return _entry_point_model(role, cfg, settings, callbacks)
     if cfg.provider == "scripted":
         if cfg.script is None:
             raise LLMConfigError(
