@@ -182,6 +182,32 @@ def _exposed(call: ToolCall, toolset: Toolset) -> str:
     return qualified if call.server and qualified in toolset.targets else call.name
 
 
+class SimulatedUser:
+    """The user of a conversational task: answers the model's question with what they know, in order.
+
+    Per turn, the item records what the user said when the assistant asked (synth's clarifications: which of
+    several look-alike records they mean). A model reply without a call that asks something (it holds a
+    question mark) while the user still knows something for this turn gets the next piece as the user's
+    message; any other reply without a call ends the turn. The user never volunteers what was not asked, and
+    says each piece once."""
+
+    def __init__(self, knows: list[list[str]]) -> None:
+        self.knows = knows
+        self.said: dict[int, int] = {}
+
+    @property
+    def replies(self) -> int:
+        return sum(len(k) for k in self.knows)
+
+    def answer(self, turn: int, text: str) -> str | None:
+        pending = self.knows[turn] if turn < len(self.knows) else []
+        said = self.said.get(turn, 0)
+        if "?" not in text or said >= len(pending):
+            return None
+        self.said[turn] = said + 1
+        return pending[said]
+
+
 def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: AgentLimits) -> AgentRun:
     """One attempt at `item` (see the module doc)."""
     toolset = _toolset(pool, item)
@@ -198,7 +224,8 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
             update = {"results": meta.results(), "messages": [*meta.as_direct(), *run.messages[-1:]], **update}
         return run.model_copy(update={"final": episode.dumps(), **update})
 
-    budget = limits.max_steps * (1 + len(item.followups))  # max_steps per turn
+    user = SimulatedUser(item.user_knows)
+    budget = limits.max_steps * (1 + len(item.followups)) + user.replies  # max_steps per turn, + each question
     for step in range(1, budget + 1):
         if time.monotonic() - start > limits.timeout_s:
             return finish(error=f"timed out: over {limits.timeout_s:g} s after {run.model_steps} model steps")
@@ -214,6 +241,11 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
             run.messages.append({"role": "assistant", "content": text})
             if not text:
                 return finish(error="the model's final answer is empty")
+            reply_text = user.answer(len(answered_turns), text)
+            if reply_text is not None:  # the model asked: the simulated user says what they know
+                messages += [AIMessage(content=text), HumanMessage(content=reply_text)]
+                run.messages.append({"role": "user", "content": reply_text})
+                continue
             if len(answered_turns) < len(item.followups):  # whole-conversation mode: the next request
                 request = item.followups[len(answered_turns)]
                 answered_turns.append(text)

@@ -21,8 +21,8 @@ from envfactory.export.errors import ExportError
 from envfactory.export.files import Split
 from envfactory.export.options import ExportOptions
 from envfactory.export.rl import GroundTruthCall, RLSample, convert_to_rl_data
-from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
-from envfactory.tasks.models import Conversation, States
+from envfactory.export.tools_schema import Catalog, catalog_from_pool, conversation_servers
+from envfactory.tasks.models import Conversation, Node, States
 
 Kind = Literal["read", "write", "mixed", "none"]
 
@@ -47,6 +47,11 @@ class EvalItem(BaseModel):
     followups: list[str] = Field(
         default_factory=list, description="whole-conversation mode: the later turns' requests, in order"
     )
+    user_knows: list[list[str]] = Field(
+        default_factory=list,
+        description="per turn of the item (the request's, then each follow-up's): what the simulated user "
+        "answers, in order, when the model stops to ask (the recorded clarifications)",
+    )
 
     @property
     def env(self) -> str:
@@ -61,7 +66,7 @@ def _kind(calls: list[GroundTruthCall], writes: set[tuple[str, str]]) -> Kind:
     return "write" if w == len(calls) else "read" if w == 0 else "mixed"
 
 
-def item_of(sample: RLSample, writes: set[tuple[str, str]]) -> EvalItem:
+def item_of(sample: RLSample, writes: set[tuple[str, str]], user_knows: list[str] | None = None) -> EvalItem:
     kwargs = sample.extra_info.mcp_factory_kwargs
     calls = [GroundTruthCall.model_validate(c) for c in json.loads(sample.reward_model.ground_truth)]
     return EvalItem(
@@ -75,25 +80,45 @@ def item_of(sample: RLSample, writes: set[tuple[str, str]]) -> EvalItem:
         expected=json.loads(kwargs.final_config),
         ground_truth=calls,
         kind=_kind(calls, writes),
+        user_knows=[list(user_knows or [])],
     )
+
+
+def clarifications(node: Node) -> list[str] | None:
+    """What the user said in a turn after its request (the answers to the assistant's questions), or None
+    when the user acted in the environment mid-turn (a simulated user only talks, so that turn is left out)."""
+    if node.user_calls:
+        return None
+    said = [s.content for s in node.steps if s.role == "user" and isinstance(s.content, str)]
+    return said[1:]
 
 
 def items_from_conversations(
     conversations: list[Conversation], pool: EnvPool, mode: Literal["turn", "conversation"] = "turn"
 ) -> list[EvalItem]:
-    """The items to evaluate. `turn`: every valid turn of every conversation (turns the user acted in are
-    left out, as in RL data). `conversation`: one item per conversation — its first request, then each
-    later request after the model's own answer, judged on the state after the last turn; a conversation
-    is kept up to its first turn that is not a valid item."""
+    """The items to evaluate. `turn`: every valid turn of every conversation — a turn where the user answered
+    a question of the assistant's is kept, with what the user said as the simulated user's knowledge; a turn
+    where the user acted in an environment is left out (a simulated user only talks). `conversation`: one
+    item per conversation — its first request, then each later request after the model's own answer, judged
+    on the state after the last turn; a conversation is kept up to its first turn that is not a valid item."""
     servers = list(dict.fromkeys(s for c in conversations for s in conversation_servers(c)))
     catalog = catalog_from_pool(pool, servers)
     writes = {(s, t.name) for s in servers for t in catalog[s].tools if t.kind == "write"}
-    per_conversation = [
-        [item_of(s, writes) for s in convert_to_rl_data(c, catalog, ExportOptions())] for c in conversations
-    ]
+    per_conversation = [_items(c, catalog, writes) for c in conversations]
     if mode == "turn":
         return [item for items in per_conversation for item in items]
     return [whole for items in per_conversation if (whole := _whole(items, writes)) is not None]
+
+
+def _items(conversation: Conversation, catalog: Catalog, writes: set[tuple[str, str]]) -> list[EvalItem]:
+    """A conversation's turns as items, clarifying turns too (the simulated user answers the model's question)."""
+    nodes = {n.index: n for n in conversation.nodes}
+    out = []
+    for sample in convert_to_rl_data(conversation, catalog, ExportOptions(include_interactive=True)):
+        knows = clarifications(nodes[sample.extra_info.turn])
+        if knows is not None:
+            out.append(item_of(sample, writes, knows))
+    return out
 
 
 def _whole(turns: list[EvalItem], writes: set[tuple[str, str]]) -> EvalItem | None:
@@ -117,6 +142,7 @@ def _whole(turns: list[EvalItem], writes: set[tuple[str, str]]) -> EvalItem | No
             "ground_truth": calls,
             "kind": _kind(calls, writes),
             "followups": [str(t.prompt[-1].get("content", "")) for t in consecutive[1:]],
+            "user_knows": [knows for t in consecutive for knows in t.user_knows],
         }
     )
 
