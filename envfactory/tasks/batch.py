@@ -16,7 +16,6 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
+from envfactory.executor import Executor, LocalExecutor, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, read_yaml
 from envfactory.tasks.models import Conversation
 from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
@@ -241,37 +241,39 @@ Progress = Callable[[UnitOutcome], None]
 
 
 def run_units(
-    units: list[Unit], runner: UnitRunner, out: Path, *, concurrency: int = 2, progress: Progress | None = None
+    units: list[Unit],
+    runner: UnitRunner,
+    out: Path,
+    *,
+    concurrency: int = 2,
+    progress: Progress | None = None,
+    executor: Executor | None = None,
 ) -> tuple[int, int]:
-    """Run the units not yet in `out`; returns (skipped, ran). Exceptions from a unit become `error` drops."""
+    """Run the units not yet in `out` on `executor` (default: `concurrency` local threads); returns (skipped,
+    ran). This process writes every outcome as it arrives; a unit's exception or a lost worker becomes an
+    `error` drop with the reason (a rerun tries it again)."""
     out.mkdir(parents=True, exist_ok=True)
     done = done_keys(out)
     todo = [u for u in units if u.key not in done]
     kept, dropped = JsonlAppender(out / CONVERSATIONS), JsonlAppender(out / DROPPED)
     heldout = JsonlAppender(out / HELDOUT)
     split = {u.key: u.split for u in units}
-
-    def safe(unit: Unit) -> UnitOutcome:
-        try:
-            return runner(unit)
-        except Exception as e:  # a batch records a failure and goes on
-            reason = f"{type(e).__name__}: {e}"
-            return UnitOutcome(
+    skipped = len(units) - len(todo)
+    for unit, result in (executor or LocalExecutor(concurrency)).map(runner, todo):
+        if isinstance(result, UnitOutcome):
+            outcome = result
+        else:  # a batch records a failure and goes on
+            reason = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
+            outcome = UnitOutcome(
                 key=unit.key, dropped=Dropped(key=unit.key, code="error", reason=reason, tools=unit.chain.tools)
             )
-
-    skipped = len(units) - len(todo)
-    with ThreadPoolExecutor(max_workers=concurrency) as executor:
-        futures = [executor.submit(safe, u) for u in todo]
-        for fut in as_completed(futures):
-            outcome = fut.result()
-            if outcome.conversation is not None:
-                to = heldout if split.get(outcome.key) == "heldout" else kept
-                to.write(outcome.conversation.model_dump_json())
-            elif outcome.dropped is not None:
-                dropped.write(outcome.dropped.model_dump_json())
-            if progress is not None:
-                progress(outcome)
+        if outcome.conversation is not None:
+            to = heldout if split.get(outcome.key) == "heldout" else kept
+            to.write(outcome.conversation.model_dump_json())
+        elif outcome.dropped is not None:
+            dropped.write(outcome.dropped.model_dump_json())
+        if progress is not None:
+            progress(outcome)
     return skipped, len(todo)
 
 

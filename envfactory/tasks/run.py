@@ -5,6 +5,8 @@ the LLM mode passes the QueryGen runner from graphs/ (envfactory/ never imports 
 from __future__ import annotations
 
 import json
+import time
+from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -13,6 +15,7 @@ from rich.table import Table
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
+from envfactory.executor import Executor
 from envfactory.tasks.batch import (
     BatchSummary,
     Plan,
@@ -47,22 +50,40 @@ def tool_graph(settings: Settings, config: SynthConfig, plan_envs: list[str] | N
     return graph
 
 
-def offline_runner(pool: EnvPool, settings: Settings) -> UnitRunner:
-    def run(unit: Unit) -> UnitOutcome:
+class OfflineRunner:
+    """Offline synthesis of one unit (templates + π*). Picklable: a copy sent to another process (a Ray
+    worker) leaves the pool behind and builds its own from the settings on first use."""
+
+    def __init__(self, settings: Settings, pool: EnvPool | None = None) -> None:
+        self.settings = settings
+        self._pool = pool
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings, "_pool": None}
+
+    @property
+    def pool(self) -> EnvPool:
+        if self._pool is None:
+            self._pool = EnvPool(self.settings)
+        return self._pool
+
+    def __call__(self, unit: Unit) -> UnitOutcome:
         return synthesize_offline(
-            pool,
+            self.pool,
             unit.chain,
             key=unit.key,
             seed=unit.seed,
             state_variant=unit.state_variant,
             depth=unit.depth,
-            prompts_dir=settings.prompts_path,
+            prompts_dir=self.settings.prompts_path,
             more=unit.more,
             turns=unit.turns,
             ambiguity=unit.ambiguity,
         )
 
-    return run
+
+def offline_runner(pool: EnvPool, settings: Settings) -> UnitRunner:
+    return OfflineRunner(settings, pool)
 
 
 def summary_table(summary: BatchSummary) -> Table:
@@ -73,7 +94,11 @@ def summary_table(summary: BatchSummary) -> Table:
 
 
 def run_batch(
-    config: SynthConfig, settings: Settings, runner: UnitRunner | None = None, console: Console | None = None
+    config: SynthConfig,
+    settings: Settings,
+    runner: UnitRunner | None = None,
+    console: Console | None = None,
+    executor: Executor | None = None,
 ) -> BatchSummary:
     """Plan, run what is not done yet, summarize, print statistics and write the plot."""
     out = console or Console()
@@ -88,9 +113,10 @@ def run_batch(
         runner = offline_runner(pool, settings)
     n = len(plan.units)
     a, t, s = len(plan.envs), config.tasks, config.states
+    where = f"{config.concurrency} at once" if executor is None else f"{executor.name} executor"
     out.print(
         f"A={a} T={t} S={s} D={config.depth}: N = {a}×{t}×{s} = {a * t * s} planned, {n} units "
-        f"({config.mode}; {config.concurrency} at once) → {outdir}",
+        f"({config.mode}; {where}) → {outdir}",
         highlight=False,
     )
     with Progress(
@@ -99,16 +125,24 @@ def run_batch(
         bar = progress.add_task("synth", total=n)
         kept = dropped = 0
 
+        start = time.perf_counter()
+
         def advance(outcome: UnitOutcome) -> None:
             nonlocal kept, dropped
             kept += outcome.conversation is not None
             dropped += outcome.dropped is not None
-            progress.update(bar, advance=1, description=f"synth: {kept} kept, {dropped} dropped")
+            rate = (kept + dropped) / max(time.perf_counter() - start, 1e-9)
+            progress.update(bar, advance=1, description=f"synth: {kept} kept, {dropped} dropped, {rate:.1f} units/s")
 
-        skipped, _ = run_units(plan.units, runner, outdir, concurrency=config.concurrency, progress=advance)
+        skipped, ran = run_units(
+            plan.units, runner, outdir, concurrency=config.concurrency, progress=advance, executor=executor
+        )
+        elapsed = time.perf_counter() - start
         progress.update(bar, completed=n)
     summary = summarize(plan, outdir, skipped)
     out.print(summary_table(summary))
+    if ran:
+        out.print(f"{ran} units in {elapsed:.1f} s: {ran / max(elapsed, 1e-9):.1f} units/s", highlight=False)
     for env, missing in summary.shortfall.items():
         out.print(f"[yellow]{env}[/yellow]: the graph gave {missing} chain(s) fewer than T={t}", highlight=False)
     stats = dataset_stats(load_conversations(outdir))

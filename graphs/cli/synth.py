@@ -13,6 +13,7 @@ from rich.console import Console
 
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
+from envfactory.executor import executor_from
 from envfactory.tasks.batch import load_config
 from envfactory.tasks.run import run_batch
 
@@ -26,6 +27,13 @@ def synth(
     config: Annotated[Path, typer.Option("--config", help="YAML/JSON: mode, envs, A, T, S, D, seed, out, ...")],
     out_dir: Annotated[Path | None, typer.Option("--out", help="output folder (overrides the config's)")] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="units at once (overrides the config's)")] = None,
+    executor: Annotated[str, typer.Option(help="local (threads here) or ray (workers on a Ray cluster)")] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="ray: 'auto', 'host:port' or 'ray://host:port'; default: a new local instance")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="ray: worker processes (default: the cluster's CPUs)")
+    ] = None,
 ) -> None:
     """Run (or resume) a batch: conversations.jsonl, dropped.jsonl, summary.json, stats.png in the output folder."""
     cfg = load_config(config)
@@ -36,11 +44,12 @@ def synth(
         update["concurrency"] = concurrency
     cfg = cfg.model_copy(update=update)
     settings = get_settings()
+    runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
     if cfg.mode == "offline":
-        run_batch(cfg, settings, console=out)
+        run_batch(cfg, settings, console=out, executor=runs_on)
         return
     from graphs.checkpoint import open_checkpointer
-    from graphs.querygen.batch import querygen_runner
+    from graphs.querygen.batch import QueryGenRunner
 
     with open_checkpointer(settings) as saver:  # one saver per process, shared by the batch's threads
-        run_batch(cfg, settings, querygen_runner(EnvPool(settings), settings, cfg, saver), console=out)
+        run_batch(cfg, settings, QueryGenRunner(settings, cfg, EnvPool(settings), saver), out, runs_on)

@@ -10,7 +10,9 @@ keeping SynthAPI's composition controls exact.
 
 from __future__ import annotations
 
+import threading
 import zlib
+from contextlib import ExitStack
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -23,13 +25,47 @@ from graphs.querygen.run import run_querygen
 from graphs.querygen.state import QueryGenContext
 
 
-def querygen_runner(
-    pool: EnvPool, settings: Settings, config: SynthConfig, checkpointer: BaseCheckpointSaver[Any]
-) -> UnitRunner:
-    context = QueryGenContext(preset=config.preset, overrides=dict(config.querygen))
-    run_tag = f"{zlib.crc32(str(config.out.resolve()).encode()):08x}"
+class QueryGenRunner:
+    """One unit through the QueryGen graph. Picklable: a copy in another process (a Ray worker) leaves the pool
+    and the checkpointer behind and opens its own from the settings on first use (Postgres when configured,
+    shared by every worker; else the SQLite file under the data dir — per machine), kept for its units."""
 
-    def run(unit: Unit) -> UnitOutcome:
+    def __init__(
+        self,
+        settings: Settings,
+        config: SynthConfig,
+        pool: EnvPool | None = None,
+        checkpointer: BaseCheckpointSaver[Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config = config
+        self._pool = pool
+        self._checkpointer = checkpointer
+        self._stack: ExitStack | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings, "config": self.config}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["settings"], state["config"])  # type: ignore[misc]
+
+    def parts(self) -> tuple[EnvPool, BaseCheckpointSaver[Any]]:
+        with self._lock:
+            if self._pool is None:
+                self._pool = EnvPool(self.settings)
+            if self._checkpointer is None:
+                from graphs.checkpoint import open_checkpointer
+
+                self._stack = ExitStack()  # open for the worker's life
+                self._checkpointer = self._stack.enter_context(open_checkpointer(self.settings))
+            return self._pool, self._checkpointer
+
+    def __call__(self, unit: Unit) -> UnitOutcome:
+        pool, checkpointer = self.parts()
+        config = self.config
+        context = QueryGenContext(preset=config.preset, overrides=dict(config.querygen))
+        run_tag = f"{zlib.crc32(str(config.out.resolve()).encode()):08x}"
         initial = core = None
         if config.initial_states == "generator":
             initial, core = initial_states(pool, unit.chain.servers, unit.seed, unit.depth)
@@ -56,4 +92,8 @@ def querygen_runner(
         )
         return UnitOutcome(key=unit.key, dropped=dropped)
 
-    return run
+
+def querygen_runner(
+    pool: EnvPool, settings: Settings, config: SynthConfig, checkpointer: BaseCheckpointSaver[Any]
+) -> UnitRunner:
+    return QueryGenRunner(settings, config, pool, checkpointer)

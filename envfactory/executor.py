@@ -1,0 +1,222 @@
+"""Where a batch's units run: threads in this process (`local`) or workers on a Ray cluster (`ray`).
+
+Every batch command (`envfactory synth`, `envfactory eval`) hands its units to an `Executor` and gets
+their results back as they finish; the driver — the calling process — stays the only writer of the
+output files, appending and fsync-ing each result (so resuming after a killed driver works the same
+with either executor). A runner is a picklable callable (`runner(job) -> result`) whose heavy parts
+(the environment pool, the tool graph, model clients, a checkpointer) are built lazily in the process
+that first uses them: locally that is this process, shared by the threads; on Ray each worker (a
+long-lived actor) unpickles its own copy once and keeps it for all its units.
+
+Ray workers are actors restarted when their process dies (`retries` times), and a unit in flight on a
+dead worker is retried on its restarted self: a killed worker costs a retry of its units and nothing
+else. A unit whose retries are spent comes back as `WorkerLost`, which the caller records as a failure
+with that reason. Seeds come from the units themselves (`Unit.seed`), never from where they ran, so a
+Ray run and a local run of the same plan give the same records.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel, Field
+
+from envfactory.errors import EnvFactoryError
+
+J = TypeVar("J")
+R = TypeVar("R")
+Runner = Callable[[J], R]
+
+
+class ExecutorError(EnvFactoryError):
+    """The executor cannot start (Ray missing, a cluster address that cannot be reached)."""
+
+
+class WorkerLost(Generic[J]):
+    """A unit whose worker died more often than the retries allow (or whose result could not come back)."""
+
+    def __init__(self, job: J, reason: str) -> None:
+        self.job = job
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"WorkerLost({self.reason!r})"
+
+
+class ExecutorSettings(BaseModel):
+    """`--executor local|ray`, `--ray-address`, and how many workers."""
+
+    kind: Literal["local", "ray"] = "local"
+    concurrency: int = Field(default=2, ge=1, description="local: threads; ray: units in flight per worker is 2")
+    address: str | None = Field(
+        default=None, description="ray: none starts a local instance; 'auto' (this node's cluster) or 'ray://host:port'"
+    )
+    workers: int | None = Field(default=None, ge=1, description="ray: worker actors (default: the cluster's CPUs)")
+    retries: int = Field(default=3, ge=0, description="ray: restarts of a dead worker, retries of its units")
+    num_cpus: int | None = Field(default=None, ge=1, description="ray, local instance only: the CPUs it may use")
+
+
+class Executor(Protocol):
+    """Runs `runner` on every job, yielding (job, result or the exception it raised or WorkerLost) as they finish."""
+
+    name: str
+
+    def map(self, runner: Runner[J, R], jobs: Sequence[J]) -> Iterator[tuple[J, R | BaseException | WorkerLost[J]]]: ...
+
+
+class LocalExecutor:
+    """Threads in this process sharing one runner (the runners are thread-safe)."""
+
+    name = "local"
+
+    def __init__(self, concurrency: int = 2) -> None:
+        self.concurrency = concurrency
+
+    def map(self, runner: Runner[J, R], jobs: Sequence[J]) -> Iterator[tuple[J, R | BaseException | WorkerLost[J]]]:
+        def safe(job: J) -> R | BaseException:
+            try:
+                return runner(job)
+            except Exception as e:  # a batch records a failure and goes on
+                return e
+
+        with ThreadPoolExecutor(max_workers=self.concurrency) as ex:
+            futures = {ex.submit(safe, job): job for job in jobs}
+            for f in as_completed(futures):
+                yield futures[f], f.result()
+
+
+class _Worker:
+    """The actor body: one runner per worker process, built on arrival and kept."""
+
+    def __init__(self, runner: Callable[[Any], Any]) -> None:
+        self.runner = runner
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, job: Any) -> Any:
+        try:
+            return self.runner(job)
+        except Exception as e:  # returned, not raised: a unit's own failure is not a worker failure to retry
+            return e
+
+
+class RayExecutor:
+    """Long-lived Ray actors, `IN_FLIGHT` units each; results come back to the driver as they finish."""
+
+    name = "ray"
+    IN_FLIGHT = 2
+
+    def __init__(self, settings: ExecutorSettings) -> None:
+        self.settings = settings
+        self.actors: list[Any] = []
+
+    def start(self) -> None:
+        try:
+            import ray
+        except ImportError:
+            raise ExecutorError("--executor ray needs Ray: pip install 'envfactory[ray]'") from None
+        address = self.settings.address
+        if address and address != "auto":
+            _reachable(address)
+        if ray.is_initialized():
+            return
+        try:
+            ray.init(
+                address=address,
+                num_cpus=self.settings.num_cpus if address is None else None,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            where = address or "a new local instance"
+            raise ExecutorError(f"cannot start Ray on {where}: {str(e).splitlines()[0]}") from None
+
+    def workers(self) -> int:
+        import ray
+
+        if self.settings.workers:
+            return self.settings.workers
+        return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    def worker_pids(self) -> list[int]:
+        import ray
+
+        return [int(p) for p in ray.get([a.pid.remote() for a in self.actors])]
+
+    def map(self, runner: Runner[J, R], jobs: Sequence[J]) -> Iterator[tuple[J, R | BaseException | WorkerLost[J]]]:
+        import ray
+        from ray.exceptions import RayError, RayTaskError
+
+        self.start()
+        retries = self.settings.retries
+        remote = ray.remote(num_cpus=1, max_restarts=retries, max_task_retries=retries)(_Worker)
+        n = min(self.workers(), max(1, len(jobs)))
+        self.actors = [remote.remote(runner) for _ in range(n)]  # each worker unpickles its own copy
+        todo = list(reversed(jobs))
+        pending: dict[Any, tuple[int, J]] = {}
+
+        def submit(index: int) -> None:
+            if todo:
+                job = todo.pop()
+                pending[self.actors[index].run.remote(job)] = (index, job)
+
+        try:
+            for index in range(n):
+                for _ in range(self.IN_FLIGHT):
+                    submit(index)
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                index, job = pending.pop(done[0])
+                result: Any
+                try:
+                    result = ray.get(done[0])
+                except RayTaskError as e:  # raised inside the runner's process, not returned
+                    result = e.as_instanceof_cause()
+                except RayError as e:  # the worker died more often than `retries`
+                    result = WorkerLost(job, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+                yield job, result
+                submit(index)
+        finally:
+            for actor in self.actors:
+                ray.kill(actor)
+            self.actors = []
+
+
+def _reachable(address: str) -> None:
+    """Fail in seconds, with one line, when nothing listens at a cluster address (Ray itself retries for ~a minute)."""
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ExecutorError(f"--ray-address {address!r}: expected 'auto', 'host:port' or 'ray://host:port'")
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            pass
+    except OSError as e:
+        raise ExecutorError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
+
+
+def make_executor(settings: ExecutorSettings) -> Executor:
+    if settings.kind == "ray":
+        executor = RayExecutor(settings)
+        executor.start()
+        return executor
+    return LocalExecutor(settings.concurrency)
+
+
+def executor_from(kind: str, address: str | None, workers: int | None, concurrency: int) -> Executor:
+    """The command-line flags (`--executor`, `--ray-address`, `--workers`, `--concurrency`) as an executor."""
+    if kind not in ("local", "ray"):
+        raise ExecutorError(f"--executor is local or ray, not '{kind}'")
+    if kind == "local" and (address or workers):
+        raise ExecutorError("--ray-address and --workers need --executor ray")
+    return make_executor(
+        ExecutorSettings(
+            kind="ray" if kind == "ray" else "local", concurrency=concurrency, address=address, workers=workers
+        )
+    )

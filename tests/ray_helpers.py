@@ -1,0 +1,29 @@
+"""Runners for the Ray executor tests, importable by Ray's worker processes (they unpickle them by reference)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from envfactory.config import Settings
+from envfactory.tasks.batch import Unit
+from envfactory.tasks.run import OfflineRunner
+from envfactory.tasks.synth import UnitOutcome
+
+
+class SlowRunner(OfflineRunner):
+    """Offline synthesis that takes at least `delay` seconds a unit and notes which process ran it (pids/)."""
+
+    def __init__(self, settings: Settings, delay: float, notes: Path) -> None:
+        super().__init__(settings)
+        self.delay = delay
+        self.notes = notes
+
+    def __getstate__(self) -> dict[str, object]:
+        return {**super().__getstate__(), "delay": self.delay, "notes": self.notes}
+
+    def __call__(self, unit: Unit) -> UnitOutcome:
+        (self.notes / str(os.getpid())).touch()
+        time.sleep(self.delay)
+        return super().__call__(unit)

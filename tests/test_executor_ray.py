@@ -1,0 +1,178 @@
+"""Batch units on Ray (a real local instance, `num_cpus=2`), with the guarantees of a local run.
+
+The same plan run by the local executor and by Ray gives the same records byte for byte after sorting; a
+worker process SIGKILLed mid-run costs a retry of its units and nothing else; a driver killed mid-run and
+started again finishes with every unit once; an address where no cluster listens is one clear line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.executor import ExecutorError, ExecutorSettings, RayExecutor, WorkerLost, executor_from
+from envfactory.tasks.batch import CONVERSATIONS, DROPPED, Plan, SynthConfig, plan_units, run_units
+from envfactory.tasks.run import OfflineRunner, tool_graph
+from tests.ray_helpers import SlowRunner
+
+ray = pytest.importorskip("ray")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_instance() -> Iterator[None]:
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return Settings(root=ROOT, bfcl=False)
+
+
+@pytest.fixture(scope="module")
+def plan(settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Plan:
+    config = SynthConfig.model_validate(
+        {"envs": ["hotels", "banking", "shop"], "T": 3, "S": 2, "D": 2, "seed": 4, "out": tmp_path_factory.mktemp("p")}
+    )
+    return plan_units(config, EnvPool(settings), tool_graph(settings, config))
+
+
+def records(out: Path) -> tuple[list[bytes], list[bytes]]:
+    """The output files' lines, sorted (the order results arrived in is not part of the contract)."""
+    read = lambda p: sorted(p.read_bytes().splitlines()) if p.exists() else []  # noqa: E731
+    return read(out / CONVERSATIONS), read(out / DROPPED)
+
+
+def keys(out: Path) -> list[str]:
+    kept = [json.loads(x)["id"] for x in records(out)[0]]
+    return kept + [json.loads(x)["key"] for x in records(out)[1]]
+
+
+@pytest.fixture(scope="module")
+def local_run(plan: Plan, settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("local")
+    run_units(plan.units, OfflineRunner(settings), out, concurrency=2)
+    return out
+
+
+def test_a_ray_run_gives_the_local_runs_records(
+    plan: Plan, settings: Settings, local_run: Path, tmp_path: Path
+) -> None:
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=2))
+    skipped, ran = run_units(plan.units, OfflineRunner(settings), tmp_path, executor=executor)
+    assert (skipped, ran) == (0, len(plan.units))
+    assert records(tmp_path) == records(local_run) and records(tmp_path)[0]
+    assert sorted(keys(tmp_path)) == sorted(u.key for u in plan.units)  # exactly one record per unit
+
+
+def test_a_killed_worker_costs_a_retry_of_its_units_and_nothing_else(
+    plan: Plan, settings: Settings, local_run: Path, tmp_path: Path
+) -> None:
+    notes = tmp_path / "pids"
+    notes.mkdir()
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=2, retries=3))
+    killed: list[int] = []
+
+    def kill_one(_: Any) -> None:
+        if not killed:
+            victim = executor.worker_pids()[0]
+            os.kill(victim, signal.SIGKILL)
+            killed.append(victim)
+
+    out = tmp_path / "out"
+    run_units(plan.units, SlowRunner(settings, 0.3, notes), out, executor=executor, progress=kill_one)
+    assert killed and str(killed[0]) in {p.name for p in notes.iterdir()}  # it was running units
+    assert len(list(notes.iterdir())) >= 3  # the restarted worker is a new process
+    assert sorted(keys(out)) == sorted(u.key for u in plan.units)  # none lost, none twice
+    assert records(out) == records(local_run)  # no unit became an error
+
+
+def test_a_worker_that_keeps_dying_is_a_recorded_failure(plan: Plan, settings: Settings, tmp_path: Path) -> None:
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=1, retries=0))
+    results = []
+    for _job, result in executor.map(Suicide(), plan.units[:2]):
+        results.append(result)
+    assert len(results) == 2 and all(isinstance(r, WorkerLost) for r in results)
+    out = tmp_path / "out"
+    run_units(plan.units[:2], Suicide(), out, executor=RayExecutor(ExecutorSettings(kind="ray", workers=1, retries=0)))
+    drops = [json.loads(x) for x in records(out)[1]]
+    assert len(drops) == 2 and all(d["code"] == "error" and "Actor" in d["reason"] for d in drops), drops
+
+
+class Suicide:
+    def __call__(self, unit: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+DRIVER = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from envfactory.config import Settings
+    from envfactory.env.pool import EnvPool
+    from envfactory.executor import ExecutorSettings, RayExecutor
+    from envfactory.tasks.batch import SynthConfig, plan_units, run_units
+    from envfactory.tasks.run import tool_graph
+    from tests.ray_helpers import SlowRunner
+
+    out, notes, delay = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    settings = Settings(root=Path.cwd(), bfcl=False)
+    config = SynthConfig.model_validate(
+        {"envs": ["hotels", "banking", "shop"], "T": 3, "S": 2, "D": 2, "seed": 4, "out": out}
+    )
+    plan = plan_units(config, EnvPool(settings), tool_graph(settings, config))
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=2, num_cpus=2))
+    run_units(plan.units, SlowRunner(settings, delay, notes), out, executor=executor)
+    """
+)
+
+
+def test_a_killed_driver_resumes_with_no_unit_lost_or_repeated(plan: Plan, local_run: Path, tmp_path: Path) -> None:
+    out, notes = tmp_path / "out", tmp_path / "pids"
+    notes.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(out), str(notes), "0.5"], cwd=ROOT, env=env)
+    deadline = time.monotonic() + 240
+    while len(keys(out) if out.exists() else []) < 4:
+        assert driver.poll() is None and time.monotonic() < deadline, "the driver ended before it was killed"
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGKILL)
+    driver.wait()
+    partial = keys(out)
+    assert 4 <= len(partial) < len(plan.units)
+    rerun = subprocess.run([sys.executable, "-c", DRIVER, str(out), str(notes), "0"], cwd=ROOT, env=env, timeout=300)
+    assert rerun.returncode == 0
+    assert sorted(keys(out)) == sorted(u.key for u in plan.units)  # the done ones were not run again
+    assert records(out) == records(local_run)
+
+
+def test_an_unreachable_cluster_is_one_clear_line(tmp_path: Path) -> None:
+    with pytest.raises(ExecutorError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:1: "):
+        executor_from("ray", "127.0.0.1:1", None, 2)
+    with pytest.raises(ExecutorError, match="--ray-address and --workers need --executor ray"):
+        executor_from("local", "auto", None, 2)
+    config = tmp_path / "synth.yaml"
+    config.write_text(f"envs: [hotels]\nT: 1\nout: {tmp_path / 'out'}\n")
+    start = time.monotonic()
+    res = subprocess.run(
+        [*(sys.executable, "-m", "envfactory.cli", "synth", "--config", str(config)), "--executor", "ray",
+         "--ray-address", "ray://127.0.0.1:1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode != 0 and time.monotonic() - start < 60
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "cannot reach the Ray cluster at ray://127.0.0.1:1" in lines[0], res.stderr
