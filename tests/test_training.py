@@ -113,11 +113,17 @@ def test_configs_load_with_profiles_and_overrides() -> None:
 
     parser = argparse.ArgumentParser()
     add_common_arguments(parser, CONFIGS / "sft.yaml")
-    flags = parser.parse_args(["--set", "trainer.vllm_mode=server", "--set", "reward.alpha=0.7", "--max-steps", "3"])
+    numbers = ["--set", "trainer.learning_rate=5e-05", "--set", "trainer.run_name=1e"]
+    flags = parser.parse_args(
+        ["--set", "trainer.vllm_mode=server", "--set", "reward.alpha=0.7", "--max-steps", "3", *numbers]
+    )
     merged = load_run_config(GRPORunConfig, CONFIGS / "grpo.yaml", "cpu", overrides_from(flags))
     assert (
         merged.trainer["vllm_mode"] == "server" and merged.trainer["max_steps"] == 3 and merged.reward["alpha"] == 0.7
     )
+    assert (
+        merged.trainer["learning_rate"] == 5e-05 and merged.trainer["run_name"] == "1e"
+    )  # YAML 1.1 reads 5e-05 as text
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         overrides_from(parser.parse_args(["--set", "nothing"]))
     # every trainer key is a real TRL config field (TRL validates them; a typo would fail a GPU run late)

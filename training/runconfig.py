@@ -124,6 +124,16 @@ def add_common_arguments(parser: argparse.ArgumentParser, default_config: Path) 
     )
 
 
+def _number(value: Any) -> Any:
+    """YAML 1.1 reads `5e-05` or `1e6` (no dot) as a string; on the command line they are numbers."""
+    if isinstance(value, str):
+        try:
+            return float(value) if value.strip().lower() not in ("nan", "inf", "-inf", "infinity") else value
+        except ValueError:
+            return value
+    return value
+
+
 def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     """The flags as a config mapping (None: not given)."""
     out: dict[str, Any] = {}
@@ -138,7 +148,7 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
             if not isinstance(node, dict):
                 raise ConfigError(f"--set {item!r}: '{part}' is set to a value and a mapping")
         try:
-            node[leaf] = parse_yaml(value, f"--set {item!r}")
+            node[leaf] = _number(parse_yaml(value, f"--set {item!r}"))
         except InputError as e:
             raise ConfigError(str(e)) from None
     flags: dict[str, Any] = {
