@@ -240,3 +240,27 @@ def test_whole_conversations_carry_the_models_own_history(run_dir: Path, pool: E
             and stop_early.error is not None
             and not score_attempt(pool, item, stop_early, reward).success
         )
+
+
+def test_an_attempt_that_cannot_run_is_a_recorded_failure_retried_next_run(
+    items: list[EvalItem], pool: EnvPool, tmp_path: Path
+) -> None:
+    """A runner that raises (not the model: the harness or its worker) writes failures.jsonl, not an attempt."""
+    from envfactory.eval.run import FAILURES
+
+    broken = items[1].id
+    good = turns(pool)
+
+    def flaky(model: Any, item: EvalItem, k: int) -> Any:
+        if item.id == broken:
+            raise OSError("disk gone")
+        return good(model, item, k)
+
+    chosen = items[:3]
+    script = play([chosen[0], chosen[2]], 1)  # the broken one never reaches the model
+    first = run_eval(chosen, lambda: ScriptedChatModel(script=script), flaky, tmp_path, EvalSettings())
+    failures = [json.loads(x) for x in (tmp_path / FAILURES).read_text().splitlines()]
+    assert failures == [{"item": broken, "attempt": 0, "reason": "OSError: disk gone"}]
+    assert first.attempts == 2 and first.success_rate == 1.0 and broken not in {r.item for r in done_attempts(tmp_path)}
+    again = run_eval(chosen, lambda: ScriptedChatModel(script=truth_play(items[1])), good, tmp_path, EvalSettings())
+    assert again.attempts == 3 and again.success_rate == 1.0  # only the failed one ran again

@@ -176,3 +176,30 @@ def test_an_unreachable_cluster_is_one_clear_line(tmp_path: Path) -> None:
     assert res.returncode != 0 and time.monotonic() - start < 60
     lines = [line for line in res.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "cannot reach the Ray cluster at ray://127.0.0.1:1" in lines[0], res.stderr
+
+
+def test_an_evaluation_on_ray_records_what_a_local_one_does(plan: Plan, settings: Settings, tmp_path: Path) -> None:
+    from envfactory.eval.agent import AgentLimits
+    from envfactory.eval.items import items_from_conversations, load_conversations
+    from envfactory.eval.run import ATTEMPTS, EvalSettings, TurnRunner, run_eval
+    from tests.ray_helpers import GroundTruthModels
+
+    run_units(plan.units[:6], OfflineRunner(settings), tmp_path / "run")
+    pool = EnvPool(settings)
+    items = items_from_conversations(load_conversations(tmp_path / "run"), pool)
+    assert len(items) >= 4
+    config = EvalSettings(attempts=2)
+
+    def lines(out: Path) -> list[dict[str, Any]]:
+        rows = [json.loads(x) for x in (out / ATTEMPTS).read_text().splitlines()]
+        return sorted(
+            ({k: v for k, v in r.items() if k != "seconds"} for r in rows), key=lambda r: (r["item"], r["attempt"])
+        )
+
+    local = run_eval(items, GroundTruthModels(items), TurnRunner(settings, AgentLimits()), tmp_path / "l", config)
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=2))
+    remote = run_eval(
+        items, GroundTruthModels(items), TurnRunner(settings, AgentLimits()), tmp_path / "r", config, executor=executor
+    )
+    assert lines(tmp_path / "r") == lines(tmp_path / "l") and len(lines(tmp_path / "r")) == 2 * len(items)
+    assert remote.success_rate == local.success_rate == 1.0

@@ -11,6 +11,7 @@ table, and DIR/eval.png.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, cast
 
@@ -26,6 +27,7 @@ from envfactory.eval.agent import AgentLimits
 from envfactory.eval.bfcl import SUITES, bfcl_attempt, bfcl_items
 from envfactory.eval.items import items_from_conversations, load_conversations
 from envfactory.eval.run import (
+    FAILURES,
     AttemptRecord,
     EvalRunError,
     EvalSettings,
@@ -33,9 +35,10 @@ from envfactory.eval.run import (
     Group,
     HasId,
     Runner,
+    TurnRunner,
     run_eval,
-    turn_runner,
 )
+from envfactory.executor import executor_from
 from envfactory.llm.models import chat_model
 from envfactory.tasks.batch import HELDOUT
 
@@ -63,6 +66,11 @@ def evaluate(
     tools: Annotated[str, typer.Option(help="direct (the turn's tools) or meta (SynthAPI's meta-tools)")] = "direct",
     mode: Annotated[str, typer.Option(help="turn (ground-truth history, then the request) or conversation")] = "turn",
     timeout: Annotated[float, typer.Option(min=0.001, help="seconds per attempt")] = 300.0,
+    executor: Annotated[str, typer.Option(help="local (threads here) or ray (workers on a Ray cluster)")] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="ray: 'auto', 'host:port' or 'ray://host:port'; default: a new local instance")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="ray: worker processes (default: its CPUs)")] = None,
 ) -> None:
     """Run (or resume) an evaluation and print its summary."""
     settings = get_settings()
@@ -93,7 +101,7 @@ def evaluate(
             raise EvalRunError(f"--mode is turn or conversation, not '{mode}'")
         items = items_from_conversations(conversations, pool, "conversation" if mode == "conversation" else "turn")
         err.print(f"evaluating the {chosen} split of {source}: {len(items)} verified turns", highlight=False)
-        runner = cast(Runner[Any], turn_runner(pool, limits))
+        runner = cast(Runner[Any], TurnRunner(settings, limits, pool))
     else:
         raise EvalRunError("give SOURCE (a synth run's folder or a conversations file) or --suite NAME")
     total = len(items[:limit] if limit else items) * attempts
@@ -109,8 +117,14 @@ def evaluate(
             solved += record.success
             progress.update(bar, advance=1, description=f"eval: {solved}/{ran} solved")
 
-        summary = run_eval(items, lambda: chat_model("eval", settings), runner, out_dir, config, progress=advance)
+        runs_on = executor_from(executor, ray_address, workers, concurrency)
+        summary = run_eval(
+            items, partial(chat_model, "eval", settings), runner, out_dir, config, progress=advance, executor=runs_on
+        )
         progress.update(bar, completed=total)
+    lost = total - summary.attempts
+    if lost > 0:
+        err.print(f"{lost} attempt(s) could not run (reasons in {out_dir / FAILURES}); rerun to try them again")
     out.print(summary_table(summary))
     plot_summary(summary, out_dir / "eval.png")
     out.print(f"written to {out_dir} (attempts.jsonl, summary.json, eval.png)")

@@ -14,24 +14,26 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
+from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem
 from envfactory.eval.metrics import PassRates, TaskOutcomes, pass_rates
 from envfactory.eval.score import score_attempt
+from envfactory.executor import Executor, LocalExecutor, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, write_atomic
 from envfactory.reward import CompositeReward
 
 ATTEMPTS = "attempts.jsonl"
 SUMMARY = "summary.json"
+FAILURES = "failures.jsonl"
 
 
 class EvalRunError(EnvFactoryError):
@@ -134,14 +136,67 @@ Item = TypeVar("Item", bound=HasId)
 Runner = Callable[[BaseChatModel, Item, int], AttemptRecord]
 
 
+class TurnRunner:
+    """Attempts at verified turns: the agent, then success and the composite reward. Picklable: a copy in
+    another process (a Ray worker) leaves the pool behind and builds its own from the settings."""
+
+    def __init__(self, settings: Settings, limits: AgentLimits, pool: EnvPool | None = None) -> None:
+        self.settings = settings
+        self.limits = limits
+        self._pool = pool
+        self._reward: CompositeReward | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"settings": self.settings, "limits": self.limits}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["settings"], state["limits"])  # type: ignore[misc]
+
+    def parts(self) -> tuple[EnvPool, CompositeReward]:
+        with self._lock:
+            if self._pool is None:
+                self._pool = EnvPool(self.settings)
+            if self._reward is None:
+                self._reward = CompositeReward(self._pool)
+            return self._pool, self._reward
+
+    def __call__(self, model: BaseChatModel, item: EvalItem, index: int) -> AttemptRecord:
+        pool, reward = self.parts()
+        return attempt(model, pool, item, index, reward, self.limits)
+
+
 def turn_runner(pool: EnvPool, limits: AgentLimits) -> Runner[EvalItem]:
-    """Attempts at verified turns: the agent, then success and the composite reward."""
-    reward = CompositeReward(pool)
+    return TurnRunner(pool.settings, limits, pool)
 
-    def run(model: BaseChatModel, item: EvalItem, index: int) -> AttemptRecord:
-        return attempt(model, pool, item, index, reward, limits)
 
-    return run
+class Attempts(Generic[Item]):
+    """One job = (item, attempt index): the runner with this thread's model client (one per worker thread)."""
+
+    def __init__(self, model: ModelFactory, runner: Runner[Item]) -> None:
+        self.model = model
+        self.runner = runner
+        self._models: dict[int, BaseChatModel] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"model": self.model, "runner": self.runner}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["model"], state["runner"])  # type: ignore[misc]
+
+    def __call__(self, job: tuple[Item, int]) -> AttemptRecord:
+        me = threading.get_ident()
+        if me not in self._models:
+            self._models[me] = self.model()
+        return self.runner(self._models[me], job[0], job[1])
+
+
+class Failure(BaseModel):
+    """One line of failures.jsonl: an attempt that could not run (not the model's failure); a rerun tries it again."""
+
+    item: str
+    attempt: int
+    reason: str
 
 
 def run_eval(
@@ -152,8 +207,11 @@ def run_eval(
     settings: EvalSettings,
     *,
     progress: Progress | None = None,
+    executor: Executor | None = None,
 ) -> EvalSummary:
-    """Run the attempts not yet in `out`, then write and return the summary over every attempt there."""
+    """Run the attempts not yet in `out` (on `executor`, default: `concurrency` local threads), then write and
+    return the summary over every attempt there. An attempt whose runner raised or whose worker was lost is
+    not an attempt: it goes to failures.jsonl with the reason, and the next run tries it again."""
     items = items[: settings.limit] if settings.limit else items
     if not items:
         raise EvalRunError("nothing to evaluate: the source holds no item")
@@ -162,22 +220,16 @@ def run_eval(
     done = {(r.item, r.attempt) for r in records}
     todo = [(item, k) for item in items for k in range(settings.attempts) if (item.id, k) not in done]
     writer = JsonlAppender(out / ATTEMPTS)
-    models: dict[int, BaseChatModel] = {}
-
-    def one(job: tuple[Item, int]) -> AttemptRecord:
-        me = threading.get_ident()  # one model client per worker thread
-        if me not in models:
-            models[me] = model()
-        return runner(models[me], job[0], job[1])
-
-    with ThreadPoolExecutor(max_workers=settings.concurrency) as ex:
-        futures = [ex.submit(one, job) for job in todo]
-        for f in as_completed(futures):
-            record = f.result()
-            writer.write(record.model_dump_json())  # the driver is the only writer
-            records.append(record)
-            if progress is not None:
-                progress(record)
+    failures = JsonlAppender(out / FAILURES)
+    for job, result in (executor or LocalExecutor(settings.concurrency)).map(Attempts(model, runner), todo):
+        if not isinstance(result, AttemptRecord):
+            why = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
+            failures.write(Failure(item=job[0].id, attempt=job[1], reason=why[:1000]).model_dump_json())
+            continue
+        writer.write(result.model_dump_json())  # the driver is the only writer
+        records.append(result)
+        if progress is not None:
+            progress(result)
     wanted = {item.id for item in items}
     asked = [r for r in records if r.item in wanted and r.attempt < settings.attempts]
     summary = summarize(asked, settings.attempts)
