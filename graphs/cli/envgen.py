@@ -7,12 +7,10 @@ loads this sub-app only when its name is on the command line.
 from __future__ import annotations
 
 import uuid
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from langgraph.checkpoint.base import BaseCheckpointSaver
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -22,9 +20,10 @@ from agents.search import EnvGenRequest
 from envfactory.config import get_settings
 from envfactory.env.metadata import DOMAINS
 from envfactory.errors import EnvFactoryError
+from envfactory.executor import WorkerLost, executor_from
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import EnvGenContext, build
-from graphs.running import run_or_resume
+from graphs.envgen.batch import EnvGenRunner, Job, run_one
 
 app = typer.Typer(no_args_is_help=True, help="EnvGen: synthesize and verify new environments (LangGraph).")
 out = Console()
@@ -46,22 +45,6 @@ def _check_nodes(names: list[str]) -> list[str]:
     if bad:
         raise EnvFactoryError(f"--interrupt-before: unknown node '{bad[0]}'; nodes: {', '.join(NODES)}")
     return names
-
-
-def _run_one(
-    saver: BaseCheckpointSaver[Any],
-    thread: str,
-    payload: dict[str, Any] | None,
-    ctx: EnvGenContext,
-    interrupt_before: list[str],
-) -> dict[str, Any]:
-    ran = run_or_resume(
-        build(saver), thread, payload, context=ctx, durable=True, interrupt_before=interrupt_before, restart=True
-    )
-    values = ran.values
-    if ran.next:
-        values["status"] = f"interrupted before {', '.join(ran.next)}"
-    return {"thread": thread, **values}
 
 
 def _summary(rows: list[dict[str, Any]]) -> None:
@@ -95,6 +78,11 @@ def run(
     domain: Annotated[str | None, typer.Option(help="domain to search (default: the least covered)")] = None,
     hint: Annotated[str, typer.Option(help="an idea for the Search Agent")] = "",
     concurrency: Annotated[int, typer.Option(min=1, help="environments generated at once")] = 2,
+    executor: Annotated[str, typer.Option(help="local (threads here) or ray (workers on a Ray cluster)")] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option(help="ray: 'auto', 'host:port' or 'ray://host:port'; default: a new local instance")
+    ] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="ray: worker processes (default: its CPUs)")] = None,
     interrupt_before: Annotated[list[str] | None, typer.Option(help="stop before this node; repeatable")] = None,
     thread_id: Annotated[str | None, typer.Option(help="thread id (one environment only)")] = None,
     prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE; repeatable")] = None,
@@ -114,24 +102,24 @@ def run(
     stops = _check_nodes(interrupt_before or [])
     threads = [thread_id] if thread_id else [f"envgen-{uuid.uuid4().hex[:10]}" for _ in requests]
     rows: list[dict[str, Any]] = []
+    runs_on = executor_from(executor, ray_address, workers, concurrency)
+    settings = get_settings()
     with (
-        open_checkpointer(get_settings()) as saver,
+        open_checkpointer(settings) as saver,
         Progress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=out
         ) as progress,
     ):
         task = progress.add_task("envgen", total=len(requests))
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            futures = {
-                pool.submit(_run_one, saver, t, {"request": r.model_dump(mode="json")}, ctx, stops): t
-                for t, r in zip(threads, requests, strict=True)
-            }
-            for fut in as_completed(futures):
-                try:
-                    rows.append(fut.result())
-                except EnvFactoryError as e:  # a batch records a failure and goes on
-                    rows.append({"thread": futures[fut], "status": "failed", "failure": str(e)})
-                progress.advance(task)
+        local = saver if runs_on.name == "local" else None  # Ray workers open their own
+        jobs: list[Job] = [(t, {"request": r.model_dump(mode="json")}) for t, r in zip(threads, requests, strict=True)]
+        for (thread, _), result in runs_on.map(EnvGenRunner(settings, ctx, stops, local), jobs):
+            if isinstance(result, dict):
+                rows.append(result)
+            else:  # a batch records a failure and goes on
+                why = result.reason if isinstance(result, WorkerLost) else str(result)
+                rows.append({"thread": thread, "status": "failed", "failure": why})
+            progress.advance(task)
     _summary(sorted(rows, key=lambda r: threads.index(r["thread"])))
 
 
@@ -154,7 +142,7 @@ def resume(
             out.print(f"thread {thread} has finished: {snap.values.get('status')}")
             _summary([{"thread": thread, **snap.values}])
             return
-        row = _run_one(
+        row = run_one(
             saver, thread, None, _context(prompt or [], budget, threshold), _check_nodes(interrupt_before or [])
         )
     _summary([row])
