@@ -10,6 +10,7 @@ table, and DIR/eval.png.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
@@ -110,14 +111,16 @@ def evaluate(
     ) as progress:
         bar = progress.add_task("eval", total=total)
         solved = ran = 0
+        runs_on = executor_from(executor, ray_address, workers, concurrency)
+        start = time.perf_counter()
 
         def advance(record: AttemptRecord) -> None:
             nonlocal solved, ran
             ran += 1
             solved += record.success
-            progress.update(bar, advance=1, description=f"eval: {solved}/{ran} solved")
+            rate = ran / max(time.perf_counter() - start, 1e-9)
+            progress.update(bar, advance=1, description=f"eval: {solved}/{ran} solved, {rate:.2f} attempts/s")
 
-        runs_on = executor_from(executor, ray_address, workers, concurrency)
         summary = run_eval(
             items, partial(chat_model, "eval", settings), runner, out_dir, config, progress=advance, executor=runs_on
         )
