@@ -47,7 +47,9 @@ class AgentDeps:
         """The one structured-asking loop (`envfactory.llm.structured.ask`) with `role`'s model, tagged with the
         role; `structured_retries` re-asks unless `retries` says otherwise."""
         retries = self.settings.structured_retries if retries is None else retries
-        return ask(self.model(role), messages, expect, library=self.prompts, retries=retries, role=role)
+        result = ask(self.model(role), messages, expect, library=self.prompts, retries=retries, role=role)
+        _USAGE.asked(role, result.attempts, result.ok, result.unreadable)  # how many answers needed a repair, per role
+        return result
 
     def model(self, role: Role) -> BaseChatModel:
         key = (role, self.settings.llm_for(role).model_dump_json())

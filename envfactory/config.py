@@ -41,6 +41,12 @@ class LLMSettings(BaseModel):
     gguf_path: Path | None = Field(default=None, description="local: the GGUF model file")
     n_ctx: int = 8192
     script: Path | None = Field(default=None, description="scripted: a YAML/JSON file of responses")
+    response_format: Literal["auto", "json_schema", "json_object", "none"] = Field(
+        default="auto",
+        description="openai: how a structured answer's JSON schema is sent — json_schema (OpenAI, vLLM, SGLang, "
+        "llama.cpp's llama-server), json_object with a schema (llama-cpp-python's server), none (prompt and "
+        "repair only); auto tries them in that order and keeps the first the server accepts",
+    )
 
 
 class Settings(BaseSettings):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from rich.console import Console
 
 from envfactory.config import Settings
 from envfactory.serve.net import free_port
@@ -117,8 +118,11 @@ def test_bfcl_over_a_real_server(server: tuple[str, str], tmp_path: Path) -> Non
 
 
 def test_a_querygen_conversation_over_a_real_server(server: tuple[str, str], tmp_path: Path) -> None:
-    """One chain through the QueryGen graph with every role on the real server (`openai` provider): it ends
-    kept or dropped with a reason (what the 135 M model writes may fail the checks), never with a crash."""
+    """One chain through the QueryGen graph with every role on the real server (`openai` provider): every
+    structured answer rides the server's structured output (llama-cpp-python takes json_object + schema) and
+    reads as its schema; the conversation ends kept or dropped with a reason (what the 135 M model writes may
+    fail the checks: a recorded rejection), never with a crash."""
+    from agents.common import process_usage
     from envfactory.config import LLMSettings
     from envfactory.env.pool import EnvPool
     from graphs.querygen import QueryGenContext, run_querygen
@@ -134,11 +138,18 @@ def test_a_querygen_conversation_over_a_real_server(server: tuple[str, str], tmp
     hotels = pool.get("hotels")
     state = {"hotels": hotels.dump_state(hotels.new_state(LLM_STATE))}
     context = QueryGenContext(overrides={"pass_k": 1}, settings=settings)
+    before = {r.role: r for r in process_usage().report()}
     outcome = run_querygen(
         hotels_chain(), seed=0, conversation_id="real", pool=pool, context=context, initial_state=state,
         core_ids=CORE, max_concurrency=1,
     )  # fmt: skip
     print(f"\nQueryGen with SmolLM2-135M over llama.cpp's server: {outcome.status} ({outcome.failure})")
+    rows = process_usage().report()
+    asked = {r.role: r.structured - (before[r.role].structured if r.role in before else 0) for r in rows}
+    unreadable = {r.role: r.unreadable - (before[r.role].unreadable if r.role in before else 0) for r in rows}
+    Console(width=160).print(process_usage().table())
+    assert sum(asked.values()) >= 3  # the profile, the requests, their refinements at least
+    assert not any(unreadable.values()), unreadable  # every reply read as its schema
     assert outcome.status in ("kept", "dropped")
     if outcome.status == "dropped":
         assert outcome.failure and outcome.failure != "dropped"  # a reason a person can read

@@ -18,6 +18,7 @@ import pytest
 import uvicorn
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
+from pydantic import BaseModel
 from rich.console import Console
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -281,10 +282,17 @@ class FakeOpenAI:
         self.headers: list[dict[str, str]] = []
         self.sleep_s = 0.0
         self.port = 0
+        self.content = "pong"
+        self.takes = ("json_schema", "json_object")  # the response_format types it accepts
 
     async def completions(self, request: Request) -> JSONResponse:
-        self.requests.append(await request.json())
+        body = await request.json()
+        self.requests.append(body)
         self.headers.append(dict(request.headers))
+        form = (body.get("response_format") or {}).get("type")
+        if form is not None and form not in self.takes:  # as llama-cpp-python's server answers json_schema
+            message = f"1 validation error: ('body', 'response_format', 'type') Input should be {self.takes}"
+            return JSONResponse({"error": {"message": message, "type": "internal_server_error"}}, status_code=500)
         step = self.plan.pop(0) if self.plan else "ok"
         if step == "429":
             error = {"error": {"message": "slow down", "type": "rate_limit_error"}}
@@ -299,7 +307,9 @@ class FakeOpenAI:
                 "object": "chat.completion",
                 "created": 0,
                 "model": "test-model",
-                "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "pong"}}],
+                "choices": [
+                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": self.content}}
+                ],
                 "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
             }
         )
@@ -387,3 +397,53 @@ def test_the_openai_provider_sends_a_call_only_assistant_message_with_text() -> 
     history = [HumanMessage("hotels?"), AIMessage(content="", tool_calls=[call]), ToolMessage("[]", tool_call_id="c1")]
     sent = model._get_request_payload(history)["messages"]
     assert sent[1]["role"] == "assistant" and sent[1]["content"] == "" and sent[1]["tool_calls"][0]["id"] == "c1"
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+
+
+def test_structured_answers_ride_the_servers_response_format_and_settle_on_the_one_it_takes(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """`ask` sends the answer's JSON schema as `response_format`: json_schema first (OpenAI, vLLM, SGLang); a
+    server that refuses it (llama-cpp-python: HTTP 500) gets json_object + schema, and keeps getting that."""
+    from envfactory.llm.structured import ask_structured
+
+    library = PromptLibrary(ROOT / "prompts")
+    server.content = json.dumps({"name": "Ana", "age": 31})
+    server.takes = ("json_object",)
+    model = chat_model("code", openai_settings(tmp_path, server, max_retries=0))
+    first = ask_structured(model, [HumanMessage("a person")], Person, library=library, retries=1, role="code")
+    assert first.ok and first.value == Person(name="Ana", age=31) and first.attempts == 1
+    sent = [r.get("response_format") for r in server.requests]
+    assert [f["type"] for f in sent] == ["json_schema", "json_object"]
+    assert sent[0]["json_schema"] == {"name": "Person", "schema": Person.model_json_schema()}
+    assert sent[1]["schema"] == Person.model_json_schema()
+    assert ask_structured(model, [HumanMessage("another")], Person, library=library, retries=1, role="code").ok
+    assert server.requests[-1]["response_format"]["type"] == "json_object" and len(server.requests) == 3
+    model.invoke([HumanMessage("plain text")])
+    assert "response_format" not in server.requests[-1]  # only structured asks are constrained
+
+    server.takes = ()  # a server that takes no response_format: the prompt (and repairs) alone
+    bare = chat_model("code", openai_settings(tmp_path, server, max_retries=0))
+    assert ask_structured(bare, [HumanMessage("a person")], Person, library=library, retries=1, role="code").ok
+    assert "response_format" not in server.requests[-1] and len(server.requests) == 7
+    pinned = chat_model("code", openai_settings(tmp_path, server, max_retries=0, response_format="none"))
+    assert ask_structured(pinned, [HumanMessage("a person")], Person, library=library, retries=1, role="code").ok
+    assert "response_format" not in server.requests[-1] and len(server.requests) == 8
+
+
+def test_usage_counts_structured_asks_their_repairs_and_unreadable_replies() -> None:
+    usage = UsageTracker()
+    usage.asked("code", 1, True)
+    usage.asked("code", 3, True, unreadable=2)
+    usage.asked("code", 3, False, unreadable=3)
+    usage.asked("test", 2, True, unreadable=0)  # a check refused the first answer, not its form
+    code, test = usage.report()
+    assert (code.structured, code.repaired, code.unanswered, code.unreadable) == (3, 1, 1, 5)
+    assert (test.structured, test.repaired, test.unanswered, test.unreadable) == (1, 1, 0, 0)
+    console = Console(width=200, record=True)
+    console.print(usage.table())
+    assert "repaired" in console.export_text() and "unreadable" in console.export_text()

@@ -87,6 +87,10 @@ class RoleUsage(BaseModel):
     errors: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    structured: int = 0  # structured asks (`envfactory.llm.structured.ask`)
+    repaired: int = 0  # of them, answered only after a repair prompt
+    unanswered: int = 0  # of them, without a valid answer when the repairs ran out
+    unreadable: int = 0  # replies to them that were not the asked form (not JSON, not the schema)
 
     @property
     def total_tokens(self) -> int:
@@ -139,6 +143,15 @@ class UsageTracker:
             row.input_tokens += input_tokens
             row.output_tokens += output_tokens
 
+    def asked(self, role: str, attempts: int, ok: bool, unreadable: int = 0) -> None:
+        """One structured ask's outcome: answered first time, after repairs, or not at all."""
+        with self._lock:
+            row = self._rows.setdefault(role, RoleUsage(role=role))
+            row.structured += 1
+            row.repaired += ok and attempts > 1
+            row.unanswered += not ok
+            row.unreadable += unreadable
+
     def report(self) -> list[RoleUsage]:
         """One row per role seen, in the order of `ROLES`, then other roles alphabetically."""
         order: dict[str, int] = {r: i for i, r in enumerate(ROLES)}
@@ -151,7 +164,10 @@ class UsageTracker:
 
 
 def usage_table(rows: Sequence[RoleUsage]) -> Table:
-    table = Table("role", "calls", "errors", "input tokens", "output tokens", "total", title="LLM usage")
+    table = Table(
+        "role", "calls", "errors", "input tokens", "output tokens", "total", "structured", "repaired", "unanswered",
+        "unreadable", title="LLM usage",
+    )  # fmt: skip
     shown = list(rows)
     if len(rows) > 1:
         shown.append(
@@ -161,10 +177,15 @@ def usage_table(rows: Sequence[RoleUsage]) -> Table:
                 errors=sum(r.errors for r in rows),
                 input_tokens=sum(r.input_tokens for r in rows),
                 output_tokens=sum(r.output_tokens for r in rows),
+                structured=sum(r.structured for r in rows),
+                repaired=sum(r.repaired for r in rows),
+                unanswered=sum(r.unanswered for r in rows),
+                unreadable=sum(r.unreadable for r in rows),
             )
         )
     for r in shown:
-        counts = (r.calls, r.errors, r.input_tokens, r.output_tokens, r.total_tokens)
+        counts = [r.calls, r.errors, r.input_tokens, r.output_tokens, r.total_tokens, r.structured, r.repaired]
+        counts += [r.unanswered, r.unreadable]
         table.add_row(r.role, *(str(c) for c in counts), end_section=r is rows[-1] and len(shown) > len(rows))
     return table
 
@@ -389,6 +410,7 @@ class LlamaCppChatModel(BaseChatModel):
 
     gguf_path: Path
     n_ctx: int = 8192
+    envfactory_structured: bool = True  # `ask`'s JSON schema becomes a llama.cpp grammar
     temperature: float = 0.7
     top_p: float = 0.95
     max_tokens: int | None = None
@@ -422,6 +444,9 @@ class LlamaCppChatModel(BaseChatModel):
         for key in ("tools", "tool_choice"):
             if kwargs.get(key) is not None:
                 request[key] = kwargs[key]
+        wanted = kwargs.get("response_format")
+        if isinstance(wanted, dict) and wanted.get("type") == "json_schema":  # llama.cpp: a grammar from the schema
+            request["response_format"] = {"type": "json_object", "schema": wanted["json_schema"].get("schema", {})}
         with self._lock:  # a llama.cpp context is not safe for concurrent use
             response = self._client().create_chat_completion(**request)
         return _chat_result(response)
@@ -492,6 +517,37 @@ class _ChatOpenAI(ChatOpenAI):
     """
 
     envfactory_role: str = ""
+    envfactory_structured: bool = True  # `ask` sends a structured answer's JSON schema as `response_format`
+    envfactory_response_format: str = "auto"  # LLMSettings.response_format
+    _settled: str = PrivateAttr(default="json_schema")  # auto: the form the server took last
+
+    def _tries(self, kwargs: dict[str, Any]) -> Iterator[tuple[dict[str, Any], bool]]:
+        """The call's keyword arguments with each `response_format` to try, in order, and whether it is the
+        last: a structured answer's JSON schema as json_schema, as json_object + schema, then none (auto: the
+        next call starts from the form that was taken last)."""
+        wanted = kwargs.get("response_format")
+        if not (isinstance(wanted, dict) and wanted.get("type") == "json_schema"):
+            yield kwargs, True
+            return
+        rest = {k: v for k, v in kwargs.items() if k != "response_format"}
+        schema = {"type": "json_object", "schema": wanted["json_schema"]["schema"]}
+        forms = {"json_schema": {**rest, "response_format": wanted}, "json_object": {**rest, "response_format": schema}}
+        forms["none"] = rest
+        order = ["json_schema", "json_object", "none"]
+        mode = self.envfactory_response_format
+        if mode != "auto":
+            yield forms[mode], True
+            return
+        for name in order[order.index(self._settled) :]:
+            self._settled = name  # kept when the call returns; the next one is tried when the server refused it
+            yield forms[name], name == "none"
+
+    @staticmethod
+    def _refused(e: Exception) -> bool:
+        """A server that does not take this `response_format` (llama-cpp-python answers json_schema with a 500)."""
+        import openai
+
+        return isinstance(e, openai.APIStatusError) and e.status_code in (400, 422, 500) and "response_format" in str(e)
 
     def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
         """The request, with an assistant message's missing text sent as "" rather than null: langchain-openai
@@ -538,7 +594,13 @@ class _ChatOpenAI(ChatOpenAI):
         **kwargs: Any,
     ) -> ChatResult:
         with self._errors():
-            return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
+            for attempt, last in self._tries(kwargs):
+                try:
+                    return super()._generate(messages, stop=stop, run_manager=run_manager, **attempt)
+                except Exception as e:
+                    if last or not self._refused(e):
+                        raise
+            raise AssertionError("unreachable: the last try returns or raises")
 
     async def _agenerate(
         self,
@@ -548,7 +610,13 @@ class _ChatOpenAI(ChatOpenAI):
         **kwargs: Any,
     ) -> ChatResult:
         with self._errors():
-            return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+            for attempt, last in self._tries(kwargs):
+                try:
+                    return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **attempt)
+                except Exception as e:
+                    if last or not self._refused(e):
+                        raise
+            raise AssertionError("unreachable: the last try returns or raises")
 
     def _stream(
         self,
@@ -581,6 +649,7 @@ def _openai_model(role: Role, cfg: LLMSettings, callbacks: list[BaseCallbackHand
         )
     return _ChatOpenAI(
         envfactory_role=role,
+        envfactory_response_format=cfg.response_format,
         model=cfg.model,
         base_url=cfg.base_url,
         api_key=api_key,

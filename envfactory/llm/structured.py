@@ -42,6 +42,7 @@ class Structured(BaseModel, Generic[V]):
     value: V | None = None
     error: str | None = None
     attempts: int = 0
+    unreadable: int = 0  # replies that did not read as the expected form (not JSON, not the schema)
     raw: list[str] = Field(default_factory=list)
     role: str | None = None
 
@@ -157,16 +158,33 @@ class Expect(Generic[V]):
     read: Callable[[str], tuple[V | None, str | None]]
     shape: str
     check: Callable[[V], str | None] | None = None
+    json_schema: dict[str, Any] | None = None  # sent as `response_format` to models that constrain output
 
 
 def expect_model(schema: type[T], check: Callable[[T], str | None] | None = None) -> Expect[T]:
-    """A JSON answer validated by `schema` (shown to the model as its JSON schema)."""
+    """A JSON answer validated by `schema` (shown to the model as its JSON schema, and — to a model that takes
+    one — sent as its `response_format`, so the server constrains the output to it)."""
+    json_schema = schema.model_json_schema()
     return Expect(
         name=schema.__name__,
         read=lambda text: parse_reply(text, schema),
-        shape=json.dumps(schema.model_json_schema(), indent=2),
+        shape=json.dumps(json_schema, indent=2),
         check=check,
+        json_schema=json_schema,
     )
+
+
+def constrained(model: ModelLike, expect: Expect[Any]) -> ModelLike:
+    """`model` bound to answer in `expect`'s JSON schema when it can (the openai and local providers: the
+    server's structured output or a llama.cpp grammar); other models get the prompt (and repairs) only."""
+    if expect.json_schema is None or not getattr(model, "envfactory_structured", False):
+        return model
+    form = {"type": "json_schema", "json_schema": {"name": _schema_name(expect.name), "schema": expect.json_schema}}
+    return model.bind(response_format=form)
+
+
+def _schema_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:64] or "answer"
 
 
 def _text(reply: Any) -> str:
@@ -190,12 +208,14 @@ class _Asking(Generic[V]):
         self.conversation = list(messages)
         self.replies: list[str] = []
         self.error: str | None = None
+        self.unreadable = 0
 
     def take(self, reply: Any, last: bool) -> Structured[V] | None:
         """Read one reply: the result when it is usable (or the attempts are spent), else None (re-ask)."""
         text = _text(reply)
         self.replies.append(text)
         value, self.error = self.expect.read(strip_thinking(text))
+        self.unreadable += value is None
         if value is not None and self.expect.check is not None:
             self.error = self.expect.check(value)
         if value is not None and self.error is None:
@@ -216,6 +236,7 @@ class _Asking(Generic[V]):
             value=value,
             error=None if value is not None else self.error,
             attempts=len(self.replies),
+            unreadable=self.unreadable,
             raw=self.replies,
             role=self.role,
         )
@@ -232,8 +253,9 @@ def ask(
 ) -> Structured[V]:
     """Invoke `model` and read its reply as `expect` says; on failure re-ask up to `retries` times."""
     asking = _Asking(messages, expect, library, role)
+    call = constrained(model, expect)
     for attempt in range(retries + 1):
-        result = asking.take(model.invoke(asking.conversation, config=_config(role)), attempt == retries)
+        result = asking.take(call.invoke(asking.conversation, config=_config(role)), attempt == retries)
         if result is not None:
             return result
     raise AssertionError("unreachable: the last attempt returns")
@@ -250,8 +272,9 @@ async def aask(
 ) -> Structured[V]:
     """`ask` with `ainvoke`."""
     asking = _Asking(messages, expect, library, role)
+    call = constrained(model, expect)
     for attempt in range(retries + 1):
-        result = asking.take(await model.ainvoke(asking.conversation, config=_config(role)), attempt == retries)
+        result = asking.take(await call.ainvoke(asking.conversation, config=_config(role)), attempt == retries)
         if result is not None:
             return result
     raise AssertionError("unreachable: the last attempt returns")
