@@ -446,4 +446,5 @@ def test_usage_counts_structured_asks_their_repairs_and_unreadable_replies() -> 
     assert (test.structured, test.repaired, test.unanswered, test.unreadable) == (1, 1, 0, 0)
     console = Console(width=200, record=True)
     console.print(usage.table())
-    assert "repaired" in console.export_text() and "unreadable" in console.export_text()
+    text = console.export_text()
+    assert "repaired" in text and "unreadable" in text
