@@ -139,8 +139,8 @@ async def _search(request: Request) -> JSONResponse:
         return JSONResponse({"detail": {"error": "Internal server error"}}, status_code=500)
     if query == "slow":
         await asyncio.sleep(1.5)
-    if query == "garbage":
-        return JSONResponse({"unexpected": True})
+    if query == "garbage":  # results without a url (a response with no results at all reads as none found)
+        return JSONResponse({"query": query, "results": [{"title": "no url"}]})
     results = [
         {
             "title": f"Result {i} for {query}",

@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import httpx
 from pydantic import BaseModel, ValidationError
 
 from envfactory.config import Settings, get_settings
@@ -312,7 +311,8 @@ class _TavilyResponse(BaseModel):
 
 
 class TavilySearch:
-    """Tavily web search (POST /search, bearer key); failures become `SourceSearchError`."""
+    """Tavily web search through the official client (`tavily-python`'s `TavilyClient`; `base_url` is its
+    `api_base_url`, so a local stand-in server works too); failures become `SourceSearchError`."""
 
     def __init__(
         self,
@@ -324,28 +324,39 @@ class TavilySearch:
     ) -> None:
         if not api_key:
             raise SourceSearchError("Tavily needs an API key (TAVILY_API_KEY or ENVFACTORY_TAVILY_API_KEY)")
-        self.api_key, self.base_url, self.timeout, self.search_depth = (
-            api_key,
-            base_url.rstrip("/"),
-            timeout,
-            search_depth,
-        )
+        from tavily import TavilyClient
+
+        self.base_url, self.timeout, self.search_depth = base_url.rstrip("/"), timeout, search_depth
+        self.client = TavilyClient(api_key=api_key, api_base_url=self.base_url)
 
     def search(self, query: str, k: int = 5) -> list[SourceDoc]:
+        import requests
+        from tavily import errors
+
         url = f"{self.base_url}/search"
-        # Tavily accepts 1..20 results per request
-        body = {"query": query, "max_results": max(1, min(k, 20)), "search_depth": self.search_depth}
-        try:
-            resp = httpx.post(url, json=body, headers={"Authorization": f"Bearer {self.api_key}"}, timeout=self.timeout)
-        except httpx.TimeoutException:
+        try:  # Tavily accepts 1..20 results per request
+            raw = self.client.search(
+                query, max_results=max(1, min(k, 20)), search_depth=self.search_depth, timeout=self.timeout
+            )
+        except errors.TimeoutError:
             raise SourceSearchError(f"Tavily search timed out after {self.timeout:g}s ({url})") from None
-        except httpx.HTTPError as e:
+        except (errors.InvalidAPIKeyError, errors.ForbiddenError) as e:
+            raise SourceSearchError(_problem("rejected the API key", 401, e), status=401) from None
+        except errors.UsageLimitExceededError as e:
+            raise SourceSearchError(
+                _problem("rate limit or credits exhausted; retry later", 429, e), status=429
+            ) from None
+        except errors.BadRequestError as e:
+            raise SourceSearchError(_problem("rejected the request", 400, e), status=400) from None
+        except requests.HTTPError as e:
+            status = e.response.status_code if e.response is not None else 0
+            what = "server error; retry later" if status >= 500 else "rejected the request"
+            raise SourceSearchError(_problem(what, status, e), status=status) from None
+        except requests.RequestException as e:
             raise SourceSearchError(f"Tavily search failed: cannot reach {url}: {type(e).__name__}: {e}") from None
-        if resp.status_code != 200:
-            raise SourceSearchError(_http_problem(resp), status=resp.status_code)
         try:
-            parsed = _TavilyResponse.model_validate(resp.json())
-        except (ValueError, ValidationError) as e:
+            parsed = _TavilyResponse.model_validate(raw)
+        except ValidationError as e:
             raise SourceSearchError(f"Tavily search returned an unexpected response: {e}", status=200) from None
         return [
             SourceDoc(
@@ -355,22 +366,8 @@ class TavilySearch:
         ]
 
 
-def _http_problem(resp: httpx.Response) -> str:
-    status = resp.status_code
-    try:
-        detail = resp.json()
-        detail = detail.get("detail", detail) if isinstance(detail, dict) else detail
-    except ValueError:
-        detail = resp.text[:200]
-    if status in (401, 403):
-        what = "rejected the API key"
-    elif status == 429:
-        what = "rate limit or credits exhausted; retry later"
-    elif status >= 500:
-        what = "server error; retry later"
-    else:
-        what = "rejected the request"
-    return f"Tavily search {what} (HTTP {status}): {detail}"
+def _problem(what: str, status: int, e: Exception) -> str:
+    return f"Tavily search {what} (HTTP {status}): {e}"
 
 
 # ---- the Search Agent's entry point ----------------------------------------------------------------------
