@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from envfactory.cli.mcp import app as mcp_app
 from envfactory.cli.prompts import app as prompts_app
 from envfactory.config import get_settings
 from envfactory.env.metadata import dump_metadata
@@ -27,6 +28,7 @@ app.add_typer(envs_app, name="envs")
 hub_app = typer.Typer(no_args_is_help=True, help="The meta-tool hub: the whole pool behind list_apps/list_tools/...")
 app.add_typer(hub_app, name="hub")
 app.add_typer(prompts_app, name="prompts")
+app.add_typer(mcp_app, name="mcp")
 
 out = Console()
 err = Console(stderr=True)

@@ -1,0 +1,32 @@
+"""`envfactory mcp config`: a configuration any MCP client can use from anywhere (envfactory/serve/clients.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from envfactory.config import get_settings
+from envfactory.inputs import write_atomic
+from envfactory.serve.clients import CLIENTS, client_config
+
+app = typer.Typer(no_args_is_help=True, help="Configurations for outside MCP clients.")
+
+
+@app.command("config")
+def config(
+    name: Annotated[list[str] | None, typer.Argument(help="registered environments (default: every one)")] = None,
+    client: Annotated[str, typer.Option(help=f"the client's format: {', '.join(CLIENTS)}")] = "generic",
+    hub: Annotated[bool, typer.Option(help="add the meta-tool hub (the whole pool behind list_apps/...)")] = False,
+    url: Annotated[str | None, typer.Option(help="a running HTTP server's URL (…/mcp) instead of stdio")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="write it to this file instead of printing it")] = None,
+) -> None:
+    """Print (or write) a ready MCP client configuration: absolute interpreter, ENVFACTORY_ROOT set."""
+    text = json.dumps(client_config(get_settings(), client, name or None, hub=hub, url=url), indent=2) + "\n"
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        write_atomic(out, text)
+        typer.echo(f"wrote {out}", err=True)

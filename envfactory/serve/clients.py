@@ -1,0 +1,69 @@
+"""Configurations for outside MCP clients (Claude Desktop, Cursor, VS Code, the MCP Inspector): `envfactory mcp config`.
+
+The registry (`configs/mcp_server.json`) names the bare command `envfactory`, which only resolves where the
+project's virtualenv is on PATH; a client started from a desktop or another folder cannot launch it. The
+configuration printed here is resolvable from anywhere: the command is this interpreter's absolute path
+(`python -m envfactory.cli serve NAME --transport stdio`) and `ENVFACTORY_ROOT` pins the project folder, so the
+server finds its pool whatever directory the client starts it in. For HTTP, a client gets the server's URL
+(started separately with `envfactory serve NAME --transport http` or `envfactory hub serve --transport http`).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Literal
+
+from envfactory.config import Settings
+from envfactory.envgen.registry import load_registry
+from envfactory.errors import EnvFactoryError
+
+Client = Literal["claude-desktop", "cursor", "vscode", "inspector", "generic"]
+CLIENTS: tuple[str, ...] = ("claude-desktop", "cursor", "vscode", "inspector", "generic")
+HUB = "envfactory-hub"
+
+
+class ClientConfigError(EnvFactoryError):
+    """The configuration cannot be made (an unknown client or environment, HTTP asked where a client has none)."""
+
+
+def _stdio(args: list[str], settings: Settings) -> dict[str, Any]:
+    return {
+        "command": sys.executable,
+        "args": ["-m", "envfactory.cli", *args],
+        "env": {"ENVFACTORY_ROOT": str(settings.root.resolve())},
+    }
+
+
+def client_config(
+    settings: Settings,
+    client: str = "generic",
+    names: list[str] | None = None,
+    *,
+    hub: bool = False,
+    url: str | None = None,
+) -> dict[str, Any]:
+    """A ready configuration: the registered environments (or `names`), optionally the hub, in `client`'s format;
+    with `url`, one HTTP entry instead (a server already running there)."""
+    if client not in CLIENTS:
+        raise ClientConfigError(f"unknown client '{client}'; clients: {', '.join(CLIENTS)}")
+    registered = load_registry(settings.registry_file).mcpServers
+    chosen = names if names else sorted(registered)
+    unknown = [n for n in chosen if n not in registered]
+    if unknown:
+        known = ", ".join(sorted(registered))
+        where = settings.registry_file
+        raise ClientConfigError(f"not in the registry ({where}): {', '.join(unknown)}; registered: {known}")
+    servers: dict[str, dict[str, Any]] = {}
+    if url is not None:
+        if client == "claude-desktop":
+            raise ClientConfigError("Claude Desktop starts local servers over stdio only: drop --url")
+        key = chosen[0] if len(chosen) == 1 and names else HUB if hub else "envfactory"
+        servers[key] = {"type": "http", "url": url} if client == "vscode" else {"url": url}
+    else:
+        for name in chosen:
+            servers[name] = _stdio(["serve", name, "--transport", "stdio"], settings)
+        if hub:
+            servers[HUB] = _stdio(["hub", "serve", "--transport", "stdio"], settings)
+        if client == "vscode":
+            servers = {k: {"type": "stdio", **v} for k, v in servers.items()}
+    return {"servers": servers} if client == "vscode" else {"mcpServers": servers}

@@ -1,0 +1,63 @@
+"""`envfactory mcp config`: configurations an outside client can use from anywhere, in each client's format."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envfactory.config import Settings
+from envfactory.serve.clients import HUB, ClientConfigError, client_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_stdio_entries_name_this_interpreter_and_the_project_folder() -> None:
+    settings = Settings(root=ROOT)
+    config = client_config(settings, "claude-desktop", ["hotels", "banking"], hub=True)
+    servers = config["mcpServers"]
+    assert set(servers) == {"hotels", "banking", HUB}
+    for name in ("hotels", "banking"):
+        entry = servers[name]
+        assert entry["command"] == sys.executable and Path(entry["command"]).is_absolute()
+        assert entry["args"] == ["-m", "envfactory.cli", "serve", name, "--transport", "stdio"]
+        assert entry["env"] == {"ENVFACTORY_ROOT": str(ROOT)}
+    assert servers[HUB]["args"][2:4] == ["hub", "serve"]
+    every = client_config(settings)["mcpServers"]
+    assert "hotels" in every and "bfcl_math" in every  # default: the whole registry
+    vscode = client_config(settings, "vscode", ["hotels"])
+    assert vscode["servers"]["hotels"]["type"] == "stdio"
+    assert client_config(settings, "cursor", ["hotels"], url="http://127.0.0.1:8000/mcp") == {
+        "mcpServers": {"hotels": {"url": "http://127.0.0.1:8000/mcp"}}
+    }
+
+
+def test_bad_requests_are_one_clear_error() -> None:
+    settings = Settings(root=ROOT)
+    with pytest.raises(ClientConfigError, match="unknown client 'emacs'"):
+        client_config(settings, "emacs")
+    with pytest.raises(ClientConfigError, match=r"not in the registry .*: nope; registered: .*hotels"):
+        client_config(settings, "generic", ["nope"])
+    with pytest.raises(ClientConfigError, match="stdio only"):
+        client_config(settings, "claude-desktop", ["hotels"], url="http://x/mcp")
+
+
+def test_the_printed_command_starts_the_server_from_another_folder(tmp_path: Path) -> None:
+    """What a client does with the entry: run it with a bare PATH in some folder, and speak MCP over stdio."""
+    entry = client_config(Settings(root=ROOT), "generic", ["hotels"])["mcpServers"]["hotels"]
+    request = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }  # fmt: skip
+    res = subprocess.run(
+        [entry["command"], *entry["args"]],
+        input=json.dumps(request) + "\n", cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", **entry["env"]},
+    )  # fmt: skip
+    first = json.loads(res.stdout.splitlines()[0])
+    assert first["id"] == 1 and first["result"]["serverInfo"]["name"], res.stderr[-1000:]
+    assert os.path.isabs(entry["command"])
