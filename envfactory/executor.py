@@ -51,7 +51,8 @@ class ExecutorSettings(BaseModel):
     """`--executor local|ray`, `--ray-address`, and how many workers."""
 
     kind: Literal["local", "ray"] = "local"
-    concurrency: int = Field(default=2, ge=1, description="local: threads; ray: units in flight per worker is 2")
+    concurrency: int = Field(default=2, ge=1, description="local: threads")
+    in_flight: int = Field(default=4, ge=1, description="ray: units queued per worker (hides the round trip)")
     address: str | None = Field(
         default=None, description="ray: none starts a local instance; 'auto' (this node's cluster) or 'ray://host:port'"
     )
@@ -106,10 +107,9 @@ class _Worker:
 
 
 class RayExecutor:
-    """Long-lived Ray actors, `IN_FLIGHT` units each; results come back to the driver as they finish."""
+    """Long-lived Ray actors, `in_flight` units queued on each; results come back to the driver as they finish."""
 
     name = "ray"
-    IN_FLIGHT = 2
 
     def __init__(self, settings: ExecutorSettings) -> None:
         self.settings = settings
@@ -168,7 +168,7 @@ class RayExecutor:
 
         try:
             for index in range(n):
-                for _ in range(self.IN_FLIGHT):
+                for _ in range(self.settings.in_flight):
                     submit(index)
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)

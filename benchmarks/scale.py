@@ -1,0 +1,151 @@
+"""Offline synthesis throughput: the local executor vs Ray with 1 and 2 workers, in one run; Ray's per-unit
+scheduling overhead; the driver's append rate alone; and what that predicts for N nodes.
+
+    python benchmarks/scale.py [--tasks 6] [--states 2]
+
+The plan: every native environment, T tasks, S states, D 1 (offline: templates + π*). Each executor runs the
+same plan into its own folder, and the outputs are checked equal after sorting (the equivalence the tests
+assert). Ray runs on a local instance of this machine (`num_cpus=2`); "steady" throughput counts from the first
+result (actor start-up and the workers' imports excluded), "total" from the call. The scheduling overhead is a
+runner that returns at once, through the same executor. The driver's append rate is `JsonlAppender` writing
+(and fsync-ing) real conversation lines, nothing else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from envfactory.config import Settings  # noqa: E402
+from envfactory.env.pool import EnvPool  # noqa: E402
+from envfactory.executor import Executor, ExecutorSettings, LocalExecutor, RayExecutor  # noqa: E402
+from envfactory.inputs import JsonlAppender  # noqa: E402
+from envfactory.tasks.batch import CONVERSATIONS, DROPPED, SynthConfig, plan_units, run_units  # noqa: E402
+from envfactory.tasks.run import OfflineRunner, tool_graph  # noqa: E402
+
+
+class Nothing:
+    """A runner that does no work: what is left is the executor's own cost per unit."""
+
+    def __call__(self, unit: Any) -> str:
+        return str(unit.key)
+
+
+def _digest(out: Path) -> str:
+    h = hashlib.sha256()
+    for name in (CONVERSATIONS, DROPPED):
+        path = out / name
+        h.update(b"".join(sorted(path.read_bytes().splitlines(keepends=True))) if path.exists() else b"")
+    return h.hexdigest()[:12]
+
+
+def _timed(executor: Executor, runner: Any, units: list[Any], out: Path) -> tuple[float, float, int]:
+    """(total s, steady s from the first result, units) of `run_units` on `executor`."""
+    first: list[float] = []
+
+    def progress(_: Any) -> None:
+        if not first:
+            first.append(time.perf_counter())
+
+    start = time.perf_counter()
+    _, ran = run_units(units, runner, out, progress=progress, executor=executor)
+    end = time.perf_counter()
+    return end - start, end - (first[0] if first else start), ran
+
+
+def _scheduling(executor: Executor, units: list[Any]) -> float:
+    """Seconds per unit for a runner that returns at once, from the first result on (worker start-up excluded)."""
+    first = 0.0
+    n = 0
+    for _ in executor.map(Nothing(), units):
+        n += 1
+        if n == 1:
+            first = time.perf_counter()
+    return (time.perf_counter() - first) / max(n - 1, 1)
+
+
+def _append_rate(line: str, n: int, folder: Path) -> float:
+    writer = JsonlAppender(folder / "append.jsonl")
+    start = time.perf_counter()
+    for _ in range(n):
+        writer.write(line)
+    return n / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=6)
+    parser.add_argument("--states", type=int, default=2)
+    args = parser.parse_args()
+    console = Console()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        settings = Settings(root=ROOT, bfcl=False)
+        pool = EnvPool(settings)
+        config = SynthConfig.model_validate({"T": args.tasks, "S": args.states, "D": 1, "seed": 0, "out": folder})
+        plan = plan_units(config, pool, tool_graph(settings, config))
+        units = plan.units
+        runner = OfflineRunner(settings)
+        rows: list[tuple[str, float, float, int, str]] = []
+        for label, executor in (
+            ("local, 1 thread", LocalExecutor(1)),
+            ("local, 2 threads", LocalExecutor(2)),
+        ):
+            total, steady, ran = _timed(executor, runner, units, folder / label.replace(" ", "").replace(",", "-"))
+            rows.append((label, total, steady, ran, _digest(folder / label.replace(" ", "").replace(",", "-"))))
+        ray_execs: dict[int, RayExecutor] = {}
+        for workers in (1, 2):
+            ray_exec = RayExecutor(ExecutorSettings(kind="ray", workers=workers, num_cpus=2))
+            ray_execs[workers] = ray_exec
+            out = folder / f"ray{workers}"
+            total, steady, ran = _timed(ray_exec, OfflineRunner(settings), units, out)
+            rows.append((f"ray, {workers} worker{'s' if workers > 1 else ''}", total, steady, ran, _digest(out)))
+        local_sched = _scheduling(LocalExecutor(2), units)
+        ray_sched = _scheduling(ray_execs[2], units)
+        line = (folder / "local-2threads" / CONVERSATIONS).read_text().splitlines()[0]
+        appends = _append_rate(line, 2000, folder)
+
+    table = Table(title=f"offline synth, {len(units)} units ({len(plan.envs)} envs × T={args.tasks} × S={args.states})")
+    for col in ("executor", "units", "total s", "units/s (total)", "units/s (steady)", "output (sorted sha256)"):
+        table.add_column(col, justify="left" if col in ("executor", "output (sorted sha256)") else "right")
+    for label, total, steady, ran, digest in rows:
+        table.add_row(
+            label, str(ran), f"{total:.1f}", f"{ran / total:.1f}", f"{(ran - 1) / max(steady, 1e-9):.1f}", digest
+        )
+    console.print(table)
+    same = len({r[4] for r in rows}) == 1
+    console.print(f"outputs equal after sorting: {same}")
+    per_unit = rows[0][1] / rows[0][3]  # seconds per unit on one core (the 1-thread local run; threads share the GIL)
+    over = Table(title="per-unit costs and the driver")
+    over.add_column("measure")
+    over.add_column("value", justify="right")
+    over.add_row("synthesis, seconds per unit on one core (local, 1 thread)", f"{per_unit * 1e3:.1f} ms")
+    over.add_row("executor overhead per unit, local threads (empty runner)", f"{local_sched * 1e6:.0f} µs")
+    over.add_row("executor overhead per unit, Ray, 2 workers (empty runner)", f"{ray_sched * 1e3:.2f} ms")
+    over.add_row("driver: JSONL append + fsync of a conversation line", f"{appends:,.0f} lines/s")
+    over.add_row("scheduling ceiling: 1 / Ray overhead", f"{1 / ray_sched:,.0f} units/s")
+    console.print(over)
+    cores = os.cpu_count() or 1
+    console.print(
+        f"Expected: N nodes of C cores give ≈ N·C / {per_unit:.3f} s units/s while that stays below the driver's "
+        f"ceilings — {appends:,.0f} appends/s and ~{1 / ray_sched:,.0f} schedulings/s — i.e. up to about "
+        f"{min(appends, 1 / ray_sched) * per_unit:,.0f} busy cores (this machine: {cores}). The driver is not the "
+        f"bottleneck below ~1,000 units/s if both ceilings exceed it: "
+        f"{'yes' if min(appends, 1 / ray_sched) > 1000 else 'no'}."
+    )
+
+
+if __name__ == "__main__":
+    main()
