@@ -225,3 +225,25 @@ def test_envgen_batch_on_ray_registers_and_records_failures(tmp_path: Path, monk
     assert len(rows) == 3 and sum("registered" in r for r in rows) == 2, res.stdout
     assert [r for r in rows if "failed" in r and "broken_metadata.json" in r]
     assert (root / ".envfactory" / "checkpoints.sqlite").is_file()  # written by the worker, on this machine
+
+
+def test_llm_mode_synth_on_a_ray_worker_uses_the_runs_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """QueryGen units on a Ray worker: the runner carries the run's settings (the scripted model, the project),
+    the worker opens its own pool and checkpointer, and the kept conversation is written by the driver."""
+    from envfactory.config import get_settings
+    from envfactory.tasks.batch import Unit, load_conversations, read_jsonl
+    from graphs.querygen.batch import QueryGenRunner
+    from tests.querygen_helpers import SEED, base_script, hotels_chain, pi_star, setup
+
+    probe = setup(tmp_path / "probe", monkeypatch, {})
+    setup(tmp_path, monkeypatch, base_script(pi_star(probe)))  # this process's environment only
+    out = tmp_path / "run"
+    config = SynthConfig.model_validate(
+        {"mode": "llm", "out": str(out), "preset": "SFT_NON_CONV", "querygen": {"pass_k": 1}, "S": 1}
+    )
+    unit = Unit(key="hotels/t0/s0", env="hotels", task=0, state_variant=0, depth=1, seed=SEED, chain=hotels_chain())
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=1))
+    assert run_units([unit], QueryGenRunner(get_settings(), config), out, executor=executor) == (0, 1)
+    [conv] = load_conversations(out)
+    assert conv.id == unit.key and conv.provenance.generator == "llm", read_jsonl(out / "dropped.jsonl")
+    assert (tmp_path / "project" / ".envfactory" / "checkpoints.sqlite").is_file()  # the worker's checkpoints

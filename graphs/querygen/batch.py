@@ -64,7 +64,8 @@ class QueryGenRunner:
     def __call__(self, unit: Unit) -> UnitOutcome:
         pool, checkpointer = self.parts()
         config = self.config
-        context = QueryGenContext(preset=config.preset, overrides=dict(config.querygen))
+        # the run's settings, not the process's environment: a Ray worker's may differ
+        context = QueryGenContext(preset=config.preset, overrides=dict(config.querygen), settings=self.settings)
         run_tag = f"{zlib.crc32(str(config.out.resolve()).encode()):08x}"
         initial = core = None
         if config.initial_states == "generator":
