@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, Field
 
@@ -29,7 +30,34 @@ from envfactory.errors import EnvFactoryError
 
 J = TypeVar("J")
 R = TypeVar("R")
+T = TypeVar("T")
 Runner = Callable[[J], R]
+
+
+class Shipped:
+    """A runner that travels to other processes (Ray workers) as its constructor's arguments only: `shipped`
+    names them, and unpickling calls the constructor with them. Whatever else it holds — a pool, a reward, a
+    checkpointer — each process builds itself through `once`, on first use (what the constructor was given
+    is used as it is)."""
+
+    shipped: ClassVar[tuple[str, ...]] = ()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.shipped}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        type(self).__init__(self, **state)
+
+    def once(self, name: str, build: Callable[[], T]) -> T:
+        """This process's `name` (an attribute), built by `build` the first time it is None or missing; threads
+        wait for one build (re-entrant: a build may ask for another part)."""
+        lock: threading.RLock = self.__dict__.setdefault("_once_lock", threading.RLock())
+        with lock:
+            value = self.__dict__.get(name)
+            if value is None:
+                value = build()
+                setattr(self, name, value)
+            return cast(T, value)
 
 
 class ExecutorError(EnvFactoryError):

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from envfactory.config import Settings, get_settings
 from envfactory.errors import EnvFactoryError
+from envfactory.executor import Shipped
 
 
 def checkpoint_path(settings: Settings) -> Path:
@@ -44,6 +45,17 @@ def open_checkpointer(settings: Settings | None = None) -> Iterator[BaseCheckpoi
         yield SqliteSaver(conn)
     finally:
         conn.close()
+
+
+def process_checkpointer(runner: Shipped, settings: Settings) -> BaseCheckpointSaver[str]:
+    """`runner`'s checkpointer in this process: the one it was given, else opened on first use and kept open
+    for the process's life (a Ray worker's runner; the exit stack is kept with it, so the connection stays)."""
+
+    def open_kept() -> BaseCheckpointSaver[str]:
+        stack: ExitStack[bool | None] = runner.once("_checkpointer_stack", lambda: ExitStack())
+        return stack.enter_context(open_checkpointer(settings))
+
+    return runner.once("_checkpointer", open_kept)
 
 
 @asynccontextmanager

@@ -27,7 +27,7 @@ from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem
 from envfactory.eval.metrics import PassRates, TaskOutcomes, pass_rates
 from envfactory.eval.score import score_attempt
-from envfactory.executor import Executor, LocalExecutor, WorkerLost
+from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, write_atomic
 from envfactory.reward import CompositeReward
 
@@ -136,33 +136,20 @@ Item = TypeVar("Item", bound=HasId)
 Runner = Callable[[BaseChatModel, Item, int], AttemptRecord]
 
 
-class TurnRunner:
-    """Attempts at verified turns: the agent, then success and the composite reward. Picklable: a copy in
-    another process (a Ray worker) leaves the pool behind and builds its own from the settings."""
+class TurnRunner(Shipped):
+    """Attempts at verified turns: the agent, then success and the composite reward. Shipped to a Ray worker
+    as its settings and limits: the worker builds its own pool and reward on first use."""
+
+    shipped = ("settings", "limits")
 
     def __init__(self, settings: Settings, limits: AgentLimits, pool: EnvPool | None = None) -> None:
         self.settings = settings
         self.limits = limits
         self._pool = pool
-        self._reward: CompositeReward | None = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings, "limits": self.limits}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"], state["limits"])  # type: ignore[misc]
-
-    def parts(self) -> tuple[EnvPool, CompositeReward]:
-        with self._lock:
-            if self._pool is None:
-                self._pool = EnvPool(self.settings)
-            if self._reward is None:
-                self._reward = CompositeReward(self._pool)
-            return self._pool, self._reward
 
     def __call__(self, model: BaseChatModel, item: EvalItem, index: int) -> AttemptRecord:
-        pool, reward = self.parts()
+        pool = self.once("_pool", lambda: EnvPool(self.settings))
+        reward = self.once("_reward", lambda: CompositeReward(pool))
         return attempt(model, pool, item, index, reward, self.limits)
 
 
@@ -170,19 +157,15 @@ def turn_runner(pool: EnvPool, limits: AgentLimits) -> Runner[EvalItem]:
     return TurnRunner(pool.settings, limits, pool)
 
 
-class Attempts(Generic[Item]):
+class Attempts(Shipped, Generic[Item]):
     """One job = (item, attempt index): the runner with this thread's model client (one per worker thread)."""
+
+    shipped = ("model", "runner")
 
     def __init__(self, model: ModelFactory, runner: Runner[Item]) -> None:
         self.model = model
         self.runner = runner
         self._models: dict[int, BaseChatModel] = {}
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"model": self.model, "runner": self.runner}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["model"], state["runner"])  # type: ignore[misc]
 
     def __call__(self, job: tuple[Item, int]) -> AttemptRecord:
         me = threading.get_ident()

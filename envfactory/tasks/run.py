@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -15,7 +14,7 @@ from rich.table import Table
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
-from envfactory.executor import Executor
+from envfactory.executor import Executor, Shipped
 from envfactory.tasks.batch import (
     BatchSummary,
     Plan,
@@ -50,22 +49,19 @@ def tool_graph(settings: Settings, config: SynthConfig, plan_envs: list[str] | N
     return graph
 
 
-class OfflineRunner:
-    """Offline synthesis of one unit (templates + π*). Picklable: a copy sent to another process (a Ray
-    worker) leaves the pool behind and builds its own from the settings on first use."""
+class OfflineRunner(Shipped):
+    """Offline synthesis of one unit (templates + π*). Shipped to a Ray worker as its settings: the worker
+    builds its own pool on first use."""
+
+    shipped = ("settings",)
 
     def __init__(self, settings: Settings, pool: EnvPool | None = None) -> None:
         self.settings = settings
         self._pool = pool
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings, "_pool": None}
-
     @property
     def pool(self) -> EnvPool:
-        if self._pool is None:
-            self._pool = EnvPool(self.settings)
-        return self._pool
+        return self.once("_pool", lambda: EnvPool(self.settings))
 
     def __call__(self, unit: Unit) -> UnitOutcome:
         return synthesize_offline(

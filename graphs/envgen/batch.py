@@ -9,13 +9,13 @@ project folder must be shared (the same path on every node), as the checkpoints 
 
 from __future__ import annotations
 
-import threading
-from contextlib import ExitStack
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from envfactory.config import Settings
+from envfactory.executor import Shipped
+from graphs.checkpoint import process_checkpointer
 from graphs.envgen.graph import build
 from graphs.envgen.state import EnvGenContext
 from graphs.running import run_or_resume
@@ -40,8 +40,10 @@ def run_one(
     return {"thread": thread, **values}
 
 
-class EnvGenRunner:
+class EnvGenRunner(Shipped):
     """One request through EnvGen on its own thread id, with a checkpointer opened once per process."""
+
+    shipped = ("settings", "ctx", "interrupt_before")
 
     def __init__(
         self,
@@ -53,25 +55,8 @@ class EnvGenRunner:
         self.settings = settings
         self.ctx = ctx
         self.interrupt_before = interrupt_before
-        self._saver = saver
-        self._stack: ExitStack | None = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings, "ctx": self.ctx, "interrupt_before": self.interrupt_before}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"], state["ctx"], state["interrupt_before"])  # type: ignore[misc]
-
-    def saver(self) -> BaseCheckpointSaver[Any]:
-        with self._lock:
-            if self._saver is None:
-                from graphs.checkpoint import open_checkpointer
-
-                self._stack = ExitStack()  # open for the worker's life
-                self._saver = self._stack.enter_context(open_checkpointer(self.settings))
-            return self._saver
+        self._checkpointer = saver
 
     def __call__(self, job: Job) -> dict[str, Any]:
         thread, payload = job
-        return run_one(self.saver(), thread, payload, self.ctx, self.interrupt_before)
+        return run_one(process_checkpointer(self, self.settings), thread, payload, self.ctx, self.interrupt_before)

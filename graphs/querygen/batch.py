@@ -10,25 +10,27 @@ keeping SynthAPI's composition controls exact.
 
 from __future__ import annotations
 
-import threading
 import zlib
-from contextlib import ExitStack
 from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
+from envfactory.executor import Shipped
 from envfactory.tasks.batch import SynthConfig, Unit, UnitRunner
 from envfactory.tasks.synth import Dropped, UnitOutcome, initial_states
+from graphs.checkpoint import process_checkpointer
 from graphs.querygen.run import run_querygen
 from graphs.querygen.state import QueryGenContext
 
 
-class QueryGenRunner:
-    """One unit through the QueryGen graph. Picklable: a copy in another process (a Ray worker) leaves the pool
-    and the checkpointer behind and opens its own from the settings on first use (Postgres when configured,
-    shared by every worker; else the SQLite file under the data dir — per machine), kept for its units."""
+class QueryGenRunner(Shipped):
+    """One unit through the QueryGen graph. Shipped to a Ray worker as its settings and config: the worker
+    builds its own pool and opens its own checkpointer on first use (Postgres when configured, shared by every
+    worker; else the SQLite file under the data dir — per machine), kept for its units."""
+
+    shipped = ("settings", "config")
 
     def __init__(
         self,
@@ -41,28 +43,10 @@ class QueryGenRunner:
         self.config = config
         self._pool = pool
         self._checkpointer = checkpointer
-        self._stack: ExitStack | None = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"settings": self.settings, "config": self.config}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["settings"], state["config"])  # type: ignore[misc]
-
-    def parts(self) -> tuple[EnvPool, BaseCheckpointSaver[Any]]:
-        with self._lock:
-            if self._pool is None:
-                self._pool = EnvPool(self.settings)
-            if self._checkpointer is None:
-                from graphs.checkpoint import open_checkpointer
-
-                self._stack = ExitStack()  # open for the worker's life
-                self._checkpointer = self._stack.enter_context(open_checkpointer(self.settings))
-            return self._pool, self._checkpointer
 
     def __call__(self, unit: Unit) -> UnitOutcome:
-        pool, checkpointer = self.parts()
+        pool = self.once("_pool", lambda: EnvPool(self.settings))
+        checkpointer = process_checkpointer(self, self.settings)
         config = self.config
         # the run's settings, not the process's environment: a Ray worker's may differ
         context = QueryGenContext(preset=config.preset, overrides=dict(config.querygen), settings=self.settings)
