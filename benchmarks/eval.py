@@ -21,11 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 from rich.console import Console
 from rich.table import Table
 
@@ -41,6 +37,7 @@ from envfactory.tasks.batch import SynthConfig  # noqa: E402
 from envfactory.tasks.episode import replay  # noqa: E402
 from envfactory.tasks.models import ToolCall  # noqa: E402
 from envfactory.tasks.run import run_batch  # noqa: E402
+from tests.eval_helpers import GroundTruthModels  # noqa: E402
 
 MODEL_STEP_S = 1.0  # the model step the overhead is compared with
 TARGET = 0.05
@@ -55,45 +52,12 @@ def _items(tmp: Path, n: int) -> tuple[list[EvalItem], EnvPool]:
     return [i for i in items if i.ground_truth][:n], pool
 
 
-class GroundTruthModel(BaseChatModel):
-    """Answers a turn's request with its ground-truth calls, then (after the results) with a short answer."""
-
-    calls: dict[str, list[dict[str, Any]]]
-
-    @property
-    def _llm_type(self) -> str:
-        return "ground-truth"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        if isinstance(messages[-1], ToolMessage):
-            reply = AIMessage(content="Done.")
-        else:
-            made = self.calls[str(messages[-1].content)]
-            reply = AIMessage(
-                content="", tool_calls=[{**c, "id": f"c{j}", "type": "tool_call"} for j, c in enumerate(made)]
-            )
-        return ChatResult(generations=[ChatGeneration(message=reply)])
-
-
-def _model(items: list[EvalItem]) -> GroundTruthModel:
-    calls = {
-        str(item.prompt[-1]["content"]): [{"name": c.name, "args": dict(c.arguments)} for c in item.ground_truth]
-        for item in items
-    }
-    return GroundTruthModel(calls=calls)
-
-
 def _harness(items: list[EvalItem], pool: EnvPool, concurrency: int, tmp: Path) -> float:
     """Seconds for one attempt at every item through `run_eval` (fresh output folder)."""
     out = Path(tempfile.mkdtemp(dir=tmp))
     start = time.perf_counter()
     runner = turn_runner(pool, AgentLimits())
-    summary = run_eval(items, lambda: _model(items), runner, out, EvalSettings(concurrency=concurrency))
+    summary = run_eval(items, GroundTruthModels(items), runner, out, EvalSettings(concurrency=concurrency))
     elapsed = time.perf_counter() - start
     if summary.success_rate != 1.0:
         raise SystemExit(f"the ground truth should solve every turn, got {summary.success_rate:.2f}")

@@ -5,14 +5,8 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
-
-from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
 
 from envfactory.config import Settings
-from envfactory.eval.items import EvalItem
 from envfactory.tasks.batch import Unit
 from envfactory.tasks.run import OfflineRunner
 from envfactory.tasks.synth import UnitOutcome
@@ -26,49 +20,9 @@ class SlowRunner(OfflineRunner):
         self.delay = delay
         self.notes = notes
 
-    def __getstate__(self) -> dict[str, object]:
-        return {**super().__getstate__(), "delay": self.delay, "notes": self.notes}
+    shipped = ("settings", "delay", "notes")
 
     def __call__(self, unit: Unit) -> UnitOutcome:
         (self.notes / str(os.getpid())).touch()
         time.sleep(self.delay)
         return super().__call__(unit)
-
-
-class GroundTruthModel(BaseChatModel):
-    """Answers a turn with its ground-truth calls (keyed by the request), then "Done.": the same in every
-    process, so attempts do not depend on which worker ran them (a script would be consumed per process)."""
-
-    calls: dict[str, list[dict[str, Any]]]
-
-    @property
-    def _llm_type(self) -> str:
-        return "ground-truth"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        if isinstance(messages[-1], ToolMessage):
-            reply = AIMessage(content="Done.")
-        else:
-            made = self.calls[str(messages[-1].content)]
-            reply = AIMessage(
-                content="", tool_calls=[{**c, "id": f"c{j}", "type": "tool_call"} for j, c in enumerate(made)]
-            )
-        return ChatResult(generations=[ChatGeneration(message=reply)])
-
-
-class GroundTruthModels:
-    """A picklable model factory for the items."""
-
-    def __init__(self, items: list[EvalItem]) -> None:
-        self.calls = {
-            str(i.prompt[-1]["content"]): [{"name": c.name, "args": dict(c.arguments)} for c in i.ground_truth]
-            for i in items
-        }
-
-    def __call__(self) -> GroundTruthModel:
-        return GroundTruthModel(calls=self.calls)

@@ -182,7 +182,7 @@ def test_an_evaluation_on_ray_records_what_a_local_one_does(plan: Plan, settings
     from envfactory.eval.agent import AgentLimits
     from envfactory.eval.items import items_from_conversations, load_conversations
     from envfactory.eval.run import ATTEMPTS, EvalSettings, TurnRunner, run_eval
-    from tests.ray_helpers import GroundTruthModels
+    from tests.eval_helpers import GroundTruthModels
 
     run_units(plan.units[:6], OfflineRunner(settings), tmp_path / "run")
     pool = EnvPool(settings)
