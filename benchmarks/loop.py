@@ -32,11 +32,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from envfactory.eval.run import AttemptRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -121,34 +124,33 @@ def _servers(line: str) -> set[str]:
 
 
 def scores(folder: Path, k: int) -> dict[str, Any]:
-    """pass@1, pass^k, success and mean reward over the eval's attempts, whole and per split."""
-    records = [json.loads(line) for line in (folder / "attempts.jsonl").read_text().splitlines() if line.strip()]
-    summary = json.loads((folder / "summary.json").read_text())
-    out: dict[str, Any] = {"all": _figures(records, k), "errors": summary.get("errors", {})}
-    out["unseen_apps"] = _figures([r for r in records if r["env"] in HELDOUT_APPS], k)
-    out["unseen_tasks"] = _figures([r for r in records if r["env"] not in HELDOUT_APPS], k)
-    out["steps_per_attempt"] = round(sum(r["model_steps"] for r in records) / max(len(records), 1), 2)
-    out["calls_per_attempt"] = round(sum(r["calls"] for r in records) / max(len(records), 1), 2)
-    out["text_calls"] = sum(r["text_calls"] for r in records)
+    """pass@1, pass^k, success and mean reward over the eval's attempts, whole and per split (the evaluation's
+    own `summarize` over its attempts log)."""
+    from envfactory.eval.run import done_attempts
+
+    records = done_attempts(folder)
+    n = max(len(records), 1)
+    out: dict[str, Any] = {"all": _figures(records, k), "errors": sum(r.error is not None for r in records)}
+    out["unseen_apps"] = _figures([r for r in records if r.env in HELDOUT_APPS], k)
+    out["unseen_tasks"] = _figures([r for r in records if r.env not in HELDOUT_APPS], k)
+    out["steps_per_attempt"] = round(sum(r.model_steps for r in records) / n, 2)
+    out["calls_per_attempt"] = round(sum(r.calls for r in records) / n, 2)
+    out["text_calls"] = sum(r.text_calls for r in records)
     return out
 
 
-def _figures(records: list[dict[str, Any]], k: int) -> dict[str, Any]:
-    from envfactory.eval.metrics import TaskOutcomes, pass_rates
+def _figures(records: list[AttemptRecord], k: int) -> dict[str, Any]:
+    from envfactory.eval.run import summarize
 
-    by_item: dict[str, list[bool]] = {}
-    for r in records:
-        by_item.setdefault(r["item"], []).append(bool(r["success"]))
-    outcomes = [TaskOutcomes(task=item, attempts=len(v), successes=sum(v)) for item, v in by_item.items()]
-    top = min(k, min((o.attempts for o in outcomes), default=1))
-    rates = pass_rates(outcomes, [1, top])
+    group = summarize(records, k)
+    top = max(group.pass_rates.pass_hat, default=1)
     return {
-        "items": len(by_item),
-        "attempts": len(records),
-        "success": round(sum(r["success"] for r in records) / max(len(records), 1), 3),
-        "reward": round(sum(r["reward"] for r in records) / max(len(records), 1), 3),
-        "pass@1": round(rates.pass_at[1], 3),
-        "pass^k": round(rates.pass_hat[top], 3),
+        "items": group.items,
+        "attempts": group.attempts,
+        "success": round(group.success_rate, 3),
+        "reward": round(group.mean_reward, 3),
+        "pass@1": round(group.pass_rates.pass_at.get(1, 0.0), 3),
+        "pass^k": round(group.pass_rates.pass_hat.get(top, 0.0), 3),
     }
 
 
