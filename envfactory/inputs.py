@@ -9,6 +9,7 @@ message names the source and says what is wrong, on one line.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -88,6 +89,18 @@ def has_lone_surrogate(value: Any) -> bool:
     except (TypeError, ValueError, RecursionError):
         return False
     return False
+
+
+_AST_LOCK = threading.RLock()  # re-entrant: a finalizer run inside a parse may parse too
+
+
+def parse_python(source: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+    """`ast.parse`, one thread at a time: CPython 3.11 keeps the AST validator's recursion depth per
+    interpreter, so a parse interleaved with another thread's (a switch inside the conversion, e.g. through a
+    finalizer) can fail with "SystemError: AST constructor recursion depth mismatch" (cpython gh-106905; seen
+    once in CI-like runs of the concurrent sandbox-round tests). Its errors pass through unchanged."""
+    with _AST_LOCK:
+        return ast.parse(source, filename=filename, mode=mode)
 
 
 def parse_json(data: str | bytes, source: str, *, max_depth: int = MAX_DEPTH, surrogates: bool = False) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel
 
@@ -26,6 +26,7 @@ from envfactory.env.sandbox.policy import (
     module_member_problem,
     module_problem,
 )
+from envfactory.inputs import parse_python
 
 MAX_CODE_CHARS = 500_000
 
@@ -227,7 +228,7 @@ def static_check(code: str) -> list[StaticProblem]:
     if len(code) > MAX_CODE_CHARS:
         return [StaticProblem(line=0, message=f"the code is {len(code)} characters; the limit is {MAX_CODE_CHARS}")]
     try:
-        tree = ast.parse(code, filename="env.py")
+        tree = cast(ast.Module, parse_python(code, filename="env.py"))
     except SyntaxError as e:
         return [StaticProblem(line=e.lineno or 0, message=f"syntax error: {e.msg}")]
     except ValueError as e:  # null bytes

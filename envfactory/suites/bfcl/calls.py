@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from envfactory.inputs import parse_python
 
 
 class CallSyntaxError(ValueError):
@@ -60,7 +62,7 @@ def _parse_call_node(node: ast.expr, text: str) -> ParsedCall:
 
 def _parse_expr(text: str) -> ast.expr:
     try:
-        return ast.parse(text.strip(), mode="eval").body
+        return cast(ast.Expression, parse_python(text.strip(), mode="eval")).body
     except SyntaxError as e:
         raise CallSyntaxError(f"invalid call syntax: {text!r} ({e.msg})") from None
 
