@@ -204,6 +204,9 @@ def serve(
     host: Annotated[str | None, typer.Option(help="HTTP bind address (default 127.0.0.1)")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port (default from ENVFACTORY_HTTP_PORT)")] = None,
     scenario: Annotated[str | None, typer.Option(help="default initial config: a scenario name or a JSON file")] = None,
+    fast_calls: Annotated[
+        bool, typer.Option(help="HTTP: answer tool calls of open sessions without the SDK's message loop")
+    ] = True,
 ) -> None:
     """Serve an environment as an MCP server (each MCP session gets its own isolated state)."""
     from envfactory.serve.mcp_server import EnvMCPServer
@@ -215,6 +218,7 @@ def serve(
         default_config=config_option(scenario) or env.default_scenario(),
         host=host or settings.http_host,
         port=port or settings.http_port,
+        fast_calls=fast_calls,
     )
     if transport is Transport.http:
         err.print(f"serving {name} on http://{server.settings.host}:{server.settings.port}/mcp")

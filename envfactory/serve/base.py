@@ -23,8 +23,12 @@ from typing import Any, Generic, TypeVar
 import anyio
 from mcp import types
 from mcp.server.fastmcp import FastMCP
+from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
+from mcp.server.transport_security import TransportSecurityMiddleware
+from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from envfactory.inputs import MAX_DEPTH, InputError, parse_json
 
@@ -76,6 +80,7 @@ class NoServerStream:
 
 _LOG = logging.getLogger("envfactory.serve")
 MAX_BODY_BYTES = 16 * 1024 * 1024
+PARSED_BODY = "envfactory.parsed_body"  # ASGI scope key: (the body's JSON, its size in bytes)
 
 
 class BoundedJSONBody:
@@ -122,10 +127,11 @@ class BoundedJSONBody:
             more = message.get("more_body", False)
         body = b"".join(chunks)
         try:
-            parse_json(body, "the request body", max_depth=self.max_depth, surrogates=True)
+            message = parse_json(body, "the request body", max_depth=self.max_depth, surrogates=True)
         except InputError as e:
             await self._refuse(scope, send, 400, str(e))
             return
+        scope = {**scope, PARSED_BODY: (message, len(body))}  # for `FastToolCalls`, inside this layer
         replayed = False
 
         async def replay() -> dict[str, Any]:
@@ -140,6 +146,108 @@ class BoundedJSONBody:
 
 async def _no_receive() -> dict[str, Any]:
     return {"type": "http.disconnect"}
+
+
+def _header(headers: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+class FastToolCalls:
+    """Answer `tools/call` on an open session directly, without the SDK's per-message machinery.
+
+    The SDK routes every request of a session through memory streams to the session's task, validates
+    it twice with pydantic and answers through a per-request stream: ~3/4 of a server's time per call
+    (profiled: the environment's own dispatch is ~8 %). A tool call of a session this server already
+    holds an object for has nothing more to negotiate, so this layer answers it the way the SDK
+    would (same checks, same JSON-RPC body and headers) from the same `SessionServer.answer`.
+
+    Anything else — the session's first call (which chooses its initial state), other methods, batches,
+    notifications, an SSE-mode server, a request the SDK would refuse (unknown or ended session, bad
+    headers, a protocol version it does not speak, DNS-rebinding checks failing, an authenticated user,
+    an oversized body) — goes on to the SDK unchanged, which answers it as before.
+    """
+
+    def __init__(self, app: Any, server: SessionServer[Any]) -> None:
+        self.app, self.server = app, server
+        self.path = server.settings.streamable_http_path
+        self.security = TransportSecurityMiddleware(server.settings.transport_security)
+        self.answered = 0  # tool calls this layer answered (the rest went to the SDK)
+        server.fast = self
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        parsed = scope.get(PARSED_BODY)
+        if parsed is None or scope.get("path") != self.path or not self.server.json_response_enabled:
+            await self.app(scope, receive, send)
+            return
+        message, size = parsed
+        session = self._eligible(scope, message, size)
+        if session is None or await self.security.validate_request(Request(scope), is_post=True) is not None:
+            await self.app(scope, receive, send)
+            return
+        session_id, key, transport = session
+        params = message["params"]
+        arguments = params.get("arguments")
+        idle = transport.idle_scope
+        timeout = self.server.session_manager.session_idle_timeout
+        if idle is not None and timeout is not None:  # this request holds the session, as the SDK's would
+            idle.deadline = max(idle.deadline, anyio.current_time() + timeout)
+        try:
+            result = await self.server.answer(key, self.server.default_choice, params["name"], arguments or {})
+        except Exception as e:  # what the SDK's handler makes of a raising tool
+            result = types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
+        if idle is not None and timeout is not None:
+            idle.deadline = max(idle.deadline, anyio.current_time() + timeout)
+        body = {
+            "jsonrpc": "2.0",
+            "id": message["id"],
+            "result": result.model_dump(by_alias=True, mode="json", exclude_none=True),
+        }
+        self.answered += 1
+        headers = {"content-type": "application/json", MCP_SESSION_ID_HEADER: session_id}
+        await Response(json.dumps(body, ensure_ascii=False, separators=(",", ":")), 200, headers)(scope, receive, send)
+
+    def _eligible(self, scope: Any, message: Any, size: int) -> tuple[str, Any, Any] | None:
+        """(session id, held key, SDK transport) when the SDK would serve this tools/call as an ordinary
+        one of an open, initialized session of ours; None sends the request on to the SDK."""
+        if not (
+            isinstance(message, dict)
+            and message.get("jsonrpc") == "2.0"
+            and message.get("method") == "tools/call"
+            and type(message.get("id")) in (int, str)
+            and isinstance(params := message.get("params"), dict)
+            and isinstance(params.get("name"), str)
+            and isinstance(params.get("arguments"), dict | None)
+            and scope.get("user") is None  # sessions bound to a credential: the SDK checks the owner
+        ):
+            return None
+        headers = scope.get("headers") or []
+        session_id = _header(headers, MCP_SESSION_ID_HEADER.encode())
+        accept = _header(headers, b"accept") or ""
+        content_type = (_header(headers, b"content-type") or "").split(";")[0].strip()
+        version = _header(headers, MCP_PROTOCOL_VERSION_HEADER.encode())
+        if (
+            session_id is None
+            or content_type != "application/json"
+            or not any(part.strip().startswith("application/json") for part in accept.split(","))
+            or (version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS)
+        ):
+            return None
+        manager = self.server.session_manager
+        if size > manager.max_request_body_size:
+            return None
+        transport = getattr(manager, "_server_instances", {}).get(session_id)  # mcp 1.30: the open sessions
+        key = self.server.key_of(session_id)
+        if (
+            transport is None
+            or key is None
+            or transport.is_terminated
+            or (transport.idle_scope is not None and transport.idle_scope.cancel_called)
+        ):
+            return None
+        return session_id, key, transport
 
 
 def tool_result(payload: Any, *, wrap: bool, error: bool = False) -> types.CallToolResult:
@@ -172,6 +280,7 @@ class SessionServer(FastMCP, Generic[H]):
         log_level: str,
         json_response: bool,
         server_stream: bool,
+        fast_calls: bool = True,
     ) -> None:
         super().__init__(
             name=name,
@@ -190,15 +299,30 @@ class SessionServer(FastMCP, Generic[H]):
         self.blocking = blocking
         self.control_tools = control_tools
         self.server_stream = server_stream
+        self.fast_calls = fast_calls
         self._held: weakref.WeakKeyDictionary[Any, H] = weakref.WeakKeyDictionary()
         self._locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
+        # streamable HTTP: MCP session id -> the SDK's session object our held objects are keyed on
+        self._keys: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self.fast: FastToolCalls | None = None
+
+    @property
+    def json_response_enabled(self) -> bool:
+        return bool(self.settings.json_response)
 
     def streamable_http_app(self) -> Starlette:
         app = super().streamable_http_app()
         if not self.server_stream:
             app.add_middleware(NoServerStream)
+        if self.fast_calls:
+            app.add_middleware(FastToolCalls, server=self)
         app.add_middleware(BoundedJSONBody)
         return app
+
+    def key_of(self, session_id: str) -> Any:
+        """The held key of the HTTP session `session_id`, once a call of it went through the SDK (else None)."""
+        key = self._keys.get(session_id)
+        return key if key is not None and key in self._held else None
 
     @property
     def open_held(self) -> int:
@@ -228,7 +352,15 @@ class SessionServer(FastMCP, Generic[H]):
         key = self.request_key()
         # the connection's choice matters only to a session's first call (it starts the held object)
         choice = self.connection_choice() if key not in self._held else self.default_choice
-        args = arguments if isinstance(arguments, dict) else {}
+        request = self.get_context().request_context.request
+        if request is not None and hasattr(request, "headers"):
+            session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+            if session_id:
+                self._keys[session_id] = key
+        return await self.answer(key, choice, name, arguments if isinstance(arguments, dict) else {})
+
+    async def answer(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> types.CallToolResult:
+        """One tool call of session `key`: at once, or off the event loop one at a time per session when `blocking`."""
         if not self.blocking:
             return self.dispatch(key, choice, name, args)
         lock = self._locks.setdefault(key, anyio.Lock())

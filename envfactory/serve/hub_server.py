@@ -92,6 +92,7 @@ class HubMCPServer(SessionServer[HubEpisode]):
         log_level: str = "WARNING",
         json_response: bool = True,
         server_stream: bool = False,
+        fast_calls: bool = True,
     ) -> None:
         if default_task is not None:
             hub.task(default_task)  # fail at start, not at the first call, on an unknown task id
@@ -107,6 +108,7 @@ class HubMCPServer(SessionServer[HubEpisode]):
             log_level=log_level,
             json_response=json_response,
             server_stream=server_stream,
+            fast_calls=fast_calls,
         )
         self.hub = hub
         self.default_task = default_task

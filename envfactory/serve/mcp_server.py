@@ -80,6 +80,7 @@ class EnvMCPServer(SessionServer[Session]):
         log_level: str = "WARNING",
         json_response: bool = True,
         server_stream: bool = False,
+        fast_calls: bool = True,
     ) -> None:
         meta = env.metadata
         clash = {t.name for t in _CONTROL_TOOLS} & set(meta.tool_names)
@@ -100,6 +101,7 @@ class EnvMCPServer(SessionServer[Session]):
             log_level=log_level,
             json_response=json_response,
             server_stream=server_stream,
+            fast_calls=fast_calls,
         )
         self.env = env
         self.default_config: dict[str, Any] | str | None = default_config

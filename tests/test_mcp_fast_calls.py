@@ -1,0 +1,259 @@
+"""The tools/call fast path (`serve.base.FastToolCalls`): what it answers equals what the SDK answers.
+
+Two real servers of the same environment, one with the fast path and one without, get the same random
+call sequences over HTTP; every status, body and session header must be the same, and the fast one
+must have answered the calls itself. Requests the SDK would refuse, and sessions that ended or went
+idle, must still reach the SDK. Sessions stay isolated under concurrency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool, load_untrusted_folder
+from envfactory.env.session import Session
+from envfactory.serve.mcp_server import RESET_TOOL, STATE_TOOL, EnvMCPServer
+from tests.serve_helpers import JSON_HEADERS, PROTOCOL, RawSession, serving
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def hotels() -> Any:
+    return EnvPool(Settings(root=ROOT, bfcl=False)).get("hotels")
+
+
+@pytest.fixture(scope="module")
+def pair(hotels: Any) -> Iterator[tuple[EnvMCPServer, str, str]]:
+    """(the fast server, its URL, the URL of the same environment served through the SDK only)."""
+    fast = EnvMCPServer(hotels, default_config="default")
+    plain = EnvMCPServer(hotels, default_config="default", fast_calls=False)
+    with serving(fast.streamable_http_app()) as fast_url, serving(plain.streamable_http_app()) as plain_url:
+        yield fast, fast_url, plain_url
+
+
+def _answer(r: httpx.Response) -> tuple[int, Any, str | None, str | None]:
+    body = json.loads(r.content) if r.content else None
+    return r.status_code, body, r.headers.get("content-type"), r.headers.get("mcp-session-id")
+
+
+CITIES = st.sampled_from(["Lisbon", "Porto", "Paris", "", "lisbon", 7])
+HOTEL_IDS = st.sampled_from(["HT-LIS-01", "HT-POR-01", "HT-NOPE", None, 3])
+BOOKING_IDS = st.sampled_from(["BK-0001", "BK-0002", "BK-0003", "BK-9999", ""])
+DATES = st.sampled_from(["2026-03-01", "2026-03-05", "03/01/2026", ""])
+NIGHTS = st.one_of(st.integers(-1, 9), st.just("2"), st.just(2.5))
+
+
+def _calls() -> st.SearchStrategy[tuple[str, Any]]:
+    def args(**fields: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any]]:
+        # any subset of the fields (a missing required argument is a call to get wrong too)
+        return st.fixed_dictionaries({}, optional=fields)
+
+    return st.one_of(
+        st.tuples(st.just("search_hotels"), args(city=CITIES, max_price=st.integers(0, 400))),
+        st.tuples(st.just("get_hotel"), args(hotel_id=HOTEL_IDS)),
+        st.tuples(st.just("check_availability"), args(hotel_id=HOTEL_IDS, check_in=DATES, nights=NIGHTS)),
+        st.tuples(
+            st.just("book_room"),
+            args(hotel_id=HOTEL_IDS, guest_name=st.sampled_from(["Ana", "Bo Li", ""]), check_in=DATES, nights=NIGHTS),
+        ),
+        st.tuples(st.just("get_booking"), args(booking_id=BOOKING_IDS)),
+        st.tuples(st.just("list_bookings"), args(guest_name=st.sampled_from(["Ana", "Bo Li"]))),
+        st.tuples(st.just("modify_booking"), args(booking_id=BOOKING_IDS, nights=NIGHTS)),
+        st.tuples(st.just("cancel_booking"), args(booking_id=BOOKING_IDS)),
+        st.tuples(st.just("no_such_tool"), st.just({})),
+        st.tuples(st.just(STATE_TOOL), st.just({})),
+        st.tuples(st.just(RESET_TOOL), st.sampled_from([{}, {"scenario": "busy"}, {"scenario": "nope"}])),
+        st.tuples(st.just("search_hotels"), st.just(None)),  # arguments omitted
+    )
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=st.lists(_calls(), min_size=1, max_size=10))
+def test_fast_path_answers_exactly_as_the_sdk(pair: tuple[EnvMCPServer, str, str], calls: list[Any]) -> None:
+    fast, fast_url, plain_url = pair
+    assert fast.fast is not None
+    with httpx.Client(timeout=30) as http:
+        a, b = RawSession(http, fast_url), RawSession(http, plain_url)
+        first = a.call(STATE_TOOL, {}), b.call(STATE_TOOL, {})  # a session's first call goes through the SDK
+        assert json.loads(first[0].content) == json.loads(first[1].content)
+        before = fast.fast.answered
+        for tool, arguments in calls:
+            got, want = a.call(tool, arguments), b.call(tool, arguments)
+            assert _answer(got)[:3] == _answer(want)[:3], (tool, arguments)
+            assert got.headers["mcp-session-id"] == a.id and want.headers["mcp-session-id"] == b.id
+        assert fast.fast.answered == before + len(calls)  # every one of them answered by the fast path
+        a.close()
+        b.close()
+
+
+# each changes one thing about an ordinary tools/call of an open session; the SDK answers all of them
+REFUSED: dict[str, dict[str, Any]] = {
+    "unknown session": {"headers": {"mcp-session-id": "0" * 32}},
+    "protocol version it does not speak": {"headers": {"mcp-protocol-version": "1999-01-01"}},
+    "accepts no JSON": {"headers": {"accept": "text/event-stream"}},
+    "not a JSON body type": {"headers": {"content-type": "text/plain"}},
+    "no session header": {"headers": {"mcp-session-id": ""}},
+    "foreign host header": {"headers": {"host": "evil.example:80"}},
+    "foreign origin": {"headers": {"origin": "http://evil.example"}},
+    "batch": {"body": [{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": STATE_TOOL}}]},
+    "params not an object": {"body": {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}},
+    "arguments not an object": {
+        "body": {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": STATE_TOOL, "arguments": 3}}
+    },
+    "no id": {"body": {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": STATE_TOOL}}},
+    "boolean id": {"body": {"jsonrpc": "2.0", "id": True, "method": "tools/call", "params": {"name": STATE_TOOL}}},
+    "another method": {"body": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_what_the_sdk_would_refuse_still_reaches_it(pair: tuple[EnvMCPServer, str, str], case: str) -> None:
+    fast, fast_url, plain_url = pair
+    assert fast.fast is not None
+    change = REFUSED[case]
+    default = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": STATE_TOOL, "arguments": {}}}
+    body = json.dumps(change.get("body", default))
+    answers = []
+    with httpx.Client(timeout=30) as http:
+        for url in (fast_url, plain_url):
+            s = RawSession(http, url)
+            assert s.call(STATE_TOOL, {}).status_code == 200
+            headers = {**JSON_HEADERS, "mcp-session-id": s.id, "mcp-protocol-version": PROTOCOL}
+            headers.update(change.get("headers", {}))
+            headers = {k: v for k, v in headers.items() if v}
+            before = fast.fast.answered
+            r = http.post(url, content=body, headers=headers)
+            assert fast.fast.answered == before, "the fast path answered a request the SDK must see"
+            status, got, _, _ = (
+                _answer(r)
+                if r.headers.get("content-type", "").startswith("application/json")
+                else (
+                    r.status_code,
+                    r.text,
+                    None,
+                    None,
+                )
+            )
+            answers.append((status, got))
+            s.close()
+    assert answers[0][0] == answers[1][0], answers
+    if answers[0][0] == 200:  # answered (by the SDK on both): the same answer
+        assert answers[0][1] == answers[1][1]
+
+
+def test_a_closed_session_is_gone_for_the_fast_path_too(pair: tuple[EnvMCPServer, str, str]) -> None:
+    _, fast_url, _ = pair
+    with httpx.Client(timeout=30) as http:
+        s = RawSession(http, fast_url)
+        book = {"hotel_id": "HT-POR-01", "guest_name": "Ana", "check_in": "2026-03-01", "nights": 2}
+        assert s.call("book_room", book).status_code == 200
+        assert s.call(STATE_TOOL, {}).status_code == 200
+        s.close()
+        assert s.call(STATE_TOOL, {}).status_code == 404
+
+
+def test_fast_calls_keep_a_session_alive_and_idle_ones_expire(hotels: Any) -> None:
+    server = EnvMCPServer(hotels, default_config="default")
+    server.settings.session_idle_timeout = 0.6
+    with serving(server.streamable_http_app()) as url, httpx.Client(timeout=30) as http:
+        s = RawSession(http, url)
+        assert s.call(STATE_TOOL, {}).status_code == 200
+        assert server.fast is not None
+        before = server.fast.answered
+        for _ in range(8):  # 1.6 s of calls 0.2 s apart: longer than the idle timeout, never idle that long
+            asyncio.run(asyncio.sleep(0.2))
+            assert s.call("search_hotels", {"city": "Lisbon"}).status_code == 200
+        assert server.fast.answered == before + 8
+        asyncio.run(asyncio.sleep(1.5))  # idle past the timeout: the SDK ends the session
+        assert s.call("search_hotels", {"city": "Lisbon"}).status_code == 404
+
+
+async def test_concurrent_fast_sessions_stay_isolated(pair: tuple[EnvMCPServer, str, str], hotels: Any) -> None:
+    fast, fast_url, _ = pair
+    guests = [f"Guest {i}" for i in range(16)]
+
+    def plan(guest: str, i: int) -> list[tuple[str, dict[str, Any]]]:
+        book = {"hotel_id": "HT-LIS-01" if i % 2 else "HT-POR-01", "guest_name": guest, "check_in": "2026-03-01"}
+        return [
+            ("book_room", {**book, "nights": 1 + i % 3}),
+            ("search_hotels", {"city": "Lisbon"}),
+            ("book_room", {**book, "nights": 2}),
+            ("modify_booking", {"booking_id": "BK-0002", "nights": 4}),
+            ("cancel_booking", {"booking_id": "BK-0003"}),
+        ]
+
+    async def run(i: int) -> Any:
+        async with httpx.AsyncClient(timeout=30) as http:
+            hello = {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": PROTOCOL,
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "0"},
+                },
+            }
+            r = await http.post(fast_url, content=json.dumps(hello), headers=JSON_HEADERS)
+            headers = {**JSON_HEADERS, "mcp-session-id": r.headers["mcp-session-id"], "mcp-protocol-version": PROTOCOL}
+            note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+            await http.post(fast_url, content=json.dumps(note), headers=headers)
+            for n, (tool, arguments) in enumerate([*plan(guests[i], i), (STATE_TOOL, {})], 1):
+                message = {
+                    "jsonrpc": "2.0",
+                    "id": n,
+                    "method": "tools/call",
+                    "params": {"name": tool, "arguments": arguments},
+                }
+                r = await http.post(fast_url, content=json.dumps(message), headers=headers)
+                await asyncio.sleep(0)
+            return json.loads(r.json()["result"]["content"][0]["text"])
+
+    assert fast.fast is not None
+    before = fast.fast.answered
+    states = await asyncio.gather(*(run(i) for i in range(16)))
+    assert fast.fast.answered - before >= 16 * 5  # all but each session's first call
+    for i, state in enumerate(states):
+        alone = Session.fork(hotels, "default")
+        for tool, arguments in plan(guests[i], i):
+            alone.call(tool, arguments)
+        assert state == alone.dump(), f"session {i} saw another session's calls"
+
+
+def test_blocking_environments_take_the_fast_path_in_order(tmp_path: Path) -> None:
+    """A sandboxed (untrusted) environment: its calls run off the event loop, one at a time per session."""
+    env = load_untrusted_folder(ROOT / "envs" / "hotels", Settings(root=ROOT, bfcl=False, sandbox_workers=1))
+    assert env.blocking_io
+    fast = EnvMCPServer(env, default_config="default")
+    plain = EnvMCPServer(env, default_config="default", fast_calls=False)
+    calls = [
+        ("book_room", {"hotel_id": "HT-POR-01", "guest_name": "Ana", "check_in": "2026-03-01", "nights": 2}),
+        ("modify_booking", {"booking_id": "BK-0002", "nights": 3}),
+        ("get_booking", {"booking_id": "BK-0002"}),
+        ("cancel_booking", {"booking_id": "BK-0404"}),
+        (STATE_TOOL, {}),
+    ]
+    with (
+        serving(fast.streamable_http_app()) as fast_url,
+        serving(plain.streamable_http_app()) as plain_url,
+        httpx.Client(timeout=60) as http,
+    ):
+        a, b = RawSession(http, fast_url), RawSession(http, plain_url)
+        a.call(STATE_TOOL, {})
+        b.call(STATE_TOOL, {})
+        assert fast.fast is not None
+        before = fast.fast.answered
+        for tool, arguments in calls:
+            assert _answer(a.call(tool, arguments))[:2] == _answer(b.call(tool, arguments))[:2]
+        assert fast.fast.answered == before + len(calls)
