@@ -5,9 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 
-.PHONY: setup demo test lint typecheck pytest bench clean system
+.PHONY: setup demo test lint typecheck pytest bench clean system test-system
 
-setup: system $(STAMP)
+setup: system test-system $(STAMP)
 
 # Untrusted generated code runs only inside bubblewrap with a seccomp filter (libseccomp): the OS is
 # the wall. Installed from Debian's packages when missing (as root, or with sudo).
@@ -17,6 +17,12 @@ system:
 	  { $(SUDO) apt-get install -y -qq bubblewrap libseccomp2 >/dev/null 2>&1 || \
 	    { $(SUDO) apt-get update -qq >/dev/null && $(SUDO) apt-get install -y -qq bubblewrap libseccomp2 >/dev/null; } || \
 	    echo "warning: could not install bubblewrap; untrusted environments will be refused (see README: Security)"; }
+
+# HAProxy balances several MCP server processes behind one port (tests/test_mcp_affinity.py): tests only.
+test-system:
+	@command -v haproxy >/dev/null 2>&1 || $(SUDO) apt-get install -y -qq haproxy >/dev/null 2>&1 || \
+	  { $(SUDO) apt-get update -qq >/dev/null && $(SUDO) apt-get install -y -qq haproxy >/dev/null; } || \
+	  echo "warning: could not install haproxy; the sticky-sessions test is skipped (see README: Serving at trainer scale)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
