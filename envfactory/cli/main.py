@@ -72,6 +72,53 @@ def envs_list(
     out.print(table)
 
 
+class HubFormatOption(StrEnum):
+    openenv = "openenv"
+    verifiers = "verifiers"
+
+
+@envs_app.command("export")
+def envs_export(
+    names: Annotated[list[str] | None, typer.Argument(help="environments (default: those the tasks use)")] = None,
+    fmt: Annotated[HubFormatOption, typer.Option("--format", help="openenv | verifiers")] = HubFormatOption.openenv,
+    out_dir: Annotated[Path, typer.Option("--out", help="the package folder to write")] = Path("export"),
+    tasks: Annotated[
+        Path | None, typer.Option("--tasks", help="a synth run folder (or conversations JSONL): its turns become tasks")
+    ] = None,
+    all_envs: Annotated[bool, typer.Option("--all", help="every environment folder of the pool")] = False,
+    name: Annotated[
+        str | None, typer.Option(help="package name (default: the environment's, or envfactory_pool)")
+    ] = None,
+) -> None:
+    """Write an OpenEnv or verifiers package: the environments, the tasks, the composite reward as its reward."""
+    from envfactory.export.files import training_conversations
+    from envfactory.export.rl import convert_to_rl_data
+    from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
+    from envfactory.hubs.export import HubExportError, export_package
+
+    pool = _pool()
+    records = []
+    if tasks is not None:
+        conversations = training_conversations(tasks)
+        catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
+        records = [r for c in conversations for r in convert_to_rl_data(c, catalog)]
+    chosen = list(names or [])
+    if all_envs:
+        chosen = pool.native_names()
+    elif not chosen:
+        chosen = list(
+            dict.fromkeys(s for r in records for s in json.loads(r.extra_info.mcp_factory_kwargs.mcp_servers))
+        )
+    if not chosen:
+        raise HubExportError("name the environments, or give --tasks or --all")
+    manifest = export_package(pool, chosen, records, fmt.value, out_dir, name)
+    err.print(
+        f"{manifest.format}: {manifest.module} with {len(manifest.environments)} environments"
+        f" and {manifest.tasks} tasks in {out_dir}",
+        highlight=False,
+    )
+
+
 @envs_app.command("validate")
 def envs_validate(
     name: Annotated[str | None, typer.Argument(help="one environment; all when omitted")] = None,

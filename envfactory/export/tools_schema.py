@@ -63,6 +63,13 @@ class ToolNamer:
         """The exported name; a tool the environments do not define keeps its own name."""
         return self._names.get((server, tool), tool)
 
+    def resolve(self, exported: str) -> tuple[str, str] | None:
+        """(environment, tool) of an exported name; None for a name no environment here defines."""
+        for key, name in self._names.items():
+            if name == exported:
+                return key
+        return None
+
 
 def conversation_servers(conversation: Conversation) -> list[str]:
     """Every environment the conversation touches, in order of first use."""

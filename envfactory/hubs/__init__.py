@@ -1,0 +1,1 @@
+"""EnvFactory environments for other RL stacks: OpenEnv and verifiers packages (`envfactory envs export`)."""

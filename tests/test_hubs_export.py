@@ -1,0 +1,235 @@
+"""`envfactory envs export --format openenv|verifiers`: packages the real libraries load and run.
+
+A synth run's turns become the tasks; each export is loaded with the library's own loader and driven by its
+own client (OpenEnv's MCP tool client over its WebSocket server; verifiers' evaluate against a scripted
+OpenAI-compatible server), and the reward the library reports must equal our composite reward of the same
+calls against the same record — for the ground truth and for wrong trajectories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from envfactory.cli.main import app
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.hubs.episode import Task, load_tasks
+from envfactory.hubs.export import HubExportError
+from envfactory.reward.scorer import CompositeReward
+from envfactory.serve.net import free_port
+from envfactory.tasks.batch import SynthConfig
+from envfactory.tasks.run import run_batch
+from tests.hub_helpers import scripted_chat_server
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("synth") / "run"
+    config = SynthConfig.model_validate({"envs": ["hotels", "banking"], "T": 3, "S": 1, "D": 2, "seed": 3, "out": out})
+    with open(os.devnull, "w") as devnull:
+        run_batch(
+            config.model_copy(update={"plot": False}), Settings(root=ROOT, bfcl=False), console=Console(file=devnull)
+        )
+    return out
+
+
+def _export(run: Path, out: Path, fmt: str, *names: str) -> Path:
+    result = CliRunner().invoke(
+        app, ["envs", "export", *names, "--format", fmt, "--tasks", str(run), "--out", str(out)]
+    )
+    assert result.exit_code == 0, (result.output, result.exception)
+    return out
+
+
+def _calls(task: Task) -> list[tuple[str, dict[str, Any]]]:
+    return [(c.name, dict(c.arguments)) for c in task.record.ground_truth_calls()]
+
+
+def _wrong(task: Task) -> list[tuple[str, dict[str, Any]]]:
+    """The ground truth less its last call, plus a call with a wrong argument and one to no tool at all."""
+    calls = _calls(task)
+    name, arguments = calls[-1]
+    bad = {k: (v + "x" if isinstance(v, str) else v) for k, v in arguments.items()}
+    return [*calls[:-1], (name, bad), ("no_such_tool", {})]
+
+
+def ours(scorer: CompositeReward, task: Task, calls: list[tuple[str, dict[str, Any]]]) -> float:
+    """Our reward of these calls, made as a model's OpenAI messages, against the task's record."""
+    message = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"type": "function", "function": {"name": n, "arguments": json.dumps(a)}} for n, a in calls],
+    }
+    kwargs = task.record.extra_info.mcp_factory_kwargs
+    return scorer.score(
+        [message], task.record.reward_model.ground_truth, kwargs.initial_config, kwargs.final_config, kwargs.mcp_servers
+    ).reward
+
+
+@pytest.fixture(scope="module")
+def scorer() -> CompositeReward:
+    return CompositeReward(EnvPool(Settings(root=ROOT, bfcl=False)))
+
+
+# ---- OpenEnv -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def openenv_package(run: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str, list[Task]]]:
+    """(the package's client class, its server's URL, its tasks): the server as OpenEnv runs it (uvicorn)."""
+    out = _export(run, tmp_path_factory.mktemp("openenv") / "pkg", "openenv", "hotels", "banking")
+    module = json.loads((out / "envfactory_pool_env" / "data" / "export.json").read_text())["module"]
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": f"{out}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [sys.executable, "-m", "uvicorn", f"{module}.server.app:app", "--port", str(port), "--log-level", "warning"]
+    log = out.parent / "server.log"  # a file, not a pipe: OpenEnv logs a traceback per closed session
+    with log.open("wb") as sink:
+        server = subprocess.Popen(cmd, cwd=out, env=env, stdout=subprocess.DEVNULL, stderr=sink)
+    deadline = time.monotonic() + 60
+    while True:
+        if server.poll() is not None:
+            raise RuntimeError(log.read_text())
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    sys.path.insert(0, str(out))
+    try:
+        package = importlib.import_module(module)
+        yield package.EnvfactoryPoolEnv, f"http://127.0.0.1:{port}", package.tasks()
+    finally:
+        sys.path.remove(str(out))
+        server.terminate()
+        server.wait(10)
+
+
+def test_openenv_export_reports_our_reward(
+    openenv_package: tuple[Any, str, list[Task]], scorer: CompositeReward
+) -> None:
+    from openenv.core.env_server.mcp_types import CallToolAction
+
+    client_cls, url, tasks = openenv_package
+    assert tasks and len({t.id for t in tasks}) == len(tasks)
+
+    async def episode(task: Task, calls: list[tuple[str, dict[str, Any]]]) -> tuple[float | None, list[str]]:
+        async with client_cls(base_url=url) as env:
+            await env.reset(task_id=task.id)
+            offered = [t.name for t in await env.list_tools()]
+            reward = None
+            for name, arguments in calls:
+                step = await env.step(CallToolAction(tool_name=name, arguments=arguments))
+                reward = step.reward
+            return reward, offered
+
+    checked = 0
+    for task in tasks[:6]:
+        for calls in (_calls(task), _wrong(task)):
+            reported, offered = asyncio.run(episode(task, calls))
+            assert offered == [t["function"]["name"] for t in task.tools]
+            assert reported == pytest.approx(ours(scorer, task, calls), abs=1e-9), (task.id, calls)
+            checked += 1
+        assert asyncio.run(episode(task, _calls(task)))[0] == 1.0
+    assert checked >= 4
+
+
+def test_openenv_sessions_are_isolated(openenv_package: tuple[Any, str, list[Task]]) -> None:
+    from openenv.core.env_server.mcp_types import CallToolAction
+
+    client_cls, url, tasks = openenv_package
+    task = next(t for t in tasks if any(n == "book_room" for n, _ in _calls(t)))
+    booking = next(a for n, a in _calls(task) if n == "book_room")
+
+    async def book() -> Any:
+        async with client_cls(base_url=url) as env:
+            await env.reset(task_id=task.id)
+            step = await env.step(CallToolAction(tool_name="book_room", arguments=booking))
+            return step.observation.result["data"]
+
+    async def both() -> list[Any]:
+        return await asyncio.gather(book(), book(), book())
+
+    results = asyncio.run(both())
+    assert all(r == results[0] for r in results), results  # each session booked on its own fresh state
+    assert "id" in results[0]
+
+
+def test_openenv_unknown_task_is_an_error_not_a_crash(openenv_package: tuple[Any, str, list[Task]]) -> None:
+    client_cls, url, _ = openenv_package
+
+    async def reset() -> None:
+        async with client_cls(base_url=url) as env:
+            await env.reset(task_id="../../etc/passwd")
+
+    with pytest.raises(Exception, match="no task"):
+        asyncio.run(reset())
+
+
+# ---- verifiers -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def verifiers_package(run: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    # its own module name: the OpenEnv package above is already imported as envfactory_pool_env
+    out = _export(run, tmp_path_factory.mktemp("verifiers") / "pkg", "verifiers", "--name", "pool_tasks")
+    module = json.loads(next(out.glob("*/data/export.json")).read_text())["module"]
+    sys.path.insert(0, str(out))
+    try:
+        yield out, module
+    finally:
+        sys.path.remove(str(out))
+
+
+def test_verifiers_export_reports_our_reward(verifiers_package: tuple[Path, str], scorer: CompositeReward) -> None:
+    import verifiers as vf
+    from openai import AsyncOpenAI
+
+    out, module = verifiers_package
+    env = vf.load_environment(module)  # the library's own loader, by module name
+    tasks = load_tasks(next(out.glob("*/data/tasks.jsonl")))
+    first = tasks[0]  # evaluate's first example
+    for calls in (_calls(first), _wrong(first)):
+        with scripted_chat_server(calls) as base_url:
+            client = vf.OpenAIChatCompletionsClient(AsyncOpenAI(base_url=base_url, api_key="x"))
+            results = asyncio.run(
+                env.evaluate(client, "scripted", num_examples=1, rollouts_per_example=2, on_progress=lambda *a: None)
+            )
+        rewards = [o["reward"] for o in results["outputs"]]
+        assert rewards == pytest.approx([ours(scorer, first, calls)] * 2, abs=1e-9), calls
+        for o in results["outputs"]:
+            assert o["info"]["task_id"] == first.id
+            assert {"verifier_state_match", "trajectory_match"} <= o["metrics"].keys()
+    assert rewards[0] < 1.0
+
+
+def test_export_errors_are_actionable(run: Path, tmp_path: Path) -> None:
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "keep.txt").write_text("mine")
+    cases = [
+        (["envs", "export", "hotels", "--out", str(tmp_path / "full")], "not empty"),
+        (["envs", "export", "nope", "--out", str(tmp_path / "a")], "no environment folder"),
+        (["envs", "export", "hotels", "--name", "Bad-Name", "--out", str(tmp_path / "b")], "package name"),
+        (["envs", "export", "flights", "--tasks", str(run), "--out", str(tmp_path / "c")], "none of the"),
+    ]
+    for args, message in cases:
+        result = CliRunner().invoke(app, args)
+        assert isinstance(result.exception, HubExportError) and message in str(result.exception), (args, result)
+    assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
