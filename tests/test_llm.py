@@ -29,6 +29,7 @@ from envfactory.config import LLMSettings, Settings
 from envfactory.llm.models import (
     LLMCallError,
     LLMConfigError,
+    LLMRequestRefused,
     ScriptedChatModel,
     ScriptExhaustedError,
     UsageTracker,
@@ -38,6 +39,7 @@ from envfactory.llm.models import (
     reset_scripted_models,
 )
 from envfactory.llm.prompts import PromptLibrary
+from envfactory.llm.structured import expect_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -299,6 +301,11 @@ class FakeOpenAI:
             return JSONResponse(error, status_code=429, headers={"retry-after": "0"})
         if step == "500":
             return JSONResponse({"error": {"message": "boom", "type": "server_error"}}, status_code=500)
+        if step == "400":  # as llama.cpp's server answers a prompt longer than its context
+            message = "This model's maximum context length is 8192 tokens. However, you requested 8275 tokens"
+            return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, status_code=400)
+        if step == "401":
+            return JSONResponse({"error": {"message": "bad key", "type": "invalid_api_key"}}, status_code=401)
         if step == "sleep":
             await asyncio.sleep(self.sleep_s)
         return JSONResponse(
@@ -359,6 +366,30 @@ def test_openai_retries_429_and_500_then_succeeds(
     assert server.headers[-1]["authorization"] == "Bearer EMPTY"
     [row] = usage.report()
     assert (row.role, row.calls, row.errors, row.input_tokens, row.output_tokens) == ("code", 1, 0, 11, 7)
+
+
+def test_a_refused_request_fails_the_ask_with_why_and_a_config_error_stops_the_run(
+    tmp_path: Path, server: FakeOpenAI
+) -> None:
+    """A request the server refuses itself (HTTP 400/413/422: a prompt over the context, say) is that step's
+    failure, recorded with the server's reason, and the run goes on; a wrong key (401) is everyone's problem
+    and stops the run with one line."""
+    from agents.common import AgentDeps, reset_model_cache
+
+    settings = openai_settings(tmp_path, server, max_retries=0).model_copy(update={"prompts_dir": ROOT / "prompts"})
+    deps = AgentDeps(settings=settings)
+    reset_model_cache()
+    server.plan = ["400"]
+    refused = deps.ask("code", [HumanMessage("a person")], expect_model(Person))
+    assert not refused.ok and refused.value is None
+    assert refused.error is not None and "HTTP 400" in refused.error and "maximum context length" in refused.error
+    server.content = json.dumps({"name": "Ana", "age": 31})
+    assert deps.ask("code", [HumanMessage("a person")], expect_model(Person)).value == Person(name="Ana", age=31)
+    server.plan = ["401"]
+    with pytest.raises(LLMCallError, match="HTTP 401") as e:
+        deps.ask("code", [HumanMessage("a person")], expect_model(Person))
+    assert not isinstance(e.value, LLMRequestRefused)
+    reset_model_cache()
 
 
 def test_openai_timeout_is_a_clear_error(tmp_path: Path, server: FakeOpenAI) -> None:

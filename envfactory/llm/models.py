@@ -50,6 +50,14 @@ class LLMCallError(EnvFactoryError):
     """A model call failed for a transport reason (timeout, connection, HTTP error) after the client's retries."""
 
 
+class LLMRequestRefused(LLMCallError):
+    """The server refused this request itself (HTTP 400, 413, 422: e.g. a prompt longer than the model's context),
+    and would refuse it again: the asking step fails with the reason rather than the whole run."""
+
+
+REFUSED_STATUSES = frozenset({400, 413, 422})
+
+
 class ScriptExhaustedError(EnvFactoryError):
     """A scripted model was asked for more responses than its script holds."""
 
@@ -573,7 +581,8 @@ class _ChatOpenAI(ChatOpenAI):
         if isinstance(e, openai.APIConnectionError):
             raise LLMCallError(f"cannot reach the LLM server ({where}): {e.__cause__ or e}") from e
         if isinstance(e, openai.APIStatusError):
-            raise LLMCallError(f"LLM server answered HTTP {e.status_code} ({where}): {e.message}") from e
+            kind = LLMRequestRefused if e.status_code in REFUSED_STATUSES else LLMCallError
+            raise kind(f"LLM server answered HTTP {e.status_code} ({where}): {e.message}") from e
         raise LLMCallError(f"LLM call failed ({where}): {type(e).__name__}: {e}") from e
 
     @contextmanager
