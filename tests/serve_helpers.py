@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -35,6 +38,23 @@ def serving(app: Any, what: str = "the server") -> Iterator[str]:
     finally:
         uv.should_exit = True
         thread.join(10)
+
+
+def wait_for_port(
+    port: int, proc: subprocess.Popen[bytes], what: str, log: Path | None = None, timeout_s: float = 30
+) -> None:
+    """Wait until `proc` listens on `port`; its exit or `timeout_s` raises with its stderr (or `log`)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            said = log.read_text() if log is not None else proc.stderr.read().decode() if proc.stderr else ""
+            raise RuntimeError(f"{what} exited: {said}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"{what} did not open port {port}")
 
 
 class RawSession:

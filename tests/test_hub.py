@@ -6,14 +6,11 @@ import asyncio
 import json
 import os
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -22,7 +19,6 @@ from envfactory.env.pool import EnvPool
 from envfactory.serve.hub import META_TOOLS, Hub, HubError, load_tasks
 from envfactory.serve.hub_server import LOAD_TASK_TOOL, build_hub_server
 from envfactory.serve.mcp_server import STATE_TOOL
-from envfactory.serve.net import free_port
 from envfactory.tasks.models import (
     Assertion,
     Conversation,
@@ -33,6 +29,7 @@ from envfactory.tasks.models import (
     Task,
     ToolCall,
 )
+from tests.serve_helpers import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOK = {"hotel_id": "HT-POR-01", "guest_name": "Ana Costa", "check_in": "2026-03-01", "nights": 2}
@@ -246,23 +243,10 @@ def _structured(result: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def hub_url(pool: EnvPool, tasks_file: Path) -> Iterator[str]:
     """A real streamable-HTTP hub server (uvicorn, in a background thread) on a free port."""
-    port = free_port()
-    server = build_hub_server(pool, tasks_file, port=port)
+    server = build_hub_server(pool, tasks_file)
     server.hub.list_apps()  # load every app here, not concurrently from the server's thread
-    config = uvicorn.Config(server.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the hub server did not start on port {port}")
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        uv.should_exit = True
-        thread.join(10)
+    with serving(server.streamable_http_app(), "the hub server") as url:
+        yield url
 
 
 async def _discover(s: ClientSession) -> dict[str, Any]:

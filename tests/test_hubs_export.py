@@ -12,10 +12,8 @@ import asyncio
 import importlib
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from envfactory.serve.net import free_port
 from envfactory.tasks.batch import SynthConfig
 from envfactory.tasks.run import run_batch
 from tests.hub_helpers import scripted_chat_server
+from tests.serve_helpers import wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,17 +100,7 @@ def openenv_package(run: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     log = out.parent / "server.log"  # a file, not a pipe: OpenEnv logs a traceback per closed session
     with log.open("wb") as sink:
         server = subprocess.Popen(cmd, cwd=out, env=env, stdout=subprocess.DEVNULL, stderr=sink)
-    deadline = time.monotonic() + 60
-    while True:
-        if server.poll() is not None:
-            raise RuntimeError(log.read_text())
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
+    wait_for_port(port, server, "the OpenEnv server", log, timeout_s=60)
     sys.path.insert(0, str(out))
     try:
         package = importlib.import_module(module)

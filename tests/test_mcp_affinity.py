@@ -9,7 +9,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,23 +22,11 @@ from envfactory.cli.main import app
 from envfactory.serve.affinity import AffinityError, BalancerSettings
 from envfactory.serve.mcp_server import STATE_TOOL
 from envfactory.serve.net import free_port
+from tests.serve_helpers import wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 HAPROXY = shutil.which("haproxy")
 pytestmark = pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (make test installs it)")
-
-
-def _wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"{what} did not open port {port}")
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +51,7 @@ def balanced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
             ]
             procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
         for port, proc in zip(ports, procs, strict=True):
-            _wait_port(port, proc, "envfactory serve")
+            wait_for_port(port, proc, "envfactory serve")
         front = free_port()
         config = folder / "haproxy.cfg"
         sock = folder / "haproxy.sock"
@@ -77,7 +64,7 @@ def balanced(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
         checked = subprocess.run([HAPROXY, "-c", "-f", str(config)], capture_output=True, text=True, check=False)
         assert checked.returncode == 0, checked.stderr + checked.stdout
         procs.append(subprocess.Popen([HAPROXY, "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
-        _wait_port(front, procs[-1], "haproxy")
+        wait_for_port(front, procs[-1], "haproxy")
         yield f"http://127.0.0.1:{front}/mcp", sock
     finally:
         for proc in procs:

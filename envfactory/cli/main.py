@@ -106,9 +106,7 @@ def envs_export(
     if all_envs:
         chosen = pool.native_names()
     elif not chosen:
-        chosen = list(
-            dict.fromkeys(s for r in records for s in json.loads(r.extra_info.mcp_factory_kwargs.mcp_servers))
-        )
+        chosen = list(dict.fromkeys(s for r in records for s in r.servers()))
     if not chosen:
         raise HubExportError("name the environments, or give --tasks or --all")
     manifest = export_package(pool, chosen, records, fmt.value, out_dir, name)

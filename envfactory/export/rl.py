@@ -85,6 +85,10 @@ class RLSample(BaseModel):
     def tool_list(self) -> list[ToolSchema]:
         return [ToolSchema.model_validate(t) for t in json.loads(self.extra_info.tools)]
 
+    def servers(self) -> list[str]:
+        """The environments the turn runs on (`mcp_servers`), in order."""
+        return list(json.loads(self.extra_info.mcp_factory_kwargs.mcp_servers))
+
 
 def ground_truth(calls: list[ToolCall], namer: ToolNamer) -> list[GroundTruthCall]:
     return [

@@ -37,7 +37,7 @@ class Task(BaseModel):
 
     @property
     def servers(self) -> list[str]:
-        return list(json.loads(self.record.extra_info.mcp_factory_kwargs.mcp_servers))
+        return self.record.servers()
 
     @property
     def prompt(self) -> list[dict[str, Any]]:

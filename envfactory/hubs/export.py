@@ -124,11 +124,7 @@ def export_package(
     if out.exists() and any(out.iterdir()) and not (out / module / "data" / MANIFEST_FILE).is_file():
         raise HubExportError(f"{out} is not empty and holds no earlier export of {module}: choose an empty folder")
     chosen = set(names)
-    tasks = [
-        Task(id=task_id(r), record=r)
-        for r in records
-        if set(json.loads(r.extra_info.mcp_factory_kwargs.mcp_servers)) <= chosen
-    ]
+    tasks = [Task(id=task_id(r), record=r) for r in records if set(r.servers()) <= chosen]
     if records and not tasks:
         raise HubExportError(f"none of the {len(records)} tasks uses only {', '.join(names)}")
     data = out / module / "data"

@@ -44,7 +44,6 @@ class PackageData:
             raise TaskError(f"{self.folder}: not an exported package's data folder (no {TASKS_FILE})")
         self.pool = EnvPool(Settings(root=self.folder, bfcl=False))
         self.scorer = CompositeReward(self.pool)
-        self._lock = threading.Lock()
 
     @cached_property
     def tasks(self) -> list[Task]:
@@ -67,10 +66,7 @@ class PackageData:
         return self.tasks[(seed or 0) % len(self.tasks)]
 
     def episode(self, task: Task) -> TaskEpisode:
-        with self._lock:  # environments load once, not once per concurrent first episode
-            for server in task.servers:
-                self.pool.get(server)
-        return TaskEpisode(self.pool, task, self.scorer)
+        return TaskEpisode(self.pool, task, self.scorer)  # the pool loads each environment once, under its lock
 
 
 _LOADED: dict[Path, PackageData] = {}

@@ -179,7 +179,7 @@ class FastToolCalls:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         parsed = scope.get(PARSED_BODY)
-        if parsed is None or scope.get("path") != self.path or not self.server.json_response_enabled:
+        if parsed is None or scope.get("path") != self.path or not self.server.settings.json_response:
             await self.app(scope, receive, send)
             return
         message, size = parsed
@@ -305,10 +305,6 @@ class SessionServer(FastMCP, Generic[H]):
         # streamable HTTP: MCP session id -> the SDK's session object our held objects are keyed on
         self._keys: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.fast: FastToolCalls | None = None
-
-    @property
-    def json_response_enabled(self) -> bool:
-        return bool(self.settings.json_response)
 
     def streamable_http_app(self) -> Starlette:
         app = super().streamable_http_app()
