@@ -222,3 +222,19 @@ def test_export_errors_are_actionable(run: Path, tmp_path: Path) -> None:
         result = CliRunner().invoke(app, args)
         assert isinstance(result.exception, HubExportError) and message in str(result.exception), (args, result)
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+def test_the_whole_pool_exports_with_its_trust_pins(tmp_path: Path) -> None:
+    """`--all`: every environment folder of the pool, and exactly the copies of trusted folders pinned as trusted
+    in the package (their code hash matches the original's)."""
+    from envfactory.env.trust import is_trusted
+
+    pool = EnvPool(Settings(root=ROOT, bfcl=False))
+    out = tmp_path / "pool"
+    result = CliRunner().invoke(app, ["envs", "export", "--all", "--format", "openenv", "--out", str(out)])
+    assert result.exit_code == 0, (result.output, result.exception)
+    data = out / "envfactory_pool_env" / "data"
+    manifest = json.loads((data / "export.json").read_text())
+    assert manifest["environments"] == pool.native_names() and manifest["tasks"] == 0
+    for name in pool.native_names():
+        assert is_trusted(data / "configs" / "trusted.json", name, data / "envs" / name) == pool.trusted(name)
