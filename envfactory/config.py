@@ -36,6 +36,12 @@ class LLMSettings(BaseModel):
     temperature: float = 0.7
     top_p: float = 0.95
     max_tokens: int | None = 4096
+    max_tokens_field: Literal["auto", "max_completion_tokens", "max_tokens", "both"] = Field(
+        default="auto",
+        description="openai: the request field that carries max_tokens — max_completion_tokens (OpenAI's current "
+        "name), max_tokens (the name llama-cpp-python's server and older servers read; they ignore the other), "
+        "both; auto sends max_completion_tokens to OpenAI and Azure and both fields to any other endpoint",
+    )
     timeout_s: float = 120.0
     max_retries: int = Field(default=5, description="retries with exponential backoff on rate limits and 5xx")
     gguf_path: Path | None = Field(default=None, description="local: the GGUF model file")

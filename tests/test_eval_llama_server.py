@@ -165,11 +165,65 @@ def test_a_querygen_conversation_over_a_real_server(server: tuple[str, str], tmp
         assert outcome.kept is not None and outcome.kept.nodes
 
 
+@pytest.mark.timeout(1200)
+def test_an_envgen_run_from_a_metadata_file_over_a_real_server(server: tuple[str, str], tmp_path: Path) -> None:
+    """EnvGen from a metadata file with every role on the real server: it ends registered, rejected or failed with
+    a reason a person can read — never a crash — and every JSON answer of the run (the Test Agent's scenarios,
+    whenever the Code Agent's code gets that far) reads as its schema. The Code Agent answers Python, which no
+    server constrains: code that does not parse is the 135 M model's, recorded per role as unreadable. Each reply
+    stops at `max_tokens` (the server reads the cap: measured before, 4,052 tokens in 253 s for a cap of 1,024,
+    then a re-ask over the context)."""
+    import shutil
+    from typing import Any
+
+    from agents.common import process_usage, reset_model_cache
+    from envfactory.config import LLMSettings
+    from graphs.checkpoint import open_checkpointer
+    from graphs.envgen import EnvGenContext, build
+    from tests.envgen_helpers import METADATA
+
+    base, model = server
+    root = tmp_path / "project"
+    shutil.copytree(ROOT / "envs" / "hotels", root / "envs" / "hotels")
+    (root / "configs").mkdir()
+    shutil.copy(ROOT / "configs" / "trusted.json", root / "configs" / "trusted.json")
+    cap = 1024
+    llm = LLMSettings(
+        provider="openai", base_url=base, model=model, api_key="EMPTY", max_tokens=cap, temperature=0.0,
+        max_retries=0, timeout_s=300,
+    )  # fmt: skip
+    settings = Settings(
+        root=root, data_dir=root / ".envfactory", prompts_dir=ROOT / "prompts", bfcl=False, llm=llm,
+        revision_budget=1, sandbox_call_timeout_s=12, sandbox_memory_mb=512,
+    )  # fmt: skip
+    reset_model_cache()
+    before = {r.role: r for r in process_usage().report()}
+    with open_checkpointer(settings) as saver:
+        graph = build(saver)
+        cfg: Any = {"configurable": {"thread_id": "real"}}
+        context = EnvGenContext(settings=settings, n_scenarios=2)
+        graph.invoke({"request": {"metadata_path": str(METADATA)}}, cfg, context=context, durability="sync")
+        values = dict(graph.get_state(cfg).values)
+    print(f"\nEnvGen with SmolLM2-135M over llama.cpp's server: {values.get('status')} ({values.get('failure')})")
+    Console(width=160).print(process_usage().table())
+    rows = {r.role: r for r in process_usage().report()}
+
+    def since(role: str, field: str) -> int:
+        return int(getattr(rows[role], field)) - (int(getattr(before[role], field)) if role in before else 0)
+
+    assert values.get("status") in ("registered", "rejected", "failed"), values
+    if values["status"] != "registered":
+        assert values.get("failure") or values.get("reports"), values  # with the reason
+    assert since("code", "structured") >= 1 and since("code", "errors") == 0  # answered, none refused
+    assert since("code", "output_tokens") <= since("code", "calls") * cap  # every reply stopped at the cap
+    json_roles = [role for role in rows if role != "code" and since(role, "structured")]
+    assert all(since(role, "unreadable") == 0 for role in json_roles), json_roles  # each read as its schema
+
+
 def test_the_test_agents_scenarios_over_a_real_server(server: tuple[str, str], tmp_path: Path) -> None:
     """EnvGen's structured ask — the Test Agent's scenarios for a metadata file, a Pydantic answer — on the real
-    server: it rides the server's structured output and reads as its schema. (A whole EnvGen run from that
-    metadata file is not here: the Code Agent's prompt is ~8,275 SmolLM2 tokens, at the model's 8,192-token
-    context; llama.cpp refused it (HTTP 400) in some runs and generated past a 300 s limit in others.)"""
+    server, on its own (the run above reaches it only when the tiny model's code parses): it rides the server's
+    structured output and reads as its schema."""
     from agents.common import AgentDeps
     from agents.test import generate_scenarios
     from envfactory.config import LLMSettings
@@ -202,7 +256,7 @@ def test_native_tool_calls_from_a_real_server(tmp_path: Path) -> None:
     hotels = pool.get("hotels")
     with _llama_server(tmp_path, "--chat_format", "chatml-function-calling") as (base, model):
         llm = LLMSettings(
-            provider="openai", base_url=base, model=model, api_key="EMPTY", max_tokens=128, temperature=0.0,
+            provider="openai", base_url=base, model=model, api_key="EMPTY", max_tokens=1024, temperature=0.0,
             max_retries=0, timeout_s=120,
         )  # fmt: skip
         chat = chat_model("eval", Settings(root=ROOT, bfcl=False, llm=llm))

@@ -308,6 +308,7 @@ class FakeOpenAI:
             return JSONResponse({"error": {"message": "bad key", "type": "invalid_api_key"}}, status_code=401)
         if step == "sleep":
             await asyncio.sleep(self.sleep_s)
+        finish = "length" if step == "length" else "stop"
         return JSONResponse(
             {
                 "id": "chatcmpl-1",
@@ -315,7 +316,7 @@ class FakeOpenAI:
                 "created": 0,
                 "model": "test-model",
                 "choices": [
-                    {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": self.content}}
+                    {"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": self.content}}
                 ],
                 "usage": {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18},
             }
@@ -366,6 +367,75 @@ def test_openai_retries_429_and_500_then_succeeds(
     assert server.headers[-1]["authorization"] == "Bearer EMPTY"
     [row] = usage.report()
     assert (row.role, row.calls, row.errors, row.input_tokens, row.output_tokens) == ("code", 1, 0, 11, 7)
+
+
+@pytest.mark.parametrize(
+    ("field", "sent"),
+    [
+        ("auto", {"max_tokens": 64, "max_completion_tokens": 64}),
+        ("max_tokens", {"max_tokens": 64}),
+        ("max_completion_tokens", {"max_completion_tokens": 64}),
+        ("both", {"max_tokens": 64, "max_completion_tokens": 64}),
+    ],
+)
+def test_the_token_cap_reaches_a_self_hosted_server_in_a_field_it_reads(
+    tmp_path: Path, server: FakeOpenAI, field: str, sent: dict[str, int]
+) -> None:
+    """langchain-openai sends `max_tokens` as `max_completion_tokens`, which llama-cpp-python's server ignores: a
+    self-hosted endpoint gets both fields unless the settings name one."""
+    model = chat_model("code", openai_settings(tmp_path, server, max_tokens=64, max_tokens_field=field))
+    model.invoke(named("code/generate", "ping"))
+    body = server.requests[-1]
+    assert {k: body[k] for k in ("max_tokens", "max_completion_tokens") if k in body} == sent
+
+
+def test_a_reply_cut_at_the_token_cap_is_repaired_knowing_it_was_cut(tmp_path: Path, server: FakeOpenAI) -> None:
+    """A reply the server stopped at max_tokens (finish_reason "length") is unfinished, not wrong: the re-ask says
+    so, and the recorded error too when no answer comes."""
+    from agents.common import AgentDeps, reset_model_cache
+
+    settings = openai_settings(tmp_path, server, max_retries=0).model_copy(
+        update={"prompts_dir": ROOT / "prompts", "structured_retries": 1}
+    )
+    reset_model_cache()
+    server.plan, server.content = ["length", "length"], '{"name": "Ana", "ag'
+    result = AgentDeps(settings=settings).ask("code", [HumanMessage("a person")], expect_model(Person))
+    assert not result.ok and result.error is not None and "max_tokens limit" in result.error
+    repair = server.requests[1]["messages"][-1]["content"]
+    assert "max_tokens limit" in repair and "not valid JSON" in repair
+    from envfactory.llm.structured import aask
+
+    server.plan = ["length", "ok"]  # the async path (QueryGen's) takes the cut reply the same way
+    model, library = AgentDeps(settings=settings).model("code"), AgentDeps(settings=settings).prompts
+    result = asyncio.run(aask(model, [HumanMessage("a person")], expect_model(Person), library=library, retries=1))
+    assert result.unreadable == 2 and "max_tokens limit" in server.requests[-1]["messages"][-1]["content"]
+    server.plan, server.content = ["stop"], '{"name": "Ana", "ag'  # stopped for another reason: no such note
+    result = AgentDeps(settings=settings).ask("code", [HumanMessage("a person")], expect_model(Person))
+    assert result.error is not None and "max_tokens" not in result.error
+    reset_model_cache()
+
+
+@pytest.mark.parametrize(
+    ("base_url", "hosted"),
+    [
+        (None, True),
+        ("https://api.openai.com/v1", True),
+        ("https://team.openai.azure.com/openai/deployments/x", True),
+        ("http://127.0.0.1:8000/v1", False),
+        ("https://api.together.xyz/v1", False),
+        ("https://openai.com.example.net/v1", False),
+    ],
+)
+def test_openais_own_endpoints_get_max_completion_tokens_alone(
+    tmp_path: Path, base_url: str | None, hosted: bool
+) -> None:
+    settings = settings_with(tmp_path, provider="openai", base_url=base_url, model="m", api_key="k", max_tokens=32)
+    payload = chat_model("code", settings)._get_request_payload([HumanMessage("ping")])  # built, not sent
+    assert payload["max_completion_tokens"] == 32
+    assert ("max_tokens" in payload) is not hosted
+    no_cap = settings_with(tmp_path, provider="openai", base_url=base_url, model="m", api_key="k", max_tokens=None)
+    payload = chat_model("code", no_cap)._get_request_payload([HumanMessage("ping")])
+    assert "max_tokens" not in payload and "max_completion_tokens" not in payload
 
 
 def test_a_refused_request_fails_the_ask_with_why_and_a_config_error_stops_the_run(

@@ -15,8 +15,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 from uuid import UUID
 
+import openai
 from langchain_core.callbacks import (
     AsyncCallbackManagerForLLMRun,
     BaseCallbackHandler,
@@ -474,7 +476,8 @@ class LlamaCppChatModel(BaseChatModel):
 
 def _chat_result(response: Mapping[str, Any]) -> ChatResult:
     """An OpenAI-style completion dict (what llama.cpp returns) as a LangChain result."""
-    choice = response["choices"][0]["message"]
+    first = response["choices"][0]
+    choice = first["message"]
     tool_calls: list[ToolCall] = []
     invalid: list[dict[str, Any]] = []
     for tc in choice.get("tool_calls") or []:
@@ -494,7 +497,10 @@ def _chat_result(response: Mapping[str, Any]) -> ChatResult:
             output_tokens=usage.get("completion_tokens", 0),
             total_tokens=usage.get("total_tokens", 0),
         ),
-        response_metadata={"model_name": response.get("model", "llama.cpp")},
+        response_metadata={
+            "model_name": response.get("model", "llama.cpp"),
+            "finish_reason": first.get("finish_reason"),
+        },
     )
     return ChatResult(generations=[ChatGeneration(message=message)])
 
@@ -513,6 +519,15 @@ def _import_llama_cpp() -> Any:
 # ---- openai-compatible ---------------------------------------------------------------------------
 
 
+def _openai_hosted(base_url: str | None) -> bool:
+    """OpenAI's own API (no base URL, api.openai.com) or Azure OpenAI: the endpoints that refuse `max_tokens` for
+    some models and want `max_completion_tokens` alone."""
+    if not base_url:
+        return True
+    host = (urlsplit(base_url).hostname or "").lower()
+    return host == "api.openai.com" or host.endswith((".openai.azure.com", ".openai.com"))
+
+
 class _ChatOpenAI(ChatOpenAI):
     """ChatOpenAI whose transport failures become one-line `LLMCallError`s naming role, model and endpoint.
 
@@ -527,6 +542,7 @@ class _ChatOpenAI(ChatOpenAI):
     envfactory_role: str = ""
     envfactory_structured: bool = True  # `ask` sends a structured answer's JSON schema as `response_format`
     envfactory_response_format: str = "auto"  # LLMSettings.response_format
+    envfactory_max_tokens_field: str = "auto"  # LLMSettings.max_tokens_field
     _settled: str = PrivateAttr(default="json_schema")  # auto: the form the server took last
 
     def _tries(self, kwargs: dict[str, Any]) -> Iterator[tuple[dict[str, Any], bool]]:
@@ -553,8 +569,6 @@ class _ChatOpenAI(ChatOpenAI):
     @staticmethod
     def _refused(e: Exception) -> bool:
         """A server that does not take this `response_format` (llama-cpp-python answers json_schema with a 500)."""
-        import openai
-
         return isinstance(e, openai.APIStatusError) and e.status_code in (400, 422, 500) and "response_format" in str(e)
 
     def _get_request_payload(self, input_: Any, *, stop: list[str] | None = None, **kwargs: Any) -> dict[str, Any]:
@@ -562,17 +576,35 @@ class _ChatOpenAI(ChatOpenAI):
         writes `content: null` beside tool calls (OpenAI accepts it), and llama.cpp's server answers that
         with HTTP 500 (its schema wants a string), so every history holding a call would fail there."""
         payload: dict[str, Any] = super()._get_request_payload(input_, stop=stop, **kwargs)
+        self._limit_tokens(payload)
         for message in payload.get("messages") or []:
             if isinstance(message, dict) and message.get("role") == "assistant" and message.get("content") is None:
                 message["content"] = ""
         return payload
 
-    def _fail(self, e: Exception) -> NoReturn:
-        import openai
+    def _limit_tokens(self, payload: dict[str, Any]) -> None:
+        """The token cap in the field the server reads. langchain-openai renames `max_tokens` to
+        `max_completion_tokens` (OpenAI's current name), which llama-cpp-python's server ignores without a word:
+        there a cap of 1,024 generated until the context was full (4,052 tokens in 253 s, measured). So every
+        endpoint but OpenAI's own gets both fields (vLLM and SGLang read either)."""
+        cap = payload.get("max_completion_tokens", payload.get("max_tokens"))
+        if cap is None:
+            return
+        field = self.envfactory_max_tokens_field
+        if field == "auto":
+            field = "max_completion_tokens" if _openai_hosted(self.openai_api_base) else "both"
+        payload.pop("max_tokens", None)
+        payload.pop("max_completion_tokens", None)
+        if field in ("max_tokens", "both"):
+            payload["max_tokens"] = cap
+        if field in ("max_completion_tokens", "both"):
+            payload["max_completion_tokens"] = cap
 
-        where = (
-            f"role '{self.envfactory_role}', model '{self.model_name}' at {self.openai_api_base or 'api.openai.com'}"
-        )
+    def _where(self) -> str:
+        return f"role '{self.envfactory_role}', model '{self.model_name}' at {self.openai_api_base or 'api.openai.com'}"
+
+    def _fail(self, e: Exception) -> NoReturn:
+        where = self._where()
         if isinstance(e, openai.APITimeoutError):
             raise LLMCallError(
                 f"LLM call timed out after {self.request_timeout} s ({where}, max_retries={self.max_retries}); "
@@ -588,12 +620,18 @@ class _ChatOpenAI(ChatOpenAI):
     @contextmanager
     def _errors(self) -> Iterator[None]:
         """Turn the client's errors into one-line LLMCallErrors, for all four call paths."""
-        import openai
-
         try:
             yield
         except openai.APIError as e:
             self._fail(e)
+        except openai.ContentFilterFinishReasonError as e:  # the server's filter stopped this request's answer
+            raise LLMRequestRefused(f"the LLM server's content filter stopped the answer ({self._where()})") from e
+
+    def _cut_off(self, e: openai.LengthFinishReasonError) -> ChatResult:
+        """A structured reply the server stopped at max_tokens: openai's `parse` raises LengthFinishReasonError
+        instead of returning it. Its text goes back to the asking loop as the reply it is (finish_reason
+        "length"), which re-asks with the error, as for any reply that does not read."""
+        return self._create_chat_result(e.completion)
 
     def _generate(
         self,
@@ -606,6 +644,8 @@ class _ChatOpenAI(ChatOpenAI):
             for attempt, last in self._tries(kwargs):
                 try:
                     return super()._generate(messages, stop=stop, run_manager=run_manager, **attempt)
+                except openai.LengthFinishReasonError as e:
+                    return self._cut_off(e)
                 except Exception as e:
                     if last or not self._refused(e):
                         raise
@@ -622,6 +662,8 @@ class _ChatOpenAI(ChatOpenAI):
             for attempt, last in self._tries(kwargs):
                 try:
                     return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **attempt)
+                except openai.LengthFinishReasonError as e:
+                    return self._cut_off(e)
                 except Exception as e:
                     if last or not self._refused(e):
                         raise
@@ -659,6 +701,7 @@ def _openai_model(role: Role, cfg: LLMSettings, callbacks: list[BaseCallbackHand
     return _ChatOpenAI(
         envfactory_role=role,
         envfactory_response_format=cfg.response_format,
+        envfactory_max_tokens_field=cfg.max_tokens_field,
         model=cfg.model,
         base_url=cfg.base_url,
         api_key=api_key,
