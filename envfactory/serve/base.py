@@ -177,6 +177,12 @@ class FastToolCalls:
         self.answered = 0  # tool calls this layer answered (the rest went to the SDK)
         server.fast = self
 
+    def _hold(self, transport: Any) -> None:
+        """Push the session's idle deadline (the SDK's `session_idle_timeout`) to a full timeout from now."""
+        idle, timeout = transport.idle_scope, self.server.session_manager.session_idle_timeout
+        if idle is not None and timeout is not None:
+            idle.deadline = max(idle.deadline, anyio.current_time() + timeout)
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         parsed = scope.get(PARSED_BODY)
         if parsed is None or scope.get("path") != self.path or not self.server.settings.json_response:
@@ -190,16 +196,12 @@ class FastToolCalls:
         session_id, key, transport = session
         params = message["params"]
         arguments = params.get("arguments")
-        idle = transport.idle_scope
-        timeout = self.server.session_manager.session_idle_timeout
-        if idle is not None and timeout is not None:  # this request holds the session, as the SDK's would
-            idle.deadline = max(idle.deadline, anyio.current_time() + timeout)
+        self._hold(transport)  # this request holds the session, as the SDK's would
         try:
             result = await self.server.answer(key, self.server.default_choice, params["name"], arguments or {})
         except Exception as e:  # what the SDK's handler makes of a raising tool
             result = types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
-        if idle is not None and timeout is not None:
-            idle.deadline = max(idle.deadline, anyio.current_time() + timeout)
+        self._hold(transport)  # and its idle time starts again when the answer leaves
         body = {
             "jsonrpc": "2.0",
             "id": message["id"],
