@@ -21,10 +21,9 @@ from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits, SimulatedUser, run_agent
 from envfactory.eval.items import EvalItem, items_from_conversations, load_conversations
 from envfactory.eval.score import score_attempt
-from envfactory.export import catalog_from_pool
 from envfactory.export.options import ExportOptions
 from envfactory.export.rl import convert_to_rl_data
-from envfactory.export.tools_schema import conversation_servers
+from envfactory.export.tools_schema import catalog_for
 from envfactory.llm.models import ScriptedChatModel
 from envfactory.reward import CompositeReward
 from envfactory.tasks.batch import SynthConfig
@@ -78,7 +77,7 @@ def asking(items: list[EvalItem]) -> list[EvalItem]:
 
 def test_clarifying_turns_are_items_with_what_the_user_knows(conversations: list[Conversation], pool: EnvPool) -> None:
     items = items_from_conversations(conversations, pool)
-    catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
+    catalog = catalog_for(pool, conversations)
     plain = sum(len(convert_to_rl_data(c, catalog, ExportOptions())) for c in conversations)
     clarifying = asking(items)
     assert clarifying and len(items) == plain + len(clarifying)  # RL data leaves them out; evaluation keeps them

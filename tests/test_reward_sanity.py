@@ -14,7 +14,7 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.export import FORMATS, convert_to_rl_data
-from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
+from envfactory.export.tools_schema import catalog_for
 from envfactory.reward import CompositeReward
 from envfactory.reward.sanity import KINDS, completions, reward_sanity
 from envfactory.tasks.batch import SynthConfig, load_conversations
@@ -58,7 +58,7 @@ def test_demo_export_stage_writes_every_format_and_the_order_holds(settings: Set
 
 def test_every_record_with_a_read_and_a_write_keeps_the_order(settings: Settings, pool: EnvPool) -> None:
     conversations = load_conversations(settings.data_path / "demo" / "synth")
-    catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
+    catalog = catalog_for(pool, conversations)
     samples = [s for c in conversations for s in convert_to_rl_data(c, catalog)]
     scorer = CompositeReward(pool)
     checked = 0

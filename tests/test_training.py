@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from envfactory.env.pool import EnvPool
-from envfactory.export import catalog_from_pool, export_conversations
-from envfactory.export.tools_schema import conversation_servers
+from envfactory.export import export_conversations
+from envfactory.export.tools_schema import catalog_for
 from envfactory.tasks.batch import SynthConfig, load_conversations, plan_units, run_units
 from envfactory.tasks.synth import UnitOutcome, synthesize_offline
 from envfactory.toolgraph import ToolGraph
@@ -67,7 +67,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory, pool: EnvPool, graph: Too
     run_units(plan.units, run, root / "run", concurrency=1)
     conversations = load_conversations(root / "run")
     assert len(conversations) >= 3
-    catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
+    catalog = catalog_for(pool, conversations)
     out = {}
     for fmt in ("trl-sft", "trl-grpo"):
         report = export_conversations(conversations, fmt, root / fmt, catalog)  # type: ignore[arg-type]

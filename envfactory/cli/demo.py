@@ -162,11 +162,11 @@ def quality_table(figures: QualityFigures, summary: BatchSummary) -> Table:
 
 def export_demo(settings: Settings, pool: EnvPool, console: Console) -> SanityReport:
     from envfactory.export import FORMATS, convert_to_rl_data, export_conversations
-    from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
+    from envfactory.export.tools_schema import catalog_for
 
     synth = settings.data_path / "demo" / "synth"
     conversations = load_conversations(synth)
-    catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
+    catalog = catalog_for(pool, conversations)
     table = Table("format", "samples", "skipped turns", "files")
     for fmt in FORMATS:
         out = settings.data_path / "demo" / "export" / fmt

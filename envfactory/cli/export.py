@@ -57,11 +57,11 @@ def export(
     from envfactory.export.export import export_conversations
     from envfactory.export.files import training_conversations
     from envfactory.export.options import ExportOptions
-    from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
+    from envfactory.export.tools_schema import catalog_for
 
     conversations = training_conversations(source)
     pool = EnvPool(get_settings())
-    catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
+    catalog = catalog_for(pool, conversations)
     options = ExportOptions(
         per=per.value,
         keep_thinking=keep_thinking,

@@ -93,14 +93,14 @@ def envs_export(
     """Write an OpenEnv or verifiers package: the environments, the tasks, the composite reward as its reward."""
     from envfactory.export.files import training_conversations
     from envfactory.export.rl import convert_to_rl_data
-    from envfactory.export.tools_schema import catalog_from_pool, conversation_servers
+    from envfactory.export.tools_schema import catalog_for
     from envfactory.hubs.export import HubExportError, export_package
 
     pool = _pool()
     records = []
     if tasks is not None:
         conversations = training_conversations(tasks)
-        catalog = catalog_from_pool(pool, [s for c in conversations for s in conversation_servers(c)])
+        catalog = catalog_for(pool, conversations)
         records = [r for c in conversations for r in convert_to_rl_data(c, catalog)]
     chosen = list(names or [])
     if all_envs:

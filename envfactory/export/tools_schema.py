@@ -113,6 +113,11 @@ def catalog_from_pool(pool: EnvPool, servers: Iterable[str]) -> dict[str, EnvMet
     return catalog
 
 
+def catalog_for(pool: EnvPool, conversations: Iterable[Conversation]) -> dict[str, EnvMetadata]:
+    """The metadata of every environment the conversations touch."""
+    return catalog_from_pool(pool, (s for c in conversations for s in conversation_servers(c)))
+
+
 def tools_json(tools: list[ToolSchema]) -> str:
     """The tool list as one JSON string (TRL's SFT trainer `json.loads` a string `tools` column)."""
     return json.dumps([t.model_dump(mode="json") for t in tools], ensure_ascii=False)
