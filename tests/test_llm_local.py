@@ -22,5 +22,8 @@ def test_local_gguf_model_generates_and_counts_tokens() -> None:
     second = model.invoke("Name a color.")
     assert isinstance(first.content, str) and first.content == second.content  # greedy: deterministic
     assert first.usage_metadata is not None and first.usage_metadata["input_tokens"] > 0
+    assert first.usage_metadata["output_tokens"] <= 8  # the cap holds
+    stopped = first.response_metadata["finish_reason"]  # what the asking loop reads to say a reply was cut
+    assert stopped in ("length", "stop") and (stopped == "length") == (first.usage_metadata["output_tokens"] == 8)
     (row,) = usage.report()
     assert row.role == "user" and row.calls == 2 and row.input_tokens > 0
