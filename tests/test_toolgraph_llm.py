@@ -13,6 +13,7 @@ from envfactory.llm.models import ScriptedChatModel
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.structured import parse_reply
 from envfactory.toolgraph import ToolGraphError, ToolGraphSettings, ToolSource, build_tool_graph, env_sources
+from envfactory.toolgraph.build import CLASSIFY_PHASE, EMBED_PHASE, REFINE_PHASE
 from envfactory.toolgraph.llm_classify import UserProvidedAnswer
 from envfactory.toolgraph.refine import RefineAnswer
 
@@ -111,7 +112,17 @@ def test_unparseable_answers_fall_back_to_the_heuristic(
     model = ScriptedChatModel(
         script={"toolgraph/user_provided": ["no", "still no", "nope"], "toolgraph/refine": ["?", "??", "???"]}
     )
-    graph, report = build_tool_graph(hotels, embedder, ToolGraphSettings(), model=model, library=library, retries=2)
+    seen: list[tuple[str, int, int]] = []
+    graph, report = build_tool_graph(
+        hotels, embedder, ToolGraphSettings(), model=model, library=library, retries=2,
+        progress=lambda phase, done, total: seen.append((phase, done, total)),
+    )  # fmt: skip
+    # the bars: each LLM phase shows before its first (slow) call and ends complete; embedding ends complete
+    phases = list(dict.fromkeys(phase for phase, _, _ in seen))
+    assert phases == [EMBED_PHASE, CLASSIFY_PHASE, REFINE_PHASE]
+    assert [(d, t) for p, d, t in seen if p == CLASSIFY_PHASE] == [(0, 1), (1, 1)]
+    assert [(d, t) for p, d, t in seen if p == REFINE_PHASE] == [(0, 1), (1, 1)]
+    assert [s for s in seen if s[0] == EMBED_PHASE][-1][1:] == (report.texts, report.texts)
     assert not report.classification[0].ok and report.classification[0].kept_heuristic == 16
     assert not report.refinement[0].ok and report.refinement[0].error
     assert all(d.get("user_provided_source") in (None, "heuristic") for _, d in graph.g.nodes(data=True))

@@ -8,7 +8,6 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envfactory.config import Settings, get_settings
@@ -52,18 +51,12 @@ def build(
     threshold: Annotated[float | None, typer.Option(help="build_edge_threshold (default 0.85)")] = None,
 ) -> None:
     """Build the graph over the pool (envs/ and BFCL's environments) and save it."""
+    from envfactory.progress import phase_bars
     from envfactory.toolgraph.build import build_pool_graph
     from envfactory.toolgraph.io import export_graphml, save_graph
 
     settings = get_settings()
-    with Progress(
-        TextColumn("embedding parameter texts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
-    ) as bar:
-        task = bar.add_task("embed", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    with phase_bars(err) as progress:
         graph, report = build_pool_graph(settings, env, no_llm=no_llm, threshold=threshold, progress=progress)
     use_llm = report.llm
     path = save_graph(graph, out_path or graph_path(settings))

@@ -35,16 +35,17 @@ from envfactory.toolgraph.settings import graph_path
 
 def tool_graph(settings: Settings, config: SynthConfig, plan_envs: list[str] | None = None) -> ToolGraph:
     """The config's graph file, else the data dir's; built (and saved) when there is none."""
+    from envfactory.progress import phase_bars
     from envfactory.toolgraph.build import build_pool_graph
     from envfactory.toolgraph.io import load_graph, save_graph
 
     path = config.graph or graph_path(settings)
     if config.graph is not None or path.exists():
         return load_graph(path if path.is_absolute() else settings.root / path)
-    Console(stderr=True).print(
-        f"no tool graph at {path}: building one over the pool (embeddings are cached)", highlight=False
-    )
-    graph, _ = build_pool_graph(settings, plan_envs)
+    err = Console(stderr=True)
+    err.print(f"no tool graph at {path}: building one over the pool (embeddings are cached)", highlight=False)
+    with phase_bars(err) as progress:
+        graph, _ = build_pool_graph(settings, plan_envs, progress=progress)
     save_graph(graph, path)
     return graph
 

@@ -40,6 +40,11 @@ from envfactory.toolgraph.settings import ToolGraphSettings
 from envfactory.toolgraph.similarity import Pairs, similar_pairs
 
 ProgressFn = Callable[[int, int], None]
+# A build's progress: (phase, done, total) — embedding, then the LLM's classification and refinement per environment.
+PhaseFn = Callable[[str, int, int], None]
+EMBED_PHASE = "embedding parameter texts"
+CLASSIFY_PHASE = "LLM: which inputs the user gives"
+REFINE_PHASE = "LLM: refining dependencies"
 
 
 class BuildTimings(BaseModel):
@@ -142,9 +147,11 @@ def build_tool_graph(
     model: BaseChatModel | None = None,
     library: PromptLibrary | None = None,
     retries: int = 2,
-    progress: ProgressFn | None = None,
+    progress: PhaseFn | None = None,
 ) -> tuple[ToolGraph, BuildReport]:
-    """The graph over `sources`. With `model` (and `library`), classification and refinement use the LLM."""
+    """The graph over `sources`. With `model` (and `library`), classification and refinement use the LLM (one
+    structured call per environment each: with a slow model, most of the build). `progress(phase, done, total)`."""
+    report_phase: PhaseFn = progress or (lambda phase, done, total: None)
     settings = settings or ToolGraphSettings()
     if model is not None and library is None:
         raise ToolGraphError("an LLM needs the prompt library (prompts/toolgraph/*.yaml) to classify and refine")
@@ -165,7 +172,7 @@ def build_tool_graph(
     # 2. embeddings
     t = time.perf_counter()
     misses_before = getattr(embedder, "misses", None)
-    emb = embed_texts(embedder, texts, settings.embed_batch, progress)
+    emb = embed_texts(embedder, texts, settings.embed_batch, lambda done, total: report_phase(EMBED_PHASE, done, total))
     misses_after = getattr(embedder, "misses", None)
     timings.embed_s = time.perf_counter() - t
 
@@ -196,7 +203,8 @@ def build_tool_graph(
         for p in inputs:
             by_env[p.env].append(p)
         descriptions = {s.env: s.env_description for s in sources}
-        for env in sorted(by_env):
+        report_phase(CLASSIFY_PHASE, 0, len(by_env))
+        for done, env in enumerate(sorted(by_env), 1):
             found, env_report = classify_env(
                 env,
                 descriptions.get(env, ""),
@@ -210,6 +218,7 @@ def build_tool_graph(
             )
             verdicts.update(found)
             reports.append(env_report)
+            report_phase(CLASSIFY_PHASE, done, len(by_env))
     timings.classify_s = time.perf_counter() - t
 
     # 5. graph
@@ -256,7 +265,9 @@ def build_tool_graph(
     refinements: list[RefineReport] = []
     if model is not None and library is not None:
         descriptions = {s.env: s.env_description for s in sources}
-        for env in graph.envs():
+        envs = graph.envs()
+        report_phase(REFINE_PHASE, 0, len(envs))
+        for done, env in enumerate(envs, 1):
             refinements.append(
                 refine_env(
                     graph,
@@ -268,6 +279,7 @@ def build_tool_graph(
                     role=settings.llm_role,
                 )
             )
+            report_phase(REFINE_PHASE, done, len(envs))
     timings.refine_s = time.perf_counter() - t
     timings.total_s = time.perf_counter() - t_start
 
@@ -303,7 +315,7 @@ def build_pool_graph(
     *,
     no_llm: bool = False,
     threshold: float | None = None,
-    progress: ProgressFn | None = None,
+    progress: PhaseFn | None = None,
 ) -> tuple[ToolGraph, BuildReport]:
     """The graph of the pool's tools (or of `envs`), embedded through the data dir's cache; the LLM
     classifies and refines when one is configured (and `no_llm` is not set)."""
