@@ -11,7 +11,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
 from envfactory.config import Role, Settings, get_settings
-from envfactory.llm.models import LLMRequestRefused, UsageTracker, chat_model
+from envfactory.llm.models import LLMRequestRefused, chat_model, process_usage
 from envfactory.llm.prompts import PromptLibrary, library_from_settings
 from envfactory.llm.structured import Expect, Structured, ask
 
@@ -21,12 +21,7 @@ V = TypeVar("V")
 # script across the nodes of a run, and a local GGUF model is loaded once.
 _MODELS: dict[tuple[str, str], BaseChatModel] = {}
 _LOCK = threading.Lock()
-_USAGE = UsageTracker()
-
-
-def process_usage() -> UsageTracker:
-    """Token usage of every model this process built, per role."""
-    return _USAGE
+_USAGE = process_usage()  # token usage and structured asks of every model this process built, per role
 
 
 @dataclass
@@ -48,11 +43,12 @@ class AgentDeps:
         role; `structured_retries` re-asks unless `retries` says otherwise."""
         retries = self.settings.structured_retries if retries is None else retries
         try:
-            result = ask(self.model(role), messages, expect, library=self.prompts, retries=retries, role=role)
+            model, library = self.model(role), self.prompts
+            return ask(model, messages, expect, library=library, retries=retries, role=role, usage=_USAGE)
         except LLMRequestRefused as e:  # this request, not the server: the step fails with why, the run goes on
             result = Structured[V](ok=False, error=str(e), attempts=1, role=role)
-        _USAGE.asked(role, result.attempts, result.ok, result.unreadable)  # how many answers needed a repair, per role
-        return result
+            _USAGE.asked(role, result.attempts, result.ok, result.unreadable)
+            return result
 
     def model(self, role: Role) -> BaseChatModel:
         key = (role, self.settings.llm_for(role).model_dump_json())

@@ -39,7 +39,7 @@ from envfactory.llm.models import (
     reset_scripted_models,
 )
 from envfactory.llm.prompts import PromptLibrary
-from envfactory.llm.structured import expect_model
+from envfactory.llm.structured import ask_structured, expect_model
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -510,7 +510,6 @@ def test_structured_answers_ride_the_servers_response_format_and_settle_on_the_o
 ) -> None:
     """`ask` sends the answer's JSON schema as `response_format`: json_schema first (OpenAI, vLLM, SGLang); a
     server that refuses it (llama-cpp-python: HTTP 500) gets json_object + schema, and keeps getting that."""
-    from envfactory.llm.structured import ask_structured
 
     library = PromptLibrary(ROOT / "prompts")
     server.content = json.dumps({"name": "Ana", "age": 31})
@@ -549,3 +548,24 @@ def test_usage_counts_structured_asks_their_repairs_and_unreadable_replies() -> 
     console.print(usage.table())
     text = console.export_text()
     assert "repaired" in text and "unreadable" in text
+    before = usage.report()  # one run's share of a shared tracker: what each role added since
+    assert usage.since(before) == []
+    usage.asked("test", 2, False, unreadable=2)
+    usage.add("user", calls=1, input_tokens=5)
+    grown = {r.role: r for r in usage.since(before)}
+    assert set(grown) == {"test", "user"}
+    assert (grown["test"].structured, grown["test"].unanswered, grown["test"].unreadable) == (1, 1, 2)
+    assert (grown["user"].calls, grown["user"].input_tokens, grown["user"].structured) == (1, 5, 0)
+
+
+def test_an_ask_given_a_tracker_counts_its_outcome_under_its_role(tmp_path: Path) -> None:
+    library = PromptLibrary(ROOT / "prompts")
+    model = ScriptedChatModel(script=["not json", '{"name": "Ana", "age": 31}', "no", "no"])
+    usage = UsageTracker()
+    first, second = (
+        ask_structured(model, [HumanMessage("a person")], Person, library=library, retries=1, usage=usage, role="x")
+        for _ in range(2)
+    )
+    assert first.ok and not second.ok
+    [row] = usage.report()
+    assert (row.role, row.structured, row.repaired, row.unanswered, row.unreadable) == ("x", 2, 1, 1, 3)

@@ -9,7 +9,7 @@ import pytest
 
 from envfactory.env.pool import EnvPool
 from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder
-from envfactory.llm.models import ScriptedChatModel
+from envfactory.llm.models import ScriptedChatModel, UsageTracker
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.structured import parse_reply
 from envfactory.toolgraph import ToolGraphError, ToolGraphSettings, ToolSource, build_tool_graph, env_sources
@@ -64,7 +64,12 @@ def test_llm_classification_and_refinement(
     assert baseline.g.edges["hotels.get_hotel", "hotels.search_hotels"]["found_by"] == "schema"
 
     model = ScriptedChatModel(script=script())
-    graph, report = build_tool_graph(hotels, embedder, ToolGraphSettings(), model=model, library=library, retries=2)
+    usage = UsageTracker()
+    graph, report = build_tool_graph(
+        hotels, embedder, ToolGraphSettings(), model=model, library=library, retries=2, usage=usage
+    )
+    [row] = usage.report()  # the build's two asks, under the role it asks as: classification needed a repair
+    assert (row.role, row.structured, row.repaired, row.unanswered, row.unreadable) == ("search", 2, 1, 0, 1)
 
     # classification: the first answer is not JSON, the repair re-ask gets a valid one
     (cls,) = report.classification

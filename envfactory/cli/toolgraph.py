@@ -51,6 +51,7 @@ def build(
     threshold: Annotated[float | None, typer.Option(help="build_edge_threshold (default 0.85)")] = None,
 ) -> None:
     """Build the graph over the pool (envs/ and BFCL's environments) and save it."""
+    from envfactory.llm.models import process_usage
     from envfactory.progress import phase_bars
     from envfactory.toolgraph.build import build_pool_graph
     from envfactory.toolgraph.io import export_graphml, save_graph
@@ -59,6 +60,8 @@ def build(
     with phase_bars(err) as progress:
         graph, report = build_pool_graph(settings, env, no_llm=no_llm, threshold=threshold, progress=progress)
     use_llm = report.llm
+    if use_llm:
+        err.print(process_usage().table())  # per role: calls, tokens, answers that needed a repair
     path = save_graph(graph, out_path or graph_path(settings))
     if graphml is not None:
         export_graphml(graph, graphml)

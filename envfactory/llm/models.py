@@ -169,8 +169,28 @@ class UsageTracker:
             rows = [r.model_copy() for r in self._rows.values()]
         return sorted(rows, key=lambda r: (order.get(r.role, len(order)), r.role))
 
+    def since(self, before: Sequence[RoleUsage]) -> list[RoleUsage]:
+        """What each role added after `before` (an earlier `report()`): one run's share of a shared tracker."""
+        earlier = {r.role: r for r in before}
+        counts = [f for f in RoleUsage.model_fields if f != "role"]
+        rows = []
+        for row in self.report():
+            old = earlier.get(row.role)
+            grown = RoleUsage(role=row.role, **{f: getattr(row, f) - (getattr(old, f) if old else 0) for f in counts})
+            if any(getattr(grown, f) for f in counts):
+                rows.append(grown)
+        return rows
+
     def table(self) -> Table:
         return usage_table(self.report())
+
+
+_PROCESS_USAGE = UsageTracker()
+
+
+def process_usage() -> UsageTracker:
+    """The process's tracker: the agents' models and the tool graph's LLM count into it, per role."""
+    return _PROCESS_USAGE
 
 
 def usage_table(rows: Sequence[RoleUsage]) -> Table:

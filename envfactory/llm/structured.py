@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, Field, ValidationError
 
-from envfactory.llm.models import message_text
+from envfactory.llm.models import UsageTracker, message_text
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.thinking import strip_thinking
 
@@ -208,8 +208,15 @@ ModelLike = BaseChatModel | Runnable[Any, Any]
 class _Asking(Generic[V]):
     """The loop's bookkeeping, shared by `ask` and `aask` (they differ only in how they call the model)."""
 
-    def __init__(self, messages: Sequence[BaseMessage], expect: Expect[V], library: PromptLibrary, role: str | None):
-        self.expect, self.library, self.role = expect, library, role
+    def __init__(
+        self,
+        messages: Sequence[BaseMessage],
+        expect: Expect[V],
+        library: PromptLibrary,
+        role: str | None,
+        usage: UsageTracker | None,
+    ):
+        self.expect, self.library, self.role, self.usage = expect, library, role, usage
         self.repair = library.get(REPAIR_PROMPT)  # a missing repair prompt is a setup error: fail before a call
         self.conversation = list(messages)
         self.replies: list[str] = []
@@ -239,6 +246,8 @@ class _Asking(Generic[V]):
             log.warning(
                 "no valid %s after %d answers (role %s): %s", self.expect.name, len(self.replies), self.role, self.error
             )
+        if self.usage is not None:
+            self.usage.asked(self.role or "", len(self.replies), value is not None, self.unreadable)
         return Structured[Any](
             ok=value is not None,
             value=value,
@@ -258,9 +267,11 @@ def ask(
     library: PromptLibrary,
     retries: int,
     role: str | None = None,
+    usage: UsageTracker | None = None,
 ) -> Structured[V]:
-    """Invoke `model` and read its reply as `expect` says; on failure re-ask up to `retries` times."""
-    asking = _Asking(messages, expect, library, role)
+    """Invoke `model` and read its reply as `expect` says; on failure re-ask up to `retries` times. With `usage`,
+    the outcome is counted under `role` (answered first time, after repairs, or not; replies that did not read)."""
+    asking = _Asking(messages, expect, library, role, usage)
     call = constrained(model, expect)
     for attempt in range(retries + 1):
         result = asking.take(call.invoke(asking.conversation, config=_config(role)), attempt == retries)
@@ -277,9 +288,10 @@ async def aask(
     library: PromptLibrary,
     retries: int,
     role: str | None = None,
+    usage: UsageTracker | None = None,
 ) -> Structured[V]:
     """`ask` with `ainvoke`."""
-    asking = _Asking(messages, expect, library, role)
+    asking = _Asking(messages, expect, library, role, usage)
     call = constrained(model, expect)
     for attempt in range(retries + 1):
         result = asking.take(await call.ainvoke(asking.conversation, config=_config(role)), attempt == retries)
@@ -297,9 +309,10 @@ def ask_structured(
     retries: int,
     role: str | None = None,
     check: Callable[[T], str | None] | None = None,
+    usage: UsageTracker | None = None,
 ) -> Structured[T]:
     """`ask` for a JSON answer of `schema` (and `check`, when given)."""
-    return ask(model, messages, expect_model(schema, check), library=library, retries=retries, role=role)
+    return ask(model, messages, expect_model(schema, check), library=library, retries=retries, role=role, usage=usage)
 
 
 async def aask_structured(
@@ -311,6 +324,9 @@ async def aask_structured(
     retries: int,
     role: str | None = None,
     check: Callable[[T], str | None] | None = None,
+    usage: UsageTracker | None = None,
 ) -> Structured[T]:
     """`ask_structured` with `ainvoke`."""
-    return await aask(model, messages, expect_model(schema, check), library=library, retries=retries, role=role)
+    return await aask(
+        model, messages, expect_model(schema, check), library=library, retries=retries, role=role, usage=usage
+    )

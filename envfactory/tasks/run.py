@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -15,6 +16,7 @@ from rich.table import Table
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
+from envfactory.llm.models import process_usage, usage_table
 from envfactory.tasks.batch import (
     BatchSummary,
     Plan,
@@ -102,6 +104,7 @@ def run_batch(
     err = Console(stderr=True) if console is None else console
     pool = EnvPool(settings)
     outdir = config.out if config.out.is_absolute() else settings.root / config.out
+    usage_before = process_usage().report()
     graph = tool_graph(settings, config)
     plan: Plan = plan_units(config, pool, graph)
     if runner is None:
@@ -147,8 +150,12 @@ def run_batch(
     if config.plot and stats.conversations:
         png = plot_stats(stats, outdir / "stats.png")
         out.print(f"plot: {png}", highlight=False)
-    record = {"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}
+    record: dict[str, Any] = {"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}
     record["composition"] = training_composition(config, plan).model_dump()
+    usage = process_usage().since(usage_before)  # this run's LLM calls here (Ray workers count in their own)
+    if usage:
+        out.print(usage_table(usage))
+        record["llm_usage"] = [row.model_dump() for row in usage]
     (outdir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
     return summary
 

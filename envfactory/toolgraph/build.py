@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 
 from envfactory.config import Settings
 from envfactory.llm.embeddings import TextEmbedder
+from envfactory.llm.models import UsageTracker
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.toolgraph.classify import Verdict, classify
 from envfactory.toolgraph.errors import ToolGraphError
@@ -148,6 +149,7 @@ def build_tool_graph(
     library: PromptLibrary | None = None,
     retries: int = 2,
     progress: PhaseFn | None = None,
+    usage: UsageTracker | None = None,
 ) -> tuple[ToolGraph, BuildReport]:
     """The graph over `sources`. With `model` (and `library`), classification and refinement use the LLM (one
     structured call per environment each: with a slow model, most of the build). `progress(phase, done, total)`."""
@@ -215,6 +217,7 @@ def build_tool_graph(
                 library=library,
                 retries=retries,
                 role=settings.llm_role,
+                usage=usage,
             )
             verdicts.update(found)
             reports.append(env_report)
@@ -277,6 +280,7 @@ def build_tool_graph(
                     library=library,
                     retries=retries,
                     role=settings.llm_role,
+                    usage=usage,
                 )
             )
             report_phase(REFINE_PHASE, done, len(envs))
@@ -321,7 +325,7 @@ def build_pool_graph(
     classifies and refines when one is configured (and `no_llm` is not set)."""
     from envfactory.env.pool import EnvPool
     from envfactory.llm.embeddings import Embedder, EmbeddingCache
-    from envfactory.llm.models import chat_model
+    from envfactory.llm.models import chat_model, process_usage
     from envfactory.llm.prompts import library_from_settings
     from envfactory.toolgraph.collect import pool_sources
     from envfactory.toolgraph.settings import cache_path
@@ -333,9 +337,11 @@ def build_pool_graph(
     if not sources:
         raise ToolGraphError("no tools to build a graph from (is the pool empty?)")
     use_llm = tg.use_llm and not no_llm and settings.llm_for(tg.llm_role).provider != "none"
-    model = chat_model(tg.llm_role, settings) if use_llm else None
+    usage = process_usage()  # the build's calls and structured asks, counted under its role like the agents'
+    model = chat_model(tg.llm_role, settings, usage=usage) if use_llm else None
     library = library_from_settings(settings) if use_llm else None
     embedder = EmbeddingCache(cache_path(settings), Embedder(settings.embedding_model, batch_size=128))
     return build_tool_graph(
-        sources, embedder, tg, model=model, library=library, retries=settings.structured_retries, progress=progress
-    )
+        sources, embedder, tg, model=model, library=library, retries=settings.structured_retries, progress=progress,
+        usage=usage,
+    )  # fmt: skip

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
+from envfactory.llm.models import UsageTracker
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.structured import ask_structured
 from envfactory.toolgraph.classify import Verdict
@@ -58,6 +59,7 @@ def classify_env(
     library: PromptLibrary,
     retries: int,
     role: str,
+    usage: UsageTracker | None = None,
 ) -> tuple[dict[str, Verdict], ClassifyReport]:
     """LLM verdicts for the inputs of one environment, keyed by parameter node id."""
     listing = [
@@ -73,7 +75,9 @@ def classify_env(
         for p in inputs
     ]
     messages = library.get(PROMPT).render(environment=f"{env}: {env_description}", parameters=listing)
-    answer = ask_structured(model, messages, UserProvidedAnswer, library=library, retries=retries, role=role)
+    answer = ask_structured(
+        model, messages, UserProvidedAnswer, library=library, retries=retries, role=role, usage=usage
+    )
     if not answer.ok or answer.value is None:
         return {}, ClassifyReport(env=env, ok=False, kept_heuristic=len(inputs), error=answer.error)
     by_key = {(_short(p.tool), p.name): p for p in inputs}

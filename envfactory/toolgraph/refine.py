@@ -15,6 +15,7 @@ from typing import Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
+from envfactory.llm.models import UsageTracker
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.structured import ask_structured
 from envfactory.toolgraph.graph import ToolGraph
@@ -101,11 +102,12 @@ def refine_env(
     library: PromptLibrary,
     retries: int,
     role: str,
+    usage: UsageTracker | None = None,
 ) -> RefineReport:
     """Ask for and apply the refinement of `env`'s edges, in place."""
     tools, edges = _describe(graph, env)
     messages = library.get(PROMPT).render(environment=f"{env}: {env_description}", tools=tools, edges=edges)
-    answer = ask_structured(model, messages, RefineAnswer, library=library, retries=retries, role=role)
+    answer = ask_structured(model, messages, RefineAnswer, library=library, retries=retries, role=role, usage=usage)
     if not answer.ok or answer.value is None:
         return RefineReport(env=env, ok=False, error=answer.error)
     report = RefineReport(env=env, ok=True)
