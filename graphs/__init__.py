@@ -6,6 +6,6 @@
 - `checkpoint`: the checkpointers (SQLite by default, Postgres when configured);
 - `cli/`: the commands that run the graphs (`envfactory envgen`, `envfactory synth`).
 
-Nodes are thin wrappers over `agents/` and the library's model-free parts; the library (`envfactory/`)
+Nodes are thin wrappers over `envfactory_agents/` and the library's model-free parts; the library (`envfactory/`)
 never imports this package.
 """

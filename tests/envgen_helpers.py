@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.common import reset_model_cache
 from envfactory.config import get_settings
 from envfactory.llm.models import reset_scripted_models
+from envfactory_agents.common import reset_model_cache
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import EnvGenContext, build
 
@@ -115,7 +115,7 @@ def metadata_request() -> dict[str, Any]:
 
 def scripted_calls(prompt: str) -> list[str]:
     """Every conversation the scripted model received for `prompt`, as one text each, in order."""
-    from agents.common import _MODELS
+    from envfactory_agents.common import _MODELS
 
     seen: dict[int, str] = {}
     for model in _MODELS.values():  # models of several roles share one replay of the script file

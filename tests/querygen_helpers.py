@@ -272,7 +272,7 @@ def state_of(db: Path, thread: str = "conv-1") -> tuple[dict[str, Any], tuple[st
 
 def model_calls(prompt: str) -> list[ScriptedCall]:
     """Every call the scripted models received for `prompt`, in order (all roles share one replay)."""
-    from agents.common import _MODELS
+    from envfactory_agents.common import _MODELS
 
     seen: dict[int, ScriptedCall] = {}
     for model in _MODELS.values():

@@ -130,9 +130,9 @@ def test_a_querygen_conversation_over_a_real_server(server: tuple[str, str], tmp
     structured answer rides the server's structured output (llama-cpp-python takes json_object + schema) and
     reads as its schema; the conversation ends kept or dropped with a reason (what the 135 M model writes may
     fail the checks: a recorded rejection), never with a crash."""
-    from agents.common import process_usage
     from envfactory.config import LLMSettings
     from envfactory.env.pool import EnvPool
+    from envfactory_agents.common import process_usage
     from graphs.querygen import QueryGenContext, run_querygen
     from tests.querygen_helpers import CORE, LLM_STATE, hotels_chain
 
@@ -176,8 +176,8 @@ def test_an_envgen_run_from_a_metadata_file_over_a_real_server(server: tuple[str
     import shutil
     from typing import Any
 
-    from agents.common import process_usage, reset_model_cache
     from envfactory.config import LLMSettings
+    from envfactory_agents.common import process_usage, reset_model_cache
     from graphs.checkpoint import open_checkpointer
     from graphs.envgen import EnvGenContext, build
     from tests.envgen_helpers import METADATA
@@ -224,10 +224,10 @@ def test_the_test_agents_scenarios_over_a_real_server(server: tuple[str, str], t
     """EnvGen's structured ask — the Test Agent's scenarios for a metadata file, a Pydantic answer — on the real
     server, on its own (the run above reaches it only when the tiny model's code parses): it rides the server's
     structured output and reads as its schema."""
-    from agents.common import AgentDeps
-    from agents.test import generate_scenarios
     from envfactory.config import LLMSettings
     from envfactory.env.metadata import load_metadata
+    from envfactory_agents.common import AgentDeps
+    from envfactory_agents.test import generate_scenarios
     from tests.envgen_helpers import METADATA
 
     base, model = server

@@ -281,10 +281,10 @@ def test_check_code_stages_candidate_code_like_the_pool(tmp_path: Path) -> None:
 
 
 def test_the_test_agent_names_the_failing_dimension(tmp_path: Path) -> None:
-    from agents.common import AgentDeps
-    from agents.test import run_tests
     from envfactory.env.metadata import EnvMetadata
     from envfactory.envgen.checks import ExpectedCall, TestScenario
+    from envfactory_agents.common import AgentDeps
+    from envfactory_agents.test import run_tests
 
     # a fork of a dump forgets the private bumps: the Test Agent's own scenarios (one live session) pass
     folder = write_env(tmp_path, "agent", broken_code("agent", "round_trip"))

@@ -1,7 +1,7 @@
 """The layer rules, read from the source (an AST import check, nothing imported):
 
-- `envfactory/` (the library) never imports LangGraph, `agents/`, `graphs/` or `training/`;
-- `agents/` never imports `graphs/`;
+- `envfactory/` (the library) never imports LangGraph, `envfactory_agents/`, `graphs/` or `training/`;
+- `envfactory_agents/` never imports `graphs/`;
 - no import cycle between `envfactory/`'s subpackages (and top-level modules), counting every import,
   also those inside functions.
 """
@@ -9,6 +9,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import networkx as nx
@@ -62,11 +64,11 @@ def test_the_import_reader_sees_relative_and_nested_imports() -> None:
 
 
 def test_the_library_imports_no_agents_graphs_training_or_langgraph() -> None:
-    assert _offending("envfactory", ("langgraph", "agents", "graphs", "training")) == []
+    assert _offending("envfactory", ("langgraph", "envfactory_agents", "graphs", "training")) == []
 
 
 def test_agents_never_import_graphs() -> None:
-    assert _offending("agents", ("graphs",)) == []
+    assert _offending("envfactory_agents", ("graphs",)) == []
 
 
 def _unit(module: str) -> str | None:
@@ -96,3 +98,14 @@ def test_no_import_cycle_between_the_library_s_parts() -> None:
     assert graph.has_edge("envfactory.tasks", "envfactory.env")  # the check sees the library's imports
     cycles = sorted(sorted(c) for c in nx.simple_cycles(graph))
     assert cycles == [], cycles
+
+
+def test_no_top_level_package_takes_a_name_another_library_uses() -> None:
+    """Run from the checkout (where `''` leads sys.path), `agents` is openai-agents' module (verifiers imports it)
+    and ours is `envfactory_agents`: the two once hid each other."""
+    code = "import importlib.util as u; s = u.find_spec('agents'); print(s.origin if s and s.origin else '')"
+    found = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    origin = found.stdout.strip()
+    assert not origin or Path(origin).parent != ROOT / "agents", origin  # empty: openai-agents not installed
+    tops = {p.parent.name for p in ROOT.glob("*/__init__.py")}
+    assert "agents" not in tops and "envfactory_agents" in tops

@@ -392,7 +392,7 @@ def test_the_token_cap_reaches_a_self_hosted_server_in_a_field_it_reads(
 def test_a_reply_cut_at_the_token_cap_is_repaired_knowing_it_was_cut(tmp_path: Path, server: FakeOpenAI) -> None:
     """A reply the server stopped at max_tokens (finish_reason "length") is unfinished, not wrong: the re-ask says
     so, and the recorded error too when no answer comes."""
-    from agents.common import AgentDeps, reset_model_cache
+    from envfactory_agents.common import AgentDeps, reset_model_cache
 
     settings = openai_settings(tmp_path, server, max_retries=0).model_copy(
         update={"prompts_dir": ROOT / "prompts", "structured_retries": 1}
@@ -444,7 +444,7 @@ def test_a_refused_request_fails_the_ask_with_why_and_a_config_error_stops_the_r
     """A request the server refuses itself (HTTP 400/413/422: a prompt over the context, say) is that step's
     failure, recorded with the server's reason, and the run goes on; a wrong key (401) is everyone's problem
     and stops the run with one line."""
-    from agents.common import AgentDeps, reset_model_cache
+    from envfactory_agents.common import AgentDeps, reset_model_cache
 
     settings = openai_settings(tmp_path, server, max_retries=0).model_copy(update={"prompts_dir": ROOT / "prompts"})
     deps = AgentDeps(settings=settings)

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.common import reset_model_cache
 from envfactory.env.pool import EnvPool
 from envfactory.llm.models import ScriptExhaustedError, reset_scripted_models
 from envfactory.querygen.records import PRESETS, QueryGenError, preset_config
@@ -24,6 +23,7 @@ from envfactory.querygen.select import filter_branch
 from envfactory.tasks.episode import replay
 from envfactory.tasks.models import Conversation, StateVerifier
 from envfactory.tasks.verifier import state_differences, verify
+from envfactory_agents.common import reset_model_cache
 from graphs.querygen import QueryGenContext, build, run_querygen
 from tests.querygen_helpers import (
     CORE,

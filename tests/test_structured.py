@@ -160,7 +160,7 @@ def _recording(replies: list[str]) -> tuple[object, list[tuple[list[BaseMessage]
 
 
 def test_one_loop_reads_code_answers_with_the_same_repair(library: PromptLibrary) -> None:
-    from agents.code import CODE
+    from envfactory_agents.code import CODE
 
     model, seen = _recording(["Here is my plan, no code yet.", "<think>```python\nbad(</think>```python\nx = 1\n```"])
     answer = ask(model, ask_messages(), CODE, library=library, retries=2, role="code")  # type: ignore[arg-type]

@@ -8,5 +8,5 @@
 - `health`: the environment contract's invariants, measured by running an environment;
 - `validate`, `registry`: `envs validate` and `configs/mcp_server.json`.
 
-Nothing here calls a model; the agents (`agents/`) and the graph (`graphs/envgen/`) do.
+Nothing here calls a model; the agents (`envfactory_agents/`) and the graph (`graphs/envgen/`) do.
 """

@@ -4,7 +4,7 @@
 (the export's rule, `ToolNamer`), as OpenAI-style function specs, and runs a call the model made in an
 `Episode` (an unknown tool or bad arguments are failed results, never raised). `history_messages`
 renders earlier turns as chat messages. The evaluated agent (`envfactory.eval.agent`) and QueryGen's
-solver agent (`agents/solver.py`) both use them.
+solver agent (`envfactory_agents/solver.py`) both use them.
 """
 
 from __future__ import annotations

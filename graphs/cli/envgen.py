@@ -15,12 +15,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from agents.common import process_usage
-from agents.search import EnvGenRequest
 from envfactory.config import get_settings
 from envfactory.env.metadata import DOMAINS
 from envfactory.errors import EnvFactoryError
 from envfactory.executor import WorkerLost, executor_from
+from envfactory_agents.common import process_usage
+from envfactory_agents.search import EnvGenRequest
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import EnvGenContext, build
 from graphs.envgen.batch import EnvGenRunner, Job, run_one

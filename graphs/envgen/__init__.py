@@ -3,7 +3,7 @@
 A checkpointed LangGraph state machine. `build(checkpointer)` is for the CLI and tests (SQLite by
 default, run with `durability="sync"` so a killed process resumes mid-loop); `graph` is the
 checkpointer-free export for `langgraph.json` / LangGraph Studio. Every node is a thin wrapper over
-an agent in `agents/`; every failure is a state (`status: failed` + `failure`), routed to END.
+an agent in `envfactory_agents/`; every failure is a state (`status: failed` + `failure`), routed to END.
 
 Modules: `state` (state, context, shared readers), `nodes`, `graph` (routing, `build`, `graph`).
 """

@@ -1,16 +1,17 @@
-"""EnvGen's nodes: each a thin step over an agent (`agents/`) or EnvGen's model-free parts (`envfactory.envgen`)."""
+"""EnvGen's nodes: each a thin step over an agent (`envfactory_agents/`) or EnvGen's model-free parts
+(`envfactory.envgen`)."""
 
 from __future__ import annotations
 
 from langgraph.runtime import Runtime
 
-from agents.code import generate_code, revise_code
-from agents.search import EnvGenRequest, search_environment
-from agents.test import generate_scenarios, run_tests
 from envfactory.env.sandbox import SandboxUnavailable
 from envfactory.envgen.checks import ErrorReport, TestScenario
 from envfactory.envgen.register import GeneratedEnvironment, RegistrationError, register, write_environment
 from envfactory.errors import EnvFactoryError
+from envfactory_agents.code import generate_code, revise_code
+from envfactory_agents.search import EnvGenRequest, search_environment
+from envfactory_agents.test import generate_scenarios, run_tests
 from graphs.envgen.state import EnvGenContext, EnvGenState, deps_of, failed, meta_of, settings_of
 
 

@@ -8,9 +8,9 @@ from typing import Annotated, Any, Literal, TypedDict
 
 from langgraph.runtime import Runtime
 
-from agents.common import AgentDeps
 from envfactory.config import Settings, get_settings
 from envfactory.env.metadata import EnvMetadata
+from envfactory_agents.common import AgentDeps
 
 Status = Literal["running", "registered", "rejected", "failed"]
 

@@ -6,7 +6,7 @@
 A checkpointed LangGraph state machine (EnvFactory section 3.4). `build(checkpointer)` is for the
 CLI, the batch runner and tests (run with `durability="sync"`, so a killed process resumes mid-turn,
 and after a crash in one solver branch only that branch re-runs); `graph` is the checkpointer-free
-export for `langgraph.json`. Nodes are thin over the agents in `agents/` (query, solver, user,
+export for `langgraph.json`. Nodes are thin over the agents in `envfactory_agents/` (query, solver, user,
 select). Every failure is a state (`status: dropped` + `failure`) routed to END — a model's bad
 answer never raises out of the graph; transport errors do propagate.
 

@@ -1,12 +1,10 @@
-"""QueryGen's nodes: each a thin step over the agents (`agents/`) and QueryGen's model-free parts."""
+"""QueryGen's nodes: each a thin step over the agents (`envfactory_agents/`) and QueryGen's model-free parts."""
 
 from __future__ import annotations
 
 from langgraph.runtime import Runtime
 from pydantic import ValidationError
 
-from agents.query import TurnQuery, generate, given_schema, prepare, refine, schema_generate, turns_of
-from agents.solver import solve_branch
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.querygen.records import Branch, SolveTask, TurnDraft, model_names, preset_config
@@ -27,6 +25,8 @@ from envfactory.tasks.models import (
 from envfactory.tasks.template import answer_fact
 from envfactory.tasks.verifier import admissible
 from envfactory.toolgraph.sampler import ToolChain
+from envfactory_agents.query import TurnQuery, generate, given_schema, prepare, refine, schema_generate, turns_of
+from envfactory_agents.solver import solve_branch
 from graphs.querygen.state import (
     QueryGenContext,
     QueryGenState,

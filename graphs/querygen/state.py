@@ -11,12 +11,12 @@ from langgraph.runtime import Runtime
 from pydantic import BaseModel
 from typing_extensions import TypedDict  # pydantic (Studio's JSON schemas) needs it below Python 3.12
 
-from agents.common import AgentDeps
 from envfactory.config import Settings, get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.querygen.records import Preparation, QueryGenConfig
 from envfactory.tasks.models import Node, PlannedCall, States
 from envfactory.toolgraph.sampler import ToolChain
+from envfactory_agents.common import AgentDeps
 
 Status = Literal["running", "kept", "dropped"]
 

@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agents.common import AgentDeps
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, load_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.llm.structured import expect_model
+from envfactory_agents.common import AgentDeps
 
 
 class ToolIdea(BaseModel):

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from langchain_core.messages import BaseMessage
 
-from agents.common import AgentDeps
 from envfactory.env.metadata import EnvMetadata
 from envfactory.envgen.checks import ErrorReport
 from envfactory.llm.structured import Expect, Structured
+from envfactory_agents.common import AgentDeps
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 # the exemplar shown to the model: a real, tested environment of the bundled pool

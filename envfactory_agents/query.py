@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
-from agents.common import AgentDeps
 from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
@@ -32,6 +31,7 @@ from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.models import Node, PlannedCall, States
 from envfactory.tasks.pi_star import CoreIds, PiStarOutcome, solve_chain
 from envfactory.toolgraph.sampler import ToolChain
+from envfactory_agents.common import AgentDeps
 
 T = TypeVar("T", bound=BaseModel)
 

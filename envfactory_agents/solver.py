@@ -5,7 +5,7 @@ schemas; a name shared by two environments is exposed as `env__tool`), bound wit
 executes its calls in its OWN `Episode` forked from the turn's initial state — branches never share
 state. It runs at most `max_solve_iterations` model steps; the branch ends when the model answers
 without a tool call. In the conversational variant, an answer that asks the user something (a line
-ending with "?") before the turn's goal is reached goes to the simulated user (`agents/user.py`),
+ending with "?") before the turn's goal is reached goes to the simulated user (`envfactory_agents/user.py`),
 whose reply continues the branch; user-side tools are then the user's, not the agent's.
 """
 
@@ -14,8 +14,6 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
 
-from agents.common import AgentDeps
-from agents.user import user_reply
 from envfactory.env.pool import EnvPool
 from envfactory.eval.toolset import UNKNOWN_SERVER, Toolset, history_messages, tool_message
 from envfactory.llm.models import message_text
@@ -24,6 +22,8 @@ from envfactory.querygen.records import SOLVER_ROLE, Branch, SolveTask, UserCall
 from envfactory.querygen.select import matcher_for, turn_goal_reached
 from envfactory.tasks.episode import Episode
 from envfactory.tasks.models import Node, States, Step, ToolCall, ToolResult
+from envfactory_agents.common import AgentDeps
+from envfactory_agents.user import user_reply
 
 
 def is_question(text: str) -> bool:

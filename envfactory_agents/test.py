@@ -10,12 +10,12 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agents.common import AgentDeps
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox import SandboxLimits
 from envfactory.envgen.checks import ErrorItem, ErrorReport, TestScenario, schema_checks, validate_generated
 from envfactory.envgen.health import HealthReport, HealthSettings, check_code
 from envfactory.llm.structured import Structured, expect_model
+from envfactory_agents.common import AgentDeps
 
 
 class ScenarioSet(BaseModel):

@@ -17,13 +17,13 @@ from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
-from agents.common import AgentDeps
-from agents.query import calls_view
 from envfactory.env.pool import EnvPool
 from envfactory.llm.models import message_text
 from envfactory.llm.thinking import strip_thinking
 from envfactory.querygen.records import USER_ROLE, SolveTask
 from envfactory.tasks.models import Step, ToolCall, ToolResult
+from envfactory_agents.common import AgentDeps
+from envfactory_agents.query import calls_view
 
 Execute = Callable[[str, Any, str | None], tuple[ToolCall, ToolResult]]
 
