@@ -110,6 +110,22 @@ def test_wrong_play_fails_with_reasons(items: list[EvalItem], pool: EnvPool) -> 
         assert bad.results and not bad.results[0].ok and not score_attempt(pool, item, bad, reward).success
 
 
+def test_a_reply_cut_at_the_token_cap_is_a_failure_that_says_so(items: list[EvalItem], pool: EnvPool) -> None:
+    """A reply the server stopped at max_tokens (a call cut mid-JSON lands in no `tool_calls`) is not the model's
+    final answer: the attempt fails saying which setting to raise, after running any calls made before it."""
+    item = items[0]
+    first = item.ground_truth[0]
+    script = [
+        {"tool_calls": [{"name": first.name, "args": first.arguments}]},
+        {"content": '{"name": "book_room", "arguments": {"hotel_id": "H', "finish_reason": "length"},
+    ]
+    run = run_agent(ScriptedChatModel(script=script), pool, item, AgentLimits())
+    assert run.error is not None and "max_tokens limit" in run.error and "MAX_TOKENS" in run.error, run.error
+    assert not run.answer and len(run.results) == 1 and run.model_steps == 2
+    whole = run_agent(ScriptedChatModel(script=["All done."]), pool, item, AgentLimits())  # stopped on its own
+    assert whole.error is None and whole.answer == "All done."
+
+
 def test_model_errors_and_spent_budgets_are_recorded_failures(
     items: list[EvalItem], pool: EnvPool, tmp_path: Path
 ) -> None:

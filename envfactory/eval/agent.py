@@ -21,17 +21,18 @@ from langchain_core.messages.utils import convert_to_openai_messages
 from langchain_core.runnables import Runnable
 from pydantic import BaseModel, Field
 
+from envfactory.config import Role
 from envfactory.env.pool import EnvPool
 from envfactory.eval.items import EvalItem
 from envfactory.eval.toolset import Toolset, tool_message
-from envfactory.llm.models import message_text
+from envfactory.llm.models import message_text, setting_var, stopped_at_cap
 from envfactory.llm.thinking import strip_thinking
 from envfactory.reward.tool_calls import parse_tool_calls
 from envfactory.serve.hub import CALL_TOOL, COMPLETE_TASK, META_TOOLS, Hub
 from envfactory.tasks.episode import Episode
 from envfactory.tasks.models import States, StateVerifier, Task, ToolCall, ToolResult
 
-ROLE = "eval"
+ROLE: Role = "eval"
 
 
 class AgentLimits(BaseModel):
@@ -230,13 +231,18 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
         if time.monotonic() - start > limits.timeout_s:
             return finish(error=f"timed out: over {limits.timeout_s:g} s after {run.model_steps} model steps")
         try:
-            reply = read_reply(invoke(bound, messages, item.id), f"s{step}", lambda c: _exposed(c, toolset))
+            message = invoke(bound, messages, item.id)
+            reply = read_reply(message, f"s{step}", lambda c: _exposed(c, toolset))
         except Exception as e:  # a provider's failure is a failed attempt, whatever its type
             return finish(error=f"model error: {type(e).__name__}: {str(e)[:300]}")
         run.model_steps = step
         run.text_calls += reply.from_text
         text = reply.text
         calls = reply.calls + reply.invalid
+        if not calls and stopped_at_cap(message):  # a call or an answer cut off: neither is the model's last word
+            run.messages.append({"role": "assistant", "content": text})
+            cap = setting_var(ROLE, "MAX_TOKENS")
+            return finish(error=f"the reply stopped at the max_tokens limit, unfinished: raise {cap}")
         if not calls:
             run.messages.append({"role": "assistant", "content": text})
             if not text:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn
 from urllib.parse import urlsplit
 from uuid import UUID
 
@@ -79,6 +79,12 @@ def message_text(message: BaseMessage) -> str:
         return content
     parts = [b if isinstance(b, str) else str(b.get("text", "")) for b in content if isinstance(b, str | dict)]
     return "".join(parts)
+
+
+def stopped_at_cap(reply: Any) -> bool:
+    """The server stopped this reply at its token cap (finish_reason "length": OpenAI, vLLM, llama.cpp)."""
+    metadata = getattr(reply, "response_metadata", None) or {}
+    return metadata.get("finish_reason") == "length"
 
 
 def _message_tokens(message: BaseMessage) -> int:
@@ -238,6 +244,7 @@ class ScriptedResponse(BaseModel):
 
     content: str = ""
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+    finish_reason: Literal["stop", "length"] = "stop"  # "length": a reply the server stopped at max_tokens
 
     @model_validator(mode="before")
     @classmethod
@@ -374,7 +381,12 @@ class ScriptedChatModel(BaseChatModel):
         message.usage_metadata = UsageMetadata(
             input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=input_tokens + output_tokens
         )
-        message.response_metadata = {"model_name": "scripted", "prompt": call.prompt, "call": call.index}
+        message.response_metadata = {
+            "model_name": "scripted",
+            "prompt": call.prompt,
+            "call": call.index,
+            "finish_reason": resp.finish_reason,
+        }
         return ChatResult(generations=[ChatGeneration(message=message)])
 
     def bind_tools(
@@ -748,7 +760,8 @@ def _resolve(path: Path, settings: Settings) -> Path:
     return settings.root / path
 
 
-def _var(role: Role, field: str) -> str:
+def setting_var(role: Role, field: str) -> str:
+    """The environment variables that set `field` of the LLM settings, for everyone and for `role`."""
     return f"ENVFACTORY_LLM__{field} (or ENVFACTORY_LLM_ROLES__{role.upper()}__{field} for this role only)"
 
 
@@ -782,10 +795,12 @@ def chat_model(role: Role, settings: Settings | None = None, usage: UsageTracker
         return _openai_model(role, cfg, callbacks)
     if cfg.provider == "local":
         if cfg.gguf_path is None:
-            raise LLMConfigError(f"role '{role}': the local provider needs a GGUF file: set {_var(role, 'GGUF_PATH')}")
+            var = setting_var(role, "GGUF_PATH")
+            raise LLMConfigError(f"role '{role}': the local provider needs a GGUF file: set {var}")
         gguf = _resolve(cfg.gguf_path, settings)
         if not gguf.is_file():
-            raise LLMConfigError(f"role '{role}': GGUF file {gguf} does not exist (set {_var(role, 'GGUF_PATH')})")
+            var = setting_var(role, "GGUF_PATH")
+            raise LLMConfigError(f"role '{role}': GGUF file {gguf} does not exist (set {var})")
         if importlib.util.find_spec("llama_cpp") is None:  # fail now, not at the first call mid-run
             raise LLMConfigError(f"role '{role}': the local provider needs llama-cpp-python: {_LOCAL_HINT}")
         return LlamaCppChatModel(
@@ -801,14 +816,15 @@ def chat_model(role: Role, settings: Settings | None = None, usage: UsageTracker
     if cfg.provider == "scripted":
         if cfg.script is None:
             raise LLMConfigError(
-                f"role '{role}': the scripted provider needs a script file: set {_var(role, 'SCRIPT')}"
+                f"role '{role}': the scripted provider needs a script file: set {setting_var(role, 'SCRIPT')}"
             )
         script = _resolve(cfg.script, settings)
         if not script.is_file():
-            raise LLMConfigError(f"role '{role}': script file {script} does not exist (set {_var(role, 'SCRIPT')})")
+            var = setting_var(role, "SCRIPT")
+            raise LLMConfigError(f"role '{role}': script file {script} does not exist (set {var})")
         return _shared_scripted(script, callbacks=callbacks)
     raise LLMConfigError(
-        f"no LLM is configured for role '{role}': set {_var(role, 'PROVIDER')} to openai (with "
+        f"no LLM is configured for role '{role}': set {setting_var(role, 'PROVIDER')} to openai (with "
         "ENVFACTORY_LLM__BASE_URL and ENVFACTORY_LLM__MODEL), local (with ENVFACTORY_LLM__GGUF_PATH) "
         "or scripted (with ENVFACTORY_LLM__SCRIPT)"
     )

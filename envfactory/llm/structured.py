@@ -22,7 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, Field, ValidationError
 
-from envfactory.llm.models import UsageTracker, message_text
+from envfactory.llm.models import UsageTracker, message_text, stopped_at_cap
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.thinking import strip_thinking
 
@@ -192,12 +192,6 @@ def _text(reply: Any) -> str:
     return reply if isinstance(reply, str) else message_text(reply)
 
 
-def _cut_off(reply: Any) -> bool:
-    """The server stopped the reply at its token cap (OpenAI's, vLLM's and llama.cpp's finish_reason "length")."""
-    metadata = getattr(reply, "response_metadata", None) or {}
-    return metadata.get("finish_reason") == "length"
-
-
 def _config(role: str | None) -> RunnableConfig | None:
     return {"tags": [f"role:{role}"], "metadata": {"role": role}} if role else None
 
@@ -229,7 +223,7 @@ class _Asking(Generic[V]):
         self.replies.append(text)
         value, self.error = self.expect.read(strip_thinking(text))
         self.unreadable += value is None
-        if value is None and _cut_off(reply):
+        if value is None and stopped_at_cap(reply):
             self.error = f"{self.error} (the reply stopped at the max_tokens limit, unfinished)"
         if value is not None and self.expect.check is not None:
             self.error = self.expect.check(value)
