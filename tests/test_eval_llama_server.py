@@ -216,6 +216,8 @@ def test_an_envgen_run_from_a_metadata_file_over_a_real_server(server: tuple[str
         assert values.get("failure") or values.get("reports"), values  # with the reason
     assert since("code", "structured") >= 1 and since("code", "errors") == 0  # answered, none refused
     assert since("code", "output_tokens") <= since("code", "calls") * cap  # every reply stopped at the cap
+    if not str(values.get("failure") or "").startswith(("search:", "code:")):  # past the Code Agent: the
+        assert "test" in rows and since("test", "structured") >= 1, rows  # Test Agent's JSON ask was made
     json_roles = [role for role in rows if role != "code" and since(role, "structured")]
     assert all(since(role, "unreadable") == 0 for role in json_roles), json_roles  # each read as its schema
 
