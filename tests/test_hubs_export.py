@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
@@ -140,6 +142,80 @@ def test_openenv_export_reports_our_reward(
     assert checked >= 4
 
 
+def _mutated(value: Any) -> Any:
+    """A value of the same kind that is not the recorded one (a wrong argument a model might send)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value + 1
+    if isinstance(value, str):
+        return value + "x"
+    return None
+
+
+@st.composite
+def _episodes(
+    draw: st.DrawFn, tasks: list[Task], among: list[Task] | None = None
+) -> tuple[Task, list[tuple[str, dict[str, Any]]]]:
+    """A task (of `among`, default all) and calls a policy might make on it: the recorded calls in any order,
+    repeated or left out, with an argument changed, dropped or added, other tasks' tools, tools that exist
+    nowhere."""
+    task = draw(st.sampled_from(among or tasks))
+    recorded = _calls(task) or [("no_such_tool", {})]
+    foreign = [c for t in tasks if t is not task for c in _calls(t)]
+
+    @st.composite
+    def call(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
+        name, arguments = draw(st.sampled_from(recorded))
+        kind = draw(st.sampled_from(["as recorded", "changed", "dropped", "added", "foreign", "unknown"]))
+        if kind == "changed" and arguments:
+            key = draw(st.sampled_from(sorted(arguments)))
+            return name, {**arguments, key: _mutated(arguments[key])}
+        if kind == "dropped" and arguments:
+            key = draw(st.sampled_from(sorted(arguments)))
+            return name, {k: v for k, v in arguments.items() if k != key}
+        if kind == "added":
+            return name, {**arguments, "unexpected": draw(st.integers(0, 9))}
+        if kind == "foreign" and foreign:
+            return draw(st.sampled_from(foreign))
+        if kind == "unknown":
+            return draw(st.sampled_from(["no_such_tool", "", "../etc/passwd"])), {}
+        return name, dict(arguments)
+
+    return task, draw(st.lists(call(), min_size=1, max_size=7))
+
+
+def test_openenv_reward_equals_ours_for_any_call_sequence(
+    openenv_package: tuple[Any, str, list[Task]], scorer: CompositeReward
+) -> None:
+    """Property: whatever calls a policy makes (random sequences over every exported task), the reward OpenEnv's
+    own client reports after the last step equals our composite reward of the same calls."""
+    from openenv.core.env_server.mcp_types import CallToolAction
+
+    client_cls, url, tasks = openenv_package
+
+    async def episode(task: Task, calls: list[tuple[str, dict[str, Any]]]) -> float | None:
+        async with client_cls(base_url=url) as env:
+            await env.reset(task_id=task.id)
+            reward = None
+            for name, arguments in calls:
+                reward = (await env.step(CallToolAction(tool_name=name, arguments=arguments))).reward
+            return reward
+
+    seen: set[float] = set()
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_episodes(tasks))
+    def check(drawn: tuple[Task, list[tuple[str, dict[str, Any]]]]) -> None:
+        task, calls = drawn
+        expected = ours(scorer, task, calls)
+        assert asyncio.run(episode(task, calls)) == pytest.approx(expected, abs=1e-9), (task.id, calls)
+        seen.add(round(expected, 6))
+
+    check()
+    assert len(seen) >= 3, seen  # the sequences reached different rewards, not one value every time
+
+
 def test_openenv_sessions_are_isolated(openenv_package: tuple[Any, str, list[Task]]) -> None:
     from openenv.core.env_server.mcp_types import CallToolAction
 
@@ -207,6 +283,37 @@ def test_verifiers_export_reports_our_reward(verifiers_package: tuple[Path, str]
             assert o["info"]["task_id"] == first.id
             assert {"verifier_state_match", "trajectory_match"} <= o["metrics"].keys()
     assert rewards[0] < 1.0
+
+
+def test_verifiers_reward_equals_ours_for_any_call_sequence(
+    verifiers_package: tuple[Path, str], scorer: CompositeReward
+) -> None:
+    """Property: random call sequences (as for OpenEnv above) made by a scripted model through verifiers' own
+    rollout loop get the reward ours gives the same calls."""
+    import verifiers as vf
+    from openai import AsyncOpenAI
+
+    out, module = verifiers_package
+    env = vf.load_environment(module)
+    tasks = load_tasks(next(out.glob("*/data/tasks.jsonl")))
+    seen: set[float] = set()
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(_episodes(tasks, among=tasks[:1]))  # evaluate's first example
+    def check(drawn: tuple[Task, list[tuple[str, dict[str, Any]]]]) -> None:
+        task, calls = drawn
+        with scripted_chat_server(calls) as base_url:
+            client = vf.OpenAIChatCompletionsClient(AsyncOpenAI(base_url=base_url, api_key="x"))
+            results = asyncio.run(
+                env.evaluate(client, "scripted", num_examples=1, rollouts_per_example=1, on_progress=lambda *a: None)
+            )
+        [output] = results["outputs"]
+        expected = ours(scorer, task, calls)
+        assert output["reward"] == pytest.approx(expected, abs=1e-9), calls
+        seen.add(round(expected, 6))
+
+    check()
+    assert len(seen) >= 2, seen
 
 
 def test_export_errors_are_actionable(run: Path, tmp_path: Path) -> None:
