@@ -324,11 +324,25 @@ def test_export_errors_are_actionable(run: Path, tmp_path: Path) -> None:
         (["envs", "export", "nope", "--out", str(tmp_path / "a")], "no environment folder"),
         (["envs", "export", "hotels", "--name", "Bad-Name", "--out", str(tmp_path / "b")], "package name"),
         (["envs", "export", "flights", "--tasks", str(run), "--out", str(tmp_path / "c")], "none of the"),
+        (["envs", "export", "hotels", "--out", str(tmp_path / "full" / "keep.txt")], "is a file"),
+        (["envs", "export", "hotels", "--out", str(tmp_path / "full" / "keep.txt" / "under")], "cannot write"),
     ]
     for args, message in cases:
         result = CliRunner().invoke(app, args)
         assert isinstance(result.exception, HubExportError) and message in str(result.exception), (args, result)
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
+
+
+def test_a_reexport_in_another_format_is_refused(run: Path, tmp_path: Path) -> None:
+    """Exporting again into a folder replaces an export of the same format; one of the other format would leave
+    the first one's files (OpenEnv's server, verifiers' environment) beside the new ones, so it is refused."""
+    out = _export(run, tmp_path / "pkg", "openenv", "hotels")
+    _export(run, out, "openenv", "hotels")  # the same format again: replaced in place
+    result = CliRunner().invoke(app, ["envs", "export", "hotels", "--format", "verifiers", "--out", str(out)])
+    assert isinstance(result.exception, HubExportError) and "earlier openenv export" in str(result.exception)
+    assert not (out / "hotels_env" / "environment.py").exists()
+    verifiers = _export(run, tmp_path / "vf", "verifiers", "hotels")
+    assert '"verifiers>=0.3.1,<0.4"' in (verifiers / "pyproject.toml").read_text()  # 0.4 lacks the API it uses
 
 
 def test_the_whole_pool_exports_with_its_trust_pins(tmp_path: Path) -> None:

@@ -89,7 +89,8 @@ def _openenv_files(module: str, name: str, description: str) -> dict[str, str]:
 
 def _verifiers_files(module: str, name: str, description: str) -> dict[str, str]:
     return {
-        "pyproject.toml": _pyproject(module, module, "verifiers", description),
+        # verifiers 0.4 dropped the Environment API this package uses (README: why 0.3)
+        "pyproject.toml": _pyproject(module, module, "verifiers>=0.3.1,<0.4", description),
         f"{module}/__init__.py": f'"""{description} (an EnvFactory export for verifiers)."""\n\n'
         f"from {module}.environment import load_environment\n\n"
         '__all__ = ["load_environment"]\n',
@@ -121,13 +122,49 @@ def export_package(
     if not _NAME.match(name):
         raise HubExportError(f"package name {name!r}: use lowercase letters, digits and _ (a Python module name)")
     module = name if name.endswith("_env") else f"{name}_env"
-    if out.exists() and any(out.iterdir()) and not (out / module / "data" / MANIFEST_FILE).is_file():
+    if out.exists() and not out.is_dir():
+        raise HubExportError(f"{out} is a file: --out names the folder the package is written to")
+    earlier = out / module / "data" / MANIFEST_FILE
+    if out.exists() and any(out.iterdir()) and not earlier.is_file():
         raise HubExportError(f"{out} is not empty and holds no earlier export of {module}: choose an empty folder")
+    if earlier.is_file() and (was := _earlier_format(earlier)) != fmt:
+        raise HubExportError(
+            f"{out} holds an earlier {was} export of {module}; a {fmt} one would leave its files beside the new "
+            "ones: choose another folder (or empty this one)"
+        )
     chosen = set(names)
     tasks = [Task(id=task_id(r), record=r) for r in records if set(r.servers()) <= chosen]
     if records and not tasks:
         raise HubExportError(f"none of the {len(records)} tasks uses only {', '.join(names)}")
+    manifest = Manifest(
+        format=fmt,
+        name=name,
+        module=module,
+        environments=names,
+        tasks=len(tasks),
+        envfactory_version=version("envfactory"),
+    )
     data = out / module / "data"
+    try:
+        _write_package(pool, names, tasks, module, name, fmt, out, data)
+        write_atomic(data / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
+    except OSError as e:
+        raise HubExportError(f"cannot write the package to {out}: {e.strerror or e}") from None
+    return manifest
+
+
+def _earlier_format(manifest: Path) -> str:
+    """The format of the export whose manifest this is ("unreadable" when it does not read)."""
+    try:
+        return Manifest.model_validate_json(manifest.read_text(encoding="utf-8")).format
+    except (OSError, ValueError):
+        return "unreadable"
+
+
+def _write_package(
+    pool: EnvPool, names: list[str], tasks: list[Task], module: str, name: str, fmt: HubFormat, out: Path, data: Path
+) -> None:
+    """The package's files: the environment folders (with their trust pins), the tasks, the library's glue."""
     if data.exists():
         shutil.rmtree(data)
     trust_file = data / "configs" / "trusted.json"
@@ -145,13 +182,3 @@ def export_package(
     for rel, text in files.items():
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out / rel, text)
-    manifest = Manifest(
-        format=fmt,
-        name=name,
-        module=module,
-        environments=names,
-        tasks=len(tasks),
-        envfactory_version=version("envfactory"),
-    )
-    write_atomic(data / MANIFEST_FILE, manifest.model_dump_json(indent=2) + "\n")
-    return manifest
