@@ -65,7 +65,7 @@ class Settings(BaseSettings):
     )
     bfcl: bool = Field(default=True, description="include BFCL's multi-turn environments when bfcl-eval is installed")
     http_host: str = "127.0.0.1"
-    http_port: int = 8765
+    http_port: int = Field(default=8765, ge=1, le=65535)
 
     # ---- LLMs and prompts ----------------------------------------------------------------
     llm: LLMSettings = Field(default_factory=LLMSettings, description="the default chat model for every role")

@@ -85,6 +85,9 @@ def test_cli_errors_are_one_line(project: Path) -> None:
     one_line_error(run(project, "call", "hotels", "get_hotel", "--args", "[1]"), "--args must be a JSON object")
     one_line_error(run(project, "call", "hotels", "get_hotel", "--scenario", "nope"), "has no scenario 'nope'")
     one_line_error(run(project, "serve", "hotels", "--scenario", "nope"), "has no scenario 'nope'")
+    for port in ("99999", "0"):  # refused before any server starts (was: uvicorn's OverflowError traceback)
+        res = run(project, "serve", "hotels", "--transport", "http", "--port", port)
+        assert res.returncode == 2 and "Traceback" not in res.stderr and "--port" in res.stderr, res
 
 
 def test_envs_metadata_prints_the_code_schema(project: Path) -> None:

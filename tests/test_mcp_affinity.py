@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 from typer.testing import CliRunner
 
 from envfactory.cli.main import app
-from envfactory.serve.affinity import AffinityError, BalancerSettings
+from envfactory.serve.affinity import AffinityError, BalancerSettings, haproxy_config
 from envfactory.serve.mcp_server import STATE_TOOL
 from envfactory.serve.net import free_port
 from tests.serve_helpers import wait_for_port
@@ -122,3 +122,16 @@ def test_balancer_settings_are_checked() -> None:
     assert isinstance(result.exception, AffinityError) and "listed twice" in str(result.exception)
     result = CliRunner().invoke(app, ["mcp", "haproxy", "--backend", "nope; rm -rf /"])
     assert isinstance(result.exception, AffinityError) and "host:port" in str(result.exception)
+    # what HAProxy itself would refuse, or a socket path that would add lines to the configuration
+    refused = [
+        (["--backend", "127.0.0.1:99999"], "1-65535"),
+        (["--backend", "127.0.0.1:0"], "1-65535"),
+        (["--backend", "a:1", "--bind", "127.0.0.1:70000"], "1-65535"),
+        (["--backend", "a:1", "--stats-socket", "relative.sock"], "absolute socket path"),
+        (["--backend", "a:1", "--stats-socket", "/tmp/a.sock\n    user root"], "absolute socket path"),
+    ]
+    for args, message in refused:
+        result = CliRunner().invoke(app, ["mcp", "haproxy", *args])
+        assert isinstance(result.exception, AffinityError) and message in str(result.exception), (args, result)
+    config = haproxy_config(BalancerSettings(backends=["127.0.0.1:9001", "127.0.0.1:9002"], stats_socket="/tmp/h.sock"))
+    assert "server w0 127.0.0.1:9001 check" in config and "stats socket /tmp/h.sock mode" in config

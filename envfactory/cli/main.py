@@ -247,7 +247,7 @@ def serve(
         Transport.stdio
     ),
     host: Annotated[str | None, typer.Option(help="HTTP bind address (default 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="HTTP port (default from ENVFACTORY_HTTP_PORT)")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="HTTP port (or ENVFACTORY_HTTP_PORT)")] = None,
     scenario: Annotated[str | None, typer.Option(help="default initial config: a scenario name or a JSON file")] = None,
     fast_calls: Annotated[
         bool, typer.Option(help="HTTP: answer tool calls of open sessions without the SDK's message loop")
@@ -277,7 +277,7 @@ def hub_serve(
     tasks: Annotated[Path | None, typer.Option(help="JSONL of conversations (e.g. a synth run's) or tasks")] = None,
     transport: Annotated[Transport, typer.Option(help="stdio: one client; http: streamable HTTP")] = Transport.stdio,
     host: Annotated[str | None, typer.Option(help="HTTP bind address (default 127.0.0.1)")] = None,
-    port: Annotated[int | None, typer.Option(help="HTTP port (default from ENVFACTORY_HTTP_PORT)")] = None,
+    port: Annotated[int | None, typer.Option(min=1, max=65535, help="HTTP port (or ENVFACTORY_HTTP_PORT)")] = None,
     task: Annotated[str | None, typer.Option(help="the task every session starts with (stdio)")] = None,
     app_name: Annotated[list[str] | None, typer.Option("--app", help="serve only these apps (repeatable)")] = None,
 ) -> None:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 from envfactory.errors import EnvFactoryError
 
 _ADDRESS = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:]+\]:\d{1,5}$")
+_SOCKET = re.compile(r"^[A-Za-z0-9/._\-]+$")
 
 
 class AffinityError(EnvFactoryError):
@@ -38,16 +39,29 @@ class BalancerSettings(BaseModel):
     @classmethod
     def _addresses(cls, value: list[str]) -> list[str]:
         for address in value:
-            if not _ADDRESS.match(address):
-                raise ValueError(f"{address!r} is not host:port")
+            _address(address)
         return value
 
     @field_validator("bind")
     @classmethod
     def _bind(cls, value: str) -> str:
-        if not _ADDRESS.match(value):
-            raise ValueError(f"{value!r} is not host:port")
+        return _address(value)
+
+    @field_validator("stats_socket")
+    @classmethod
+    def _socket(cls, value: str | None) -> str | None:
+        if value is not None and (not value.startswith("/") or not _SOCKET.match(value)):
+            raise ValueError(f"{value!r} is not an absolute socket path (letters, digits, / . _ - only)")
         return value
+
+
+def _address(value: str) -> str:
+    """`value` if it is host:port with a port HAProxy takes (1-65535), else a ValueError saying so."""
+    if not _ADDRESS.match(value):
+        raise ValueError(f"{value!r} is not host:port")
+    if not 1 <= int(value.rsplit(":", 1)[1]) <= 65535:
+        raise ValueError(f"{value!r}: the port must be 1-65535")
+    return value
 
 
 def haproxy_config(s: BalancerSettings) -> str:
@@ -57,7 +71,8 @@ def haproxy_config(s: BalancerSettings) -> str:
     stats = (
         f"    stats socket {s.stats_socket} mode 600 level admin\n" if s.stats_socket else "    # (no runtime API)\n"
     )
-    servers = "".join(f"    server w{i} {address}\n" for i, address in enumerate(s.backends))
+    # `check`: a process that stops answering gets no new sessions (its own sessions are gone with it)
+    servers = "".join(f"    server w{i} {address} check\n" for i, address in enumerate(s.backends))
     return f"""# EnvFactory MCP servers behind one port; each MCP session stays on the server that opened it.
 global
 {stats}
