@@ -44,6 +44,14 @@ def test_bad_requests_are_one_clear_error() -> None:
         client_config(settings, "generic", ["nope"])
     with pytest.raises(ClientConfigError, match="stdio only"):
         client_config(settings, "claude-desktop", ["hotels"], url="http://x/mcp")
+    for url in ("notaurl", "ftp://host/mcp", "http:///mcp", "file:///etc/passwd"):
+        with pytest.raises(ClientConfigError, match="http\\(s\\) address"):
+            client_config(settings, "cursor", ["hotels"], url=url)
+    with pytest.raises(ClientConfigError, match="one running server"):  # was: one entry, named envfactory
+        client_config(settings, "cursor", ["hotels", "banking"], url="http://127.0.0.1:8000/mcp")
+    with pytest.raises(ClientConfigError, match="one running server"):  # was: --hub silently dropped
+        client_config(settings, "cursor", ["hotels"], hub=True, url="http://127.0.0.1:8000/mcp")
+    assert list(client_config(settings, "Cursor", ["hotels"])["mcpServers"]) == ["hotels"]  # any case
 
 
 def test_the_printed_command_starts_the_server_from_another_folder(tmp_path: Path) -> None:

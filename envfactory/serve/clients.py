@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from envfactory.config import Settings
 from envfactory.envgen.registry import load_registry
@@ -34,6 +35,17 @@ def _stdio(args: list[str], settings: Settings) -> dict[str, Any]:
     }
 
 
+def _check_url(url: str, names: list[str] | None, hub: bool) -> None:
+    """A URL is one running server: an http(s) address, for at most one environment or the hub."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ClientConfigError(
+            f"--url {url!r}: give the running server's http(s) address, e.g. http://127.0.0.1:8765/mcp"
+        )
+    if (len(names or []) > 1) or (names and hub):
+        raise ClientConfigError("--url is one running server: name at most one environment, or --hub, with it")
+
+
 def client_config(
     settings: Settings,
     client: str = "generic",
@@ -44,8 +56,11 @@ def client_config(
 ) -> dict[str, Any]:
     """A ready configuration: the registered environments (or `names`), optionally the hub, in `client`'s format;
     with `url`, one HTTP entry instead (a server already running there)."""
+    client = client.lower()  # "Cursor" is cursor
     if client not in CLIENTS:
         raise ClientConfigError(f"unknown client '{client}'; clients: {', '.join(CLIENTS)}")
+    if url is not None:
+        _check_url(url, names, hub)
     registered = load_registry(settings.registry_file).mcpServers
     chosen = names if names else sorted(registered)
     unknown = [n for n in chosen if n not in registered]
@@ -57,7 +72,7 @@ def client_config(
     if url is not None:
         if client == "claude-desktop":
             raise ClientConfigError("Claude Desktop starts local servers over stdio only: drop --url")
-        key = chosen[0] if len(chosen) == 1 and names else HUB if hub else "envfactory"
+        key = names[0] if names else HUB if hub else "envfactory"
         servers[key] = {"type": "http", "url": url} if client == "vscode" else {"url": url}
     else:
         for name in chosen:
