@@ -115,6 +115,8 @@ def envs_export(
         f" and {manifest.tasks} tasks in {out_dir}",
         highlight=False,
     )
+    if tasks is None:  # the environments only: an episode starts from a task, so nothing can run one yet
+        err.print("note: no --tasks, so the package holds no tasks; give a synth run to make episodes", soft_wrap=True)
 
 
 @envs_app.command("validate")
