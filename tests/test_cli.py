@@ -85,9 +85,21 @@ def test_cli_errors_are_one_line(project: Path) -> None:
     one_line_error(run(project, "call", "hotels", "get_hotel", "--args", "[1]"), "--args must be a JSON object")
     one_line_error(run(project, "call", "hotels", "get_hotel", "--scenario", "nope"), "has no scenario 'nope'")
     one_line_error(run(project, "serve", "hotels", "--scenario", "nope"), "has no scenario 'nope'")
-    for port in ("99999", "0"):  # refused before any server starts (was: uvicorn's OverflowError traceback)
-        res = run(project, "serve", "hotels", "--transport", "http", "--port", port)
-        assert res.returncode == 2 and "Traceback" not in res.stderr and "--port" in res.stderr, res
+    # usage errors click finds (unknown option or command, a bad value, a missing option): one line too, exit 2
+    usage = [
+        (("serve", "hotels", "--transport", "http", "--port", "99999"), "'--port'"),  # was uvicorn's traceback
+        (("serve", "hotels", "--transport", "http", "--port", "0"), "'--port'"),
+        (("envs", "export", "hotels", "--format", "gym"), "'--format'"),
+        (("envs", "export", "hotels", "--outt", "x"), "No such option: --outt"),
+        (("mcp", "haproxy"), "Missing option '--backend'"),
+        (("nope",), "No such command 'nope'"),
+    ]
+    for args, needle in usage:
+        res = run(project, *args)
+        lines = [line for line in res.stderr.splitlines() if line.strip()]
+        assert res.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), res
+        assert needle in lines[0] and "--help" in lines[0], res.stderr
+    assert run(project, "envs", "list", "--help").returncode == 0
 
 
 def test_envs_metadata_prints_the_code_schema(project: Path) -> None:

@@ -359,11 +359,31 @@ def _add_plugins(argv: list[str]) -> None:
             raise EnvFactoryError(f"`envfactory {ep.name}` needs {e.name}, which is not installed: {hint}") from None
 
 
+# click's own error class (typer vendors click from 0.2x on, older typer uses click itself): found through a public
+# subclass, so either works
+_CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
 def main() -> None:
-    """Entry point: click handles usage errors; our errors print one line and exit 1."""
+    """Entry point: every error is one line — ours exit 1, usage errors (unknown option, bad value) exit 2."""
     try:
         _add_plugins(sys.argv)
-        app()
+        code = app(standalone_mode=False)  # click raises usage errors to us instead of printing a panel
     except EnvFactoryError as e:
         err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
         sys.exit(1)
+    except typer.Abort:
+        err.print("aborted", highlight=False)
+        sys.exit(1)
+    except _CLICK_ERROR as e:
+        exit_code = int(getattr(e, "exit_code", 2))
+        if type(e).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as click shows it
+            err.print(escape(e.format_message()), highlight=False, soft_wrap=True)  # type: ignore[attr-defined]
+            sys.exit(exit_code)
+        ctx = getattr(e, "ctx", None)
+        where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        message = e.format_message()  # type: ignore[attr-defined]
+        err.print(f"[red]error:[/red] {escape(message)}{escape(where)}", highlight=False, soft_wrap=True)
+        sys.exit(exit_code)
+    if isinstance(code, int) and code:  # `raise typer.Exit(n)` in a command
+        sys.exit(code)
