@@ -16,7 +16,10 @@ Domain = Literal["commerce", "finance", "travel", "office", "lifestyle", "resear
 DOMAINS: tuple[str, ...] = Domain.__args__  # type: ignore[attr-defined]
 ToolKind = Literal["read", "write"]
 
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# names are checked with fullmatch: `$` would also match before a trailing newline ("hotels\n")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME_MAX = 64  # an environment's name is a folder name, a module name and part of file names
+ENV_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{ENV_NAME_MAX - 1}}}")
 _JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 
 
@@ -34,7 +37,7 @@ class ToolSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _identifier(cls, v: str) -> str:
-        if not _NAME.match(v):
+        if not _NAME.fullmatch(v):
             raise ValueError(f"'{v}' is not a valid tool name (letters, digits, underscore; not starting with a digit)")
         return v
 
@@ -86,8 +89,12 @@ class EnvMetadata(BaseModel):
     @field_validator("name")
     @classmethod
     def _identifier(cls, v: str) -> str:
-        if not _NAME.match(v):
-            raise ValueError(f"'{v}' is not a valid environment name (letters, digits, underscore)")
+        if not ENV_NAME.fullmatch(v):
+            shown = v if len(v) <= 80 else v[:77] + "..."
+            raise ValueError(
+                f"{shown!r} is not a valid environment name"
+                f" (letters, digits, underscore; at most {ENV_NAME_MAX} characters)"
+            )
         return v
 
     @model_validator(mode="after")
