@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from pydantic_core import to_json
 
 from envfactory.env.diff import StateDiff, diff_states
+from envfactory.env.folder import FolderError, list_names, read_json_object
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, ToolSpec
 from envfactory.env.state import Change, State
 from envfactory.env.tools import Tool
 from envfactory.errors import ContractError, ScenarioError
-from envfactory.inputs import InputError, read_json_object
+from envfactory.inputs import InputError
+from envfactory.inputs import read_json_object as read_json_file
 
 if TYPE_CHECKING:
     from envfactory.env.session import Session
@@ -72,9 +74,9 @@ class BaseEnvironment(ABC):
 
     # ---- scenarios (initial configs) ---------------------------------------------------
     def scenario_names(self) -> list[str]:
-        if self.folder is None or not (self.folder / "scenarios").is_dir():
+        if self.folder is None:
             return []
-        return sorted(p.stem for p in (self.folder / "scenarios").glob("*.json"))
+        return list_names(self.folder, "scenarios", ".json")
 
     def scenario(self, name: str) -> dict[str, Any]:
         """A named initial config (a copy: callers may change it)."""
@@ -95,9 +97,9 @@ class BaseEnvironment(ABC):
                 f"environment '{self.name}' has no scenario {shown!r}; it has: {', '.join(names) or 'none'}"
             )
         assert self.folder is not None
-        try:
-            data = read_json_object(self.folder / "scenarios" / f"{name}.json", what="scenario")
-        except InputError as e:
+        try:  # never through a link: a scenario cannot make the parent read a file outside the folder
+            data = read_json_object(self.folder, f"scenarios/{name}.json", what="scenario")
+        except FolderError as e:
             raise ScenarioError(str(e)) from None
         cache[name] = data
         return data
@@ -127,7 +129,7 @@ class BaseEnvironment(ABC):
             return config, "<config>"
         if isinstance(config, Path):
             try:
-                return read_json_object(config, what="config file"), str(config)
+                return read_json_file(config, what="config file"), str(config)
             except InputError as e:
                 raise ScenarioError(str(e)) from None
         if not isinstance(config, str):

@@ -9,42 +9,67 @@ in, a bundled environment edited since it was trusted — is untrusted: it loads
 from __future__ import annotations
 
 import functools
-import importlib.util
+import linecache
 import sys
 import threading
+import types
 from collections.abc import Callable
 from pathlib import Path
 
 from envfactory.config import Settings, get_settings
 from envfactory.env.environment import BaseEnvironment, Environment
-from envfactory.env.metadata import EnvMetadata, load_metadata
-from envfactory.env.trust import code_hash, is_trusted
+from envfactory.env.folder import exists as folder_exists
+from envfactory.env.folder import parse_json_object, read_json_object
+from envfactory.env.metadata import EnvMetadata, parse_metadata
+from envfactory.env.trust import CODE_FILE, METADATA_FILE, CodeSnapshot, code_hash, is_trusted, pinned, snapshot
 from envfactory.errors import EnvFactoryError, EnvLoadError, EnvNotFoundError
-from envfactory.inputs import MAX_CODE_BYTES, read_text
 
 
-def load_env_folder(folder: Path, *, with_metadata: bool = True) -> Environment:
-    """Import `folder/env.py` in this process, check it against `folder/metadata.json`, return it.
+def _metadata(snap: CodeSnapshot) -> EnvMetadata:
+    """`metadata.json` parsed from the snapshot's bytes (the ones that were hashed)."""
+    where = str(snap.folder / METADATA_FILE)
+    if snap.metadata is None:
+        raise EnvLoadError(f"{snap.folder}: missing {METADATA_FILE}")
+    return parse_metadata(parse_json_object(snap.metadata, where, "metadata file"), where)
 
-    Only for trusted code: `EnvPool` calls it for folders pinned in the trust file; anything else
-    goes through `load_untrusted_folder`. `with_metadata=False` skips metadata.json (to write it
-    from the code). Whatever the module raises, `SystemExit` included, is this environment's failure.
+
+def read_metadata(folder: Path) -> EnvMetadata:
+    """An environment folder's `metadata.json` alone (no code runs), read without following a link."""
+    return parse_metadata(read_json_object(folder, METADATA_FILE, what="metadata file"), str(folder / METADATA_FILE))
+
+
+def _source(snap: CodeSnapshot) -> str:
+    if snap.code is None:
+        raise EnvLoadError(f"{snap.folder}: missing {CODE_FILE}")
+    try:
+        return snap.code.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise EnvLoadError(f"{snap.folder / CODE_FILE}: not valid UTF-8 (byte {e.start})") from None
+
+
+def load_env_folder(folder: Path, *, with_metadata: bool = True, snap: CodeSnapshot | None = None) -> Environment:
+    """Run `folder/env.py` in this process, check it against `folder/metadata.json`, return it.
+
+    Only for trusted code: `EnvPool` calls it for folders pinned in the trust file, with the snapshot
+    whose hash it compared (`snap`), so the bytes compiled are the bytes that were hashed; anything else
+    goes through `load_untrusted_folder`. The module is compiled from those bytes — no bytecode cache
+    is read or written. `with_metadata=False` skips metadata.json (to write it from the code). Whatever
+    the module raises, `SystemExit` included, is this environment's failure.
     """
-    folder = folder.resolve()
-    meta_path, code_path = folder / "metadata.json", folder / "env.py"
-    for p in (meta_path, code_path) if with_metadata else (code_path,):
-        if not p.is_file():
-            raise EnvLoadError(f"{folder}: missing {p.name}")
-    meta = load_metadata(meta_path) if with_metadata else None
+    folder = folder.absolute()
+    snap = snap or snapshot(folder)
+    code_path = folder / CODE_FILE
+    meta = _metadata(snap) if with_metadata else None
+    source = _source(snap)
     mod_name = f"envfactory_envs.{folder.name}"
-    spec = importlib.util.spec_from_file_location(mod_name, code_path)
-    if spec is None or spec.loader is None:
-        raise EnvLoadError(f"{code_path}: cannot be imported")
-    module = importlib.util.module_from_spec(spec)
+    module = types.ModuleType(mod_name)
+    module.__file__ = str(code_path)
+    # tracebacks and inspect show the source that ran, not whatever the file holds now
+    linecache.cache[str(code_path)] = (len(source), None, source.splitlines(True), str(code_path))
     # registered before running: pydantic resolves the module's annotations through sys.modules
     sys.modules[mod_name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(code_path), "exec", dont_inherit=True), module.__dict__)
     except EnvFactoryError:
         sys.modules.pop(mod_name, None)
         raise
@@ -59,25 +84,26 @@ def load_env_folder(folder: Path, *, with_metadata: bool = True) -> Environment:
     if env.name != folder.name:
         raise EnvLoadError(f"{code_path}: environment is named '{env.name}' but its folder is '{folder.name}'")
     if meta is not None:
-        env.attach_metadata(meta, str(meta_path))
+        env.attach_metadata(meta, str(folder / METADATA_FILE))
     env.folder = folder
     return env
 
 
-def load_untrusted_folder(folder: Path, settings: Settings) -> BaseEnvironment:
-    """An untrusted folder served by sandboxed workers (`SandboxUnavailable` where there is no OS sandbox)."""
+def load_untrusted_folder(folder: Path, settings: Settings, snap: CodeSnapshot | None = None) -> BaseEnvironment:
+    """An untrusted folder served by sandboxed workers (`SandboxUnavailable` where there is no OS sandbox).
+
+    The worker gets the snapshot's code bytes over its pipe (the sandbox does not see the folder)."""
     from envfactory.env.sandbox.wall import find_wall
     from envfactory.env.sandboxed import PoolSettings, load_sandboxed_folder
 
-    folder = folder.resolve()
-    meta_path, code_path = folder / "metadata.json", folder / "env.py"
-    for p in (meta_path, code_path):
-        if not p.is_file():
-            raise EnvLoadError(f"{folder}: missing {p.name}")
-    meta: EnvMetadata = load_metadata(meta_path)
+    folder = folder.absolute()
+    snap = snap or snapshot(folder)
+    meta = _metadata(snap)
+    source = _source(snap)
     if meta.name != folder.name:
-        raise EnvLoadError(f"{meta_path}: names the environment '{meta.name}' but its folder is '{folder.name}'")
-    source = read_text(code_path, max_bytes=MAX_CODE_BYTES, what="env.py")
+        raise EnvLoadError(
+            f"{folder / METADATA_FILE}: names the environment '{meta.name}' but its folder is '{folder.name}'"
+        )
     pool_settings = PoolSettings(
         wall=find_wall(unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox),
         memory_mb=settings.sandbox_memory_mb,
@@ -86,25 +112,25 @@ def load_untrusted_folder(folder: Path, settings: Settings) -> BaseEnvironment:
         call_timeout_s=settings.sandbox_call_timeout_s,
         start_timeout_s=settings.sandbox_start_timeout_s,
     )
-    return load_sandboxed_folder(folder, meta, source, pool_settings, code_hash(folder))
+    return load_sandboxed_folder(folder, meta, source, pool_settings, snap.sha256)
 
 
 def derived_metadata(folder: Path, settings: Settings) -> EnvMetadata:
     """The metadata a folder's code defines (signatures, docstrings): in-process if trusted, else sandboxed."""
-    if is_trusted(settings.trust_file, folder.name, folder):
-        return load_env_folder(folder, with_metadata=False).derived_metadata()
+    snap = snapshot(folder)
+    if pinned(settings.trust_file, folder.name) == snap.sha256:
+        return load_env_folder(folder, with_metadata=False, snap=snap).derived_metadata()
     from envfactory.env.sandbox.wall import find_wall
     from envfactory.env.sandboxed import derive_metadata_sandboxed
 
-    source = read_text(folder / "env.py", max_bytes=MAX_CODE_BYTES, what="env.py")
     return derive_metadata_sandboxed(
-        folder, source, find_wall(unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox), settings.sandbox_memory_mb
+        folder, _source(snap), find_wall(unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox), settings.sandbox_memory_mb
     )
 
 
 def _digest(folder: Path) -> str | None:
     try:
-        return code_hash(folder) if (folder / "env.py").is_file() else None
+        return code_hash(folder) if folder_exists(folder, CODE_FILE) else None
     except EnvFactoryError:
         return None
 
@@ -186,11 +212,12 @@ class EnvPool:
 
     def _load(self, name: str) -> BaseEnvironment:
         folder = self.folder / name
-        if "/" not in name and name not in (".", "..") and (folder / "env.py").is_file():
-            if is_trusted(self.settings.trust_file, name, folder):
-                env: BaseEnvironment = load_env_folder(folder)
+        if "/" not in name and name not in (".", "..") and folder_exists(folder, CODE_FILE):
+            snap = snapshot(folder)  # read once: what is hashed here is what is compiled or sent to the sandbox
+            if pinned(self.settings.trust_file, name) == snap.sha256:
+                env: BaseEnvironment = load_env_folder(folder, snap=snap)
             else:
-                env = load_untrusted_folder(folder, self.settings)
+                env = load_untrusted_folder(folder, self.settings, snap)
         elif name in self.imported_factories():
             env = self.imported_factories()[name]()
         else:

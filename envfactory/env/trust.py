@@ -2,26 +2,35 @@
 
 An environment folder whose code is not pinned here is untrusted: its code runs only inside the
 OS sandbox (`envfactory.env.sandboxed`), for validation and for every later use alike. Trusting
-records a SHA-256 over the folder's files (code and metadata; scenarios are data and the EnvGen
-report is a record, so neither is hashed); any changed, added or removed file loses the trust.
-The bundled environments are pinned in the committed file, so editing one without re-trusting
-it makes it run sandboxed, and a test says so.
+records a SHA-256 over the folder's files (code, metadata and anything else the code could import or
+read; scenarios are data the parent reads and checks against the state model, and the EnvGen report
+is a record, so neither is hashed); any changed, added or removed file loses the trust.
+
+What was trusted is byte for byte what runs: `snapshot()` reads the folder once (`envfactory.env.folder`:
+no link is followed — a folder holding one cannot be trusted or loaded — and `__pycache__` is never
+read), hashes those bytes, and the loader compiles `env.py` from the same bytes, with no bytecode cache
+read or written. The bundled environments are pinned in the committed file, so editing one without
+re-trusting it makes it run sandboxed, and a test says so.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from envfactory.env.folder import read_bytes, walk
 from envfactory.errors import EnvFactoryError
-from envfactory.inputs import MAX_FILE_BYTES, InputError, read_file_bytes, read_json_model, write_atomic
+from envfactory.inputs import MAX_CODE_BYTES, MAX_FILE_BYTES, InputError, read_json_model, write_atomic
 
-_NOT_HASHED_DIRS = frozenset({"scenarios", "__pycache__"})
+_NOT_HASHED_DIRS = frozenset({"scenarios"})
 _NOT_HASHED_FILES = frozenset({"envgen.json"})
+CODE_FILE = "env.py"
+METADATA_FILE = "metadata.json"
 
 
 class TrustError(EnvFactoryError):
@@ -38,26 +47,51 @@ class TrustFile(BaseModel):
     environments: dict[str, TrustedEnv] = Field(default_factory=dict)
 
 
+def is_hashed(rel: str) -> bool:
+    """True for the files of a folder that trust covers (`rel` as `folder.walk` lists it)."""
+    parts = rel.split("/")
+    return parts[0] not in _NOT_HASHED_DIRS and rel not in _NOT_HASHED_FILES
+
+
+@dataclass(frozen=True)
+class CodeSnapshot:
+    """The hashed files of an environment folder, read once: what is hashed is what is loaded."""
+
+    folder: Path
+    files: dict[str, bytes]  # relative path -> bytes, every hashed file
+    sha256: str
+
+    @property
+    def code(self) -> bytes | None:
+        return self.files.get(CODE_FILE)
+
+    @property
+    def metadata(self) -> bytes | None:
+        return self.files.get(METADATA_FILE)
+
+
+def _digest(files: dict[str, bytes]) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(files[rel]).digest())
+    return h.hexdigest()
+
+
+def snapshot(folder: Path) -> CodeSnapshot:
+    """Read `folder`'s hashed files once and hash them (`FolderError` for a link, a special file, a deep tree).
+
+    The whole folder is walked, scenarios included, so a link anywhere refuses it."""
+    rels = [rel for rel in walk(folder) if is_hashed(rel)]
+    limit = {CODE_FILE: MAX_CODE_BYTES}
+    files = {
+        rel: read_bytes(folder, rel, max_bytes=limit.get(rel, MAX_FILE_BYTES), what="environment file") for rel in rels
+    }
+    return CodeSnapshot(folder=folder, files=files, sha256=_digest(files))
+
+
 def code_hash(folder: Path) -> str:
     """SHA-256 over every hashed file of the folder: relative path and bytes, in sorted order."""
-    h = hashlib.sha256()
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if not (set(p.relative_to(folder).parts[:-1]) & _NOT_HASHED_DIRS)
-        and p.relative_to(folder).parts[0] not in _NOT_HASHED_DIRS
-        and p.name not in _NOT_HASHED_FILES
-        and not p.name.endswith(".pyc")
-        and (p.is_file() or p.is_symlink())
-    )
-    for p in files:
-        rel = p.relative_to(folder).as_posix()
-        if p.is_symlink():  # hashed as what it points to: a link swapped to another target loses the trust
-            content = b"symlink:" + str(p.readlink()).encode("utf-8", "surrogateescape")
-        else:
-            content = read_file_bytes(p, max_bytes=MAX_FILE_BYTES, what="environment file")
-        h.update(rel.encode("utf-8", "surrogateescape") + b"\0" + hashlib.sha256(content).digest())
-    return h.hexdigest()
+    return snapshot(folder).sha256
 
 
 def load_trust(path: Path) -> TrustFile:
@@ -79,16 +113,29 @@ def is_trusted(path: Path, name: str, folder: Path) -> bool:
         return False
     try:
         return code_hash(folder) == entry.sha256
-    except InputError:
+    except EnvFactoryError:
         return False
+
+
+def pinned(path: Path, name: str) -> str | None:
+    """The hash `name` was trusted with (None: not trusted, or the trust file does not read)."""
+    try:
+        entry = load_trust(path).environments.get(name)
+    except TrustError:
+        return None
+    return entry.sha256 if entry is not None else None
 
 
 def trust(path: Path, name: str, folder: Path, note: str = "") -> TrustedEnv:
     """Pin `folder`'s current code as trusted under `name`."""
-    if not (folder / "env.py").is_file():
+    try:
+        snap = snapshot(folder)
+    except EnvFactoryError as e:
+        raise TrustError(f"cannot trust '{name}': {e}") from None
+    if snap.code is None:
         raise TrustError(f"{folder}: no env.py to trust")
     data = load_trust(path)
-    entry = TrustedEnv(sha256=code_hash(folder), trusted_at=datetime.now(UTC).isoformat(timespec="seconds"), note=note)
+    entry = TrustedEnv(sha256=snap.sha256, trusted_at=datetime.now(UTC).isoformat(timespec="seconds"), note=note)
     data.environments[name] = entry
     _save(path, data)
     return entry

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from envfactory.env.metadata import DOMAINS, EnvMetadata, load_metadata
-from envfactory.env.pool import EnvPool
+from envfactory.env.metadata import DOMAINS, EnvMetadata
+from envfactory.env.pool import EnvPool, read_metadata
 from envfactory.llm.embeddings import IndexSync, TextEmbedder, max_batch, open_collection, text_hash
 
 
@@ -79,7 +79,7 @@ class PoolIndex:
         """Metadata of every pool environment, read afresh (native ones from metadata.json, without importing code)."""
         native = set(self.pool.native_names())
         return {
-            name: load_metadata(self.pool.folder / name / "metadata.json")
+            name: read_metadata(self.pool.folder / name)
             if name in native
             else self.pool.get(name).metadata
             for name in self.pool.names()

@@ -15,8 +15,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Literal
 
+from envfactory.env.folder import FolderError, read_bytes, walk, write_files
 from envfactory.env.pool import EnvPool
-from envfactory.env.trust import code_hash, is_trusted, trust
+from envfactory.env.trust import code_hash, pinned, trust
 from envfactory.errors import EnvFactoryError
 from envfactory.export.rl import RLSample
 from envfactory.hubs.episode import Task, task_id
@@ -170,8 +171,14 @@ def _write_package(
     trust_file = data / "configs" / "trusted.json"
     for env_name in names:
         source, copy = pool.folder / env_name, data / "envs" / env_name
-        shutil.copytree(source, copy, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        if is_trusted(pool.settings.trust_file, env_name, source) and code_hash(copy) == code_hash(source):
+        # regular files only, read without following a link (a folder holding one is refused), so no
+        # file from outside the environment's folder reaches the package; the pin is the copy's own hash
+        try:
+            copied = {rel: read_bytes(source, rel, what="environment file") for rel in walk(source.absolute())}
+            write_files(copy, copied)
+        except FolderError as e:
+            raise HubExportError(f"cannot export '{env_name}': {e}") from None
+        if pinned(pool.settings.trust_file, env_name) == code_hash(copy):  # what was copied is what was trusted
             trust(trust_file, env_name, copy, note="trusted where it was exported")
     data.mkdir(parents=True, exist_ok=True)
     write_atomic(data / TASKS_FILE, "".join(t.model_dump_json() + "\n" for t in tasks))

@@ -1,0 +1,417 @@
+"""What was trusted is byte for byte what runs, and nothing in an environment's folder reaches outside it.
+
+After `envs trust`, every mutation of the folder — an edit, an added, deleted or renamed file, a link
+anywhere, a file or folder replaced by a link, a planted bytecode cache, a changed scenario or metadata —
+either drops the trust (the code then runs only in the sandbox, or the folder is refused) or provably
+does not change what runs in-process. Links are never followed by the parent: not for code, metadata,
+scenarios or exports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import py_compile
+import random
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from envfactory.config import Settings
+from envfactory.env.environment import Environment
+from envfactory.env.folder import FolderError, list_names, read_json_object, walk
+from envfactory.env.metadata import dump_metadata
+from envfactory.env.pool import EnvPool, load_env_folder
+from envfactory.env.trust import TrustError, code_hash, is_trusted, snapshot, trust
+from envfactory.errors import EnvLoadError, ScenarioError
+
+CODE = '''"""A tiny environment for trust tests."""
+
+from __future__ import annotations
+
+from envfactory.env import Environment, Record, State
+
+
+class Note(Record):
+    id: str
+    text: str
+
+
+class NotesDB(State):
+    notes: dict[str, Note] = {}
+
+
+env = Environment("notes", NotesDB, description="Notes.", domain="office")
+
+
+@env.tool(kind="read")
+def answer(db: NotesDB) -> str:
+    """What this version of the code answers.
+
+    Returns:
+        A fixed word.
+    """
+    return "ANSWER"
+'''
+GOOD, EVIL = "trusted", "changed"
+
+
+def code(word: str) -> str:
+    return CODE.replace("ANSWER", word)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Iterator[Path]:
+    """A project with one environment folder `notes`, trusted as it is written here."""
+    root = tmp_path / "project"
+    folder = root / "envs" / "notes"
+    (folder / "scenarios" / "tests").mkdir(parents=True)
+    (root / "configs").mkdir()
+    (folder / "env.py").write_text(code(GOOD), encoding="utf-8")
+    (folder / "scenarios" / "default.json").write_text(json.dumps({"notes": {}}), encoding="utf-8")
+    (folder / "scenarios" / "tests" / "t.json").write_text("{}", encoding="utf-8")
+    (folder / "envgen.json").write_text("{}", encoding="utf-8")
+    try:
+        dump_metadata(load_env_folder(folder, with_metadata=False).derived_metadata(), folder / "metadata.json")
+        trust(root / "configs" / "trusted.json", "notes", folder)
+        yield root
+    finally:
+        sys.modules.pop("envfactory_envs.notes", None)
+
+
+def settings(root: Path) -> Settings:
+    return Settings(root=root)
+
+
+def outcome(root: Path) -> str:
+    """How a fresh pool treats `notes` now: 'refused', 'sandboxed', or the in-process answer."""
+    pool = EnvPool(settings(root))
+    try:
+        if not pool.trusted("notes"):
+            return "untrusted"
+        env = pool.get("notes")
+    except (EnvLoadError, ScenarioError):
+        return "refused"
+    finally:
+        sys.modules.pop("envfactory_envs.notes", None)
+    if not isinstance(env, Environment):
+        return "sandboxed"
+    rec = env.session({}).call("answer", {})
+    return f"ran:{rec.result}"
+
+
+# ---- the mutations -----------------------------------------------------------------------------
+
+
+def _outside(root: Path, name: str, text: str) -> Path:
+    path = root.parent / "outside" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def edit_code(root: Path, rng: random.Random) -> None:
+    (root / "envs" / "notes" / "env.py").write_text(code(EVIL), encoding="utf-8")
+
+
+def touch_code(root: Path, rng: random.Random) -> None:
+    path = root / "envs" / "notes" / "env.py"
+    path.write_text(path.read_text(encoding="utf-8") + rng.choice(["\n", "# c\n", " "]), encoding="utf-8")
+
+
+def add_file(root: Path, rng: random.Random) -> None:
+    name = rng.choice(["helper.py", "data.csv", "sub/x.py", "tests/y.json"])
+    path = root / "envs" / "notes" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("x = 1\n", encoding="utf-8")
+
+
+def delete_file(root: Path, rng: random.Random) -> None:
+    (root / "envs" / "notes" / rng.choice(["metadata.json", "env.py"])).unlink()
+
+
+def rename_file(root: Path, rng: random.Random) -> None:
+    folder = root / "envs" / "notes"
+    (folder / "metadata.json").rename(folder / "meta.json")
+
+
+def edit_metadata(root: Path, rng: random.Random) -> None:
+    path = root / "envs" / "notes" / "metadata.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["description"] = "Edited."
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def edit_scenario(root: Path, rng: random.Random) -> None:
+    path = root / "envs" / "notes" / "scenarios" / "default.json"
+    path.write_text(json.dumps({"notes": {"N-1": {"id": "N-1", "text": "x"}}}), encoding="utf-8")
+
+
+def edit_report(root: Path, rng: random.Random) -> None:
+    (root / "envs" / "notes" / "envgen.json").write_text('{"edited": true}', encoding="utf-8")
+
+
+def add_link(root: Path, rng: random.Random) -> None:
+    target = _outside(root, "secret.json", '{"secret": 1}')
+    where = rng.choice(["link.json", "scenarios/extra.json", "scenarios/tests/l.json", "lib.py"])
+    os.symlink(target, root / "envs" / "notes" / where)
+
+
+def code_as_link(root: Path, rng: random.Random) -> None:
+    """env.py replaced by a link to code kept elsewhere (inside the folder or out), edited afterwards."""
+    folder = root / "envs" / "notes"
+    inside = rng.random() < 0.5
+    target = folder / "scenarios" / "code.txt" if inside else _outside(root, "env.py", "")
+    target.write_text(code(GOOD), encoding="utf-8")
+    (folder / "env.py").unlink()
+    os.symlink(target, folder / "env.py")
+    target.write_text(code(EVIL), encoding="utf-8")
+
+
+def scenarios_as_link(root: Path, rng: random.Random) -> None:
+    folder = root / "envs" / "notes"
+    elsewhere = root.parent / "outside" / "scenarios"
+    elsewhere.mkdir(parents=True, exist_ok=True)
+    (elsewhere / "default.json").write_text("{}", encoding="utf-8")
+    (folder / "scenarios" / "default.json").unlink()
+    (folder / "scenarios" / "tests" / "t.json").unlink()
+    (folder / "scenarios" / "tests").rmdir()
+    (folder / "scenarios").rmdir()
+    os.symlink(elsewhere, folder / "scenarios")
+
+
+def metadata_as_link(root: Path, rng: random.Random) -> None:
+    folder = root / "envs" / "notes"
+    target = _outside(root, "metadata.json", (folder / "metadata.json").read_text(encoding="utf-8"))
+    (folder / "metadata.json").unlink()
+    os.symlink(target, folder / "metadata.json")
+
+
+def plant_pyc(root: Path, rng: random.Random, beside: bool = False) -> None:
+    """Bytecode of other code where the import system would look, marked not to be checked against the source."""
+    folder = root / "envs" / "notes"
+    evil = root.parent / "outside" / "evil.py"
+    evil.parent.mkdir(exist_ok=True)
+    evil.write_text(code(EVIL), encoding="utf-8")
+    cfile = folder / "__pycache__" / f"env.{sys.implementation.cache_tag}.pyc"
+    if beside:
+        cfile = folder / "env.pyc"
+    cfile.parent.mkdir(exist_ok=True)
+    unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    py_compile.compile(str(evil), cfile=str(cfile), dfile=str(folder / "env.py"), invalidation_mode=unchecked)
+
+
+def plant_pyc_beside(root: Path, rng: random.Random) -> None:
+    plant_pyc(root, rng, beside=True)
+
+
+def deep_tree(root: Path, rng: random.Random) -> None:
+    deep_folders(root / "envs" / "notes" / "scenarios", rng.choice([20, 300]))
+
+
+def fifo(root: Path, rng: random.Random) -> None:
+    os.mkfifo(root / "envs" / "notes" / "scenarios" / "pipe.json")
+
+
+MUTATIONS: list[Callable[[Path, random.Random], None]] = [
+    edit_code,
+    touch_code,
+    add_file,
+    delete_file,
+    rename_file,
+    edit_metadata,
+    edit_scenario,
+    edit_report,
+    add_link,
+    code_as_link,
+    scenarios_as_link,
+    metadata_as_link,
+    plant_pyc,
+    plant_pyc_beside,
+    deep_tree,
+    fifo,
+]
+# what must stay in-process and unchanged (data and records, a cache nobody reads); every other mutation drops trust
+HARMLESS = {edit_scenario, edit_report, plant_pyc}
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_mutations_after_trust_drop_it_or_change_nothing_that_runs(project: Path, seed: int) -> None:
+    assert outcome(project) == f"ran:{GOOD}"
+    rng = random.Random(seed)
+    chosen = rng.sample(MUTATIONS, rng.choice([1, 1, 2, 3]))
+    for mutate in chosen:
+        with contextlib.suppress(FileNotFoundError):  # an earlier mutation removed what this one edits
+            mutate(project, rng)
+    now = outcome(project)
+    assert now in ("untrusted", "refused", f"ran:{GOOD}"), f"{[m.__name__ for m in chosen]}: {now}"
+    if all(m in HARMLESS for m in chosen):
+        assert now == f"ran:{GOOD}", [m.__name__ for m in chosen]
+    else:
+        assert now in ("untrusted", "refused"), [m.__name__ for m in chosen]
+
+
+@pytest.mark.parametrize("mutate", MUTATIONS, ids=lambda m: m.__name__)
+def test_each_mutation_alone(project: Path, mutate: Callable[[Path, random.Random], None]) -> None:
+    mutate(project, random.Random(0))
+    assert outcome(project) == (f"ran:{GOOD}" if mutate in HARMLESS else "untrusted")
+
+
+def test_a_linked_env_py_cannot_be_trusted(project: Path) -> None:
+    """The reported attack: env.py as a link into scenarios/ (not hashed), edited after trust."""
+    folder = project / "envs" / "notes"
+    code_as_link(project, random.Random(1))
+    with pytest.raises(TrustError, match="symbolic link"):
+        trust(project / "configs" / "trusted.json", "notes", folder)
+    assert not is_trusted(project / "configs" / "trusted.json", "notes", folder)
+    with pytest.raises(EnvLoadError, match="symbolic link"):
+        EnvPool(settings(project)).get("notes")
+
+
+def test_a_planted_unchecked_pyc_never_runs(project: Path) -> None:
+    plant_pyc(project, random.Random(0))
+    assert outcome(project) == f"ran:{GOOD}"
+    assert is_trusted(project / "configs" / "trusted.json", "notes", project / "envs" / "notes")
+
+
+def test_no_bytecode_cache_is_written(project: Path) -> None:
+    outcome(project)
+    assert not (project / "envs" / "notes" / "__pycache__").exists()
+
+
+def test_the_bytes_hashed_are_the_bytes_compiled(project: Path) -> None:
+    """A file changed after it was read and hashed does not change what is loaded from that read."""
+    folder = project / "envs" / "notes"
+    snap = snapshot(folder)
+    (folder / "env.py").write_text(code(EVIL), encoding="utf-8")
+    try:
+        env = load_env_folder(folder, snap=snap)
+        assert env.session({}).call("answer", {}).result == GOOD
+    finally:
+        sys.modules.pop("envfactory_envs.notes", None)
+    assert snap.sha256 != code_hash(folder)
+
+
+# ---- reads never leave the folder ----------------------------------------------------------------
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    """A file outside every environment folder that only root may read."""
+    path = tmp_path / "host" / "secret.json"
+    path.parent.mkdir()
+    path.write_text('{"notes": {"N-1": {"id": "N-1", "text": "HOST SECRET"}}}', encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+def test_a_scenario_linked_to_a_host_file_is_never_read(project: Path, secret: Path) -> None:
+    folder = project / "envs" / "notes"
+    env = load_env_folder(folder)
+    try:
+        os.symlink(secret, folder / "scenarios" / "leak.json")  # after load: reads must refuse it too
+        assert "leak" in env.scenario_names()
+        with pytest.raises(ScenarioError, match="symbolic link"):
+            env.session("leak")
+        (folder / "scenarios" / "default.json").unlink()
+        os.symlink(secret, folder / "scenarios" / "default.json")
+        env.__dict__.pop("_scenario_cache", None)
+        with pytest.raises(ScenarioError, match="symbolic link"):
+            env.scenario("default")
+    finally:
+        sys.modules.pop("envfactory_envs.notes", None)
+    with pytest.raises(EnvLoadError, match="symbolic link"):
+        EnvPool(settings(project)).get("notes")
+
+
+@pytest.mark.parametrize("where", ["metadata.json", "scenarios", "scenarios/tests", "env.py", "."])
+def test_a_link_at_every_place_is_refused_by_every_reader(tmp_path: Path, secret: Path, where: str) -> None:
+    folder = tmp_path / "envs" / "notes"
+    (folder / "scenarios" / "tests").mkdir(parents=True)
+    for name in ("env.py", "metadata.json", "scenarios/default.json", "scenarios/tests/t.json"):
+        (folder / name).write_text("{}", encoding="utf-8")
+    if where == ".":
+        real = tmp_path / "real"
+        folder.rename(real)
+        os.symlink(real, folder)
+    else:
+        path = folder / where
+        if path.is_dir():
+            for p in sorted(path.rglob("*"), reverse=True):
+                p.unlink() if p.is_file() else p.rmdir()
+            path.rmdir()
+            os.symlink(secret.parent, path)
+        else:
+            path.unlink()
+            os.symlink(secret, path)
+    with pytest.raises(FolderError, match="symbolic link"):
+        walk(folder)
+    with pytest.raises(FolderError, match="symbolic link"):
+        snapshot(folder)
+    rel = {"scenarios": "scenarios/secret.json", "scenarios/tests": "scenarios/tests/secret.json", ".": "metadata.json"}
+    with pytest.raises(FolderError, match="symbolic link"):
+        read_json_object(folder, rel.get(where, where))
+
+
+def test_export_refuses_a_folder_with_a_link(tmp_path: Path, secret: Path) -> None:
+    from envfactory.hubs.export import HubExportError, export_package
+
+    root = tmp_path / "project"
+    (root / "configs").mkdir(parents=True)
+    shutil.copytree(Path(__file__).resolve().parent.parent / "envs" / "hotels", root / "envs" / "hotels")
+    os.symlink(secret, root / "envs" / "hotels" / "scenarios" / "extra.json")
+    with pytest.raises(HubExportError, match="symbolic link"):
+        export_package(EnvPool(settings(root)), ["hotels"], [], "openenv", tmp_path / "out")
+    assert "HOST SECRET" not in "".join(
+        p.read_text(encoding="utf-8", errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file()
+    )
+
+
+def test_deep_trees_and_long_names_are_one_line_errors(tmp_path: Path) -> None:
+    folder = tmp_path / "envs" / "notes"
+    (folder / "scenarios").mkdir(parents=True)
+    (folder / "env.py").write_text("x = 1\n", encoding="utf-8")
+    deep_folders(folder / "scenarios", 1100)
+    try:
+        with pytest.raises(FolderError, match="nested deeper") as e:
+            snapshot(folder)
+        assert "\n" not in str(e.value)
+        with pytest.raises(FolderError, match="longer than 255 bytes"):
+            read_json_object(folder, "x" * 300 + ".json")
+        assert list_names(folder, "scenarios", ".json") == []
+        assert not is_trusted(tmp_path / "trusted.json", "notes", folder)
+        with pytest.raises(TrustError, match="nested deeper"):
+            trust(tmp_path / "trusted.json", "notes", folder)
+    finally:
+        remove_deep(folder / "scenarios")
+
+
+def deep_folders(top: Path, depth: int) -> None:
+    """`top/d/d/.../d`, `depth` folders deep, made one level at a time (no path grows past PATH_MAX)."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("d", dir_fd=fd)
+            sub = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = sub
+    finally:
+        os.close(fd)
+
+
+def remove_deep(top: Path) -> None:
+    """Remove what `deep_folders` made, without recursion (pytest's clean-up would recurse past the limit)."""
+    fds = [os.open(top, os.O_RDONLY | os.O_DIRECTORY)]
+    while True:
+        try:
+            fds.append(os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
+        except FileNotFoundError:
+            break
+    os.close(fds.pop())
+    while fds:
+        os.rmdir("d", dir_fd=fds[-1])
+        os.close(fds.pop())
