@@ -101,6 +101,21 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="a sandboxed worker that does not start and load its code in time fails"
     )
     sandbox_workers: int = Field(default=2, ge=1, description="sandboxed worker processes per untrusted environment")
+    sandbox_worker_cpu_s: int = Field(
+        default=120,
+        ge=1,
+        description="CPU seconds one sandboxed worker may use (RLIMIT_CPU), the same for validation rounds, health "
+        "checks and serving; a served worker close to it is replaced and its sessions restored on a fresh one",
+    )
+    sandbox_canary_calls: int = Field(
+        default=500,
+        ge=1,
+        description="a served untrusted environment replays a judged session (a canary) on a worker when it starts "
+        "and about every this many calls; a canary that comes out differently marks the environment unhealthy",
+    )
+    sandbox_canary_s: float = Field(
+        default=60.0, gt=0, description="a served worker in use replays a canary at least this often (seconds)"
+    )
     unsafe_no_os_sandbox: bool = Field(
         default=False,
         description="UNSAFE: run untrusted generated code without bubblewrap where it is missing (Python guards only)",
