@@ -1,20 +1,24 @@
-"""The `envfactory` command (typer + rich). Errors print one line and exit non-zero."""
+"""The `envfactory` command (typer + rich). Errors print one line and exit non-zero.
+
+What it prints that it did not write (names, messages, metadata, tool output) goes through
+`envfactory.cli.terminal`: markup escaped, control characters made visible."""
 
 from __future__ import annotations
 
 import json
 import sys
+import traceback
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from envfactory.cli.args import env_name, env_names
 from envfactory.cli.mcp import app as mcp_app
 from envfactory.cli.prompts import app as prompts_app
+from envfactory.cli.terminal import SafeConsole, print_json, safe, visible
 from envfactory.config import get_settings
 from envfactory.env.metadata import dump_metadata
 from envfactory.env.pool import EnvPool, derived_metadata
@@ -30,8 +34,8 @@ app.add_typer(hub_app, name="hub")
 app.add_typer(prompts_app, name="prompts")
 app.add_typer(mcp_app, name="mcp")
 
-out = Console()
-err = Console(stderr=True)
+out = SafeConsole()
+err = SafeConsole(stderr=True)
 
 
 class Transport(StrEnum):
@@ -63,12 +67,13 @@ def envs_list(
         try:
             env = pool.get(name)
         except EnvFactoryError as e:
-            table.add_row(name, "[red]broken[/red]", "", "", "", str(e)[:60], "")
+            table.add_row(safe(name), "[red]broken[/red]", "", "", "", safe(str(e)[:60]), "")
             continue
         m = env.metadata
         writes = sum(t.kind == "write" for t in m.tools)
         scenarios = ", ".join(env.scenario_names())
-        table.add_row(name, m.domain, str(len(m.tools)), str(writes), scenarios, source_of(env), runs_as(env))
+        cells = (name, m.domain, str(len(m.tools)), str(writes), scenarios, source_of(env), runs_as(env))
+        table.add_row(*map(safe, cells))
     out.print(table)
 
 
@@ -102,7 +107,7 @@ def envs_export(
         conversations = training_conversations(tasks)
         catalog = catalog_for(pool, conversations)
         records = [r for c in conversations for r in convert_to_rl_data(c, catalog)]
-    chosen = list(names or [])
+    chosen = env_names(names)
     if all_envs:
         chosen = pool.native_names()
     elif not chosen:
@@ -111,8 +116,8 @@ def envs_export(
         raise HubExportError("name the environments, or give --tasks or --all")
     manifest = export_package(pool, chosen, records, fmt.value, out_dir, name)
     err.print(
-        f"{manifest.format}: {manifest.module} with {len(manifest.environments)} environments"
-        f" and {manifest.tasks} tasks in {out_dir}",
+        f"{safe(manifest.format)}: {safe(manifest.module)} with {len(manifest.environments)} environments"
+        f" and {manifest.tasks} tasks in {safe(out_dir)}",
         highlight=False,
     )
     if tasks is None:  # the environments only: an episode starts from a task, so nothing can run one yet
@@ -128,13 +133,13 @@ def envs_validate(
     from envfactory.envgen.health import HealthSettings, gate
 
     pool = _pool()
-    names = [name] if name else pool.names()
+    names = [env_name(name)] if name is not None else pool.names()
     reports = [validate_env(pool, n) for n in names]
     if health:
         settings = HealthSettings(calls=pool.settings.health_calls)
         with err.status("") as status:
             for i, r in enumerate(reports):
-                status.update(f"health {i + 1}/{len(reports)}: {r.name}")
+                status.update(f"health {i + 1}/{len(reports)}: {safe(r.name)}")
                 gate(pool, r, settings)
     if name is None:
         reports += missing_registered(pool, names)
@@ -143,15 +148,15 @@ def envs_validate(
     for r in reports:
         verdict = "[green]ok[/green]" if r.ok else f"[red]failed ({len(r.problems)})[/red]"
         row = (r.domain or "", str(r.tools), str(r.write_tools), str(len(r.scenarios)), r.runs or "")
-        table.add_row(r.name, verdict, *row)
+        table.add_row(safe(r.name), verdict, *map(safe, row))
     out.print(table)
     for r in reports:
         for problem in r.problems:  # full lines, not table cells: paths and messages stay greppable
-            out.print(f"[red]{r.name}[/red]: {problem}", highlight=False, soft_wrap=True)
+            out.print(f"[red]{safe(r.name)}[/red]: {safe(problem)}", highlight=False, soft_wrap=True)
         for warning in r.warnings:
-            out.print(f"[yellow]{r.name}[/yellow] (warning): {warning}", highlight=False, soft_wrap=True)
+            out.print(f"[yellow]{safe(r.name)}[/yellow] (warning): {safe(warning)}", highlight=False, soft_wrap=True)
     failed = [r.name for r in reports if not r.ok]
-    out.print(f"registry: {pool.settings.registry_file}")
+    out.print(f"registry: {safe(pool.settings.registry_file)}", highlight=False)
     if failed:
         raise EnvFactoryError(f"{len(failed)} of {len(reports)} environments failed validation: {', '.join(failed)}")
 
@@ -170,14 +175,14 @@ def envs_health(
     pool = _pool()
     names = pool.names()
     if name is not None:
-        if name not in names:
+        if env_name(name) not in names:
             raise EnvFactoryError(f"no environment '{name}'; see `envfactory envs list`")
         names = [name]
     settings = HealthSettings(calls=calls, seed=seed)
     reports = []
     with err.status("") as status:
         for i, n in enumerate(names):
-            status.update(f"health {i + 1}/{len(names)}: {n}")
+            status.update(f"health {i + 1}/{len(names)}: {safe(n)}")
             reports.append(health_of(pool, n, settings))
     if as_json:
         sys.stdout.write(json.dumps([r.model_dump(mode="json") for r in reports], indent=2) + "\n")
@@ -188,11 +193,11 @@ def envs_health(
                 d.name: ("[green]ok[/green]" if d.ok else "[red]FAIL[/red]") + f" {d.checked}" for d in r.dimensions
             }
             verdict = "[green]healthy[/green]" if r.healthy else "[red]unhealthy[/red]"
-            table.add_row(r.name, verdict, *(cells.get(d, "-") for d in DIMENSIONS), f"{r.seconds:.1f}")
+            table.add_row(safe(r.name), verdict, *(cells.get(d, "-") for d in DIMENSIONS), f"{r.seconds:.1f}")
         out.print(table)
         for r in reports:
             if not r.healthy:
-                out.print(f"[red]{r.summary()}[/red]", highlight=False, soft_wrap=True)
+                out.print(f"[red]{safe(r.summary())}[/red]", highlight=False, soft_wrap=True)
     bad = [r.name for r in reports if not r.healthy]
     if bad:
         raise EnvFactoryError(f"{len(bad)} of {len(reports)} environments are unhealthy: {', '.join(bad)}")
@@ -208,8 +213,8 @@ def envs_trust(
     from envfactory.env import trust as trust_store
 
     settings = get_settings()
-    folder = settings.envs_path / name
-    if "/" in name or not (folder / "env.py").is_file():
+    folder = settings.envs_path / env_name(name)
+    if not (folder / "env.py").is_file():
         raise EnvFactoryError(f"no environment folder '{name}' in {settings.envs_path}")
     if revoke:
         was = trust_store.revoke(settings.trust_file, name)
@@ -219,7 +224,7 @@ def envs_trust(
         return
     entry = trust_store.trust(settings.trust_file, name, folder, note)
     out.print(
-        f"{name}: trusted (sha256 {entry.sha256[:16]}…) in {settings.trust_file}; it now runs in-process",
+        f"{name}: trusted (sha256 {entry.sha256[:16]}…) in {safe(settings.trust_file)}; it now runs in-process",
         soft_wrap=True,
     )
 
@@ -231,15 +236,15 @@ def envs_metadata(
 ) -> None:
     """Print the metadata the code defines (signatures and docstrings), or write it to metadata.json."""
     pool = _pool()
-    folder = pool.folder / name
-    if "/" in name or not (folder / "env.py").is_file():
+    folder = pool.folder / env_name(name)
+    if not (folder / "env.py").is_file():
         raise EnvFactoryError(f"no environment folder '{name}' in {pool.folder}")
     meta = derived_metadata(folder, pool.settings)
     if write:
         dump_metadata(meta, folder / "metadata.json")
-        out.print(f"wrote {folder / 'metadata.json'} ({len(meta.tools)} tools)")
+        out.print(f"wrote {safe(folder / 'metadata.json')} ({len(meta.tools)} tools)", highlight=False)
     else:
-        out.print_json(meta.model_dump_json(exclude_none=True))
+        print_json(out, meta.model_dump_json(exclude_none=True))
 
 
 @app.command("serve")
@@ -259,7 +264,7 @@ def serve(
     from envfactory.serve.mcp_server import EnvMCPServer
 
     settings = get_settings()
-    env = EnvPool(settings).get(name)
+    env = EnvPool(settings).get(env_name(name))
     server = EnvMCPServer(
         env,
         default_config=config_option(scenario) or env.default_scenario(),
@@ -268,7 +273,7 @@ def serve(
         fast_calls=fast_calls,
     )
     if transport is Transport.http:
-        err.print(f"serving {name} on http://{server.settings.host}:{server.settings.port}/mcp")
+        err.print(f"serving {name} on http://{safe(server.settings.host)}:{server.settings.port}/mcp", highlight=False)
         server.run(transport="streamable-http")
     else:
         server.run(transport="stdio")
@@ -287,8 +292,10 @@ def hub_serve(
     from envfactory.serve.hub_server import serve_hub
 
     settings = get_settings()
+    apps = env_names(app_name) if app_name is not None else None
     if transport is Transport.http:
-        err.print(f"serving the hub on http://{host or settings.http_host}:{port or settings.http_port}/mcp")
+        address = f"{host or settings.http_host}:{port or settings.http_port}"
+        err.print(f"serving the hub on http://{safe(address)}/mcp", highlight=False)
     serve_hub(
         EnvPool(settings),
         tasks,
@@ -296,7 +303,7 @@ def hub_serve(
         host or settings.http_host,
         port or settings.http_port,
         default_task=task,
-        apps=app_name,
+        apps=apps,
     )
 
 
@@ -316,7 +323,7 @@ def call(
         raise EnvFactoryError('--args must be a JSON object, e.g. \'{"city": "Lisbon"}\'')
     if state is not None and not state.parent.is_dir():  # before the call: its result must not be lost
         raise EnvFactoryError(f"--state {state}: the folder {state.parent} does not exist")
-    env = _pool().get(name)
+    env = _pool().get(env_name(name))
     config: Any = config_option(scenario) or env.default_scenario()
     if state is not None and (state.exists() or state.is_symlink()):
         config = state
@@ -324,7 +331,7 @@ def call(
     rec = session.call(tool, arguments)
     if state is not None and rec.ok:
         write_atomic(state, json.dumps(session.dump(), indent=2) + "\n")
-    out.print_json(json.dumps(rec.payload()))
+    print_json(out, rec.payload(), is_text=False)
     if not rec.ok:
         raise typer.Exit(1)
 
@@ -370,7 +377,7 @@ def main() -> None:
         _add_plugins(sys.argv)
         code = app(standalone_mode=False)  # click raises usage errors to us instead of printing a panel
     except EnvFactoryError as e:
-        err.print(f"[red]error:[/red] {escape(str(e))}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {safe(e)}", highlight=False, soft_wrap=True)
         sys.exit(1)
     except typer.Abort:
         err.print("aborted", highlight=False)
@@ -378,12 +385,15 @@ def main() -> None:
     except _CLICK_ERROR as e:
         exit_code = int(getattr(e, "exit_code", 2))
         if type(e).__name__ == "NoArgsIsHelpError":  # a bare group: its help, as click shows it
-            err.print(escape(e.format_message()), highlight=False, soft_wrap=True)  # type: ignore[attr-defined]
+            err.print(safe(e.format_message()), highlight=False, soft_wrap=True)  # type: ignore[attr-defined]
             sys.exit(exit_code)
         ctx = getattr(e, "ctx", None)
         where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
         message = e.format_message()  # type: ignore[attr-defined]
-        err.print(f"[red]error:[/red] {escape(message)}{escape(where)}", highlight=False, soft_wrap=True)
+        err.print(f"[red]error:[/red] {safe(message)}{safe(where)}", highlight=False, soft_wrap=True)
         sys.exit(exit_code)
+    except Exception:  # a bug: its traceback, as Python prints it, but with the message's control characters visible
+        sys.stderr.write(visible(traceback.format_exc()))
+        sys.exit(1)
     if isinstance(code, int) and code:  # `raise typer.Exit(n)` in a command
         sys.exit(code)
