@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.errors import EnvFactoryError
 from envfactory.eval.items import load_conversations
 from envfactory.inputs import write_atomic
@@ -18,7 +18,7 @@ app = typer.Typer(
     help="Check a run's data for overlap with a benchmark (BFCL multi-turn).",
     context_settings={"allow_interspersed_args": True},  # options after RUN
 )
-out = Console()
+out = SafeConsole()
 
 
 @app.callback(invoke_without_command=True)
@@ -51,6 +51,6 @@ def contamination(
     )
     out.print(table)
     for example in report.examples:
-        out.print(f"  shares a {n}-gram: {example[:160]}", highlight=False)
+        out.print(f"  shares a {n}-gram: {safe(example[:160])}", highlight=False, soft_wrap=True)
     if json_out is not None:
         write_atomic(json_out, report.model_dump_json(indent=2) + "\n")

@@ -25,6 +25,7 @@ from mcp.types import TextContent
 from rich.console import Console
 from rich.table import Table
 
+from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.validate import EnvReport, sync_registry, validate_env
@@ -76,17 +77,18 @@ def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 30) -
 
 
 def run_demo(settings: Settings, console: Console | None = None) -> list[EnvReport]:
-    console = console or Console()
+    console = console or SafeConsole()
     pool = EnvPool(settings)
     console.rule("1. validate the environment pool")
     reports = [validate_env(pool, name) for name in pool.names()]
     sync_registry(pool, reports)
     table = Table("environment", "domain", "tools", "write", "verdict")
     for r in reports:
-        table.add_row(r.name, r.domain or "", str(r.tools), str(r.write_tools), "ok" if r.ok else "; ".join(r.problems))
+        verdict = "ok" if r.ok else "; ".join(r.problems)
+        table.add_row(safe(r.name), safe(r.domain or ""), str(r.tools), str(r.write_tools), safe(verdict))
     console.print(table)
     ok = sum(r.ok for r in reports)
-    console.print(f"{ok}/{len(reports)} verified; registry: {settings.registry_file}")
+    console.print(f"{ok}/{len(reports)} verified; registry: {safe(settings.registry_file)}")
 
     console.rule("2. two isolated MCP conversations on one streamable-HTTP server")
     port = free_port()
@@ -107,7 +109,7 @@ def run_demo(settings: Settings, console: Console | None = None) -> list[EnvRepo
         for guest, steps in zip(("Ana Costa", "Rui Alves"), asyncio.run(both()), strict=True):
             console.print(f"[bold]{guest}[/bold]")
             for call, payload in steps:
-                console.print(f"  {call}\n    → {json.dumps(payload)[:150]}")
+                console.print(f"  {safe(call)}\n    → {safe(json.dumps(payload)[:150])}")
     finally:
         proc.terminate()
         proc.wait(10)
@@ -129,16 +131,16 @@ def synth_demo(settings: Settings, console: Console) -> BatchSummary:
     if not conversations:
         raise EnvFactoryError("demo: the offline synthesis kept no conversation")
     sample = max(conversations, key=lambda c: (len(c.nodes), -len(c.tools), c.id))
-    console.print(f"[bold]a sample conversation[/bold] ({sample.id}: {len(sample.nodes)} turns)")
+    console.print(f"[bold]a sample conversation[/bold] ({safe(sample.id)}: {len(sample.nodes)} turns)")
     for node in sample.nodes:
-        console.print(f"  [green]user[/green]       {node.query}", highlight=False, soft_wrap=True)
+        console.print(f"  [green]user[/green]       {safe(node.query)}", highlight=False, soft_wrap=True)
         for call in node.raw_tool_call:
-            console.print(
-                f"  [cyan]tool call[/cyan]  {call.name}({json.dumps(call.arguments)})", highlight=False, soft_wrap=True
-            )
-        console.print(f"  [magenta]assistant[/magenta]  {node.steps[-1].content}", highlight=False, soft_wrap=True)
+            text = f"{call.name}({json.dumps(call.arguments)})"
+            console.print(f"  [cyan]tool call[/cyan]  {safe(text)}", highlight=False, soft_wrap=True)
+        answer = node.steps[-1].content
+        console.print(f"  [magenta]assistant[/magenta]  {safe(answer)}", highlight=False, soft_wrap=True)
     console.print(quality_table(measure(conversations), summary))
-    console.print(f"written to {out}/conversations.jsonl (dropped units and reasons: dropped.jsonl)")
+    console.print(f"written to {safe(out)}/conversations.jsonl (dropped units and reasons: dropped.jsonl)")
     return summary
 
 
@@ -172,21 +174,23 @@ def export_demo(settings: Settings, pool: EnvPool, console: Console) -> SanityRe
         out = settings.data_path / "demo" / "export" / fmt
         shutil.rmtree(out, ignore_errors=True)
         report = export_conversations(conversations, fmt, out, catalog)
-        table.add_row(fmt, str(report.samples), str(report.skipped_turns), ", ".join(p.name for p in report.files))
+        files = ", ".join(p.name for p in report.files)
+        table.add_row(fmt, str(report.samples), str(report.skipped_turns), safe(files))
     console.print(table)
-    console.print(f"written to {settings.data_path / 'demo' / 'export'}/<format>/ (`envfactory export` does one)")
+    where = settings.data_path / "demo" / "export"
+    console.print(f"written to {safe(where)}/<format>/ (`envfactory export` does one)")
 
     samples = [s for c in conversations for s in convert_to_rl_data(c, catalog)]
     sanity = reward_sanity(pool, samples)
     console.print(
-        f"[bold]composite reward[/bold] on {sanity.conversation_id} turn {sanity.turn} "
-        f"({' → '.join(sanity.tools)}), α = 0.5, Hermes <tool_call> completions:"
+        f"[bold]composite reward[/bold] on {safe(sanity.conversation_id)} turn {sanity.turn} "
+        f"({safe(' → '.join(sanity.tools))}), α = 0.5, Hermes <tool_call> completions:"
     )
     scores = Table("completion", "calls", "R_traj", "R_state", "P_length", "reward")
     for row in sanity.rows:
         r = row.result
         scores.add_row(
-            row.kind, str(r.n_pred), f"{r.r_traj:.3f}", f"{r.r_state:.3f}", str(r.p_length), f"{r.reward:.3f}"
+            safe(row.kind), str(r.n_pred), f"{r.r_traj:.3f}", f"{r.r_state:.3f}", str(r.p_length), f"{r.reward:.3f}"
         )
     console.print(scores)
     if not sanity.ordered:

@@ -18,10 +18,10 @@ from typing import Annotated, Any, cast
 
 import typer
 from langchain_core.language_models import BaseChatModel
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits
@@ -48,8 +48,8 @@ app = typer.Typer(
     help="Evaluate a model as a tool-using agent on verified turns.",
     context_settings={"allow_interspersed_args": True},  # `eval SOURCE --out DIR`: options after the source
 )
-out = Console()
-err = Console(stderr=True)
+out = SafeConsole()
+err = SafeConsole(stderr=True)
 
 
 @app.callback(invoke_without_command=True)
@@ -101,7 +101,7 @@ def evaluate(
         if mode not in ("turn", "conversation"):
             raise EvalRunError(f"--mode is turn or conversation, not '{mode}'")
         items = items_from_conversations(conversations, pool, "conversation" if mode == "conversation" else "turn")
-        err.print(f"evaluating the {chosen} split of {source}: {len(items)} verified turns", highlight=False)
+        err.print(f"evaluating the {chosen} split of {safe(source)}: {len(items)} verified turns", highlight=False)
         runner = cast(Runner[Any], TurnRunner(settings, limits, pool))
     else:
         raise EvalRunError("give SOURCE (a synth run's folder or a conversations file) or --suite NAME")
@@ -127,17 +127,20 @@ def evaluate(
         progress.update(bar, completed=total)
     lost = total - summary.attempts
     if lost > 0:
-        err.print(f"{lost} attempt(s) could not run (reasons in {out_dir / FAILURES}); rerun to try them again")
+        err.print(
+            f"{lost} attempt(s) could not run (reasons in {safe(out_dir / FAILURES)}); rerun to try them again",
+            highlight=False,
+        )
     out.print(summary_table(summary))
     plot_summary(summary, out_dir / "eval.png")
-    out.print(f"written to {out_dir} (attempts.jsonl, summary.json, eval.png)")
+    out.print(f"written to {safe(out_dir)} (attempts.jsonl, summary.json, eval.png)", highlight=False)
 
 
 def _row(table: Table, name: str, g: Group) -> None:
     at, hat = g.pass_rates.pass_at, g.pass_rates.pass_hat
     k = max(at) if at else 1
     table.add_row(
-        name,
+        safe(name),
         str(g.items),
         str(g.attempts),
         f"{g.success_rate:.3f}",

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
+
+from envfactory.cli.terminal import SafeConsole, safe
 
 app = typer.Typer(
     add_completion=False,
@@ -16,7 +17,7 @@ app = typer.Typer(
     context_settings={"allow_interspersed_args": True},
     subcommand_metavar="",
 )
-out = Console(soft_wrap=True)
+out = SafeConsole(soft_wrap=True)
 
 
 class Format(StrEnum):
@@ -77,4 +78,4 @@ def export(
         highlight=False,
     )
     for path in report.files:
-        out.print(f"  {path}", highlight=False, soft_wrap=True)
+        out.print(f"  {safe(path)}", highlight=False, soft_wrap=True)

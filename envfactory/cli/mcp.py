@@ -10,6 +10,8 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
+from envfactory.cli.args import env_names
+from envfactory.cli.terminal import visible
 from envfactory.config import get_settings
 from envfactory.inputs import write_atomic
 from envfactory.serve.affinity import AffinityError, BalancerSettings, haproxy_config
@@ -27,12 +29,13 @@ def config(
     out: Annotated[Path | None, typer.Option("--out", help="write it to this file instead of printing it")] = None,
 ) -> None:
     """Print (or write) a ready MCP client configuration: absolute interpreter, ENVFACTORY_ROOT set."""
-    text = json.dumps(client_config(get_settings(), client, name or None, hub=hub, url=url), indent=2) + "\n"
+    names = env_names(name) or None
+    text = json.dumps(client_config(get_settings(), client, names, hub=hub, url=url), indent=2) + "\n"
     if out is None:
         typer.echo(text, nl=False)
     else:
         write_atomic(out, text)
-        typer.echo(f"wrote {out}", err=True)
+        typer.echo(visible(f"wrote {out}"), err=True)
 
 
 @app.command("haproxy")
@@ -51,7 +54,7 @@ def haproxy(
         raise AffinityError(f"bad balancer settings: {e.errors()[0]['msg']}") from None
     text = haproxy_config(settings)
     if out is None:
-        typer.echo(text, nl=False)
+        typer.echo(visible(text), nl=False)
     else:
         write_atomic(out, text)
-        typer.echo(f"wrote {out}", err=True)
+        typer.echo(visible(f"wrote {out}"), err=True)

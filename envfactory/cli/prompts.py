@@ -5,16 +5,15 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.config import get_settings
 from envfactory.errors import EnvFactoryError
 from envfactory.llm.prompts import PromptLibrary, library_from_settings
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The prompt files (prompts/<group>/<name>.yaml).")
-out = Console()
+out = SafeConsole()
 
 
 def _library() -> PromptLibrary:
@@ -25,10 +24,10 @@ def _library() -> PromptLibrary:
 def prompts_list() -> None:
     """List the prompts: name, description, variables."""
     library = _library()
-    table = Table("name", "description", "variables", title=f"prompts in {library.folder}")
+    table = Table("name", "description", "variables", title=f"prompts in {safe(library.folder)}")
     for name in library.names():
         prompt = library.get(name)
-        table.add_row(name, escape(prompt.description), ", ".join(prompt.variables) or "-")
+        table.add_row(safe(name), safe(prompt.description), safe(", ".join(prompt.variables) or "-"))
     out.print(table)
 
 
@@ -49,8 +48,8 @@ def prompts_show(
             raise EnvFactoryError(f"--set expects name=value, got '{item}'")
         values[key] = value
     text = prompt.text(**values)  # unknown --set names fail here, naming the variable
-    out.print(f"[bold]{escape(prompt.name)}[/bold] — {escape(prompt.description)}", highlight=False)
-    out.print(f"source: {escape(prompt.source)}", highlight=False)
-    out.print(f"variables: {', '.join(prompt.variables) or 'none'}", highlight=False)
+    out.print(f"[bold]{safe(prompt.name)}[/bold] — {safe(prompt.description)}", highlight=False)
+    out.print(f"source: {safe(prompt.source)}", highlight=False)
+    out.print(f"variables: {safe(', '.join(prompt.variables) or 'none')}", highlight=False)
     out.print()
-    out.print(escape(text), highlight=False, soft_wrap=True)
+    out.print(safe(text), highlight=False, soft_wrap=True)

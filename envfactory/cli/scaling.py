@@ -15,10 +15,9 @@ from typing import Annotated, cast, get_args
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.scaling.budget import CompositionLimits, suggest_compositions
 from envfactory.scaling.errors import ScalingError
 from envfactory.scaling.fit import HoldoutReport, LawFit, evaluate_holdout, fit_law
@@ -31,7 +30,7 @@ app = typer.Typer(
     add_completion=False,
     help="Composition scaling law (SynthAPI): fit, hold-out check, plot, budget suggestion.",
 )
-out = Console()
+out = SafeConsole()
 
 
 class Proxy(StrEnum):
@@ -67,10 +66,10 @@ def _number(value: float | None, digits: int = 4) -> str:
 
 def print_params(fit: LawFit, title: str) -> None:
     """A heading with the law's formula, then its parameters with standard errors."""
-    out.print(f"[bold]{escape(title)}[/bold]: {escape(fit.formula)}", highlight=False)
+    out.print(f"[bold]{safe(title)}[/bold]: {safe(fit.formula)}", highlight=False)
     table = Table("parameter", "value", "std. error")
     for p in fit.params:
-        table.add_row(p.display, f"{p.value:.4f}", _number(p.stderr) + (" (at bound)" if p.at_bound else ""))
+        table.add_row(safe(p.display), f"{p.value:.4f}", _number(p.stderr) + (" (at bound)" if p.at_bound else ""))
     out.print(table)
 
 
@@ -126,16 +125,16 @@ def fit_cmd(
         out.print(f"no runs held out: both laws fitted on all {len(table)} runs", highlight=False)
     for fit in (report.composition.fit, report.n_only.fit):
         for warning in fit.warnings:
-            out.print(f"[yellow]warning[/yellow] ({fit.law}): {escape(warning)}", highlight=False)
+            out.print(f"[yellow]warning[/yellow] ({safe(fit.law)}): {safe(warning)}", highlight=False)
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
         json_out.write_text(report.model_dump_json(indent=1) + "\n", encoding="utf-8")
-        out.print(f"report: {escape(str(json_out))}", highlight=False)
+        out.print(f"report: {safe(str(json_out))}", highlight=False)
     if plot is not None:
         from envfactory.scaling.plot import plot_holdout
 
         plot_holdout(report, plot)
-        out.print(f"plot: {escape(str(plot))}", highlight=False)
+        out.print(f"plot: {safe(str(plot))}", highlight=False)
 
 
 @app.command("suggest")
@@ -218,8 +217,8 @@ def add_cmd(
     row = run_from(run, evaluation, metric=cast(Metric, metric), model=model, label=label)
     table = add_run(table_path, row)
     out.print(
-        f"{table_path}: row {len(table)} A={row.apps} T={row.tasks} S={row.states} D={row.depth} "
-        f"score={row.score:.4f} ({metric})",
+        f"{safe(table_path)}: row {len(table)} A={row.apps} T={row.tasks} S={row.states} D={row.depth} "
+        f"score={row.score:.4f} ({safe(metric)})",
         highlight=False,
     )
 
@@ -252,7 +251,7 @@ def simulate_cmd(
     table = simulate_table(params, grid, noise=noise, seed=seed, source=str(out_path))
     write_table(table, out_path)
     out.print(
-        f"wrote {len(table)} runs to {escape(str(out_path))} "
+        f"wrote {len(table)} runs to {safe(str(out_path))} "
         f"(c₀={c0:g}, c_a={ca:g}, b₀={b0:g}, b_t={bt:g}, ν={nu:g}, noise {noise:g}, seed {seed})",
         highlight=False,
     )

@@ -7,17 +7,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
+from envfactory.cli.args import env_name, env_names
+from envfactory.cli.terminal import SafeConsole, json_text, safe, visible
 from envfactory.config import Settings, get_settings
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.settings import graph_path
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The dependency tool graph and chain sampling.")
-out = Console()
-err = Console(stderr=True)
+out = SafeConsole()
+err = SafeConsole(stderr=True)
 
 GraphOption = Annotated[
     Path | None, typer.Option("--graph", help="graph file (default <data dir>/toolgraph/graph.json)")
@@ -57,6 +58,7 @@ def build(
     from envfactory.toolgraph.io import export_graphml, save_graph
 
     settings = get_settings()
+    env = env_names(env) if env is not None else None
     with phase_bars(err) as progress:
         graph, report = build_pool_graph(settings, env, no_llm=no_llm, threshold=threshold, progress=progress)
     use_llm = report.llm
@@ -83,8 +85,8 @@ def build(
         for c in r.changes:
             mark = "applied" if c.applied else f"skipped: {c.note}"
             line = f"refine {r.env}: {c.action} {c.source} -> {c.target} ({c.reason}) [{mark}]"
-            out.print(line, highlight=False, markup=False)
-    out.print(f"wrote {path}" + (f" and {graphml}" if graphml else ""), highlight=False, markup=False)
+            out.print(visible(line), highlight=False, markup=False, soft_wrap=True)
+    out.print(visible(f"wrote {path}" + (f" and {graphml}" if graphml else "")), highlight=False, markup=False)
 
 
 @app.command("stats")
@@ -98,7 +100,7 @@ def stats(graph_file: GraphOption = None) -> None:
             1 for a, b, d in graph.depend_edges() if d["cross_env"] and env in (graph.env_of(a), graph.env_of(b))
         )
         table.add_row(
-            env, str(s.tools), str(s.read_tools), str(s.write_tools), str(s.inputs), str(s.user_provided),
+            safe(env), str(s.tools), str(s.read_tools), str(s.write_tools), str(s.inputs), str(s.user_provided),
             str(s.internal), str(s.tool_depend), str(cross), str(s.isolated_tools),
         )  # fmt: skip
     s = graph.stats()
@@ -126,6 +128,7 @@ def show(
     from envfactory.toolgraph.html import render_env_html
 
     settings = get_settings()
+    env = env_name(env)  # a path below: <data dir>/toolgraph/ENV.html
     graph = _load(settings, graph_file)
     if env not in graph.envs():
         raise ToolGraphError(f"no environment '{env}' in the graph (known: {', '.join(graph.envs())})")
@@ -138,15 +141,14 @@ def show(
             inputs.append(f"{d['name']}{'*' if d.get('required') else ''} ({flag})")
         short = [x.split(".", 1)[1] if graph.env_of(x) == env else x for x in graph.predecessor_tools(t)]
         feeds = [x.split(".", 1)[1] if graph.env_of(x) == env else x for x in graph.successor_tools(t)]
-        table.add_row(
-            graph.node(t)["name"], graph.node(t)["kind"], ", ".join(inputs), ", ".join(short), ", ".join(feeds)
-        )
+        cells = (graph.node(t)["name"], graph.node(t)["kind"], ", ".join(inputs), ", ".join(short), ", ".join(feeds))
+        table.add_row(*map(safe, cells))
     out.print(table)
     out.print("* required", highlight=False)
     target = html or settings.data_path / "toolgraph" / f"{env}.html"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_env_html(graph, env), encoding="utf-8")
-    out.print(f"wrote {target}", highlight=False, markup=False)
+    out.print(visible(f"wrote {target}"), highlight=False, markup=False)
 
 
 @app.command("sample")
@@ -168,14 +170,14 @@ def sample(
     chains = TopologySampler(graph).sample(n, parse_length(length), seed=seed)
     lines = "".join(c.model_dump_json() + "\n" for c in chains)
     if out_path is not None and str(out_path) == "-":
-        sys.stdout.write(lines)
+        sys.stdout.write(json_text(lines))  # a JSON string's DEL or C1 character as a JSON escape: the same JSON
     else:
         target = out_path or settings.data_path / "toolgraph" / "chains.jsonl"
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(lines, encoding="utf-8")
-        err.print(f"wrote {len(chains)} chains to {target}", highlight=False, markup=False)
+        err.print(visible(f"wrote {len(chains)} chains to {target}"), highlight=False, markup=False)
     if len(chains) < n:
-        err.print(f"[yellow]only {len(chains)} of {n} chains could be sampled at length {length}[/yellow]")
+        err.print(f"[yellow]only {len(chains)} of {n} chains could be sampled at length {safe(length)}[/yellow]")
 
 
 @app.command("export")
@@ -187,4 +189,4 @@ def export(
     from envfactory.toolgraph.io import export_graphml
 
     graph = _load(get_settings(), graph_file)
-    out.print(f"wrote {export_graphml(graph, graphml)}", highlight=False, markup=False)
+    out.print(visible(f"wrote {export_graphml(graph, graphml)}"), highlight=False, markup=False)
