@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from envfactory.config import Settings
-from envfactory.env.metadata import EnvMetadata, dump_metadata
+from envfactory.env.metadata import ENV_NAME, ENV_NAME_MAX, EnvMetadata, dump_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.checks import TestScenario
 from envfactory.envgen.health import HealthSettings, gate
@@ -58,14 +58,23 @@ def register(env: GeneratedEnvironment, settings: Settings) -> Path:
     """Write `envs/<name>/`, load it as the pool would, validate it and add it to the registry; its folder.
 
     One registration at a time (threads of a batch, other processes): write, load, validate, list.
-    Raises `RegistrationError` when the folder holds a hand-written environment (not overwritten),
+    Raises `RegistrationError` when the name is no environment name, when the folder holds a
+    hand-written environment (not overwritten) or cannot be written,
     when the written code does not load, or when validation fails.
     """
-    folder = settings.envs_path / env.metadata.name
+    name = env.metadata.name
+    if not ENV_NAME.fullmatch(name):  # metadata built without validation (model_construct, an old checkpoint)
+        shown = name if len(name) <= 80 else name[:77] + "..."
+        rule = f"letters, digits, underscore; at most {ENV_NAME_MAX} characters"
+        raise RegistrationError(f"{shown!r} is not a valid environment name ({rule}); not registered")
+    folder = settings.envs_path / name
     with registry_lock(settings.registry_file):
         if (folder / "env.py").exists() and not (folder / "envgen.json").exists():
             raise RegistrationError(f"{folder} holds a hand-written environment; not overwritten")
-        write_environment(folder, env)
+        try:
+            write_environment(folder, env)
+        except OSError as e:  # a full disk, a read-only pool folder
+            raise RegistrationError(f"cannot write {folder}: {e.strerror or e}") from None
         pool = EnvPool(settings)
         try:  # untrusted: loaded in the same OS sandbox it was judged in, never in this process
             pool.get(env.metadata.name)
