@@ -323,6 +323,15 @@ def test_over_long_and_newline_names_in_a_real_process(project: Path) -> None:
         assert len(lines) == 1 and "is not an environment name" in lines[0], res.stderr
 
 
+def test_an_over_long_scenario_name_is_a_one_line_error(project: Path) -> None:
+    """`--scenario` tried it as a file first: Path.is_file raised ENAMETOOLONG."""
+    res = run(project, "call", "hotels", "search_hotels", "--scenario", "a" * 300)
+    assert res.returncode == 1, res
+    assert_clean(res.stdout + res.stderr)
+    lines = res.stderr.decode().splitlines()
+    assert len(lines) == 1 and "has no scenario 'aaa" in lines[0], res.stderr
+
+
 @settings(max_examples=6, deadline=None)
 @given(source=texts, description=texts.filter(bool))
 def test_random_metadata_text_never_reaches_the_terminal_raw(

@@ -51,9 +51,13 @@ def config_option(value: str | None) -> str | Path | None:
     """A `--scenario` value: a JSON file when it looks like one (read here, by the local user), else a name."""
     if value is None:
         return None
-    if value.endswith(".json") or "/" in value or Path(value).is_file():
+    if value.endswith(".json") or "/" in value:
         return Path(value)
-    return value
+    try:
+        is_file = Path(value).is_file()
+    except OSError:  # a name too long for a path (ENAMETOOLONG): a name, which the environment looks up
+        is_file = False
+    return Path(value) if is_file else value
 
 
 @envs_app.command("list")
