@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,15 +20,22 @@ import uvicorn
 
 from envfactory.serve.net import free_port
 
+ROOT = Path(__file__).resolve().parent.parent
+
 PROTOCOL = "2025-06-18"
 JSON_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
 
 
 @contextmanager
 def serving(app: Any, what: str = "the server") -> Iterator[str]:
-    """Serve `app` on a free port; yields its `/mcp` URL and stops the server on exit."""
+    """Serve `app` (an ASGI app, or a `SessionServer` under its limits) on a free port; yields its `/mcp` URL
+    and stops the server on exit."""
     port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    if hasattr(app, "http_config"):  # a SessionServer: its own uvicorn configuration, limits and all
+        config = app.http_config(host="127.0.0.1", port=port)
+    else:
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+    uv = uvicorn.Server(config)
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -90,3 +100,75 @@ class RawSession:
 
 def _hello() -> dict[str, Any]:
     return {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
+
+
+# ---- servers under hostile clients (tests/test_serve_abuse.py, benchmarks/abuse.py) ------------------
+
+SLOWPOKE = '''"""Slowpoke: a trusted app whose one tool takes as long as it is asked (a slow app beside fast ones)."""
+
+from __future__ import annotations
+
+import time
+
+from envfactory.env import Environment, State
+
+
+class SlowDB(State):
+    waited: float = 0.0
+
+
+env = Environment("slowpoke", SlowDB, description="An app whose tool waits.", domain="utilities")
+
+
+@env.tool(kind="read")
+def wait(db: SlowDB, seconds: float) -> float:
+    """Wait some seconds, then say how long.
+
+    Args:
+        seconds: How long to wait (at most 30).
+    """
+    time.sleep(max(0.0, min(seconds, 30.0)))
+    return seconds
+'''
+
+
+def abuse_project(root: Path) -> Path:
+    """A project folder with `hotels` and `slowpoke` (both trusted, so in-process); returns `root`."""
+    from envfactory.env.metadata import dump_metadata
+    from envfactory.env.pool import load_env_folder
+    from envfactory.env.trust import trust
+
+    shutil.copytree(ROOT / "envs" / "hotels", root / "envs" / "hotels")
+    slow = root / "envs" / "slowpoke"
+    (slow / "scenarios").mkdir(parents=True)
+    (slow / "env.py").write_text(SLOWPOKE)
+    (slow / "scenarios" / "default.json").write_text('{"waited": 0.0}')
+    dump_metadata(load_env_folder(slow, with_metadata=False).derived_metadata(), slow / "metadata.json")
+    (root / "configs").mkdir()
+    shutil.copy(ROOT / "configs" / "trusted.json", root / "configs" / "trusted.json")
+    trust(root / "configs" / "trusted.json", "slowpoke", slow)
+    return root
+
+
+@contextmanager
+def serve_process(
+    root: Path, *args: str, env: dict[str, str] | None = None, preexec: Any = None, log: Path | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    """`envfactory ARGS --transport http --port P` on project `root` (the CLI's own server, uvicorn and all);
+    yields its URL, the process and its log, and stops it on exit."""
+    port = free_port()
+    log = log or root / f"server-{port}.log"
+    environ = {**os.environ, "ENVFACTORY_ROOT": str(root), "ENVFACTORY_BFCL": "false", **(env or {})}
+    command = [sys.executable, "-m", "envfactory.cli", *args, "--transport", "http", "--port", str(port)]
+    with log.open("w") as fh:
+        proc = subprocess.Popen(command, env=environ, stdout=fh, stderr=subprocess.STDOUT, preexec_fn=preexec)
+    try:
+        wait_for_port(port, proc, " ".join(args), log, timeout_s=60)
+        yield f"http://127.0.0.1:{port}/mcp", proc, log
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)

@@ -4,23 +4,32 @@
 episode), keyed weakly on the SDK's `ServerSession` (each `initialize` over streamable HTTP, or the
 one stdio connection), so a session's state is freed when its client goes away. A connection may
 choose how its object starts (a query parameter or a header: a scenario, a task); the server's
-default applies otherwise. Calls that may block (a sandboxed worker) run off the event loop, one at a
-time per MCP session, in order, so one slow session never stalls the others. Subclasses list their
-tools and answer a call (`dispatch`); nothing else is theirs to repeat.
+default applies otherwise. Calls that may block (a sandboxed worker, a large request, a control tool, a
+session whose calls turned out slow) run off the event loop, one at a time per MCP session, in order,
+under thread limiters of their own (one per app in the hub), so one slow session or app never stalls
+the others. A served session keeps only its newest call records (`ServeLimits.history_*`). Subclasses
+list their tools and answer a call (`dispatch`); nothing else is theirs to repeat.
 
-Also here: the middleware that refuses bad HTTP bodies before the SDK parses them, the 405 for the
-standalone GET stream, the filter for the SDK's disconnect tracebacks, and `tool_result`.
+Also here: the middleware that refuses bad HTTP bodies before the SDK parses them (`BoundedJSONBody`),
+the session budget (`SessionBudget`), the 405 for the standalone GET stream, the filter for the SDK's
+disconnect tracebacks, and `tool_result`. The limits are `envfactory.serve.limits.ServeLimits`; the
+connection side (uvicorn) is `envfactory.serve.http`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import math
+import time
 import weakref
 from abc import abstractmethod
 from typing import Any, Generic, TypeVar
 
 import anyio
+import anyio.to_thread
+import uvicorn
 from mcp import types
 from mcp.server.fastmcp import FastMCP
 from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
@@ -31,6 +40,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from envfactory.inputs import MAX_DEPTH, InputError, parse_json
+from envfactory.serve.http import guard_event_loop, harden_logging, serve_http, uvicorn_config
+from envfactory.serve.limits import SDK_MAX_BODY_BYTES, CallRing, LogBudget, ServeLimits, resident_mb
 
 STATE_TOOL = "envfactory_state"
 H = TypeVar("H")
@@ -79,55 +90,94 @@ class NoServerStream:
 
 
 _LOG = logging.getLogger("envfactory.serve")
-MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_BODY_BYTES = SDK_MAX_BODY_BYTES  # the default; `ServeLimits.max_body_bytes` is never larger
 PARSED_BODY = "envfactory.parsed_body"  # ASGI scope key: (the body's JSON, its size in bytes)
 
 
 class BoundedJSONBody:
-    """Refuse an oversized, malformed or too deeply nested JSON body with a 4xx and one log line.
+    """Refuse an oversized, slow, malformed or too deeply nested JSON body with a 4xx and one log line.
 
     Runs before the SDK parses the body, whose recursive parsing would answer a 100k-deep document
-    with a 500 and a traceback. The body is read once (bounded), checked without recursion, and
-    handed on unchanged.
+    with a 500 and a traceback. The body is read once (bounded in size and in time), its arrays,
+    objects and values are counted before anything is parsed (a byte count: what `json.loads` of the
+    body could cost is bounded before it runs, since C parsing holds the GIL wherever it runs), a large
+    body is parsed and depth-checked on a worker thread, and the body is handed on unchanged.
     """
 
-    def __init__(self, app: Any, max_bytes: int = MAX_BODY_BYTES, max_depth: int = MAX_DEPTH) -> None:
-        self.app, self.max_bytes, self.max_depth = app, max_bytes, max_depth
+    def __init__(self, app: Any, limits: ServeLimits | None = None, max_depth: int = MAX_DEPTH) -> None:
+        self.app, self.max_depth = app, max_depth
+        self.limits = limits or ServeLimits()
+        self.max_bytes = self.limits.max_body_bytes
+        self.parse_limiter = anyio.CapacityLimiter(self.limits.parse_threads)
+        self.log_budget = LogBudget()
 
     async def _refuse(self, scope: Any, send: Any, status: int, message: str) -> None:
         client = scope.get("client") or ("?", 0)
-        _LOG.warning("refused a request from %s: %s", client[0], message)
+        dropped = self.log_budget.take()
+        if dropped is not None:
+            more = f" ({dropped} more refused since the last line)" if dropped else ""
+            _LOG.warning("refused a request from %s: %s%s", client[0], message, more)
         body = {
             "jsonrpc": "2.0",
             "id": None,
             "error": {"code": -32700 if status == 400 else -32600, "message": message},
         }
-        await JSONResponse(body, status_code=status)(scope, _no_receive, send)
+        # the connection closes with the answer: a refused body is never read to its end
+        await JSONResponse(body, status_code=status, headers={"connection": "close"})(scope, _no_receive, send)
+
+    def _precheck(self, body: bytes) -> str | None:
+        """Why `body` is refused before parsing (None: it may be parsed)."""
+        limits = self.limits
+        containers = body.count(b"[") + body.count(b"{")
+        if containers > limits.max_body_containers:
+            limit = limits.max_body_containers
+            return f"the request body holds {containers} arrays and objects, over the limit of {limit}"
+        values = body.count(b",")
+        if values > limits.max_body_values:
+            return f"the request body holds {values} values, over the limit of {limits.max_body_values}"
+        return None
+
+    def _parse(self, body: bytes) -> Any:
+        return parse_json(body, "the request body", max_depth=self.max_depth, surrogates=True)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
+        too_large = f"the request body is over the {self.max_bytes}-byte limit"
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, send, 413, f"the request body is over the {self.max_bytes}-byte limit")
+            await self._refuse(scope, send, 413, too_large)
             return
         chunks: list[bytes] = []
         size, more = 0, True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_bytes:
-                await self._refuse(scope, send, 413, f"the request body is over the {self.max_bytes}-byte limit")
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
+        with anyio.move_on_after(self.limits.body_timeout_s) as reading:
+            while more:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > self.max_bytes:
+                    await self._refuse(scope, send, 413, too_large)
+                    return
+                chunks.append(chunk)
+                more = message.get("more_body", False)
+        if reading.cancelled_caught:
+            timeout = self.limits.body_timeout_s
+            await self._refuse(scope, send, 408, f"the request body did not arrive within {timeout:g} s")
+            return
         body = b"".join(chunks)
+        del chunks
+        why = self._precheck(body)
+        if why is not None:
+            await self._refuse(scope, send, 413, why)
+            return
         try:
-            message = parse_json(body, "the request body", max_depth=self.max_depth, surrogates=True)
+            if len(body) <= self.limits.inline_body_bytes:
+                message = self._parse(body)
+            else:
+                message = await anyio.to_thread.run_sync(self._parse, body, limiter=self.parse_limiter)
         except InputError as e:
             await self._refuse(scope, send, 400, str(e))
             return
@@ -142,6 +192,30 @@ class BoundedJSONBody:
             return dict(await receive())
 
         await self.app(scope, replay, send)
+
+
+class SessionBudget:
+    """Room for a new MCP session before the SDK opens it: at most `max_sessions` open and resident memory
+    under `memory_mb`; when full, the session idle the longest (at least `evict_idle_s`) is ended to make
+    room, else the request gets a 503 whose JSON-RPC error says the server is full."""
+
+    def __init__(self, app: Any, server: SessionServer[Any]) -> None:
+        self.app, self.server = app, server
+        self.path = server.settings.streamable_http_path
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope.get("path") == self.path
+            and _header(scope.get("headers") or [], MCP_SESSION_ID_HEADER.encode()) is None
+        ):
+            full = await self.server.make_room()
+            if full is not None:
+                body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": full}}
+                await JSONResponse(body, status_code=503, headers={"retry-after": "5"})(scope, _no_receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _no_receive() -> dict[str, Any]:
@@ -198,7 +272,7 @@ class FastToolCalls:
         arguments = params.get("arguments")
         self._hold(transport)  # this request holds the session, as the SDK's would
         try:
-            result = await self.server.answer(key, self.server.default_choice, params["name"], arguments or {})
+            result = await self.server.answer(key, self.server.default_choice, params["name"], arguments or {}, size)
         except Exception as e:  # what the SDK's handler makes of a raising tool
             result = types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
         self._hold(transport)  # and its idle time starts again when the answer leaves
@@ -264,10 +338,13 @@ def tool_result(payload: Any, *, wrap: bool, error: bool = False) -> types.CallT
 
 class SessionServer(FastMCP, Generic[H]):
     """FastMCP with one `H` per MCP session (see the module). Subclasses set `choice_param` and
-    `choice_header`, and implement `list_tools`, `create` and `dispatch`."""
+    `choice_header`, and implement `list_tools`, `create` and `dispatch`; `limiter_keys` names the
+    thread limiters a call runs under (one per app in the hub) and `offloaded_tools` the tools that
+    always leave the event loop."""
 
     choice_param: str
     choice_header: str
+    offloaded_tools: frozenset[str] = frozenset()
 
     def __init__(
         self,
@@ -283,7 +360,9 @@ class SessionServer(FastMCP, Generic[H]):
         json_response: bool,
         server_stream: bool,
         fast_calls: bool = True,
+        limits: ServeLimits | None = None,
     ) -> None:
+        self.limits = limits = limits or ServeLimits()
         super().__init__(
             name=name,
             instructions=instructions,
@@ -292,6 +371,9 @@ class SessionServer(FastMCP, Generic[H]):
             log_level=log_level,  # type: ignore[arg-type]
             # tools answer at once and send no progress: plain JSON responses skip SSE framing
             json_response=json_response,
+            max_request_body_size=limits.max_body_bytes,
+            session_idle_timeout=limits.session_idle_s,
+            max_sessions=limits.max_sessions,
         )
         for logger_name in ("mcp.server.streamable_http", "uvicorn.error"):
             logger = logging.getLogger(logger_name)
@@ -304,9 +386,13 @@ class SessionServer(FastMCP, Generic[H]):
         self.fast_calls = fast_calls
         self._held: weakref.WeakKeyDictionary[Any, H] = weakref.WeakKeyDictionary()
         self._locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
+        self._rings: weakref.WeakKeyDictionary[Any, CallRing] = weakref.WeakKeyDictionary()
+        self._slow: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}
         # streamable HTTP: MCP session id -> the SDK's session object our held objects are keyed on
         self._keys: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.fast: FastToolCalls | None = None
+        self.evicted = 0  # idle sessions ended to make room for new ones
 
     def streamable_http_app(self) -> Starlette:
         app = super().streamable_http_app()
@@ -314,8 +400,77 @@ class SessionServer(FastMCP, Generic[H]):
             app.add_middleware(NoServerStream)
         if self.fast_calls:
             app.add_middleware(FastToolCalls, server=self)
-        app.add_middleware(BoundedJSONBody)
+        app.add_middleware(BoundedJSONBody, limits=self.limits)
+        app.add_middleware(SessionBudget, server=self)
+        app.add_middleware(GuardLoop)
         return app
+
+    def http_config(self, host: str | None = None, port: int | None = None) -> uvicorn.Config:
+        """uvicorn's configuration for this server under its limits (what `run` uses; tests and benchmarks too)."""
+        return uvicorn_config(
+            self.streamable_http_app(),
+            host=host or self.settings.host,
+            port=port or self.settings.port,
+            limits=self.limits,
+            log_level=self.settings.log_level.lower(),
+        )
+
+    async def run_streamable_http_async(self) -> None:
+        await serve_http(
+            self.streamable_http_app(),
+            host=self.settings.host,
+            port=self.settings.port,
+            limits=self.limits,
+            log_level=self.settings.log_level.lower(),
+        )
+
+    # ---- the session budget --------------------------------------------------------------------
+    def _open_sessions(self) -> dict[str, Any] | None:
+        manager = getattr(self, "_session_manager", None)
+        return getattr(manager, "_server_instances", None) if manager is not None else None  # mcp 1.30
+
+    async def make_room(self) -> str | None:
+        """None when a new session may open (after ending the longest-idle one if the server is full),
+        else why not: the message of the 503."""
+        open_ = self._open_sessions()
+        if open_ is None:
+            return None
+        limits = self.limits
+        resident = resident_mb()
+        over_memory = resident is not None and limits.memory_mb is not None and resident > limits.memory_mb
+        if len(open_) < limits.max_sessions and not over_memory:
+            return None
+        victim = self._longest_idle(open_)
+        if victim is not None:
+            session_id, transport = victim
+            transport.idle_scope.cancel()  # the SDK ends it as it ends a session whose idle timeout ran out
+            with anyio.move_on_after(2):
+                while session_id in open_:
+                    await anyio.sleep(0.005)
+            self.evicted += 1
+            return None
+        if over_memory:
+            why = f"its resident memory ({resident:.0f} MB) is over its budget of {limits.memory_mb} MB"
+        else:
+            why = f"{len(open_)} sessions are open (the limit is {limits.max_sessions})"
+        idle = f"none has been idle for {limits.evict_idle_s:g} s"
+        return f"the server is full: {why} and {idle}; try again later or end a session you no longer use"
+
+    def _longest_idle(self, open_: dict[str, Any]) -> tuple[str, Any] | None:
+        timeout = self.session_manager.session_idle_timeout
+        if timeout is None:
+            return None
+        latest = anyio.current_time() - self.limits.evict_idle_s  # idle since before this: may be ended
+        best: tuple[str, Any] | None = None
+        best_since = math.inf
+        for session_id, transport in list(open_.items()):
+            scope = getattr(transport, "idle_scope", None)
+            if scope is None or scope.cancel_called or not math.isfinite(scope.deadline):
+                continue  # a request in flight, or already ending
+            since = scope.deadline - timeout
+            if since <= latest and since < best_since:
+                best, best_since = (session_id, transport), since
+        return best
 
     def key_of(self, session_id: str) -> Any:
         """The held key of the HTTP session `session_id`, once a call of it went through the SDK (else None)."""
@@ -351,24 +506,114 @@ class SessionServer(FastMCP, Generic[H]):
         # the connection's choice matters only to a session's first call (it starts the held object)
         choice = self.connection_choice() if key not in self._held else self.default_choice
         request = self.get_context().request_context.request
+        size = 0
         if request is not None and hasattr(request, "headers"):
             session_id = request.headers.get(MCP_SESSION_ID_HEADER)
             if session_id:
                 self._keys[session_id] = key
-        return await self.answer(key, choice, name, arguments if isinstance(arguments, dict) else {})
+            declared = request.headers.get("content-length") or ""
+            size = int(declared) if declared.isdigit() else 0
+        return await self.answer(key, choice, name, arguments if isinstance(arguments, dict) else {}, size)
 
-    async def answer(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> types.CallToolResult:
-        """One tool call of session `key`: at once, or off the event loop one at a time per session when `blocking`."""
-        if not self.blocking:
-            return self.dispatch(key, choice, name, args)
-        lock = self._locks.setdefault(key, anyio.Lock())
+    async def answer(
+        self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int = 0
+    ) -> types.CallToolResult:
+        """One tool call of session `key` (`size`: its request's bytes). In-process calls of a session run on
+        the event loop while they are small and quick; anything else (a blocking environment, a large
+        request, a control tool, a session whose calls turned out slow) runs on a worker thread under the
+        call's limiters, one call at a time per session, in order."""
+        lock = self._locks.get(key)
+        if (
+            not self.blocking
+            and (lock is None or not lock.locked())
+            and size <= self.limits.inline_body_bytes
+            and name not in self.offloaded_tools
+            and key not in self._slow
+        ):
+            started = time.perf_counter()
+            try:
+                return self.dispatch(key, choice, name, args, size)
+            finally:
+                if time.perf_counter() - started > self.limits.inline_call_s:
+                    self._slow[key] = True
+        if lock is None:
+            lock = self._locks.setdefault(key, anyio.Lock())
         async with lock:
-            return await anyio.to_thread.run_sync(self.dispatch, key, choice, name, args)
+            limiters = [self._limiter(k) for k in sorted(set(self.limiter_keys(key, choice, name, args)))]
+            async with contextlib.AsyncExitStack() as held:
+                for limiter in limiters[:-1]:  # in sorted order: two calls never wait on each other's
+                    await held.enter_async_context(limiter)
+                return await anyio.to_thread.run_sync(
+                    self.dispatch, key, choice, name, args, size, limiter=limiters[-1]
+                )
+
+    def mark_slow(self, key: Any) -> None:
+        """Run session `key`'s later calls off the event loop (its calls are, or may be, slow)."""
+        self._slow[key] = True
+
+    def _limiter(self, name: str) -> anyio.CapacityLimiter:
+        limiter = self._limiters.get(name)
+        if limiter is None:
+            limiter = self._limiters[name] = anyio.CapacityLimiter(self.limits.app_threads)
+        return limiter
+
+    def limiter_keys(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> list[str]:
+        """The thread limiters a call runs under (each `app_threads` wide): one for the whole server here."""
+        return ["calls"]
+
+    def remember(self, key: Any, item: Any, weight: int) -> list[Any]:
+        """Add a call's record to session `key`'s ring; what falls out is for the caller to drop."""
+        ring = self._rings.get(key)
+        if ring is None:
+            ring = self._rings[key] = CallRing(self.limits.history_calls, self.limits.history_bytes)
+        return ring.add(item, weight)
+
+    def forget(self, key: Any) -> None:
+        """Session `key` started over: its ring is empty again."""
+        ring = self._rings.get(key)
+        if ring is not None:
+            ring.clear()
+
+    def config_too_large(self, value: Any, size: int, what: str) -> str | None:
+        """Why `value` (a reset config, a task) is refused for its size, or None. `size` is its request's
+        bytes when known: a request no larger than the limit holds no larger a value."""
+        limit = self.limits.max_config_bytes
+        if 0 < size <= limit or value is None:
+            return None
+        try:
+            n = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace"))
+        except (TypeError, ValueError, RecursionError):
+            return None  # left to the parsers that refuse it anyway
+        if n <= limit:
+            return None
+        return f"the {what} is {n} bytes as JSON, over this server's limit of {limit} bytes"
 
     @abstractmethod
     def create(self, choice: Any) -> H:
         """A new session's object, started from the connection's choice (or the default)."""
 
     @abstractmethod
-    def dispatch(self, key: Any, choice: Any, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """Answer one tool call of MCP session `key` (on a worker thread when `blocking`)."""
+    def dispatch(
+        self, key: Any, choice: Any, name: str, arguments: dict[str, Any], size: int = 0
+    ) -> types.CallToolResult:
+        """Answer one tool call of MCP session `key` (on a worker thread when `blocking`); `size` is the request's
+        bytes (0 if unknown)."""
+
+
+def answer_bytes(result: types.CallToolResult) -> int:
+    """The bytes of a result's text content: what an answer weighs in a session's history."""
+    return sum(len(c.text) for c in result.content if isinstance(c, types.TextContent))
+
+
+class GuardLoop:
+    """At the app's start, make the event loop's exception handler and the log handlers unable to fail
+    (see `envfactory.serve.http`), whichever uvicorn runs the app."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            guard_event_loop()
+            harden_logging()
+        await self.app(scope, receive, send)

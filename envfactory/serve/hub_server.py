@@ -23,8 +23,20 @@ from pydantic import ValidationError
 
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
-from envfactory.serve.base import STATE_TOOL, SessionServer, tool_result
-from envfactory.serve.hub import CALL_TOOL, META_TOOLS, Hub, HubEpisode, HubError, TaskLoaded, load_tasks
+from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
+from envfactory.serve.hub import (
+    CALL_TOOL,
+    COMPLETE_TASK,
+    GET_TOOL_DOC,
+    LIST_TOOLS,
+    META_TOOLS,
+    Hub,
+    HubEpisode,
+    HubError,
+    TaskLoaded,
+    load_tasks,
+)
+from envfactory.serve.limits import ServeLimits, drop
 from envfactory.tasks.models import Task
 
 LOAD_TASK_TOOL = "envfactory_load_task"
@@ -93,6 +105,7 @@ class HubMCPServer(SessionServer[HubEpisode]):
         json_response: bool = True,
         server_stream: bool = False,
         fast_calls: bool = True,
+        limits: ServeLimits | None = None,
     ) -> None:
         if default_task is not None:
             hub.task(default_task)  # fail at start, not at the first call, on an unknown task id
@@ -109,8 +122,10 @@ class HubMCPServer(SessionServer[HubEpisode]):
             json_response=json_response,
             server_stream=server_stream,
             fast_calls=fast_calls,
+            limits=limits,
         )
         self.hub = hub
+        self._apps = frozenset(hub.apps)
         self.default_task = default_task
 
     @property
@@ -128,6 +143,39 @@ class HubMCPServer(SessionServer[HubEpisode]):
             if e.code == "unknown_task":
                 raise HubError(e.code, f"{e.message}; given by this connection's task parameter") from None
             raise
+
+    def limiter_keys(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> list[str]:
+        """Each app's calls run under that app's own limiter, so a slow app cannot hold the threads another
+        app's calls need; a call touching several apps (a task's state, its verdict) holds each of theirs."""
+        apps = self._apps_of(key, choice, name, args)
+        return [f"app:{a}" for a in sorted(apps)] or ["hub"]
+
+    def _apps_of(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> set[str]:
+        known = self._apps
+        if name in (CALL_TOOL, LIST_TOOLS, GET_TOOL_DOC):
+            app = args.get("app")
+            return {app} if isinstance(app, str) and app in known else set()
+        episode = self._held.get(key)
+        apps: set[str] = set(episode.sessions) if episode is not None else set()
+        if name == COMPLETE_TASK and episode is not None and episode.task is not None:
+            apps |= set(episode.task.verifier.goal)
+        elif name == LOAD_TASK_TOOL:
+            raw, task_id = args.get("task"), args.get("task_id")
+            if isinstance(raw, dict):
+                servers = raw.get("servers")
+                apps = {a for a in servers if isinstance(a, str)} if isinstance(servers, list) else set()
+            else:
+                task: Task | None
+                if isinstance(task_id, str):
+                    task = self.hub.tasks.get(task_id)
+                elif episode is not None:
+                    task = episode.task  # no task named: the current one starts over
+                else:
+                    task = self.hub.tasks.get(choice) if isinstance(choice, str) else None
+                apps = set(task.servers) if task is not None else set()
+        elif episode is None and isinstance(choice, str) and choice in self.hub.tasks:
+            apps = set(self.hub.tasks[choice].servers)  # the session's first call forks its task's apps
+        return apps & known
 
     def _load_task(self, key: Any, connection_task: str | None, arguments: dict[str, Any]) -> types.CallToolResult:
         try:
@@ -156,10 +204,17 @@ class HubMCPServer(SessionServer[HubEpisode]):
         loaded = TaskLoaded(task_id=task.id, instruction=task.instruction, apps=task.servers)
         return tool_result(loaded.model_dump(mode="json"), wrap=False)
 
-    def dispatch(self, key: Any, choice: Any, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    def dispatch(
+        self, key: Any, choice: Any, name: str, arguments: dict[str, Any], size: int = 0
+    ) -> types.CallToolResult:
         try:
             if self.control_tools and name == LOAD_TASK_TOOL:
-                return self._load_task(key, choice, arguments)
+                too_large = self.config_too_large(arguments.get("task"), size, "task")
+                if too_large is not None:
+                    return tool_result(HubError("invalid_task", too_large).payload(), wrap=False, error=True)
+                result = self._load_task(key, choice, arguments)
+                self.forget(key)
+                return result
             episode = self.held(key, choice)
             if self.control_tools and name == STATE_TOOL:
                 return tool_result(self.hub.state(episode), wrap=False)
@@ -167,9 +222,18 @@ class HubMCPServer(SessionServer[HubEpisode]):
             return tool_result(e.payload(), wrap=False, error=True)
         except EnvFactoryError as e:  # e.g. an app whose code fails to load
             return tool_result(HubError("environment_error", str(e)).payload(), wrap=False, error=True)
+        before = len(episode.calls)
         out = self.hub.invoke(episode, name, arguments)
         # a tool's result may be any JSON value: structured content wraps it as {"result": ...}
-        return tool_result(out.payload, wrap=name == CALL_TOOL, error=not out.ok)
+        result = tool_result(out.payload, wrap=name == CALL_TOOL, error=not out.ok)
+        if len(episode.calls) > before:  # the episode's calls and its apps' histories are a ring here
+            gone = self.remember(key, episode.calls[-1], size + answer_bytes(result))
+            if gone:
+                drop(episode.calls, gone)
+                for app in {g.app for g in gone}:
+                    if app in episode.sessions:
+                        drop(episode.sessions[app].history, [g.record for g in gone if g.app == app])
+        return result
 
 
 def build_hub_server(
@@ -195,6 +259,7 @@ def serve_hub(
     control_tools: bool = True,
     apps: list[str] | None = None,
     log_level: str = "WARNING",
+    limits: ServeLimits | None = None,
 ) -> None:
     """Serve the hub until interrupted: streamable HTTP on `host:port` (path /mcp), or stdio for one client."""
     if transport not in ("stdio", "streamable-http", "http"):
@@ -208,5 +273,6 @@ def serve_hub(
         port=port,
         control_tools=control_tools,
         log_level=log_level,
+        limits=limits,
     )
     server.run(transport="stdio" if transport == "stdio" else "streamable-http")

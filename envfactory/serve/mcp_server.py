@@ -20,7 +20,8 @@ from mcp import types
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.session import Session
 from envfactory.errors import EnvFactoryError
-from envfactory.serve.base import STATE_TOOL, SessionServer, tool_result
+from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
+from envfactory.serve.limits import ServeLimits, drop
 
 __all__ = ["RESET_TOOL", "SCENARIO_HEADER", "STATE_TOOL", "EnvMCPServer", "build_server"]
 
@@ -68,6 +69,7 @@ class EnvMCPServer(SessionServer[Session]):
 
     choice_param = "scenario"
     choice_header = SCENARIO_HEADER
+    offloaded_tools = frozenset({RESET_TOOL, STATE_TOOL})  # a whole state in or out: never on the event loop
 
     def __init__(
         self,
@@ -81,6 +83,7 @@ class EnvMCPServer(SessionServer[Session]):
         json_response: bool = True,
         server_stream: bool = False,
         fast_calls: bool = True,
+        limits: ServeLimits | None = None,
     ) -> None:
         meta = env.metadata
         clash = {t.name for t in _CONTROL_TOOLS} & set(meta.tool_names)
@@ -102,6 +105,7 @@ class EnvMCPServer(SessionServer[Session]):
             json_response=json_response,
             server_stream=server_stream,
             fast_calls=fast_calls,
+            limits=limits,
         )
         self.env = env
         self.default_config: dict[str, Any] | str | None = default_config
@@ -130,19 +134,31 @@ class EnvMCPServer(SessionServer[Session]):
     def create(self, choice: Any) -> Session:
         return Session.fork(self.env, choice)
 
-    def dispatch(self, key: Any, choice: Any, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    def dispatch(
+        self, key: Any, choice: Any, name: str, arguments: dict[str, Any], size: int = 0
+    ) -> types.CallToolResult:
         try:
             session = self.held(key, choice)
             if self.control_tools and name == RESET_TOOL:
                 config = arguments.get("config") or arguments.get("scenario") or self.default_config
+                too_large = self.config_too_large(arguments.get("config"), size, "config")
+                if too_large is not None:
+                    error = {"error": {"type": "invalid_config", "message": too_large}}
+                    return tool_result(error, wrap=False, error=True)
                 session.reset(config)
+                self.forget(key)
+                if size > self.limits.inline_body_bytes:
+                    self.mark_slow(key)  # calls on a state this large may be slow: off the event loop from now on
                 return tool_result({"reset": True, "source": session.source}, wrap=False)
             if self.control_tools and name == STATE_TOOL:
                 return tool_result(session.dump(), wrap=False)
         except EnvFactoryError as e:  # e.g. an unknown scenario: the client gets an error result
             return tool_result({"error": {"type": "invalid_config", "message": str(e)}}, wrap=False, error=True)
         rec = session.call(name, arguments)
-        return tool_result(rec.payload(), wrap=self._wraps.get(name, False), error=not rec.ok)
+        result = tool_result(rec.payload(), wrap=self._wraps.get(name, False), error=not rec.ok)
+        # the session's history is a ring here: the newest records, bounded in count and bytes
+        drop(session.history, self.remember(key, rec, size + answer_bytes(result)))
+        return result
 
 
 def build_server(env: BaseEnvironment, **kwargs: Any) -> EnvMCPServer:

@@ -1,0 +1,235 @@
+"""The HTTP side of a server under hostile clients: uvicorn's connections bounded, and a process that never exits.
+
+- `GuardedHTTP` (uvicorn's HTTP protocol, httptools or h11, with a guard): a connection must send a
+  request's headers within `header_timeout_s` of opening (or of its last response) and in at most
+  `max_header_bytes`, else it is closed (431 when too large). uvicorn alone has no such timer: a
+  connection that never finishes its headers stays open for ever. A connection opened while
+  `connection_cap` connections are open gets a 503 (a JSON-RPC error body) for each request; the
+  connections already open, and so the sessions using them, are served as before.
+- `guard_event_loop`: the loop's exception handler never raises and logs resource exhaustion (an
+  `accept()` failing with EMFILE, asyncio then retries a second later) in one line without a
+  traceback. Before it, the default handler logged through Rich, whose handler imports a module to
+  render the traceback: out of descriptors that import failed inside the handler and the server exited.
+- `harden_logging`: every root handler's failure to emit falls back to one plain line on stderr.
+- `uvicorn_config` / `serve_http`: uvicorn with all of the above and the keep-alive timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import json
+import logging
+import os
+import socket
+from typing import Any
+
+import uvicorn
+
+from envfactory.serve.limits import LogBudget, ServeLimits, connection_cap, raise_fd_limit
+
+try:
+    import httptools  # noqa: F401
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _BaseHTTP
+except ImportError:  # pragma: no cover
+    from uvicorn.protocols.http.h11_impl import H11Protocol as _BaseHTTP  # type: ignore[assignment]
+
+_LOG = logging.getLogger("envfactory.serve")
+_EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+
+
+def _jsonrpc_error(status: int, message: str, code: int = -32000) -> bytes:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}).encode()
+    reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large", 503: b"Service Unavailable"}[status]
+    return (
+        b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n"
+        b"retry-after: 1\r\n\r\n" % (status, reason, len(body))
+    ) + body
+
+
+def _over_capacity(message: str) -> Any:
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": message}}).encode()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+            (b"retry-after", b"1"),
+        ]
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    return app
+
+
+class GuardedHTTP(_BaseHTTP):
+    """uvicorn's HTTP protocol with a header deadline, a header size limit and a connection cap (see the module)."""
+
+    header_timeout_s: float = 10.0
+    max_header_bytes: int = 64 * 1024
+    cap: int = 1024  # connections past it get a 503 for their request, and one second to send it
+    hard_cap: int = 1056  # connections past it are answered 503 and closed at once: descriptors stay free
+    closed_late = 0  # connections closed for not sending their headers in time (all instances)
+    refused = 0  # connections over the cap
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._timer: asyncio.TimerHandle | None = None
+        open_ = len(self.connections)
+        if open_ > self.cap:
+            type(self).refused += 1
+            message = f"the server is at its connection limit ({self.cap} open connections); try again later"
+            if open_ > self.hard_cap:
+                transport.write(_jsonrpc_error(503, message))
+                transport.close()
+                return
+            self.app = _over_capacity(message)  # this connection's requests get a 503
+            self._arm(min(1.0, self.header_timeout_s))
+            return
+        self._arm()
+
+    def _arm(self, timeout_s: float | None = None) -> None:
+        self._disarm()
+        self._armed_cycle = self.cycle
+        self._header_bytes = 0
+        self._timer = self.loop.call_later(timeout_s or self.header_timeout_s, self._headers_late)
+
+    def _disarm(self) -> None:
+        timer, self._timer = getattr(self, "_timer", None), None
+        if timer is not None:
+            timer.cancel()
+
+    def _waiting_for_headers(self) -> bool:
+        return self.cycle is self._armed_cycle and (self.cycle is None or self.cycle.response_complete)
+
+    def _headers_late(self) -> None:
+        self._timer = None
+        if self._waiting_for_headers() and not self.transport.is_closing():
+            type(self).closed_late += 1
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._timer is None:
+            return
+        if self.cycle is not self._armed_cycle:  # a request's headers are complete
+            self._disarm()
+            return
+        self._header_bytes += len(data)
+        if self._header_bytes > self.max_header_bytes and not self.transport.is_closing():
+            self._disarm()
+            message = f"the request's headers are over {self.max_header_bytes} bytes"
+            self.transport.write(_jsonrpc_error(431, message, -32600))
+            self.transport.close()
+
+    def on_response_complete(self) -> None:
+        before = self.cycle
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.cycle is before:
+            self._arm()  # the next request's headers are due within the timeout too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
+def guarded_protocol(limits: ServeLimits, cap: int) -> type[GuardedHTTP]:
+    """A `GuardedHTTP` subclass with these limits (uvicorn instantiates the class it is given)."""
+    attributes = {
+        "header_timeout_s": limits.header_timeout_s,
+        "max_header_bytes": limits.max_header_bytes,
+        "cap": cap,
+        "hard_cap": cap + max(8, limits.fd_reserve // 2),
+    }
+    return type("GuardedHTTP", (GuardedHTTP,), attributes)
+
+
+def _write_stderr(line: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(2, (line.rstrip("\n") + "\n").encode("utf-8", "replace"))
+
+
+_EXHAUSTION_LOG = LogBudget(burst=3, per_s=0.2)
+
+
+def _loop_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The loop's exception handler: never raises; resource exhaustion is one line now and then, no traceback."""
+    exc = context.get("exception")
+    try:
+        if isinstance(exc, OSError) and exc.errno in _EXHAUSTED:
+            # asyncio stops accepting for a second and retries; connections already open are served
+            dropped = _EXHAUSTION_LOG.take()
+            if dropped is not None:
+                more = f" ({dropped} more since the last line)" if dropped else ""
+                what = context.get("message")
+                _LOG.warning("out of resources: %s (%s); accepting again in 1 s%s", exc.strerror, what, more)
+            return
+        if isinstance(exc, ConnectionError | socket.timeout):
+            return  # a client went away mid-write: nothing to do
+        if isinstance(exc, ValueError) and "_start_serving" in repr(context.get("handle")):
+            return  # a paused listener's retry after the server closed it (at shutdown)
+        loop.default_exception_handler(context)
+    except Exception:
+        _write_stderr(f"envfactory.serve: {context.get('message', 'error in the event loop')}: {exc!r}")
+
+
+def guard_event_loop() -> None:
+    """Install `_loop_exception` on the running loop (from a coroutine or the app's lifespan)."""
+    with contextlib.suppress(RuntimeError):
+        asyncio.get_running_loop().set_exception_handler(_loop_exception)
+
+
+class _SafeEmit:
+    """Wraps a handler's `emit`: a handler that cannot emit (out of descriptors...) writes one plain line instead."""
+
+    def __init__(self, handler: logging.Handler) -> None:
+        self.handler, self.emit = handler, handler.emit
+
+    def __call__(self, record: logging.LogRecord) -> None:
+        try:
+            self.emit(record)
+        except Exception:
+            try:
+                text = record.getMessage()
+            except Exception:
+                text = str(record.msg)
+            _write_stderr(f"{record.levelname} {record.name}: {text}")
+
+
+def harden_logging() -> None:
+    """Make every root and uvicorn log handler unable to raise into its caller (see the module)."""
+    with contextlib.suppress(Exception):
+        import rich.traceback  # noqa: F401  (Rich imports it on its first traceback: do it while files open)
+    for name in ("", "uvicorn", "uvicorn.error", "uvicorn.access", "asyncio"):
+        for handler in logging.getLogger(name).handlers:
+            if not isinstance(handler.emit, _SafeEmit):
+                handler.emit = _SafeEmit(handler)  # type: ignore[method-assign]
+
+
+def uvicorn_config(
+    app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning"
+) -> uvicorn.Config:
+    """uvicorn's configuration for a server under `limits` (header deadline, connection cap, keep-alive)."""
+    cap = connection_cap(limits)
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=log_level,
+        http=guarded_protocol(limits, cap),
+        timeout_keep_alive=limits.keep_alive_s,
+        h11_max_incomplete_event_size=limits.max_header_bytes,
+    )
+
+
+async def serve_http(app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning") -> None:
+    """Serve `app` with uvicorn under `limits` until interrupted."""
+    raise_fd_limit()
+    config = uvicorn_config(app, host=host, port=port, limits=limits, log_level=log_level)
+    server = uvicorn.Server(config)
+    config.load()  # uvicorn sets up its logging here: harden it with the rest
+    harden_logging()
+    guard_event_loop()
+    await server.serve()
