@@ -2,7 +2,7 @@
 made visible, over-long or malformed environment names one-line errors.
 
 Random strings with markup brackets, backslashes, ESC / C1 / other control characters and newlines go
-through the helpers (`envfactory.cli.terminal`), through the CLI in-process (`main()`, as the
+through the helpers (`envfactory.terminal`), through the CLI in-process (`main()`, as the
 `envfactory` script runs it) and, for what an environment folder holds, through the CLI as a subprocess
 on environment folders in tmp_path (untrusted: loaded in the OS sandbox).
 """
@@ -29,10 +29,10 @@ from rich.table import Table
 from rich.text import Text
 
 from envfactory.cli.main import main
-from envfactory.cli.terminal import SafeConsole, json_text, print_json, safe, visible
 from envfactory.config import Settings
 from envfactory.env.metadata import ENV_NAME, EnvMetadata, ToolSpec
 from envfactory.envgen.register import GeneratedEnvironment, RegistrationError, register
+from envfactory.terminal import SafeConsole, json_text, print_json, safe, visible
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from envfactory.cli.terminal import shorten
 from envfactory.env.metadata import ENV_NAME, ENV_NAME_MAX
 from envfactory.errors import EnvFactoryError
+from envfactory.terminal import shorten
 
 
 def env_name(name: str) -> str:

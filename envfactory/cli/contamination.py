@@ -8,10 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.errors import EnvFactoryError
 from envfactory.eval.items import load_conversations
 from envfactory.inputs import write_atomic
+from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
     add_completion=False,

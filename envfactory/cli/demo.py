@@ -25,7 +25,6 @@ from mcp.types import TextContent
 from rich.console import Console
 from rich.table import Table
 
-from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.validate import EnvReport, sync_registry, validate_env
@@ -35,6 +34,7 @@ from envfactory.serve.net import free_port
 from envfactory.tasks.batch import BatchSummary, SynthConfig, load_conversations
 from envfactory.tasks.quality import PAPER_STEPS_PER_TURN, PAPER_TURNS_PER_CONVERSATION, QualityFigures, measure
 from envfactory.tasks.run import run_batch
+from envfactory.terminal import SafeConsole, safe
 
 
 async def _conversation(url: str, guest: str) -> list[tuple[str, Any]]:

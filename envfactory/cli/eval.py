@@ -21,7 +21,6 @@ from langchain_core.language_models import BaseChatModel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits
@@ -42,6 +41,7 @@ from envfactory.eval.run import (
 from envfactory.executor import executor_from
 from envfactory.llm.models import chat_model
 from envfactory.tasks.batch import HELDOUT
+from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
     add_completion=False,

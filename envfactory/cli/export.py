@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from envfactory.cli.terminal import SafeConsole, safe
+from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
     add_completion=False,

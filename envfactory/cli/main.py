@@ -1,7 +1,7 @@
 """The `envfactory` command (typer + rich). Errors print one line and exit non-zero.
 
 What it prints that it did not write (names, messages, metadata, tool output) goes through
-`envfactory.cli.terminal`: markup escaped, control characters made visible."""
+`envfactory.terminal`: markup escaped, control characters made visible."""
 
 from __future__ import annotations
 
@@ -18,13 +18,13 @@ from rich.table import Table
 from envfactory.cli.args import env_name, env_names
 from envfactory.cli.mcp import app as mcp_app
 from envfactory.cli.prompts import app as prompts_app
-from envfactory.cli.terminal import SafeConsole, print_json, safe, visible
 from envfactory.config import get_settings
 from envfactory.env.metadata import dump_metadata
 from envfactory.env.pool import EnvPool, derived_metadata
 from envfactory.envgen.validate import missing_registered, runs_as, source_of, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import parse_json, write_atomic
+from envfactory.terminal import SafeConsole, print_json, safe, visible
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 envs_app = typer.Typer(no_args_is_help=True, help="The environment pool.")

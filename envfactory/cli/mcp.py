@@ -11,11 +11,11 @@ import typer
 from pydantic import ValidationError
 
 from envfactory.cli.args import env_names
-from envfactory.cli.terminal import visible
 from envfactory.config import get_settings
 from envfactory.inputs import write_atomic
 from envfactory.serve.affinity import AffinityError, BalancerSettings, haproxy_config
 from envfactory.serve.clients import CLIENTS, client_config
+from envfactory.terminal import visible
 
 app = typer.Typer(no_args_is_help=True, help="Configurations for outside MCP clients.")
 

@@ -7,10 +7,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.config import get_settings
 from envfactory.errors import EnvFactoryError
 from envfactory.llm.prompts import PromptLibrary, library_from_settings
+from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The prompt files (prompts/<group>/<name>.yaml).")
 out = SafeConsole()

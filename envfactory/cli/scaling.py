@@ -17,13 +17,13 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from envfactory.cli.terminal import SafeConsole, safe
 from envfactory.scaling.budget import CompositionLimits, suggest_compositions
 from envfactory.scaling.errors import ScalingError
 from envfactory.scaling.fit import HoldoutReport, LawFit, evaluate_holdout, fit_law
 from envfactory.scaling.laws import COMPOSITION, CompositionParams
 from envfactory.scaling.simulate import DEFAULT_PARAMS, SimulationGrid, simulate_table
 from envfactory.scaling.table import RunTable, load_table, write_table
+from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -10,8 +10,8 @@ import typer
 from rich.table import Table
 
 from envfactory.cli.args import env_name, env_names
-from envfactory.cli.terminal import SafeConsole, json_text, safe, visible
 from envfactory.config import Settings, get_settings
+from envfactory.terminal import SafeConsole, json_text, safe, visible
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.settings import graph_path

@@ -1,7 +1,9 @@
-"""What the CLI prints: text it did not write itself, made harmless for the terminal.
+"""What the CLI and the library print: text they did not write themselves, made harmless for the terminal.
 
-Untrusted text (error messages, an environment folder's names and metadata, tool output, what a model,
-a spec or a client wrote) reaches the terminal only through these helpers:
+Untrusted text (error messages, an environment folder's names and metadata, tool output, a run's data,
+what a model, a spec or a client wrote) reaches the terminal only through these helpers. They live at the
+library's top (they import nothing of it), so that `envfactory.cli`, the library's parts that print
+(`envfactory.tasks`, `envfactory.llm`) and `graphs/`'s commands share them:
 
 - `safe(text)`: for Rich markup (f-strings given to `print`, table cells, status lines): the text's
   markup is escaped, so `[/x]` prints as itself instead of ending the command in a `MarkupError`, and
