@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 from langgraph.runtime import Runtime
+from pydantic import ValidationError
 
+from envfactory.env.metadata import ENV_NAME, ENV_NAME_MAX
 from envfactory.env.sandbox import SandboxUnavailable
 from envfactory.envgen.checks import ErrorReport, TestScenario
 from envfactory.envgen.register import GeneratedEnvironment, RegistrationError, register, write_environment
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, first_error
 from envfactory_agents.code import generate_code, revise_code
 from envfactory_agents.search import EnvGenRequest, search_environment
 from envfactory_agents.test import generate_scenarios, run_tests
@@ -77,18 +79,49 @@ def _record(state: EnvGenState) -> GeneratedEnvironment:
     )
 
 
+def _bad_name(state: EnvGenState) -> str | None:
+    """Why the state's environment name cannot name a folder, or None when it can (the metadata's rule).
+
+    A model chose the name, and a checkpoint (an old one, a Studio edit) may hold anything: a 300-character
+    name was an ENAMETOOLONG traceback, one with a newline or a `/` a path elsewhere."""
+    name = (state.get("metadata") or {}).get("name")
+    if isinstance(name, str) and ENV_NAME.fullmatch(name):
+        return None
+    shown = name if not isinstance(name, str) or len(name) <= 80 else name[:77] + "..."
+    return f"{shown!r} is not a valid environment name (letters, digits, underscore; at most {ENV_NAME_MAX} characters)"
+
+
 def node_register(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGenState:
     """Write `envs/<name>/`, load it as the pool would, validate it, add it to the registry."""
+    why = _bad_name(state)
+    if why is not None:
+        return failed(f"register: {why}; not registered")
     try:
         folder = register(_record(state), settings_of(runtime.context))
+    except ValidationError as e:  # metadata edited in a checkpoint since the search validated it
+        where, what = first_error(e)
+        return failed(f"register: the metadata does not validate: {where}: {what}; not registered")
     except RegistrationError as e:
         return failed(f"register: {e}")
     return {"status": "registered", "output": str(folder)}
 
 
 def node_reject(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGenState:
-    """Keep the rejected environment with its reports for inspection (outside the pool)."""
-    settings = settings_of(runtime.context)
-    folder = settings.data_path / "rejected" / meta_of(state).name
-    write_environment(folder, _record(state))
+    """Keep the rejected environment with its reports for inspection (outside the pool).
+
+    A name that cannot name a folder, metadata that no longer validates or a folder that cannot be
+    written: a recorded failure (nothing kept), never a traceback."""
+    why = _bad_name(state)
+    if why is not None:
+        return failed(f"reject: {why}; not kept")
+    try:
+        record = _record(state)
+    except ValidationError as e:
+        where, what = first_error(e)
+        return failed(f"reject: the metadata does not validate: {where}: {what}; not kept")
+    folder = settings_of(runtime.context).data_path / "rejected" / record.metadata.name
+    try:
+        write_environment(folder, record)
+    except OSError as e:  # a full disk, a read-only data folder
+        return failed(f"reject: cannot write {folder}: {e.strerror or e}")
     return {"status": "rejected", "output": str(folder)}
