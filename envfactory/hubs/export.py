@@ -25,7 +25,7 @@ from envfactory.hubs.package import MANIFEST_FILE, TASKS_FILE, Manifest
 from envfactory.inputs import write_atomic
 
 HubFormat = Literal["openenv", "verifiers"]
-_NAME = re.compile(r"^[a-z][a-z0-9_]{0,48}$")
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,48}")  # the whole name (fullmatch): `$` let "pkg\n" through
 
 
 class HubExportError(EnvFactoryError):
@@ -120,7 +120,7 @@ def export_package(
             hint = " (an imported suite's environments live in its package)" if env_name in pool.names() else ""
             raise HubExportError(f"no environment folder {env_name!r} in {pool.folder}{hint}")
     name = name or (names[0] if len(names) == 1 else "envfactory_pool")
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise HubExportError(f"package name {name!r}: use lowercase letters, digits and _ (a Python module name)")
     module = name if name.endswith("_env") else f"{name}_env"
     if out.exists() and not out.is_dir():
