@@ -39,6 +39,7 @@ from envfactory.config import ROLES, LLMSettings, Role, Settings, get_settings
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.inputs import InputError, read_yaml
 from envfactory.llm.prompts import PROMPT_KEY
+from envfactory.terminal import safe
 
 ANY_PROMPT = "*"  # script key for calls whose prompt has no responses of its own (or no prompt name)
 ToolLike = dict[str, Any] | type | Callable[..., Any] | BaseTool
@@ -222,7 +223,7 @@ def usage_table(rows: Sequence[RoleUsage]) -> Table:
     for r in shown:
         counts = [r.calls, r.errors, r.input_tokens, r.output_tokens, r.total_tokens, r.structured, r.repaired]
         counts += [r.unanswered, r.unreadable]
-        table.add_row(r.role, *(str(c) for c in counts), end_section=r is rows[-1] and len(shown) > len(rows))
+        table.add_row(safe(r.role), *(str(c) for c in counts), end_section=r is rows[-1] and len(shown) > len(rows))
     return table
 
 

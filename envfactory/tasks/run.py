@@ -31,12 +31,15 @@ from envfactory.tasks.batch import (
 )
 from envfactory.tasks.stats import dataset_stats, plot_stats, stats_table
 from envfactory.tasks.synth import UnitOutcome, synthesize_offline
+from envfactory.terminal import SafeConsole, safe
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.settings import graph_path
 
 
-def tool_graph(settings: Settings, config: SynthConfig, plan_envs: list[str] | None = None) -> ToolGraph:
-    """The config's graph file, else the data dir's; built (and saved) when there is none."""
+def tool_graph(
+    settings: Settings, config: SynthConfig, plan_envs: list[str] | None = None, err: Console | None = None
+) -> ToolGraph:
+    """The config's graph file, else the data dir's; built (and saved) when there is none (said on `err`)."""
     from envfactory.progress import phase_bars
     from envfactory.toolgraph.build import build_pool_graph
     from envfactory.toolgraph.io import load_graph, save_graph
@@ -44,8 +47,8 @@ def tool_graph(settings: Settings, config: SynthConfig, plan_envs: list[str] | N
     path = config.graph or graph_path(settings)
     if config.graph is not None or path.exists():
         return load_graph(path if path.is_absolute() else settings.root / path)
-    err = Console(stderr=True)
-    err.print(f"no tool graph at {path}: building one over the pool (embeddings are cached)", highlight=False)
+    err = err or SafeConsole(stderr=True)
+    err.print(f"no tool graph at {safe(path)}: building one over the pool (embeddings are cached)", highlight=False)
     with phase_bars(err) as progress:
         graph, _ = build_pool_graph(settings, plan_envs, progress=progress)
     save_graph(graph, path)
@@ -87,7 +90,7 @@ def offline_runner(pool: EnvPool, settings: Settings) -> UnitRunner:
 
 def summary_table(summary: BatchSummary) -> Table:
     table = Table("units", "already done", "kept", "dropped", "drop reasons", title="synth")
-    reasons = ", ".join(f"{k}: {v}" for k, v in summary.dropped_by_code.items()) or "-"
+    reasons = ", ".join(f"{safe(k)}: {v}" for k, v in summary.dropped_by_code.items()) or "-"  # codes: run data
     table.add_row(str(summary.planned), str(summary.skipped), str(summary.kept), str(summary.dropped), reasons)
     return table
 
@@ -99,13 +102,16 @@ def run_batch(
     console: Console | None = None,
     executor: Executor | None = None,
 ) -> BatchSummary:
-    """Plan, run what is not done yet, summarize, print statistics and write the plot."""
-    out = console or Console()
-    err = Console(stderr=True) if console is None else console
+    """Plan, run what is not done yet, summarize, print statistics and write the plot.
+
+    What a run's data, the pool and the settings hold (names, paths, drop codes) is printed escaped
+    (`envfactory.terminal`); a console of the caller's should be a `SafeConsole` (the net under it)."""
+    out = console or SafeConsole()
+    err = SafeConsole(stderr=True) if console is None else console
     pool = EnvPool(settings)
     outdir = config.out if config.out.is_absolute() else settings.root / config.out
     usage_before = process_usage().report()
-    graph = tool_graph(settings, config)
+    graph = tool_graph(settings, config, err=err)
     plan: Plan = plan_units(config, pool, graph)
     if runner is None:
         if config.mode != "offline":
@@ -116,7 +122,7 @@ def run_batch(
     where = f"{config.concurrency} at once" if executor is None else f"{executor.name} executor"
     out.print(
         f"A={a} T={t} S={s} D={config.depth}: N = {a}×{t}×{s} = {a * t * s} planned, {n} units "
-        f"({config.mode}; {where}) → {outdir}",
+        f"({config.mode}; {safe(where)}) → {safe(outdir)}",
         highlight=False,
     )
     with Progress(
@@ -144,12 +150,12 @@ def run_batch(
     if ran:
         out.print(f"{ran} units in {elapsed:.1f} s: {ran / max(elapsed, 1e-9):.1f} units/s", highlight=False)
     for env, missing in summary.shortfall.items():
-        out.print(f"[yellow]{env}[/yellow]: the graph gave {missing} chain(s) fewer than T={t}", highlight=False)
+        out.print(f"[yellow]{safe(env)}[/yellow]: the graph gave {missing} chain(s) fewer than T={t}", highlight=False)
     stats = dataset_stats(load_conversations(outdir))
     out.print(stats_table(stats))
     if config.plot and stats.conversations:
         png = plot_stats(stats, outdir / "stats.png")
-        out.print(f"plot: {png}", highlight=False)
+        out.print(f"plot: {safe(png)}", highlight=False)
     record: dict[str, Any] = {"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}
     record["composition"] = training_composition(config, plan).model_dump()
     usage = process_usage().since(usage_before)  # this run's LLM calls here (Ray workers count in their own)

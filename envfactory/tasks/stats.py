@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from envfactory.tasks.models import Conversation
+from envfactory.terminal import safe
 
 
 class DatasetStats(BaseModel):
@@ -62,6 +63,7 @@ def dataset_stats(conversations: list[Conversation]) -> DatasetStats:
 
 
 def stats_table(stats: DatasetStats) -> Table:
+    """The statistics as a table; the names in it (environments, generators: a run's data) escaped."""
     table = Table("measure", "value", title="dataset")
     rows = [
         ("conversations", str(stats.conversations)),
@@ -70,8 +72,8 @@ def stats_table(stats: DatasetStats) -> Table:
         ("steps per turn (mean)", f"{stats.mean_steps:.2f}"),
         ("tool calls per turn (mean)", f"{stats.mean_calls:.2f}"),
         ("distinct tools called", str(len(stats.tool_calls))),
-        ("generators", ", ".join(f"{k}: {v}" for k, v in stats.by_generator.items())),
-        ("environments", ", ".join(f"{k}: {v}" for k, v in stats.envs.items())),
+        ("generators", ", ".join(f"{safe(k)}: {v}" for k, v in stats.by_generator.items())),
+        ("environments", ", ".join(f"{safe(k)}: {v}" for k, v in stats.envs.items())),
     ]
     for name, value in rows:
         table.add_row(name, value)

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -19,6 +18,7 @@ from envfactory.config import get_settings
 from envfactory.env.metadata import DOMAINS
 from envfactory.errors import EnvFactoryError
 from envfactory.executor import WorkerLost, executor_from
+from envfactory.terminal import SafeConsole, safe
 from envfactory_agents.common import process_usage
 from envfactory_agents.search import EnvGenRequest
 from graphs.checkpoint import open_checkpointer
@@ -26,7 +26,7 @@ from graphs.envgen import EnvGenContext, build
 from graphs.envgen.batch import EnvGenRunner, Job, run_one
 
 app = typer.Typer(no_args_is_help=True, help="EnvGen: synthesize and verify new environments (LangGraph).")
-out = Console()
+out = SafeConsole()  # what a run recorded (names, a model's failure text, checkpoints) is printed through `safe`
 NODES = ("search", "code", "test", "revise", "register", "reject")
 
 
@@ -54,12 +54,12 @@ def _summary(rows: list[dict[str, Any]]) -> None:
         report = r.get("report") or {}
         passed = f"{report.get('scenarios_passed', 0)}/{report.get('scenarios_run', 0)}" if report else ""
         table.add_row(
-            r["thread"],
-            meta.get("name", ""),
-            str(r.get("status", "")),
-            str(r.get("revision", 0)),
-            passed,
-            str(r.get("output") or r.get("failure") or ""),
+            safe(r["thread"]),
+            safe(meta.get("name", "")),
+            safe(r.get("status", "")),
+            safe(r.get("revision", 0)),
+            safe(passed),
+            safe(r.get("output") or r.get("failure") or ""),
         )
     out.print(table)
     usage = process_usage()
@@ -67,7 +67,7 @@ def _summary(rows: list[dict[str, Any]]) -> None:
         out.print(usage.table())
     for r in rows:
         if str(r.get("status", "")).startswith("interrupted"):
-            out.print(f"resume with: envfactory envgen resume {r['thread']}")
+            out.print(f"resume with: envfactory envgen resume {safe(r['thread'])}", highlight=False)
 
 
 @app.command("run")
@@ -139,7 +139,7 @@ def resume(
         if not snap.values:
             raise EnvFactoryError(f"no checkpoint for thread '{thread}' (see `envfactory envgen history`)")
         if not snap.next:
-            out.print(f"thread {thread} has finished: {snap.values.get('status')}")
+            out.print(f"thread {safe(thread)} has finished: {safe(snap.values.get('status'))}", highlight=False)
             _summary([{"thread": thread, **snap.values}])
             return
         row = run_one(
@@ -163,14 +163,14 @@ def history(thread: str) -> None:
         ran = ", ".join(previous) if previous else str(meta.get("source", ""))
         report = snap.values.get("report") or {}
         passed = f"{report.get('scenarios_passed', 0)}/{report.get('scenarios_run', 0)}" if report else ""
-        table.add_row(
-            str(meta.get("step", "")),
-            ran,
-            ", ".join(snap.next),
-            str(snap.values.get("revision", "")),
-            str(snap.values.get("status", "")),
-            passed,
-            str(snap.config["configurable"].get("checkpoint_id", ""))[:13],
+        table.add_row(  # a checkpoint's values are the run's (a model's text, a Studio edit): escaped
+            safe(meta.get("step", "")),
+            safe(ran),
+            safe(", ".join(snap.next)),
+            safe(snap.values.get("revision", "")),
+            safe(snap.values.get("status", "")),
+            safe(passed),
+            safe(str(snap.config["configurable"].get("checkpoint_id", ""))[:13]),
         )
         previous = tuple(snap.next)
     out.print(table)

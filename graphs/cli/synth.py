@@ -9,17 +9,17 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import executor_from
 from envfactory.tasks.batch import load_config
 from envfactory.tasks.run import run_batch
+from envfactory.terminal import SafeConsole
 
 app = typer.Typer(add_completion=False, help="Synthesize verified multi-turn conversations in a batch.")
-out = Console()
-err = Console(stderr=True)
+out = SafeConsole()
+err = SafeConsole(stderr=True)
 
 
 @app.callback(invoke_without_command=True)
