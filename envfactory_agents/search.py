@@ -1,7 +1,9 @@
 """Search Agent: find a coverage gap in the pool, propose a new scenario that is not a near-duplicate,
-gather authentic sources, and write the environment's metadata.
+gather authentic sources (the web or the local docs folder, and the API corpus when it is fetched and
+indexed), and write the environment's metadata.
 
-A user can skip the search: start from their own metadata file or from an OpenAPI document.
+A user can skip the search: start from their own metadata file, an OpenAPI document, or a spec of the
+API corpus (`envfactory corpus`), read the same way as an OpenAPI document.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from envfactory.config import Settings
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, load_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
@@ -48,7 +51,7 @@ class NoveltyCheck(BaseModel):
 class SearchReport(BaseModel):
     """What the Search Agent did and why: visible in the graph state and in Studio."""
 
-    mode: Literal["search", "metadata", "openapi"]
+    mode: Literal["search", "metadata", "openapi", "corpus"]
     domain: str | None = None
     gaps: list[dict[str, Any]] = Field(default_factory=list)
     novelty: list[NoveltyCheck] = Field(default_factory=list)
@@ -64,25 +67,53 @@ class SearchOutcome(BaseModel):
 
 
 class EnvGenRequest(BaseModel):
-    """How to start: from the pool's gaps (search), a metadata file, or an OpenAPI document."""
+    """How to start: from the pool's gaps (search), a metadata file, an OpenAPI document, or a corpus spec."""
 
     metadata_path: str | None = None
     openapi_path: str | None = None
+    corpus_id: str | None = Field(default=None, description="a spec of the API corpus (`envfactory corpus list`)")
     domain: Domain | None = None
     name: str | None = None
     hint: str = ""
 
     @property
-    def mode(self) -> Literal["search", "metadata", "openapi"]:
+    def mode(self) -> Literal["search", "metadata", "openapi", "corpus"]:
         if self.metadata_path:
             return "metadata"
-        return "openapi" if self.openapi_path else "search"
+        if self.openapi_path:
+            return "openapi"
+        return "corpus" if self.corpus_id else "search"
 
 
-def _from_user(request: EnvGenRequest) -> SearchOutcome:
+def _from_corpus(request: EnvGenRequest, settings: Settings) -> SearchOutcome:
+    """A corpus spec, read as an OpenAPI document is; its domain is the corpus's unless the request names one."""
+    from envfactory.corpus import Corpus
+    from envfactory.corpus.specs import env_name_of
+    from envfactory.envgen.openapi import openapi_to_metadata
+
+    assert request.corpus_id is not None
+    corpus = Corpus(settings)
+    entry = corpus.entry(request.corpus_id)
+    meta = openapi_to_metadata(
+        corpus.document(entry.id), name=request.name or env_name_of(entry), domain=request.domain or entry.domain
+    ).model_copy(update={"source": f"corpus:{entry.id}"})
+    provenance = [
+        f"corpus:{entry.id} ({corpus.cs.label}, sha256 {entry.sha256[:16]})",
+        f"licence: {entry.licence or 'none stated'}" + (f" ({entry.licence_url})" if entry.licence_url else ""),
+    ]
+    if entry.origin_url:
+        provenance.append(entry.origin_url)
+    return SearchOutcome(
+        ok=True, metadata=meta, report=SearchReport(mode="corpus", domain=meta.domain, sources=provenance)
+    )
+
+
+def _from_user(request: EnvGenRequest, settings: Settings) -> SearchOutcome:
     if request.metadata_path:
         meta = load_metadata(request.metadata_path)
         return SearchOutcome(ok=True, metadata=meta, report=SearchReport(mode="metadata", domain=meta.domain))
+    if request.mode == "corpus":
+        return _from_corpus(request, settings)
     from envfactory.envgen.openapi import openapi_to_metadata
 
     assert request.openapi_path is not None
@@ -92,7 +123,8 @@ def _from_user(request: EnvGenRequest) -> SearchOutcome:
 
 def search_environment(deps: AgentDeps, request: EnvGenRequest, attempts: int = 3) -> SearchOutcome:
     if request.mode != "search":
-        return _from_user(request)
+        return _from_user(request, deps.settings)
+    from envfactory.corpus.index import corpus_sources
     from envfactory.envgen.coverage import PoolIndex
     from envfactory.envgen.sources import search_sources
     from envfactory.llm.embeddings import Embedder
@@ -143,6 +175,10 @@ def search_environment(deps: AgentDeps, request: EnvGenRequest, attempts: int = 
     except EnvFactoryError as e:  # no source configured or reachable: ground on the proposal alone
         docs = []
         report.sources.append(f"(no sources: {e})")
+    try:  # the API corpus's nearest specs in the proposal's domain, when it is fetched and indexed
+        docs += corpus_sources(settings, embedder, proposal.text(), k=2, domain=proposal.domain)
+    except EnvFactoryError as e:
+        report.sources.append(f"(no corpus sources: {e})")
     report.sources.extend(d.location for d in docs)
     sources_text = "\n\n".join(f"## {d.title} ({d.location})\n{d.text[:3000]}" for d in docs) or "none found"
     messages = deps.prompts.get("search/metadata").render(

@@ -74,6 +74,9 @@ def _summary(rows: list[dict[str, Any]]) -> None:
 def run(
     metadata: Annotated[list[Path] | None, typer.Option(help="start from metadata file(s); repeatable")] = None,
     openapi: Annotated[list[Path] | None, typer.Option(help="start from OpenAPI document(s); repeatable")] = None,
+    corpus: Annotated[
+        list[str] | None, typer.Option(help="start from API corpus spec(s) by id (envfactory corpus list); repeatable")
+    ] = None,
     n: Annotated[int, typer.Option(help="with neither: search the pool's gaps for N new environments")] = 1,
     domain: Annotated[str | None, typer.Option(help="domain to search (default: the least covered)")] = None,
     hint: Annotated[str, typer.Option(help="an idea for the Search Agent")] = "",
@@ -89,11 +92,16 @@ def run(
     budget: Annotated[int | None, typer.Option(help="revision budget (default from settings)")] = None,
     threshold: Annotated[float | None, typer.Option(help="pass threshold (default from settings)")] = None,
 ) -> None:
-    """Generate environments: search (or metadata/OpenAPI) → code → test ⇄ revise → register | reject."""
+    """Generate environments: search (or metadata/OpenAPI/a corpus spec) → code → test ⇄ revise → register | reject."""
     if domain is not None and domain not in DOMAINS:
         raise EnvFactoryError(f"--domain must be one of {', '.join(DOMAINS)}, not '{domain}'")
     requests: list[EnvGenRequest] = [EnvGenRequest(metadata_path=str(p)) for p in metadata or []]
     requests += [EnvGenRequest(openapi_path=str(p), domain=domain) for p in openapi or []]
+    if corpus:
+        from envfactory.corpus import Corpus
+
+        known = Corpus(get_settings())
+        requests += [EnvGenRequest(corpus_id=known.entry(c).id, domain=domain) for c in corpus]  # unknown ids: one line
     if not requests:
         requests = [EnvGenRequest(domain=domain, hint=hint) for _ in range(n)]
     if thread_id and len(requests) > 1:
