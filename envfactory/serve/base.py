@@ -125,16 +125,14 @@ class BoundedJSONBody:
         # the connection closes with the answer: a refused body is never read to its end
         await JSONResponse(body, status_code=status, headers={"connection": "close"})(scope, _no_receive, send)
 
-    def _precheck(self, body: bytes) -> str | None:
-        """Why `body` is refused before parsing (None: it may be parsed)."""
+    def _over(self, containers: int, values: int) -> str | None:
+        """Why a body holding this many arrays and objects, and values, is refused (None: it may be parsed)."""
         limits = self.limits
-        containers = body.count(b"[") + body.count(b"{")
         if containers > limits.max_body_containers:
             limit = limits.max_body_containers
-            return f"the request body holds {containers} arrays and objects, over the limit of {limit}"
-        values = body.count(b",")
+            return f"the request body holds over {limit} arrays and objects (the limit)"
         if values > limits.max_body_values:
-            return f"the request body holds {values} values, over the limit of {limits.max_body_values}"
+            return f"the request body holds over {limits.max_body_values} values (the limit)"
         return None
 
     def _parse(self, body: bytes) -> Any:
@@ -150,7 +148,7 @@ class BoundedJSONBody:
             await self._refuse(scope, send, 413, too_large)
             return
         chunks: list[bytes] = []
-        size, more = 0, True
+        size, containers, values, more = 0, 0, 0, True
         with anyio.move_on_after(self.limits.body_timeout_s) as reading:
             while more:
                 message = await receive()
@@ -161,6 +159,13 @@ class BoundedJSONBody:
                 if size > self.max_bytes:
                     await self._refuse(scope, send, 413, too_large)
                     return
+                # counted as the body arrives: an absurd one is refused after its first chunks, unread
+                containers += chunk.count(b"[") + chunk.count(b"{")
+                values += chunk.count(b",")
+                why = self._over(containers, values)
+                if why is not None:
+                    await self._refuse(scope, send, 413, why)
+                    return
                 chunks.append(chunk)
                 more = message.get("more_body", False)
         if reading.cancelled_caught:
@@ -169,10 +174,6 @@ class BoundedJSONBody:
             return
         body = b"".join(chunks)
         del chunks
-        why = self._precheck(body)
-        if why is not None:
-            await self._refuse(scope, send, 413, why)
-            return
         try:
             if len(body) <= self.limits.inline_body_bytes:
                 message = self._parse(body)
@@ -276,14 +277,15 @@ class FastToolCalls:
         except Exception as e:  # what the SDK's handler makes of a raising tool
             result = types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
         self._hold(transport)  # and its idle time starts again when the answer leaves
-        body = {
-            "jsonrpc": "2.0",
-            "id": message["id"],
-            "result": result.model_dump(by_alias=True, mode="json", exclude_none=True),
-        }
+        if answer_bytes(result) <= self.server.limits.inline_body_bytes:
+            content = _response_body(message["id"], result)
+        else:  # a large answer is encoded on a worker thread, with the session's other work
+            content = await anyio.to_thread.run_sync(
+                _response_body, message["id"], result, limiter=self.server.encode_limiter
+            )
         self.answered += 1
         headers = {"content-type": "application/json", MCP_SESSION_ID_HEADER: session_id}
-        await Response(json.dumps(body, ensure_ascii=False, separators=(",", ":")), 200, headers)(scope, receive, send)
+        await Response(content, 200, headers)(scope, receive, send)
 
     def _eligible(self, scope: Any, message: Any, size: int) -> tuple[str, Any, Any] | None:
         """(session id, held key, SDK transport) when the SDK would serve this tools/call as an ordinary
@@ -324,6 +326,15 @@ class FastToolCalls:
         ):
             return None
         return session_id, key, transport
+
+
+def _response_body(request_id: Any, result: types.CallToolResult) -> bytes:
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "result": result.model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def tool_result(payload: Any, *, wrap: bool, error: bool = False) -> types.CallToolResult:
@@ -388,7 +399,8 @@ class SessionServer(FastMCP, Generic[H]):
         self._locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
         self._rings: weakref.WeakKeyDictionary[Any, CallRing] = weakref.WeakKeyDictionary()
         self._slow: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-        self._limiters: dict[str, anyio.CapacityLimiter] = {}
+        self._limiters: dict[str, _Limiter] = {}
+        self.encode_limiter = anyio.CapacityLimiter(limits.parse_threads)  # large answers, encoded off the loop
         # streamable HTTP: MCP session id -> the SDK's session object our held objects are keyed on
         self._keys: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
         self.fast: FastToolCalls | None = None
@@ -540,26 +552,34 @@ class SessionServer(FastMCP, Generic[H]):
             lock = self._locks.setdefault(key, anyio.Lock())
         async with lock:
             limiters = [self._limiter(k) for k in sorted(set(self.limiter_keys(key, choice, name, args)))]
+            for limiter in limiters:
+                if limiter.total_tokens != (wide := self.limiter_capacity(limiter.name)):
+                    limiter.total_tokens = wide  # what the app turned out to be (in-process or blocking)
             async with contextlib.AsyncExitStack() as held:
                 for limiter in limiters[:-1]:  # in sorted order: two calls never wait on each other's
-                    await held.enter_async_context(limiter)
+                    await held.enter_async_context(limiter.limiter)
                 return await anyio.to_thread.run_sync(
-                    self.dispatch, key, choice, name, args, size, limiter=limiters[-1]
+                    self.dispatch, key, choice, name, args, size, limiter=limiters[-1].limiter
                 )
 
     def mark_slow(self, key: Any) -> None:
         """Run session `key`'s later calls off the event loop (its calls are, or may be, slow)."""
         self._slow[key] = True
 
-    def _limiter(self, name: str) -> anyio.CapacityLimiter:
+    def _limiter(self, name: str) -> _Limiter:
         limiter = self._limiters.get(name)
         if limiter is None:
-            limiter = self._limiters[name] = anyio.CapacityLimiter(self.limits.app_threads)
+            limiter = self._limiters[name] = _Limiter(name, self.limiter_capacity(name))
         return limiter
 
     def limiter_keys(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> list[str]:
-        """The thread limiters a call runs under (each `app_threads` wide): one for the whole server here."""
+        """The thread limiters a call runs under: one for the whole server here."""
         return ["calls"]
+
+    def limiter_capacity(self, name: str) -> int:
+        """How many threads limiter `name` lends: `app_threads` for calls that wait (a sandboxed worker),
+        `cpu_threads` for in-process ones (CPU-bound: more threads only take the GIL from the event loop)."""
+        return self.limits.app_threads if self.blocking else self.limits.cpu_threads
 
     def remember(self, key: Any, item: Any, weight: int) -> list[Any]:
         """Add a call's record to session `key`'s ring; what falls out is for the caller to drop."""
@@ -598,6 +618,22 @@ class SessionServer(FastMCP, Generic[H]):
     ) -> types.CallToolResult:
         """Answer one tool call of MCP session `key` (on a worker thread when `blocking`); `size` is the request's
         bytes (0 if unknown)."""
+
+
+class _Limiter:
+    """A named `anyio.CapacityLimiter` (anyio's class cannot be subclassed portably)."""
+
+    def __init__(self, name: str, tokens: int) -> None:
+        self.name = name
+        self.limiter = anyio.CapacityLimiter(tokens)
+
+    @property
+    def total_tokens(self) -> float:
+        return self.limiter.total_tokens
+
+    @total_tokens.setter
+    def total_tokens(self, value: float) -> None:
+        self.limiter.total_tokens = value
 
 
 def answer_bytes(result: types.CallToolResult) -> int:

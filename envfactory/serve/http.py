@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import gc
 import json
 import logging
 import os
@@ -221,15 +222,41 @@ def uvicorn_config(
         http=guarded_protocol(limits, cap),
         timeout_keep_alive=limits.keep_alive_s,
         h11_max_incomplete_event_size=limits.max_header_bytes,
+        backlog=ACCEPT_BATCH,
     )
+
+
+ACCEPT_BATCH = 128  # asyncio accepts up to `backlog` connections per wake-up, all started in one loop turn
+LISTEN_BACKLOG = 2048  # what the kernel queues (uvicorn's default), set again once the server listens
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server whose listening sockets queue `LISTEN_BACKLOG` connections while asyncio accepts at most
+    `ACCEPT_BATCH` at a time: a burst of connections is taken in turns with the sessions' requests (one
+    batch of 2,048 held the loop ~20 ms), and out of descriptors asyncio retries 128 accepts, not 2,048."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        for server in getattr(self, "servers", []):
+            for listening in server.sockets or ():
+                with contextlib.suppress(OSError):
+                    dup = socket.socket(fileno=os.dup(listening.fileno()))
+                    try:
+                        dup.listen(LISTEN_BACKLOG)
+                    finally:
+                        dup.close()
 
 
 async def serve_http(app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning") -> None:
     """Serve `app` with uvicorn under `limits` until interrupted."""
     raise_fd_limit()
     config = uvicorn_config(app, host=host, port=port, limits=limits, log_level=log_level)
-    server = uvicorn.Server(config)
+    server = _Server(config)
     config.load()  # uvicorn sets up its logging here: harden it with the rest
     harden_logging()
     guard_event_loop()
+    # what was imported lives as long as the process: out of the collector's way, so that its full
+    # collections (which stop every thread, the event loop's too) walk only the sessions' objects
+    gc.collect()
+    gc.freeze()
     await server.serve()

@@ -126,6 +126,7 @@ class HubMCPServer(SessionServer[HubEpisode]):
         )
         self.hub = hub
         self._apps = frozenset(hub.apps)
+        self._inprocess: dict[str, bool] = {}  # app -> its calls run in this process (learnt from its sessions)
         self.default_task = default_task
 
     @property
@@ -149,6 +150,10 @@ class HubMCPServer(SessionServer[HubEpisode]):
         app's calls need; a call touching several apps (a task's state, its verdict) holds each of theirs."""
         apps = self._apps_of(key, choice, name, args)
         return [f"app:{a}" for a in sorted(apps)] or ["hub"]
+
+    def limiter_capacity(self, name: str) -> int:
+        app = name.removeprefix("app:")
+        return self.limits.cpu_threads if self._inprocess.get(app) else self.limits.app_threads
 
     def _apps_of(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> set[str]:
         known = self._apps
@@ -226,6 +231,9 @@ class HubMCPServer(SessionServer[HubEpisode]):
         out = self.hub.invoke(episode, name, arguments)
         # a tool's result may be any JSON value: structured content wraps it as {"result": ...}
         result = tool_result(out.payload, wrap=name == CALL_TOOL, error=not out.ok)
+        for app, session in episode.sessions.items():
+            if app not in self._inprocess:
+                self._inprocess[app] = not session.env.blocking_io
         if len(episode.calls) > before:  # the episode's calls and its apps' histories are a ring here
             gone = self.remember(key, episode.calls[-1], size + answer_bytes(result))
             if gone:

@@ -59,6 +59,12 @@ class ServeLimits(BaseSettings):
     app_threads: int = Field(
         default=8, ge=1, description="threads one app (hub) or the environment (server) may hold for blocking calls"
     )
+    cpu_threads: int = Field(
+        default=1,
+        ge=1,
+        description="threads one in-process (trusted) app may hold: its calls are CPU-bound, more only contend "
+        "for the GIL with the event loop",
+    )
     inline_call_s: float = Field(
         default=0.02, gt=0, description="a session whose in-process call took longer runs its later calls off the loop"
     )
