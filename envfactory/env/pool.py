@@ -111,6 +111,9 @@ def load_untrusted_folder(folder: Path, settings: Settings, snap: CodeSnapshot |
         workers=settings.sandbox_workers,
         call_timeout_s=settings.sandbox_call_timeout_s,
         start_timeout_s=settings.sandbox_start_timeout_s,
+        cpu_s=settings.sandbox_worker_cpu_s,
+        canary_calls=settings.sandbox_canary_calls,
+        canary_s=settings.sandbox_canary_s,
     )
     return load_sandboxed_folder(folder, meta, source, pool_settings, snap.sha256)
 

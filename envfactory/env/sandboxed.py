@@ -13,13 +13,34 @@ per worker, see `benchmarks/sessions.py`. The parent keeps each session's initia
 successful calls; when a worker dies (a hung call is killed at `sandbox_call_timeout_s`, a limit
 strikes, the code crashes it) every session it held is restored on a fresh worker by replaying
 them — tools are deterministic, so the state comes back exactly; a replay that disagrees marks
-the session broken instead of serving a different state.
+the session broken instead of serving a different state. A worker close to its CPU limit
+(`sandbox_worker_cpu_s`, the same RLIMIT_CPU a validation round's worker has) is retired the same
+way, before the limit can strike a call.
+
+**Judged is served: canaries.** A worker cannot tell a served session from the EnvGen round that
+judged its code by its limits, process or requests (`envfactory.envgen.checks.sandbox_round` says
+what is made the same, and what cannot be: a served worker is older, has used more CPU, made more
+calls and forks). So served workers are re-checked: each replays a *canary* — a judged session (a
+passed scenario of the round, with its results and final state, from the folder's `envgen.json`),
+or else one of the pool's own first sessions as it was first answered — as an ordinary session (a
+fork as real ones are, the same calls, a dump at the end), when it starts and then about every
+`sandbox_canary_calls` calls and `sandbox_canary_s` seconds, at random points; `integrity` (the
+round's tampering check) is asked of it at random points too. A canary that comes out differently,
+tampering, or CPU used while idle (`process.py`) ends the worker and marks the environment
+**unhealthy**: its sessions' calls come back as `internal_error` naming the reason, new sessions are
+refused, and this process never starts that code again. What a canary cannot catch: code that
+recognises the very calls a canary replays and answers those right. Canaries replay the judged
+scenarios on workers that have not seen them where they can, and the pool's recorded sessions on
+workers other than the one that recorded them, but a sequence of calls is what it is.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
+import json
+import random
 import threading
 import time
 import weakref
@@ -31,14 +52,21 @@ from pydantic import ValidationError
 from envfactory.env.environment import BaseEnvironment, contract_problems
 from envfactory.env.metadata import EnvMetadata, ToolKind
 from envfactory.env.sandbox.ast_check import static_check
+from envfactory.env.sandbox.limits import WORKER_CPU_S, worker_limits
 from envfactory.env.sandbox.process import ChannelLimits, SandboxProcess, WorkerDied
-from envfactory.env.sandbox.protocol import CallAnswer, LoadAnswer, WorkerLimits
+from envfactory.env.sandbox.protocol import CallAnswer, JudgedRun, LoadAnswer, load_fields, state_digest
 from envfactory.env.sandbox.wall import Wall
 from envfactory.env.session import ERROR_TYPES, CallRecord, Session, ToolErrorInfo
 from envfactory.env.tools import ArgumentError, ArgumentProblem
-from envfactory.errors import ContractError, EnvLoadError, ScenarioError
+from envfactory.errors import ContractError, EnvFactoryError, EnvLoadError, ScenarioError
 
-_WORKER_CPU_S = 3600  # a pooled worker's whole life; it is replaced (sessions replayed) when it runs out
+MAX_RECORDED = 4  # the pool's first sessions kept as canaries where no judged ones exist (and beside them)
+MAX_RECORDED_CALLS = 20  # calls kept of each
+MAX_REFERENCE_BYTES = 256 * 1024  # a recorded session bigger than this (config and results) is not kept
+CANARY_BUDGET_S = 0.25  # the most the kept calls of a recorded session took (and a quarter of a call limit)
+
+# code marked unhealthy in this process (name, code hash) -> why: never started again
+_UNHEALTHY: dict[tuple[str, str], str] = {}
 
 
 # What a pooled worker may send in one answer. A session keeps its results (as in-process sessions do),
@@ -58,6 +86,9 @@ class PoolSettings:
         workers: int,
         call_timeout_s: float,
         start_timeout_s: float = 30.0,
+        cpu_s: int = WORKER_CPU_S,
+        canary_calls: int = 500,
+        canary_s: float = 60.0,
     ) -> None:
         self.wall = wall
         self.memory_mb = memory_mb
@@ -65,6 +96,33 @@ class PoolSettings:
         self.workers = workers
         self.call_timeout_s = call_timeout_s
         self.start_timeout_s = start_timeout_s
+        self.cpu_s = cpu_s  # each worker's RLIMIT_CPU: a worker close to it is retired
+        self.canary_calls = canary_calls
+        self.canary_s = canary_s
+
+
+class _Reference:
+    """A session a canary replays: `judged` (a passed scenario of the round that judged the code) or
+    recorded (one of the pool's first sessions, as first answered, on worker `generation`)."""
+
+    def __init__(
+        self,
+        label: str,
+        config: dict[str, Any] | None,
+        source: str,
+        *,
+        judged: bool,
+        generation: int = 0,
+        final_digest: str | None = None,
+    ) -> None:
+        self.label, self.config, self.source = label, config, source
+        self.judged, self.generation, self.final_digest = judged, generation, final_digest
+        self.calls: list[tuple[str, dict[str, Any], bool, str | None, Any]] = []
+        self.size = 0
+        self.took = 0.0  # what its kept calls took when first answered
+
+    def describe(self) -> str:
+        return f"judged scenario '{self.label}'" if self.judged else f"recorded session {self.label}"
 
 
 class _Pooled:
@@ -75,38 +133,72 @@ class _Pooled:
         self.generation = generation
         self.sessions = 0
         self.closed: list[int] = []  # appended from finalizers: list.append is atomic
+        self.retired = False  # closed near its CPU limit: its sessions move, a call cut short is retried
+        self.seen: set[int] = set()  # references replayed here (id)
+        self.calls_left = 0  # calls until its next canary
+        self.canary_at = 0.0  # monotonic time of its next canary
+        self.integrity_left = 0  # calls until its next integrity check
+        self.checking = threading.Lock()  # one canary at a time per worker
 
 
 class WorkerPool:
-    """Workers for one environment's code, started on demand and replaced when they die."""
+    """Workers for one environment's code, started on demand, replaced when they die or near their CPU
+    limit, re-checked with canaries while they serve, and all ended when the code shows itself unhealthy."""
 
     def __init__(self, name: str, source: str, settings: PoolSettings) -> None:
         self.name, self.source, self.settings = name, source, settings
         self._workers: list[_Pooled] = []
         self._lock = threading.Lock()
         self._generation = 0
-        self._sid = 0
+        self._sids = itertools.count(1)
         self.load: LoadAnswer | None = None
         self.restarts = 0
+        self.retired = 0  # workers retired near their CPU limit
+        self.canaries = 0  # canaries replayed
         self.channel = SESSION_CHANNEL
         self.users = 0  # `pool_for`'s count of the loads sharing it
         self.key: tuple[str, str] | None = None
+        self.unhealthy: str | None = None  # why this code is no longer served
+        self.references: list[_Reference] = []
+        self._rng = random.Random()  # seeded from the system: the code cannot predict when a canary comes
 
+    # ---- health ----------------------------------------------------------------------------------
+    def refusal(self) -> str:
+        return f"environment '{self.name}' is unhealthy and serves no more calls: {self.unhealthy}"
+
+    def mark_unhealthy(self, reason: str) -> None:
+        """The code showed itself unhealthy: every worker ends, nothing starts it again in this process."""
+        if self.unhealthy is None:
+            self.unhealthy = reason
+            if self.key is not None:
+                _UNHEALTHY.setdefault(self.key, reason)
+        for w in list(self._workers):
+            w.process.close()
+
+    def _refuse(self) -> None:
+        if self.unhealthy is not None:
+            raise EnvLoadError(self.refusal())
+
+    # ---- workers ---------------------------------------------------------------------------------
     def _start(self) -> _Pooled:
+        self._refuse()
         s = self.settings
         process = SandboxProcess(
             s.wall,
-            WorkerLimits(memory_mb=s.memory_mb, cpu_s=_WORKER_CPU_S, fsize_mb=16),
+            worker_limits(s.memory_mb, s.cpu_s),
             tmpfs_mb=s.tmpfs_mb,
             channel=self.channel.model_copy(update={"start_timeout_s": s.start_timeout_s}),
+            monitor=True,
         )
+        pool = weakref.ref(self)
+        process.on_idle_cpu = lambda died: _tell(pool, died)
         try:
             process.start()
-            raw = process.request(
-                "load", s.start_timeout_s, source=self.source, module_name=f"envgen_{self.name}", path="/sandbox/env.py"
-            )
+            raw = process.request("load", s.start_timeout_s, **load_fields(self.source, self.name))
         except WorkerDied as e:
             process.close()
+            if e.kind == "idle":
+                self.mark_unhealthy(e.detail)
             raise EnvLoadError(f"environment '{self.name}': its sandboxed worker did not start: {e.detail}") from None
         try:
             load = LoadAnswer.model_validate(raw)
@@ -120,38 +212,221 @@ class WorkerPool:
         if self.load is None:
             self.load = load
         self._generation += 1
-        return _Pooled(process, self._generation)
+        worker = _Pooled(process, self._generation)
+        self._schedule(worker)
+        self._canary(worker)  # before it serves anything
+        if self.unhealthy is not None:
+            process.close()
+            self._refuse()
+        return worker
+
+    def _spent(self, worker: _Pooled) -> bool:
+        """Close enough to its CPU limit that one more call could reach it: retired (closed) now."""
+        if worker.retired:
+            return True
+        s = self.settings
+        margin = min(s.call_timeout_s + 1.0, s.cpu_s / 2)
+        if worker.process.cpu_s + margin < s.cpu_s:
+            return False
+        worker.retired = True
+        self.retired += 1
+        worker.process.close()
+        return True
 
     def acquire(self) -> tuple[_Pooled, int]:
         """The live worker holding the fewest sessions (a new one while below the pool size), and a new sid."""
         with self._lock:
-            self._workers = [w for w in self._workers if w.process.alive]
+            self._refuse()
+            self._workers = [w for w in self._workers if w.process.alive and not self._spent(w)]
             if len(self._workers) < self.settings.workers and (
                 not self._workers or min(w.sessions for w in self._workers) > 0
             ):
                 self._workers.append(self._start())
             worker = min(self._workers, key=lambda w: w.sessions)
             worker.sessions += 1
-            self._sid += 1
-            return worker, self._sid
+            return worker, next(self._sids)
 
     def ensure_loaded(self) -> LoadAnswer:
         with self._lock:
+            self._refuse()
             if not any(w.process.alive for w in self._workers):
                 self._workers.append(self._start())
             assert self.load is not None
             return self.load
 
     def request(self, worker: _Pooled, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
+        """One request of a session. A call may first be preceded by a canary or an integrity check on the
+        worker (when one is due); an unhealthy pool refuses (`EnvLoadError`)."""
+        self._refuse()
+        if op == "call":
+            self._due(worker)
+            self._refuse()
+        return self._send(worker, op, timeout_s, **fields)
+
+    def _send(self, worker: _Pooled, op: str, timeout_s: float | None = None, **fields: Any) -> dict[str, Any]:
         closed, worker.closed = worker.closed, []
         limit = self.settings.call_timeout_s if timeout_s is None else min(timeout_s, self.settings.call_timeout_s)
-        return worker.process.request(op, limit, closed=closed, **fields)
+        try:
+            return worker.process.request(op, limit, closed, **fields)
+        except WorkerDied as e:
+            if e.kind == "idle":
+                self.mark_unhealthy(e.detail)
+            raise
 
     def shutdown(self) -> None:
         with self._lock:
             for w in self._workers:
                 w.process.close()
             self._workers.clear()
+
+    # ---- canaries ----------------------------------------------------------------------------------
+    def set_judged(self, runs: list[tuple[JudgedRun, str]]) -> None:
+        """The judged sessions (with the source label a real session of that config has) canaries replay."""
+        if any(r.judged for r in self.references):
+            return
+        for run, source in runs:
+            ref = _Reference(run.name, run.initial_config, source, judged=True, final_digest=run.final_digest)
+            ref.calls = [(c.tool, c.args, c.ok, c.error_type, c.result) for c in run.calls]
+            self.references.append(ref)
+
+    def recording(self, config: dict[str, Any] | None, source: str, generation: int) -> _Reference | None:
+        """A reference recorded from a real session, where the code's judged sessions are not known (no
+        `envgen.json`: a folder copied in by hand, a candidate's health check), while fewer than `MAX_RECORDED`."""
+        if any(r.judged for r in self.references) or len(self.references) >= MAX_RECORDED:
+            return None
+        try:
+            text = json.dumps(config)
+        except (TypeError, ValueError):
+            return None
+        if len(text) > MAX_REFERENCE_BYTES:
+            return None
+        ref = _Reference(f"#{len(self.references) + 1}", json.loads(text), source, judged=False, generation=generation)
+        ref.size = len(text)
+        self.references.append(ref)
+        return ref
+
+    def record(self, ref: _Reference, tool: str, args: dict[str, Any], answer: CallAnswer, took: float) -> bool:
+        """One more call of a recorded session; False when the recording stops here (a failure of the code,
+        enough calls, too large, or more time than a canary may take)."""
+        error = answer.error.type if answer.error is not None else None
+        if error in ("internal_error", "timeout") or len(ref.calls) >= MAX_RECORDED_CALLS:
+            return False
+        if ref.took + took > min(CANARY_BUDGET_S, self.settings.call_timeout_s / 4):
+            return False
+        try:
+            size = len(json.dumps([args, answer.result]))
+        except (TypeError, ValueError):
+            return False
+        if ref.size + size > MAX_REFERENCE_BYTES:
+            return False
+        ref.size += size
+        ref.took += took
+        ref.calls.append((tool, json.loads(json.dumps(args)), answer.ok, error, answer.result))
+        return True
+
+    def _schedule(self, worker: _Pooled, *, canary: bool = True, integrity: bool = True) -> None:
+        """When the next canary and the next integrity check come: at random, each on its own."""
+        n = self.settings.canary_calls
+        if canary:
+            worker.calls_left = self._rng.randint(max(1, n // 2), max(1, n * 3 // 2))
+            worker.canary_at = time.monotonic() + self.settings.canary_s * self._rng.uniform(0.5, 1.5)
+        if integrity:
+            worker.integrity_left = self._rng.randint(max(1, n // 2), max(1, n * 3 // 2))
+
+    def _due(self, worker: _Pooled) -> None:
+        """Before a call: a canary or an integrity check on this worker, when one is due."""
+        worker.calls_left -= 1
+        worker.integrity_left -= 1
+        canary = worker.calls_left <= 0 or time.monotonic() >= worker.canary_at
+        integrity = worker.integrity_left <= 0
+        if not (canary or integrity) or not worker.checking.acquire(blocking=False):
+            return
+        try:
+            if integrity:
+                self._integrity(worker)
+            if canary:
+                self._canary(worker)
+            self._schedule(worker, canary=canary, integrity=integrity)
+        finally:
+            worker.checking.release()
+
+    def _integrity(self, worker: _Pooled) -> None:
+        """The round's tampering check, asked of a served worker."""
+        try:
+            raw = self._send(worker, "integrity")
+        except WorkerDied:
+            return  # its sessions are restored elsewhere
+        changed = raw.get("tampering")
+        if changed and isinstance(changed, list):
+            shown = ", ".join(str(c)[:100] for c in changed[:3])
+            self.mark_unhealthy(f"the code changed the runtime it runs in, while serving: {shown}")
+
+    def _pick(self, worker: _Pooled) -> _Reference | None:
+        """A judged session (one this worker has not replayed first); where none is known, a recorded one —
+        recorded on another worker where there is one, and half the time the oldest: the first sessions
+        were answered before anything that keys on age or counts could have drifted."""
+        refs = [r for r in self.references if r.calls]
+        judged = [r for r in refs if r.judged]
+        if judged:
+            fresh = [r for r in judged if id(r) not in worker.seen]
+            return self._rng.choice(fresh or judged)
+        recorded = [r for r in refs if r.generation != worker.generation] or refs
+        if not recorded:
+            return None
+        return recorded[0] if self._rng.random() < 0.5 else self._rng.choice(recorded)
+
+    def _canary(self, worker: _Pooled) -> None:
+        ref = self._pick(worker)
+        if ref is None:
+            return
+        worker.seen.add(id(ref))
+        self.canaries += 1
+        why = self._replay(worker, ref)
+        if why is not None:
+            self.mark_unhealthy(f"a canary ({ref.describe()}, replayed as an ordinary session) {why}")
+
+    def _replay(self, worker: _Pooled, ref: _Reference) -> str | None:
+        """`ref` replayed on `worker` as a real session is served: why it came out differently, or None."""
+        sid = next(self._sids)
+        calls = list(ref.calls)
+        try:
+            raw = self._send(worker, "fork", sid=sid, config=ref.config, source=ref.source, strict=False)
+            if raw.get("load_error") or raw.get("load_crash") or "failure" in raw:
+                return f"did not load its initial config: {_short(raw)}"
+            for i, (tool, args, ok, error_type, result) in enumerate(calls, 1):
+                raw = self._send(worker, "call", sid=sid, tool=tool, args=args)
+                try:
+                    answer = CallAnswer.model_validate(raw)
+                except ValidationError:
+                    return f"got no usable answer at call {i} ({tool}): {_short(raw)}"
+                got = (answer.ok, answer.error.type if answer.error is not None else None, answer.result)
+                if got != (ok, error_type, result):
+                    return f"answered call {i} ({tool}) with {_short(got)}, not {_short((ok, error_type, result))}"
+            raw = self._send(worker, "dump", sid=sid)
+            state = raw.get("state")
+            if not isinstance(state, dict):
+                return "left a state that cannot be read"
+            if ref.final_digest is not None and state_digest(state) != ref.final_digest:
+                return "left another final state than the one judged"
+            return None
+        except WorkerDied as e:
+            if e.kind == "memory" or worker.retired or self.unhealthy is not None:
+                return None  # a worker out of memory (all its sessions share it) is replaced, not judged
+            return f"did not complete: {e.detail}"
+        finally:
+            worker.closed.append(sid)
+
+
+def _tell(pool: weakref.ref[WorkerPool], died: WorkerDied) -> None:
+    """The idle monitor ended one of `pool`'s workers."""
+    target = pool()
+    if target is not None:
+        target.mark_unhealthy(died.detail)
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _release(worker: _Pooled, sid: int) -> None:
@@ -172,6 +447,7 @@ def pool_for(name: str, source: str, code_hash: str, settings: PoolSettings) -> 
         pool = _POOLS.get(key)
         if pool is None:
             pool = _POOLS[key] = WorkerPool(name, source, settings)
+            pool.unhealthy = _UNHEALTHY.get(key)  # code that showed itself unhealthy is not started again
         pool.users += 1
         pool.key = key
         return pool
@@ -235,6 +511,11 @@ class SandboxedEnvironment(BaseEnvironment):
     def metadata(self) -> EnvMetadata:
         return self._metadata
 
+    @property
+    def unhealthy(self) -> str | None:
+        """Why this environment's code is no longer served (a canary, tampering, CPU used while idle), or None."""
+        return self.pool.unhealthy
+
     def check_contract(self, source_label: str) -> None:
         """Start the pool's first worker and compare the code's own metadata with `metadata.json`."""
         load = self.pool.ensure_loaded()
@@ -292,7 +573,10 @@ class SandboxedSession(Session):
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self.broken: str | None = None
         self.restored = 0
+        self._ref: _Reference | None = None  # this session recorded as a canary reference (the pool's first ones)
         self._bind(replay=False)
+        assert self._worker is not None
+        self._ref = env.pool.recording(self.config, self.source, self._worker.generation)
 
     # ---- where the state lives -------------------------------------------------------------
     def _unbind(self) -> None:
@@ -340,9 +624,10 @@ class SandboxedSession(Session):
         self.config, self._replay, self._replay_s = state, [], 0.0
 
     def _live(self) -> _Pooled:
-        """This session's worker, restoring the session on a fresh one if its worker is gone."""
+        """This session's worker, restoring the session on a fresh one if its worker is gone or was retired
+        near its CPU limit."""
         worker = self._worker
-        if worker is None or not worker.process.alive:
+        if worker is None or not worker.process.alive or self.env.pool._spent(worker):
             self._bind(replay=True)
             worker = self._worker
         assert worker is not None
@@ -363,8 +648,11 @@ class SandboxedSession(Session):
             raise
         self.history.clear()
         self.broken = None
+        self._ref = None
 
     def dump(self) -> dict[str, Any]:
+        if self.env.pool.unhealthy is not None:
+            raise ScenarioError(self.env.pool.refusal())
         try:
             raw = self.env.pool.request(self._live(), "dump", sid=self._sid)
         except WorkerDied as e:
@@ -383,17 +671,27 @@ class SandboxedSession(Session):
         if not isinstance(args, dict):
             error = ToolErrorInfo(type="invalid_arguments", message="arguments must be a JSON object")
             return self._record(tool, {}, error=error)
+        pool = self.env.pool
+        if pool.unhealthy is not None:
+            return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=pool.refusal()))
         if self.broken is not None:
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=self.broken))
-        try:
-            worker = self._live()
-            started = time.monotonic()
-            raw = self.env.pool.request(worker, "call", sid=self._sid, tool=tool, args=args)
-            took = time.monotonic() - started
-        except ValueError as e:  # arguments that cannot be encoded
-            return self._record(tool, args, error=ToolErrorInfo(type="invalid_arguments", message=str(e)[:300]))
-        except (WorkerDied, ScenarioError, EnvLoadError) as e:
-            return self._died(tool, args, e)
+        for attempt in (1, 2):
+            worker: _Pooled | None = None
+            try:
+                worker = self._live()
+                started = time.monotonic()
+                raw = pool.request(worker, "call", sid=self._sid, tool=tool, args=args)
+                took = time.monotonic() - started
+                break
+            except ValueError as e:  # arguments that cannot be encoded
+                return self._record(tool, args, error=ToolErrorInfo(type="invalid_arguments", message=str(e)[:300]))
+            except WorkerDied as e:
+                if attempt == 1 and worker is not None and worker.retired and pool.unhealthy is None:
+                    continue  # retired under this call: restored on a fresh worker, the call made there
+                return self._died(tool, args, e)
+            except (ScenarioError, EnvLoadError) as e:
+                return self._died(tool, args, e)
         if "failure" in raw:  # the worker could not answer (an unencodable result...): its copy may be off
             self._unbind()
             message = f"the environment could not complete the call: {str(raw['failure'])[:300]}"
@@ -410,6 +708,8 @@ class SandboxedSession(Session):
             error = ToolErrorInfo(type=kind, message=answer.error.message)
             with contextlib.suppress(ValidationError):
                 error = ToolErrorInfo(type=kind, message=answer.error.message, details=answer.error.details)
+        if self._ref is not None and not pool.record(self._ref, tool, args, answer, took):
+            self._ref = None
         if answer.ok and error is None:
             self._replay.append((tool, args, answer.result))
             self._replay_s += took
@@ -419,7 +719,9 @@ class SandboxedSession(Session):
 
     def _died(self, tool: str, args: dict[str, Any], e: Exception) -> CallRecord:
         self._unbind()  # restored on a fresh worker with the next request
-        if isinstance(e, WorkerDied) and e.kind == "timeout":
+        if self.env.pool.unhealthy is not None:
+            error = ToolErrorInfo(type="internal_error", message=self.env.pool.refusal())
+        elif isinstance(e, WorkerDied) and e.kind == "timeout":
             t = self.env.pool.settings.call_timeout_s
             error = ToolErrorInfo(type="timeout", message=f"the call did not return within {t:g} s")
         else:
@@ -445,8 +747,36 @@ def load_sandboxed_folder(
     _check_statically(folder, source)
     pool = pool_for(folder.name, source, code_hash, settings)
     env = SandboxedEnvironment(folder.name, folder, source, metadata, pool)
+    pool.set_judged(_judged_runs(env))
     env.check_contract(str(folder / "metadata.json"))
     return env
+
+
+def _judged_runs(env: SandboxedEnvironment) -> list[tuple[JudgedRun, str]]:
+    """The judged sessions of the last EnvGen round in the folder's `envgen.json` that kept any, each with
+    the source label a session of that config gets (a shipped scenario's, or a client's dump's)."""
+    from envfactory.env.folder import exists, read_json_object
+
+    folder = env.folder
+    try:
+        if folder is None or not exists(folder, "envgen.json"):
+            return []
+        reports = read_json_object(folder, "envgen.json", what="envgen.json").get("reports")
+    except EnvFactoryError:
+        return []
+    runs: list[JudgedRun] = []
+    for report in reversed(reports if isinstance(reports, list) else []):
+        judged = report.get("judged") if isinstance(report, dict) else None
+        for raw in judged if isinstance(judged, list) else []:
+            with contextlib.suppress(ValidationError):
+                runs.append(JudgedRun.model_validate(raw))
+        if runs:
+            break
+    shipped: dict[str, str] = {}
+    with contextlib.suppress(EnvFactoryError):
+        for name in env.scenario_names():
+            shipped.setdefault(json.dumps(env.scenario(name), sort_keys=True), env.resolve_config(name)[1])
+    return [(run, shipped.get(json.dumps(run.initial_config, sort_keys=True), "<config>")) for run in runs]
 
 
 def derive_metadata_sandboxed(folder: Path, source: str, the_wall: Wall, memory_mb: int) -> EnvMetadata:

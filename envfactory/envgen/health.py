@@ -426,6 +426,9 @@ def check_health(
         checker.run()
     except EnvFactoryError as e:  # a shipped scenario that does not load, a sandbox that will not start
         error = str(e)
+    unhealthy = getattr(env, "unhealthy", None)  # a sandboxed environment its pool stopped serving (a canary...)
+    if isinstance(unhealthy, str) and error is None:
+        error = f"its sandboxed workers were stopped: {unhealthy}"
     dims = [checker.results[d] for d in DIMENSIONS]
     healthy = error is None and all(d.ok for d in dims)
     return HealthReport(

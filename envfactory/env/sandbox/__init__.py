@@ -43,6 +43,8 @@ from envfactory.env.sandbox.policy import (
 from envfactory.env.sandbox.protocol import (
     Interrupt,
     Isolation,
+    JudgedCall,
+    JudgedRun,
     Observations,
     Phase,
     ScenarioObservation,
@@ -63,6 +65,8 @@ __all__ = [
     "MODULE_REASONS",
     "Interrupt",
     "Isolation",
+    "JudgedCall",
+    "JudgedRun",
     "Observations",
     "Phase",
     "SandboxLimits",

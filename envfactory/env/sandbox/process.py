@@ -4,6 +4,15 @@ Every answer is read with a deadline and parsed defensively (`wire.py`); a late,
 malformed or out-of-order answer, or a worker that exits, raises `WorkerDied` and leaves the
 worker killed. Nothing the worker does can make the parent raise anything else or wait longer
 than the deadline it chose.
+
+The parent also watches the worker's CPU from outside (its host pid's `/proc/<pid>/schedstat`, held
+open from start-up, so no pid reuse can misdirect it): an idle worker, one with no request
+outstanding, uses none. CPU spent between the end of one answer and the next request (measured when
+that request is sent) or while it sits idle (measured by one light monitor thread, every
+`MONITOR_PERIOD_S`, for the workers started with `monitor=True`) beyond `IDLE_CPU_TOLERANCE_S` kills
+it as `WorkerDied("idle")`: code that arranged to run between requests (a timer, a patched read loop)
+is ended, never just replaced. Nothing the worker does can hide it: every thread it could have is
+counted in the same figure, and it has no children.
 """
 
 from __future__ import annotations
@@ -19,6 +28,8 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Literal
 
@@ -28,8 +39,11 @@ from envfactory.env.sandbox.protocol import Hello, Isolation, WorkerLimits
 from envfactory.env.sandbox.wall import Wall, bwrap_args, child_env, startup_filter, worker_filter
 from envfactory.env.sandbox.wire import FrameReader, WireError, decode, encode, write_frame
 
-DeathKind = Literal["timeout", "memory", "crashed", "protocol"]
+DeathKind = Literal["timeout", "memory", "crashed", "protocol", "idle"]
 _TAIL_BYTES = 4000
+IDLE_CPU_TOLERANCE_S = 0.05  # CPU an idle worker may show: the tail of its last answer, clock granularity
+MONITOR_PERIOD_S = 1.0  # how often the monitor looks at idle workers
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 # bwrap's --die-with-parent is tied to the *thread* that started it: a worker started from a
 # short-lived thread (a server's thread pool) would die with that thread. One long-lived thread
@@ -66,7 +80,15 @@ def _signal_name(sig: int) -> str:
 class SandboxProcess:
     """One worker behind the wall. `start()`, then `request(op, ..., timeout_s=...)`; `kill()` at the end."""
 
-    def __init__(self, wall: Wall, limits: WorkerLimits, *, tmpfs_mb: int = 16, channel: ChannelLimits | None = None):
+    def __init__(
+        self,
+        wall: Wall,
+        limits: WorkerLimits,
+        *,
+        tmpfs_mb: int = 16,
+        channel: ChannelLimits | None = None,
+        monitor: bool = False,
+    ):
         self.wall = wall
         self.limits = limits
         self.tmpfs_mb = tmpfs_mb
@@ -82,6 +104,12 @@ class SandboxProcess:
         self._lock = threading.Lock()
         self.died: WorkerDied | None = None
         self._closing = False
+        self.monitor = monitor  # watched while idle by the monitor thread (pooled workers)
+        self.on_idle_cpu: Callable[[WorkerDied], None] | None = None  # told when the monitor ends it
+        self._cpu_fd: int | None = None  # /proc/<host pid>/schedstat (or stat), opened while it is alive
+        self._cpu_schedstat = True
+        self._idle_base: int | None = None  # its CPU (ns) when it last answered; None while a request is out
+        self.cpu_ns = 0  # its CPU so far (ns), as last read
 
     # ---- life ------------------------------------------------------------------------------
     @property
@@ -155,7 +183,79 @@ class SandboxProcess:
         if problems:
             self.kill()
             raise WorkerDied("crashed", "the sandbox is not in place: " + "; ".join(problems))
+        self._open_cpu()
+        self._idle_base = self._cpu_now()
+        if self.monitor:
+            _MONITOR.add(self)
         return self.isolation
+
+    # ---- CPU, read from outside --------------------------------------------------------------
+    def _open_cpu(self) -> None:
+        host_pid = self.child_pid if self.wall.kind == "bubblewrap" else (self.proc.pid if self.proc else None)
+        if host_pid is None:
+            return
+        for name, schedstat in (("schedstat", True), ("stat", False)):
+            try:
+                self._cpu_fd = os.open(f"/proc/{host_pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            self._cpu_schedstat = schedstat
+            if self._cpu_now() is not None:
+                return
+            os.close(self._cpu_fd)
+            self._cpu_fd = None
+
+    def _cpu_now(self) -> int | None:
+        """The worker's CPU time so far in ns (every thread of it), or None when it cannot be read."""
+        fd = self._cpu_fd
+        if fd is None:
+            return None
+        try:
+            data = os.pread(fd, 1024, 0)
+            if self._cpu_schedstat:
+                value = int(data.split(maxsplit=1)[0])
+            else:  # utime and stime, in clock ticks, after the command name
+                fields = data.rsplit(b")", 1)[1].split()
+                value = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // _CLK_TCK
+        except (OSError, ValueError, IndexError):
+            return None
+        self.cpu_ns = value
+        return value
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds the worker has used, as last read (at its last answer)."""
+        return self.cpu_ns / 1e9
+
+    def _idle_tolerance_ns(self) -> int:
+        tick = 0 if self._cpu_schedstat else 3 * 1_000_000_000 // _CLK_TCK
+        return max(int(IDLE_CPU_TOLERANCE_S * 1e9), tick)
+
+    def _idle_violation(self) -> str | None:
+        """Why the worker must end: it used CPU since its last answer (the lock held, no request out)."""
+        base = self._idle_base
+        if base is None:
+            return None
+        now = self._cpu_now()
+        if now is None or now - base <= self._idle_tolerance_ns():
+            return None
+        return (
+            f"the worker used {(now - base) / 1e9:.2f} s of CPU while it had no request to answer "
+            "(code running between calls: a timer, a loop around its pipe); an idle worker uses none"
+        )
+
+    def poll_idle(self) -> WorkerDied | None:
+        """The monitor's look at an idle worker: ended (its death returned) if it used CPU. A worker busy
+        with a request is skipped: that CPU is the request's, bounded by the request's deadline."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self.died is not None or not self.alive:
+                return None
+            why = self._idle_violation()
+            return self._die("idle", why) if why is not None else None
+        finally:
+            self._lock.release()
 
     def _read_child_pid(self) -> None:
         """bwrap's info (JSON with "child-pid"): the worker itself, killed directly, whatever it did to its
@@ -187,6 +287,11 @@ class SandboxProcess:
         return None
 
     def kill(self) -> None:
+        self._idle_base = None
+        if self._cpu_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._cpu_fd)
+            self._cpu_fd = None
         proc = self.proc
         if proc is None:
             return
@@ -233,16 +338,24 @@ class SandboxProcess:
         return data.decode("utf-8", "replace")
 
     # ---- asking ----------------------------------------------------------------------------
-    def request(self, op: str, timeout_s: float, **fields: Any) -> dict[str, Any]:
-        """Send one request and return the worker's answer (a dict); `WorkerDied` when there is none."""
+    def request(self, op: str, timeout_s: float, closed: Iterable[int] = (), **fields: Any) -> dict[str, Any]:
+        """Send one request and return the worker's answer (a dict); `WorkerDied` when there is none.
+
+        Every request has the same shape, whoever sends it: op, id, the sessions `closed` since the last
+        one, then its own fields. A worker that used CPU since its last answer is ended first ("idle")."""
         with self._lock:
             if self.died is not None:
                 raise self.died
+            why = self._idle_violation()
+            if why is not None:
+                raise self._die("idle", why)
             self._next_id += 1
             rid = self._next_id
-            reply = self._exchange({"op": op, "id": rid, **fields}, timeout_s)
+            self._idle_base = None
+            reply = self._exchange({"op": op, "id": rid, "closed": list(closed), **fields}, timeout_s)
             if reply.get("id") != rid:
                 raise self._die("protocol", f"the worker answered request {reply.get('id')!r}, not {rid}")
+            self._idle_base = self._cpu_now()
             return reply
 
     def _exchange(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -300,3 +413,37 @@ def _exit_meaning(rc: int, detail: str) -> tuple[DeathKind, str]:
     if sig:
         return "crashed", f"the worker died from signal {_signal_name(sig)}"
     return "crashed", f"{detail} (exit code {rc})"
+
+
+class _IdleMonitor:
+    """One daemon thread that looks at every monitored worker while it is idle; it ends when none is left."""
+
+    def __init__(self) -> None:
+        self._procs: weakref.WeakSet[SandboxProcess] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def add(self, process: SandboxProcess) -> None:
+        with self._lock:
+            self._procs.add(process)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="envfactory-sandbox-idle-monitor", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(MONITOR_PERIOD_S)
+            with self._lock:
+                procs = [p for p in self._procs if p.died is None and p.alive]
+                if not procs:
+                    self._thread = None
+                    return
+            for p in procs:
+                died = p.poll_idle()
+                callback = p.on_idle_cpu
+                if died is not None and callback is not None:
+                    with contextlib.suppress(Exception):
+                        callback(died)
+
+
+_MONITOR = _IdleMonitor()

@@ -11,12 +11,28 @@ judge (`envfactory.envgen.checks`) compares it with the scenarios' expectations.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envfactory.env.diff import StateDiff
+from envfactory.env.diff import StateDiff, state_part
 from envfactory.env.state import Change
+
+CODE_PATH = "/sandbox/env.py"  # what tracebacks name; no such file exists anywhere
+
+
+def load_fields(source: str, env_name: str) -> dict[str, Any]:
+    """The fields of a `load` request: the same for a validation round and a served worker."""
+    return {"source": source, "module_name": f"envgen_{env_name}", "path": CODE_PATH}
+
+
+def state_digest(dump: dict[str, Any]) -> str:
+    """A digest of a state dump's state part (runtime keys aside): what a canary compares its final state by."""
+    text = json.dumps(state_part(dump), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
 
 # ---- start-up ------------------------------------------------------------------------------------
 
@@ -112,6 +128,29 @@ class IntegrityAnswer(BaseModel):
     tampering: list[str] = Field(default_factory=list)
 
 
+# ---- judged sessions, replayed on served workers (canaries) ---------------------------------------
+
+
+class JudgedCall(BaseModel):
+    """One call of a judged session and what it gave."""
+
+    tool: str
+    args: dict[str, Any] = Field(default_factory=dict)
+    ok: bool
+    error_type: str | None = None
+    result: Any = None
+
+
+class JudgedRun(BaseModel):
+    """A session whose outcome was judged (a passed scenario of an EnvGen round): a served worker must
+    give the same results and the same final state when it is replayed as an ordinary session."""
+
+    name: str
+    initial_config: dict[str, Any] = Field(default_factory=dict)
+    calls: list[JudgedCall] = Field(min_length=1)
+    final_digest: str | None = None
+
+
 # ---- the parent's record of a validation round ---------------------------------------------------
 
 
@@ -132,6 +171,7 @@ class ScenarioObservation(BaseModel):
     completed: bool = False
     aborted: str | None = None  # why the scenario stopped early (a hung call, a dead worker)
     replay_difference: str | None = None  # the same calls on a fresh session did something else
+    final_digest: str | None = None  # `state_digest` of the state after the last step (a completed scenario)
 
 
 Phase = Literal["startup", "import", "scenario"]

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
+from envfactory.env.sandbox.protocol import JudgedRun
+
 # "health": an invariant of the environment contract that `envfactory.envgen.health` found broken (round trip,
 # determinism, read-only reads, robustness, reachable writes, schema); the message starts with which
 Dimension = Literal["interface", "execution", "results", "state", "health"]
@@ -54,6 +56,11 @@ class ErrorReport(BaseModel):
     sandbox_status: str = "ok"
     duration_s: float = 0.0
     threshold: float = 1.0
+    judged: list[JudgedRun] = Field(
+        default_factory=list,
+        description="passed scenarios as the round saw them (calls, results, final state): served workers replay "
+        "them as canaries (`envfactory.env.sandboxed`)",
+    )
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -7,6 +7,21 @@ file to write a verdict into: its only output is its answers, which the parent p
 and depth limits. The parent holds the clocks: a call that does not answer within the per-call
 limit is a hung tool (the worker is killed; the next scenario gets a new one), and the round's
 wall clock stops everything. Never raises for bad code: every outcome is a `SandboxResult`.
+
+**Judged is served.** The code must not be able to tell this round from serving, or it could pass
+here and serve something else. So the round's worker is started exactly as a served one
+(`SandboxProcess`, the same command, environment, working folder and descriptors), with the same
+limits (`SandboxLimits.worker()` and the pool both call `worker_limits` with the same settings), the
+same module name and path (`load_fields`), and requests of the same shape and kinds a served worker
+gets: sessions are forked *not* strict, as served ones are (the parent checks from its own dumps
+what strict mode would: writes outside the CRUD helpers, a failed call that changed the state), and
+`integrity` is asked of served workers too. What cannot be made the same is said here: the round's
+worker is young (little CPU used, seconds since its import, few calls and forks) and the round dumps
+the state after every call (as health checks and some clients do, and canaries do not). Against
+code that keys its behaviour on such things the round records each passed scenario's calls, results
+and final state (`ErrorReport.judged`, kept in the folder's `envgen.json`), and served workers
+replay them as ordinary sessions when they start and every so often (`envfactory.env.sandboxed`):
+any difference marks the environment unhealthy.
 """
 
 from __future__ import annotations
@@ -16,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from envfactory.env.diff import diff_states, state_part
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox.ast_check import StaticProblem, static_check
 from envfactory.env.sandbox.limits import SandboxLimits
@@ -29,7 +45,8 @@ from envfactory.env.sandbox.protocol import (
     Phase,
     ScenarioObservation,
     StepObservation,
-    WorkerLimits,
+    load_fields,
+    state_digest,
 )
 from envfactory.env.sandbox.wall import Wall, find_wall
 
@@ -37,7 +54,6 @@ if TYPE_CHECKING:
     from envfactory.envgen.checks.scenarios import TestScenario
 
 SandboxStatus = Literal["ok", "static_rejected", "timeout", "memory", "crashed"]
-CODE_PATH = "/sandbox/env.py"  # what tracebacks name; no such file exists anywhere
 
 
 class SandboxResult(BaseModel):
@@ -75,6 +91,7 @@ class _Round:
         self.where: dict[str, Any] = {}
         self.kinds = {t.name: t.kind for t in metadata.tools}
         self._sid = 0
+        self.closed: list[int] = []  # sessions done with, told to the worker with the next request
 
     # ---- the worker ------------------------------------------------------------------------
     def _left(self) -> float:
@@ -102,10 +119,10 @@ class _Round:
             return self.worker
         self._retire()
         self.phase = "startup"
-        cpu_s = self.limits.cpu_limit_s
+        self.closed = []
         worker = SandboxProcess(
             self.wall,
-            WorkerLimits(memory_mb=self.limits.memory_mb, cpu_s=cpu_s, fsize_mb=self.limits.fsize_mb),
+            self.limits.worker(),
             tmpfs_mb=self.limits.tmpfs_mb,
             channel=ChannelLimits(
                 max_answer_bytes=self.limits.max_answer_mb * 1024 * 1024,
@@ -121,7 +138,7 @@ class _Round:
         self.obs.pid = worker.pid
         self.obs.isolation = {"wall": self.wall.kind, **isolation.model_dump(mode="json")}
         self.phase = "import"
-        raw = self._ask(worker, "load", self._left(), source=self.code, module_name=self._module_name(), path=CODE_PATH)
+        raw = self._ask(worker, "load", self._left(), **load_fields(self.code, self.metadata.name))
         answer = self._parse(LoadAnswer, raw)
         if answer.import_error is not None and _is_memory_error(answer.import_error):
             raise _Stop("memory", f"the code exceeded its memory limit of {self.limits.memory_mb} MB", "memory")
@@ -134,12 +151,14 @@ class _Round:
             raise _Loaded()
         return worker
 
-    def _module_name(self) -> str:
-        return f"envgen_{self.metadata.name}"
+    def _request(self, worker: SandboxProcess, op: str, timeout_s: float, **fields: Any) -> dict[str, Any]:
+        """One request, shaped as a served worker's (`closed` first); `WorkerDied` passes through."""
+        closed, self.closed = self.closed, []
+        return worker.request(op, max(0.001, timeout_s), closed, **fields)
 
     def _ask(self, worker: SandboxProcess, op: str, timeout_s: float, **fields: Any) -> dict[str, Any]:
         try:
-            reply = worker.request(op, max(0.001, timeout_s), **fields)
+            reply = self._request(worker, op, timeout_s, **fields)
         except WorkerDied as e:
             raise self._fail(e) from None
         if "failure" in reply:
@@ -175,7 +194,10 @@ class _Round:
             if sid is None:
                 continue
             current.steps, current.aborted, final = self._play(scenario, sid, observe=True)
+            self.closed.append(sid)
             current.completed = current.aborted is None
+            if final is not None:
+                current.final_digest = state_digest(final)
             if current.completed and self.limits.replay and final is not None:
                 current.replay_difference = self._replay(scenario, current, final)
             if self.worker is not None and self.worker.alive:
@@ -187,8 +209,15 @@ class _Round:
 
     def _fork(self, worker: SandboxProcess, config: dict[str, Any], current: ScenarioObservation | None) -> int | None:
         self._sid += 1
+        # the fields and order of a served session's fork (`SandboxedSession._bind`): not strict, as served ones
         raw = self._ask(
-            worker, "fork", min(self.limits.call_limit_s, self._left()), sid=self._sid, config=config, strict=True
+            worker,
+            "fork",
+            min(self.limits.call_limit_s, self._left()),
+            sid=self._sid,
+            config=config,
+            source="<config>",
+            strict=False,
         )
         answer = self._parse(ForkAnswer, raw)
         if current is not None:
@@ -219,8 +248,8 @@ class _Round:
             call_s = self.limits.call_limit_s
             hung = call_s < self._left()
             try:
-                raw = self.worker.request(
-                    "call", max(0.001, min(call_s, self._left())), sid=sid, tool=step.tool, args=step.args
+                raw = self._request(
+                    self.worker, "call", min(call_s, self._left()), sid=sid, tool=step.tool, args=step.args
                 )
             except WorkerDied as e:
                 if e.kind == "timeout" and hung:
@@ -244,10 +273,9 @@ class _Round:
             ok = answer.ok
             error_type: str | None = error.type if error else None
             message: str | None = error.message if error else None
-            if ok and self.kinds.get(step.tool) == "read" and after != before:
-                # judged here from the dumps, not from the worker's own account of the call
-                ok, error_type = False, "contract_violation"
-                message = f"read tool '{step.tool}' changed the state"
+            violation = self._violation(step.tool, answer, before, after)
+            if violation is not None:
+                ok, error_type, message = False, "contract_violation", violation
             steps.append(
                 StepObservation(
                     tool=step.tool,
@@ -261,6 +289,22 @@ class _Round:
             before = after
         return steps, None, before
 
+    def _violation(self, tool: str, answer: CallAnswer, before: dict[str, Any], after: dict[str, Any]) -> str | None:
+        """What strict mode would have refused, judged here from the parent's own dumps (sessions are forked
+        as served ones are, not strict): a read that wrote, a write outside the CRUD helpers (the dumps
+        differ from the change log's diff), a failed call that left the state changed."""
+        if not answer.ok:
+            if state_part(after) != state_part(before):
+                return f"'{tool}' failed but left the state changed (a write outside the CRUD helpers is not undone)"
+            return None
+        if self.kinds.get(tool) == "read" and after != before:
+            return f"read tool '{tool}' changed the state"
+        full = diff_states(before, after)
+        if full != answer.diff.sorted():
+            paths = sorted(full.paths() ^ answer.diff.paths())[:5]
+            return f"state changed outside the CRUD helpers (create/update/delete/set): the dump differs at {paths}"
+        return None
+
     def _replay(self, scenario: TestScenario, first: ScenarioObservation, final: dict[str, Any]) -> str | None:
         """The same calls on a fresh session of the same worker: a deterministic tool repeats itself.
 
@@ -272,6 +316,7 @@ class _Round:
         if sid is None:
             return "the initial config did not load the second time"
         again, aborted, final_again = self._play(scenario, sid, observe=False)
+        self.closed.append(sid)
         if aborted is not None:
             return f"the replay {aborted}"
         for i, (a, b) in enumerate(zip(first.steps, again, strict=True)):

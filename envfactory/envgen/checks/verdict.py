@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jsonschema
@@ -12,6 +13,8 @@ from pydantic import ValidationError
 
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox import (
+    JudgedCall,
+    JudgedRun,
     Observations,
     SandboxLimits,
     ScenarioObservation,
@@ -32,6 +35,8 @@ from envfactory.envgen.checks.sandbox_round import SandboxResult, run_checks_in_
 from envfactory.envgen.checks.scenarios import ExpectedCall, TestScenario
 
 _FAILING = frozenset({"critical", "high", "medium"})  # severities that fail the scenario they occur in
+MAX_JUDGED_RUNS = 8  # passed scenarios kept for canaries
+MAX_JUDGED_RUN_BYTES = 64 * 1024  # a bigger one (a large initial config or result) is not kept
 _TOOL_ERROR_FAMILY = frozenset({"tool_error", "not_found", "conflict"})
 
 
@@ -254,12 +259,38 @@ def judge(
             continue
         steps_run = len(got.steps) if got is not None else 0
         report.outcomes.append(ScenarioOutcome(name=want.name, source=want.source, passed=verdict, steps_run=steps_run))
+        if verdict and got is not None:
+            _keep_judged(report, want, got)
     report.errors = judge_.errors
     report.checks = judge_.checks
     report.scenarios_run = len(report.outcomes)
     report.scenarios_passed = sum(o.passed for o in report.outcomes)
     report.pass_rate = report.scenarios_passed / report.scenarios_run if report.scenarios_run else 0.0
     return report
+
+
+def _keep_judged(report: ErrorReport, want: TestScenario, got: ScenarioObservation) -> None:
+    """A passed scenario as the round saw it, for served workers to replay (the first ones: a round lists
+    the Test Agent's scenarios before the schema checks)."""
+    if not got.completed or got.final_digest is None or len(got.steps) != len(want.steps):
+        return
+    run = JudgedRun(
+        name=want.name,
+        initial_config=want.initial_config,
+        calls=[
+            JudgedCall(tool=s.tool, args=w.args, ok=s.ok, error_type=s.error_type, result=s.result)
+            for w, s in zip(want.steps, got.steps, strict=True)
+        ],
+        final_digest=got.final_digest,
+    )
+    try:
+        size = len(json.dumps(run.model_dump(mode="json")))
+    except (TypeError, ValueError):
+        return
+    if size > MAX_JUDGED_RUN_BYTES:
+        return
+    if len(report.judged) < MAX_JUDGED_RUNS:
+        report.judged.append(run)
 
 
 def validate_generated(
