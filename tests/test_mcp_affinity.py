@@ -129,6 +129,9 @@ def test_balancer_settings_are_checked() -> None:
         (["--backend", "a:1", "--bind", "127.0.0.1:70000"], "1-65535"),
         (["--backend", "a:1", "--stats-socket", "relative.sock"], "absolute socket path"),
         (["--backend", "a:1", "--stats-socket", "/tmp/a.sock\n    user root"], "absolute socket path"),
+        # a trailing newline alone (`$` matched before it) split the line too
+        (["--backend", "a:1", "--stats-socket", "/tmp/s\n"], "absolute socket path"),
+        (["--backend", "127.0.0.1:8001\n"], "host:port"),
     ]
     for args, message in refused:
         result = CliRunner().invoke(app, ["mcp", "haproxy", *args])

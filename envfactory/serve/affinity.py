@@ -17,8 +17,9 @@ from pydantic import BaseModel, Field, field_validator
 
 from envfactory.errors import EnvFactoryError
 
-_ADDRESS = re.compile(r"^[A-Za-z0-9.\-]+:\d{1,5}$|^\[[0-9A-Fa-f:]+\]:\d{1,5}$")
-_SOCKET = re.compile(r"^[A-Za-z0-9/._\-]+$")
+# matched whole (fullmatch): with `^...$` and match, a trailing newline got through and split the config's lines
+_ADDRESS = re.compile(r"[A-Za-z0-9.\-]+:\d{1,5}|\[[0-9A-Fa-f:]+\]:\d{1,5}")
+_SOCKET = re.compile(r"[A-Za-z0-9/._\-]+")
 
 
 class AffinityError(EnvFactoryError):
@@ -50,14 +51,14 @@ class BalancerSettings(BaseModel):
     @field_validator("stats_socket")
     @classmethod
     def _socket(cls, value: str | None) -> str | None:
-        if value is not None and (not value.startswith("/") or not _SOCKET.match(value)):
+        if value is not None and (not value.startswith("/") or not _SOCKET.fullmatch(value)):
             raise ValueError(f"{value!r} is not an absolute socket path (letters, digits, / . _ - only)")
         return value
 
 
 def _address(value: str) -> str:
     """`value` if it is host:port with a port HAProxy takes (1-65535), else a ValueError saying so."""
-    if not _ADDRESS.match(value):
+    if not _ADDRESS.fullmatch(value):
         raise ValueError(f"{value!r} is not host:port")
     if not 1 <= int(value.rsplit(":", 1)[1]) <= 65535:
         raise ValueError(f"{value!r}: the port must be 1-65535")
