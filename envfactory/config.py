@@ -108,7 +108,7 @@ class Settings(BaseSettings):
         "checks and serving; a served worker close to it is replaced and its sessions restored on a fresh one",
     )
     sandbox_canary_calls: int = Field(
-        default=500,
+        default=1000,
         ge=1,
         description="a served untrusted environment replays a judged session (a canary) on a worker when it starts "
         "and about every this many calls; a canary that comes out differently marks the environment unhealthy",

@@ -61,7 +61,7 @@ from envfactory.env.tools import ArgumentError, ArgumentProblem
 from envfactory.errors import ContractError, EnvFactoryError, EnvLoadError, ScenarioError
 
 MAX_RECORDED = 4  # the pool's first sessions kept as canaries where no judged ones exist (and beside them)
-MAX_RECORDED_CALLS = 20  # calls kept of each
+MAX_RECORDED_CALLS = 10  # calls kept of each
 MAX_REFERENCE_BYTES = 256 * 1024  # a recorded session bigger than this (config and results) is not kept
 CANARY_BUDGET_S = 0.25  # the most the kept calls of a recorded session took (and a quarter of a call limit)
 
@@ -87,7 +87,7 @@ class PoolSettings:
         call_timeout_s: float,
         start_timeout_s: float = 30.0,
         cpu_s: int = WORKER_CPU_S,
-        canary_calls: int = 500,
+        canary_calls: int = 1000,
         canary_s: float = 60.0,
     ) -> None:
         self.wall = wall

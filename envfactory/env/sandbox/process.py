@@ -109,6 +109,7 @@ class SandboxProcess:
         self._cpu_fd: int | None = None  # /proc/<host pid>/schedstat (or stat), opened while it is alive
         self._cpu_schedstat = True
         self._idle_base: int | None = None  # its CPU (ns) when it last answered; None while a request is out
+        self._idle_at = 0.0  # when it last answered (monotonic)
         self.cpu_ns = 0  # its CPU so far (ns), as last read
 
     # ---- life ------------------------------------------------------------------------------
@@ -184,7 +185,7 @@ class SandboxProcess:
             self.kill()
             raise WorkerDied("crashed", "the sandbox is not in place: " + "; ".join(problems))
         self._open_cpu()
-        self._idle_base = self._cpu_now()
+        self._idle_base, self._idle_at = self._cpu_now(), time.monotonic()
         if self.monitor:
             _MONITOR.add(self)
         return self.isolation
@@ -234,8 +235,8 @@ class SandboxProcess:
     def _idle_violation(self) -> str | None:
         """Why the worker must end: it used CPU since its last answer (the lock held, no request out)."""
         base = self._idle_base
-        if base is None:
-            return None
+        if base is None or time.monotonic() - self._idle_at < IDLE_CPU_TOLERANCE_S:
+            return None  # (idle for less than the tolerance: it cannot have used more; no read needed)
         now = self._cpu_now()
         if now is None or now - base <= self._idle_tolerance_ns():
             return None
@@ -355,7 +356,7 @@ class SandboxProcess:
             reply = self._exchange({"op": op, "id": rid, "closed": list(closed), **fields}, timeout_s)
             if reply.get("id") != rid:
                 raise self._die("protocol", f"the worker answered request {reply.get('id')!r}, not {rid}")
-            self._idle_base = self._cpu_now()
+            self._idle_base, self._idle_at = self._cpu_now(), time.monotonic()
             return reply
 
     def _exchange(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
