@@ -60,6 +60,11 @@ class Settings(BaseSettings):
 
     root: Path = Field(default_factory=_project_root, description="project folder (holds envs/ and configs/)")
     envs_dir: Path | None = Field(default=None, description="environment pool folder; default <root>/envs")
+    compiled_dir: Path | None = Field(
+        default=None,
+        description="a folder of environments compiled from API specs that joins the pool (none by default; "
+        "`envfactory corpus compile --out DIR` writes one)",
+    )
     registry_path: Path | None = Field(
         default=None, description="registry of verified environments; default <root>/configs/mcp_server.json"
     )

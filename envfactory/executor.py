@@ -118,6 +118,44 @@ class LocalExecutor:
                 yield futures[f], f.result()
 
 
+class ProcessExecutor:
+    """Processes on this machine, for CPU-bound units (threads share one interpreter lock): each worker
+    process unpickles the runner once (`Shipped`) and keeps it for all its units."""
+
+    name = "processes"
+
+    def __init__(self, processes: int = 2) -> None:
+        self.processes = max(1, processes)
+
+    def map(self, runner: Runner[J, R], jobs: Sequence[J]) -> Iterator[tuple[J, R | BaseException | WorkerLost[J]]]:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
+        context = multiprocessing.get_context("forkserver")  # no fork of a process holding threads
+        with ProcessPoolExecutor(self.processes, mp_context=context, initializer=_hold, initargs=(runner,)) as ex:
+            futures = {ex.submit(_run_held, job): job for job in jobs}
+            for f in as_completed(futures):
+                job = futures[f]
+                try:
+                    yield job, f.result()
+                except BrokenProcessPool as e:
+                    yield job, WorkerLost(job, f"its worker process died: {e}")
+                except Exception as e:  # a batch records a failure and goes on
+                    yield job, e
+
+
+_HELD: list[Any] = []  # a process worker's runner
+
+
+def _hold(runner: Any) -> None:
+    _HELD[:] = [runner]
+
+
+def _run_held(job: Any) -> Any:
+    return _HELD[0](job)
+
+
 class _Worker:
     """The actor body: one runner per worker process, built on arrival and kept."""
 

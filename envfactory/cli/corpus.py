@@ -213,3 +213,60 @@ def gaps(
     out.print(table)
     if picks:
         err.print(f"start EnvGen from one: envfactory envgen run --corpus {safe(picks[0].spec)}", highlight=False)
+
+
+@app.command("compile")
+def compile_corpus(
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="where healthy environments go (default <data dir>/compiled)")
+    ] = None,
+    ids: Annotated[list[str] | None, typer.Option("--id", help="only this spec (repeat for several)")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="only the first N specs (by id)")] = None,
+    processes: Annotated[int, typer.Option(min=1, help="worker processes on this machine")] = 2,
+    executor: Annotated[str, typer.Option(help="local (processes) or ray")] = "local",
+    ray_address: Annotated[str | None, typer.Option(help="a Ray cluster to join (with --executor ray)")] = None,
+    keep_rejected: Annotated[
+        bool, typer.Option("--keep-rejected", help="keep unhealthy ones under .rejected/")
+    ] = False,
+) -> None:
+    """Compile corpus specs into environments (no model): resources, CRUD tools, scenarios; only those that
+    pass `envs health` on every dimension are written. Resumable: specs already reported are skipped.
+    Add the folder to the pool with ENVFACTORY_COMPILED_DIR."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from envfactory.compiler.build import BuildSettings, build_many, corpus_jobs, read_reports, yield_of
+    from envfactory.executor import ExecutorSettings, ProcessExecutor, make_executor
+
+    settings = get_settings()
+    target = out_dir or settings.data_path / "compiled"
+    jobs = corpus_jobs(_corpus(), ids)
+    jobs = jobs[:limit] if limit else jobs
+    if executor not in ("local", "ray"):
+        raise typer.BadParameter("--executor is local or ray")
+    runner = (
+        ProcessExecutor(processes)
+        if executor == "local"
+        else make_executor(ExecutorSettings(kind="ray", address=ray_address, workers=processes))
+    )
+    columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=err) as bars:
+        task = bars.add_task("compile", total=None)
+        for _ in build_many(
+            jobs,
+            target,
+            BuildSettings(keep_rejected=keep_rejected),
+            runner,
+            progress=lambda done, total: bars.update(task, completed=done, total=total),
+        ):
+            pass
+    wanted = {j.spec_id for j in jobs}
+    y = yield_of([r for r in read_reports(target) if r.spec_id in wanted])
+    table = Table("specs", "compiled", "with scenarios", "healthy", "usable", "tools (healthy)", "skipped ops")
+    table.add_row(
+        str(y.specs), str(y.compiled), str(y.with_scenarios), str(y.healthy), str(y.usable),
+        f"{y.tools_healthy:,}", f"{y.operations_skipped:,}",
+    )  # fmt: skip
+    out.print(table)
+    if y.failing:
+        out.print("unhealthy by dimension: " + ", ".join(f"{safe(k)} {v}" for k, v in sorted(y.failing.items())))
+    out.print(f"environments in {safe(target)}; add them to the pool with ENVFACTORY_COMPILED_DIR={safe(target)}")

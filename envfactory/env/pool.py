@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from envfactory.config import Settings, get_settings
+from envfactory.env.compiled import PLAN_FILE, CompiledEnvironment, load_plan
 from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.folder import exists as folder_exists
 from envfactory.env.folder import parse_json_object, read_json_object
@@ -31,6 +32,19 @@ def _metadata(snap: CodeSnapshot) -> EnvMetadata:
     if snap.metadata is None:
         raise EnvLoadError(f"{snap.folder}: missing {METADATA_FILE}")
     return parse_metadata(parse_json_object(snap.metadata, where, "metadata file"), where)
+
+
+def load_compiled_folder(folder: Path) -> CompiledEnvironment:
+    """A compiled environment: its plan (`compiled.json`) interpreted in-process, checked against `metadata.json`."""
+    folder = folder.absolute()
+    plan = load_plan(read_json_object(folder, PLAN_FILE, what="compiled plan"), str(folder / PLAN_FILE))
+    if plan.name != folder.name:
+        raise EnvLoadError(
+            f"{folder / PLAN_FILE}: names the environment '{plan.name}' but its folder is '{folder.name}'"
+        )
+    env = CompiledEnvironment(plan, folder)
+    env.attach_metadata(read_metadata(folder), str(folder / METADATA_FILE))
+    return env
 
 
 def read_metadata(folder: Path) -> EnvMetadata:
@@ -133,7 +147,7 @@ def derived_metadata(folder: Path, settings: Settings) -> EnvMetadata:
 
 def _digest(folder: Path) -> str | None:
     try:
-        return code_hash(folder) if folder_exists(folder, CODE_FILE) else None
+        return code_hash(folder) if folder_exists(folder, CODE_FILE) or folder_exists(folder, PLAN_FILE) else None
     except EnvFactoryError:
         return None
 
@@ -166,10 +180,33 @@ class EnvPool:
     def folder(self) -> Path:
         return self.settings.envs_path
 
+    def _folders(self) -> list[Path]:
+        """Where environment folders live: the pool folder, then the compiled environments' folder (if set)."""
+        extra = self.settings.compiled_dir
+        return [self.folder] + ([extra] if extra is not None and extra != self.folder else [])
+
+    def folder_of(self, name: str) -> Path | None:
+        """The folder of the environment `name` (code or a compiled plan), or None (an imported suite's, or none)."""
+        if "/" in name or "\\" in name or name in ("", ".", ".."):
+            return None
+        for base in self._folders():
+            folder = base / name
+            if folder_exists(folder, CODE_FILE) or folder_exists(folder, PLAN_FILE):
+                return folder
+        return None
+
     def native_names(self) -> list[str]:
-        if not self.folder.is_dir():
-            return []
-        return sorted(p.name for p in self.folder.iterdir() if (p / "env.py").is_file())
+        """Environments with a folder: written in Python (`env.py`) or compiled from an API spec (`compiled.json`)."""
+        names: set[str] = set()
+        for base in self._folders():
+            if base.is_dir():
+                names.update(p.name for p in base.iterdir() if (p / CODE_FILE).is_file() or (p / PLAN_FILE).is_file())
+        return sorted(names)
+
+    def compiled(self, name: str) -> bool:
+        """True if `name` is a compiled environment: data the project's own code interprets (no sandbox, no trust)."""
+        folder = self.folder_of(name)
+        return folder is not None and not folder_exists(folder, CODE_FILE) and folder_exists(folder, PLAN_FILE)
 
     def imported_factories(self) -> dict[str, Callable[[], BaseEnvironment]]:
         if self._imported is None:
@@ -186,10 +223,13 @@ class EnvPool:
         return names
 
     def trusted(self, name: str) -> bool:
-        """True if `name` is a folder whose current code is pinned in the trust file (an imported suite: always)."""
-        folder = self.folder / name
-        if not (folder / "env.py").is_file():
+        """True if `name` may run in-process: a folder whose current code is pinned in the trust file, a
+        compiled environment (no code of its own), an imported suite."""
+        folder = self.folder_of(name)
+        if folder is None:
             return name in self.imported_factories()
+        if self.compiled(name):
+            return True
         return is_trusted(self.settings.trust_file, name, folder)
 
     def get(self, name: str) -> BaseEnvironment:
@@ -201,8 +241,8 @@ class EnvPool:
         with lock:
             if name in self._cache:
                 return self._cache[name]
-            folder = self.folder / name
-            digest = _digest(folder)
+            folder = self.folder_of(name)
+            digest = _digest(folder) if folder is not None else None
             failed = self._failed.get(name)
             if failed is not None and digest is not None and failed[0] == digest:
                 raise failed[1]  # the same code failed to load: not waited for again
@@ -214,11 +254,13 @@ class EnvPool:
                 raise
 
     def _load(self, name: str) -> BaseEnvironment:
-        folder = self.folder / name
-        if "/" not in name and name not in (".", "..") and folder_exists(folder, CODE_FILE):
+        folder = self.folder_of(name)
+        if folder is not None and self.compiled(name):
+            env: BaseEnvironment = load_compiled_folder(folder)
+        elif folder is not None:
             snap = snapshot(folder)  # read once: what is hashed here is what is compiled or sent to the sandbox
             if pinned(self.settings.trust_file, name) == snap.sha256:
-                env: BaseEnvironment = load_env_folder(folder, snap=snap)
+                env = load_env_folder(folder, snap=snap)
             else:
                 env = load_untrusted_folder(folder, self.settings, snap)
         elif name in self.imported_factories():

@@ -250,7 +250,7 @@ class _Converter:
         out: list[str] = []
         for v in values:
             t = _TYPE_ALIASES.get(v, v) if isinstance(v, str) else v
-            if t not in _JSON_TYPES:
+            if not isinstance(t, str) or t not in _JSON_TYPES:
                 self.fail(path, f"unknown type {v!r} (expected one of {', '.join(sorted(_JSON_TYPES))})")
             out.append(t)
         return out if isinstance(value, list) else out[0]

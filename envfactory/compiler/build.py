@@ -1,0 +1,287 @@
+"""From specs to pool folders: compile, make scenarios, pass the health gate, write — one spec at a time or a batch.
+
+A spec's environment joins the pool folder only when `envs health` passes on every dimension; one that
+does not is recorded with its failing dimension (and its folder kept under `.rejected/` for a look when
+asked). Every spec gives one report row, whatever happens to it, appended to `compile-report.jsonl` as
+it finishes (the driver is the only writer), so a killed batch resumes where it stopped and a spec that
+breaks the compiler is a recorded failure, not a crash of the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+if TYPE_CHECKING:
+    from envfactory.corpus import Corpus
+
+from envfactory.compiler.compile import CompileError, CompileSettings, compile_spec
+from envfactory.compiler.scenarios import ScenarioGenerationError, ScenarioSettings, generate_scenarios
+from envfactory.config import Settings
+from envfactory.env.compiled import PLAN_FILE, CompiledPlan
+from envfactory.env.metadata import Domain, dump_metadata
+from envfactory.env.pool import EnvPool, load_compiled_folder
+from envfactory.envgen.health import HealthSettings, check_health
+from envfactory.envgen.openapi import OpenAPIError, identifier
+from envfactory.errors import EnvFactoryError
+from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
+from envfactory.inputs import JsonlAppender, read_jsonl_log, write_atomic
+
+REPORT_FILE = "compile-report.jsonl"
+REJECTED_DIR = ".rejected"
+STAGING_DIR = ".staging"
+
+Status = Literal["healthy", "unhealthy", "no_environment", "invalid_spec", "no_scenarios", "failed"]
+
+
+class SpecJob(BaseModel):
+    """One spec to compile: where it is, what to call its environment, where it came from."""
+
+    spec_id: str
+    path: Path
+    name: str
+    domain: Domain = "utilities"
+    description: str | None = None
+    provenance: dict[str, Any] = Field(default_factory=dict)
+
+
+class BuildSettings(BaseModel):
+    compile: CompileSettings = Field(default_factory=CompileSettings)
+    scenarios: ScenarioSettings = Field(default_factory=ScenarioSettings)
+    health: HealthSettings = Field(
+        default_factory=lambda: HealthSettings(calls=30, scenarios=3, solver_seeds=2, reach_scenarios=20),
+        description="the gate: every dimension of `envs health`, with fewer calls than `envs health` runs",
+    )
+    keep_rejected: bool = Field(default=False, description="keep unhealthy environments' folders under .rejected/")
+
+
+class BuildReport(BaseModel):
+    """What became of one spec."""
+
+    spec_id: str
+    name: str
+    status: Status
+    reason: str | None = None
+    tools: int = 0
+    writes: int = 0
+    resources: int = 0
+    skipped: int = 0
+    skip_reasons: dict[str, int] = Field(default_factory=dict)
+    failing: list[str] = Field(default_factory=list)  # health dimensions
+    usable: bool = False  # healthy, at least one write tool, at least one dependency (an id one tool reads)
+    seconds: float = 0.0
+
+
+def write_compiled(folder: Path, plan: CompiledPlan, scenarios: dict[str, dict[str, Any]]) -> None:
+    """Write a compiled environment's folder (it must not exist yet): plan, metadata, scenarios."""
+    (folder / "scenarios").mkdir(parents=True)
+    write_atomic(folder / PLAN_FILE, plan.model_dump_json(indent=1) + "\n")
+    from envfactory.env.compiled import CompiledEnvironment
+
+    dump_metadata(CompiledEnvironment(plan).derived_metadata(), folder / "metadata.json")
+    for name, state in scenarios.items():
+        write_atomic(folder / "scenarios" / f"{name}.json", json.dumps(state, indent=1) + "\n")
+
+
+def _skip_reasons(plan_skipped: Sequence[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in plan_skipped:
+        key = s.reason.split("'")[0].strip()[:80]
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _usable(plan: CompiledPlan) -> bool:
+    """At least one write tool, and one tool that takes an id another tool's record holds (a dependency edge)."""
+    writes = any(o.spec.kind == "write" for o in plan.operations)
+    return writes and any(o.id_param is not None or o.parents for o in plan.operations)
+
+
+def build_one(job: SpecJob, out: Path, settings: BuildSettings) -> BuildReport:
+    """Compile `job`'s spec into `out/<name>` if it passes the gate; the report says what happened."""
+    started = time.monotonic()
+    report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed")
+    try:
+        from envfactory.envgen.openapi import load_openapi
+
+        doc = load_openapi(job.path)
+        plan, skipped = compile_spec(
+            doc,
+            name=job.name,
+            domain=job.domain,
+            source=f"openapi:{job.spec_id}",
+            description=job.description,
+            provenance=job.provenance,
+            settings=settings.compile,
+        )
+        report.tools = len(plan.operations)
+        report.writes = sum(o.spec.kind == "write" for o in plan.operations)
+        report.resources = len(plan.resources)
+        report.skipped, report.skip_reasons = len(skipped), _skip_reasons(skipped)
+        scenarios = generate_scenarios(plan, settings.scenarios)
+        staging = out / STAGING_DIR / job.name
+        if staging.exists():
+            shutil.rmtree(staging)
+        write_compiled(staging, plan, scenarios)
+        env = load_compiled_folder(staging)
+        pool = EnvPool(Settings(root=staging.parent, envs_dir=staging.parent, bfcl=False))
+        health = check_health(env, settings.health, pool)
+        report.failing = health.failing
+        if health.healthy:
+            target = out / job.name
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+            report.status, report.usable = "healthy", _usable(plan)
+        else:
+            report.status = "unhealthy"
+            report.reason = health.summary()
+            if settings.keep_rejected:
+                target = out / REJECTED_DIR / job.name
+                if target.exists():
+                    shutil.rmtree(target)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                staging.rename(target)
+            else:
+                shutil.rmtree(staging)
+    except CompileError as e:
+        report.status, report.reason = "no_environment", str(e)
+        report.skipped, report.skip_reasons = len(e.skipped), _skip_reasons(e.skipped)
+    except OpenAPIError as e:
+        report.status, report.reason = "invalid_spec", str(e)
+    except ScenarioGenerationError as e:
+        report.status, report.reason = "no_scenarios", str(e)
+    except EnvFactoryError as e:
+        report.reason = str(e)
+    except (RecursionError, MemoryError, ValueError, TypeError, KeyError) as e:  # the compiler's own bug: recorded
+        report.reason = f"{type(e).__name__}: {e}"[:500]
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+class _Runner(Shipped):
+    shipped = ("out", "settings")
+
+    def __init__(self, out: Path, settings: BuildSettings) -> None:
+        self.out, self.settings = out, settings
+
+    def __call__(self, job: SpecJob) -> BuildReport:
+        return build_one(job, self.out, self.settings)
+
+
+def build_many(
+    jobs: Sequence[SpecJob],
+    out: Path,
+    settings: BuildSettings | None = None,
+    executor: Executor | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Iterator[BuildReport]:
+    """Build every job not already in `out/compile-report.jsonl` (a resumed batch skips them); yields each
+    report as it is recorded. Names must be unique across `jobs`."""
+    s = settings or BuildSettings()
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / REPORT_FILE
+    done = {row.get("spec_id") for row in read_jsonl_log(log)}
+    todo = [j for j in jobs if j.spec_id not in done]
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise EnvFactoryError("two specs would make environments of the same name: give them distinct names")
+    appender = JsonlAppender(log)
+    runner = _Runner(out, s)
+    results = (executor or LocalExecutor(concurrency=1)).map(runner, todo)
+    for finished, (job, result) in enumerate(results, 1):
+        if isinstance(result, BuildReport):
+            report = result
+        else:
+            why = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
+            report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed", reason=why[:500])
+        appender.write(report.model_dump_json())
+        if progress is not None:
+            progress(finished, len(todo))
+        yield report
+    shutil.rmtree(out / STAGING_DIR, ignore_errors=True)
+
+
+def corpus_jobs(corpus: Corpus, ids: Sequence[str] | None = None) -> list[SpecJob]:
+    """One job per corpus spec (all, or `ids`), named from its id (`amazonaws_com_rbin`), with its domain,
+    its title and description, and its provenance (provider, version, licence, origin, sha256)."""
+    entries = [corpus.entry(i) for i in ids] if ids else corpus.entries()
+    jobs: list[SpecJob] = []
+    taken: set[str] = set()
+    for e in entries:
+        base = identifier(e.id, "api")[:56]
+        name, n = base, 2
+        while name in taken:
+            name, n = f"{base}_{n}", n + 1
+        taken.add(name)
+        description = f"{e.title}: {e.description}" if e.description else e.title
+        provenance = {
+            "corpus_id": e.id,
+            "provider": e.provider,
+            "service": e.service,
+            "title": e.title,
+            "version": e.version,
+            "licence": e.licence,
+            "licence_id": e.licence_id,
+            "licence_url": e.licence_url,
+            "origin_url": e.origin_url,
+            "sha256": e.sha256,
+        }
+        jobs.append(
+            SpecJob(
+                spec_id=e.id,
+                path=corpus.spec_path(e.id),
+                name=name,
+                domain=e.domain,
+                description=description,
+                provenance=provenance,
+            )
+        )
+    return jobs
+
+
+def read_reports(out: Path) -> list[BuildReport]:
+    return [BuildReport.model_validate(row) for row in read_jsonl_log(out / REPORT_FILE, repair=False)]
+
+
+class Yield(BaseModel):
+    """How many specs got how far: the funnel a batch's reports add up to."""
+
+    specs: int = 0
+    compiled: int = 0  # a plan with read and write tools
+    with_scenarios: int = 0
+    healthy: int = 0
+    usable: int = 0  # healthy, a write tool, a dependency between tools
+    tools_compiled: int = 0
+    tools_healthy: int = 0
+    operations_skipped: int = 0
+    failing: dict[str, int] = Field(default_factory=dict)  # health dimension -> unhealthy environments
+    seconds: float = 0.0
+
+
+def yield_of(reports: Sequence[BuildReport]) -> Yield:
+    y = Yield(specs=len(reports))
+    for r in reports:
+        y.seconds += r.seconds
+        y.operations_skipped += r.skipped
+        if r.status in ("invalid_spec", "no_environment") or (r.status == "failed" and not r.tools):
+            continue
+        y.compiled += 1
+        y.tools_compiled += r.tools
+        if r.status in ("no_scenarios", "failed"):
+            continue
+        y.with_scenarios += 1
+        for d in r.failing:
+            y.failing[d] = y.failing.get(d, 0) + 1
+        if r.status == "healthy":
+            y.healthy += 1
+            y.tools_healthy += r.tools
+            y.usable += r.usable
+    y.seconds = round(y.seconds, 1)
+    return y

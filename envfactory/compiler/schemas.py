@@ -1,0 +1,129 @@
+"""JSON Schemas taken from a spec, made safe to validate with: known keywords only, checked, bounded.
+
+A spec's schema is data from outside. Before a compiled environment validates arguments or records
+with it, it keeps only the JSON Schema keywords it understands with well-formed values, drops regular
+expressions that are long or nest quantifiers (Python's `re` has no time limit: a catastrophic
+pattern would let one argument hang a server), bounds nesting, and must pass `check_schema`.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+_JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
+_SCALARS = frozenset({"string", "integer", "number", "boolean"})
+_NUMBERS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_TEXT = ("description", "title", "format")
+MAX_DEPTH = 8
+MAX_PATTERN = 120
+MAX_STRING = 10_000  # characters of a string argument or field whose schema states no limit
+MAX_ITEMS = 1_000  # items of a list argument or field whose schema states no limit
+# a group holding a quantifier, itself quantified: (a+)+, (\w*x)*, (a|aa){2,}
+_NESTED_QUANTIFIER = re.compile(r"\([^()]*[+*}][^()]*\)\s*[+*{?]")
+
+
+def safe_pattern(pattern: Any) -> str | None:
+    """`pattern` if it is short, compiles, and nests no quantifier; else None (the keyword is dropped)."""
+    if not isinstance(pattern, str) or len(pattern) > MAX_PATTERN or _NESTED_QUANTIFIER.search(pattern):
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "possible nested set": a FutureWarning, not an error
+            re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return None
+    return pattern
+
+
+def clean(schema: Any, depth: int = 0) -> dict[str, Any]:
+    """A copy of `schema` with only understood, well-formed keywords (an empty schema if nothing is left)."""
+    if not isinstance(schema, dict) or depth > MAX_DEPTH:
+        return {}
+    out: dict[str, Any] = {}
+    t = schema.get("type")
+    if isinstance(t, str) and t in _JSON_TYPES:
+        out["type"] = t
+    elif isinstance(t, list) and t and all(isinstance(x, str) and x in _JSON_TYPES for x in t):
+        out["type"] = list(dict.fromkeys(t))
+    for key in _TEXT:
+        if isinstance(schema.get(key), str):
+            out[key] = schema[key][:1000] if key != "format" else schema[key][:40]
+    for key in _NUMBERS:
+        v = schema.get(key)
+        number = v if isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) < 1e300 else None
+        if number is not None and (key != "multipleOf" or number > 0):
+            out[key] = number
+    for key in _COUNTS:
+        v = schema.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+            out[key] = v
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum and all(isinstance(x, str | int | float | bool) or x is None for x in enum):
+        out["enum"] = [x for i, x in enumerate(enum) if x not in enum[:i]][:200]  # 1 and True are one key
+    if "default" in schema and isinstance(schema["default"], str | int | float | bool):
+        out["default"] = schema["default"]
+    pattern = safe_pattern(schema.get("pattern"))
+    if pattern is not None:
+        out["pattern"] = pattern
+    props = schema.get("properties")
+    if isinstance(props, dict):
+        out["properties"] = {str(k): clean(v, depth + 1) for k, v in list(props.items())[:200] if str(k)}
+    req = schema.get("required")
+    if isinstance(req, list) and "properties" in out:
+        names = [r for r in req if isinstance(r, str)]
+        out["required"] = [r for r in dict.fromkeys(names) if r in out["properties"]]
+        if not out["required"]:
+            del out["required"]
+    if "items" in schema and isinstance(schema["items"], dict):
+        out["items"] = clean(schema["items"], depth + 1)
+    for key in ("anyOf", "oneOf"):
+        v = schema.get(key)
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            out["anyOf"] = [clean(x, depth + 1) for x in v[:20]]  # oneOf's exclusivity is not ours to police
+            break
+    if "uniqueItems" in schema and isinstance(schema["uniqueItems"], bool):
+        out["uniqueItems"] = schema["uniqueItems"]
+    if "examples" in schema and isinstance(schema["examples"], list):
+        out["examples"] = [x for x in schema["examples"][:3] if isinstance(x, str | int | float | bool)]
+        if not out["examples"]:
+            del out["examples"]
+    if "type" not in out and "properties" in out:
+        out["type"] = "object"
+    # what any real server bounds: a string or a list with no stated limit still has one
+    if type_of(out) == "string" and "enum" not in out:
+        out["maxLength"] = min(out.get("maxLength", MAX_STRING), MAX_STRING)
+    if type_of(out) == "array":
+        out["maxItems"] = min(out.get("maxItems", MAX_ITEMS), MAX_ITEMS)
+    return out
+
+
+def checked(schema: dict[str, Any]) -> dict[str, Any] | None:
+    """`schema` if `jsonschema` accepts it as a Draft 2020-12 schema, else None (slow: ~5 ms; `clean`'s output
+    always passes, which the tests check, so the compiler does not call it)."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except (SchemaError, RecursionError):
+        return None
+    return schema
+
+
+def scalar(schema: dict[str, Any]) -> bool:
+    """A schema of one plain value (a string, a number, a boolean, an enum of those)."""
+    t = schema.get("type")
+    types = t if isinstance(t, list) else [t]
+    return bool(schema.get("enum")) or (
+        bool(types) and all(x in _SCALARS or x == "null" for x in types) and None not in types
+    )
+
+
+def type_of(schema: dict[str, Any]) -> str | None:
+    t = schema.get("type")
+    if isinstance(t, list):
+        t = next((x for x in t if x != "null"), None)
+    return t if isinstance(t, str) else None

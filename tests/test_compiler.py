@@ -1,0 +1,392 @@
+"""Real API specs compiled into environments without a model: semantics, scenarios, the gate, the pool.
+
+The specs are real (tests/data/corpus: APIs.guru entries whose licences allow redistribution) plus a
+small hand-written one that exercises every semantic (nested resources, scopes, filters, pagination, a
+transition, an upsert). Invariants are checked on every environment the real specs compile into.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+
+from envfactory.compiler.build import BuildSettings, SpecJob, build_many, build_one, read_reports, yield_of
+from envfactory.compiler.compile import CompileError, compile_spec
+from envfactory.compiler.routes import shape
+from envfactory.compiler.scenarios import generate_scenarios
+from envfactory.compiler.schemas import checked, clean
+from envfactory.config import Settings
+from envfactory.env.compiled import CompiledEnvironment, CompiledPlan
+from envfactory.env.pool import EnvPool
+from envfactory.env.session import Session
+from envfactory.envgen.health import HealthSettings, check_health
+from envfactory.envgen.openapi import identifier, load_openapi
+
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "api"
+SPECS = sorted(p for p in CORPUS.rglob("*") if p.suffix in (".json", ".yaml"))
+
+
+def _spec(**extra_paths: Any) -> dict[str, Any]:
+    """A small shop: owners with nested pets, orders with a status a `cancel` action moves, an upsert-only
+    collection, and a collection filed under a workspace (no resource of its own)."""
+    pet = {
+        "type": "object",
+        "properties": {
+            "petId": {"type": "string"},
+            "name": {"type": "string", "maxLength": 40},
+            "species": {"type": "string", "enum": ["cat", "dog", "bird"]},
+            "age": {"type": "integer", "minimum": 0, "maximum": 40},
+        },
+        "required": ["name", "species"],
+    }
+    order = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "integer"},
+            "item": {"type": "string"},
+            "quantity": {"type": "integer", "minimum": 1, "maximum": 9},
+            "status": {"type": "string", "enum": ["placed", "shipped", "cancelled"]},
+        },
+        "required": ["item", "quantity"],
+    }
+    owner = {"type": "object", "properties": {"id": {"type": "string"}, "name": {"type": "string"}}}
+    setting = {"type": "object", "properties": {"value": {"type": "string"}}, "required": ["value"]}
+
+    def body(schema: dict[str, Any]) -> dict[str, Any]:
+        return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+    def ok(schema: dict[str, Any]) -> dict[str, Any]:
+        return {"200": {"description": "ok", "content": {"application/json": {"schema": schema}}}}
+
+    listing = {"type": "object", "properties": {"items": {"type": "array", "items": pet}, "total": {"type": "integer"}}}
+    paths: dict[str, Any] = {
+        "/owners": {
+            "get": {"operationId": "listOwners", "responses": ok({"type": "array", "items": owner})},
+            "post": {"operationId": "createOwner", "requestBody": body(owner), "responses": ok(owner)},
+        },
+        "/owners/{ownerId}": {
+            "get": {"operationId": "getOwner", "responses": ok(owner)},
+            "delete": {"operationId": "deleteOwner", "responses": {"204": {"description": "gone"}}},
+        },
+        "/owners/{ownerId}/pets": {
+            "get": {
+                "operationId": "listPets",
+                "parameters": [
+                    {"name": "species", "in": "query", "schema": {"type": "string"}},
+                    {"name": "limit", "in": "query", "schema": {"type": "integer"}},
+                    {"name": "offset", "in": "query", "schema": {"type": "integer"}},
+                    {"name": "sortHint", "in": "query", "schema": {"type": "string"}},
+                ],
+                "responses": ok(listing),
+            },
+            "post": {"operationId": "addPet", "requestBody": body(pet), "responses": ok(pet)},
+        },
+        "/owners/{ownerId}/pets/{petId}": {
+            "get": {"operationId": "getPet", "responses": ok(pet)},
+            "patch": {"operationId": "updatePet", "requestBody": body({**pet, "required": []}), "responses": ok(pet)},
+        },
+        "/orders": {"post": {"operationId": "placeOrder", "requestBody": body(order), "responses": ok(order)}},
+        "/orders/{orderId}": {"get": {"operationId": "getOrder", "responses": ok(order)}},
+        "/orders/{orderId}/cancel": {"post": {"operationId": "cancelOrder", "responses": ok(order)}},
+        "/orders/{orderId}/teleport": {"post": {"operationId": "teleportOrder", "responses": ok(order)}},
+        "/settings/{key}": {
+            "put": {"operationId": "putSetting", "requestBody": body(setting), "responses": ok(setting)},
+            "get": {"operationId": "getSetting", "responses": ok(setting)},
+        },
+        "/workspaces/{workspace}/notes": {
+            "post": {"operationId": "addNote", "requestBody": body(setting), "responses": ok(setting)},
+            "get": {"operationId": "listNotes", "responses": ok({"type": "array", "items": setting})},
+        },
+        "/health": {"get": {"operationId": "ping", "responses": {"200": {"description": "up"}}}},
+        **extra_paths,
+    }
+    return {"openapi": "3.0.3", "info": {"title": "Shop", "version": "1"}, "paths": paths}
+
+
+@pytest.fixture(scope="module")
+def shop() -> CompiledEnvironment:
+    plan, _ = compile_spec(_spec(), name="shop", domain="commerce", source="test")
+    return CompiledEnvironment(plan)
+
+
+def test_the_resource_grammar() -> None:
+    s = shape("/v1/owners/{ownerId}/pets/{petId}")
+    assert not isinstance(s, str) and s.ends == "item" and s.collection == "/v1/owners/{ownerId}/pets"
+    assert [lv.var for lv in s.levels] == ["ownerId", "petId"]
+    t = shape("/orders/{id}/cancel")
+    assert not isinstance(t, str) and t.ends == "tail" and t.tail == "cancel"
+    assert shape("/a/{x}{y}") == "segment '{x}{y}' mixes text and a parameter"
+    assert shape("/a/{x}/{y}") == "two path parameters in a row"
+    assert shape("/{x}/a") == "the path starts with a parameter"
+
+
+def test_every_operation_gets_honest_semantics_or_a_reason(shop: CompiledEnvironment) -> None:
+    ops = {o.spec.name: o for o in shop.plan.operations}
+    semantics = {name: o.semantics for name, o in ops.items()}
+    assert semantics == {
+        "list_owners": "list",
+        "create_owner": "create",
+        "get_owner": "read",
+        "delete_owner": "delete",
+        "list_pets": "list",
+        "add_pet": "create",
+        "get_pet": "read",
+        "update_pet": "update",
+        "place_order": "create",
+        "get_order": "read",
+        "cancel_order": "transition",
+        "put_setting": "upsert",
+        "get_setting": "read",
+        "add_note": "create",
+        "list_notes": "list",
+    }
+    reasons = {(s.method, s.route): s.reason for s in shop.plan.skipped}
+    assert "names no state it moves to" in reasons[("POST", "/orders/{orderId}/teleport")]
+    assert "never says what a record" in reasons[("GET", "/health")]
+    # a query parameter naming no record field is not offered (the tool would ignore it)
+    assert set(ops["list_pets"].spec.parameters) == {"owner_id", "species", "limit", "offset"}
+    assert ops["get_pet"].spec.required == ["owner_id", "pet_id"]
+    assert ops["add_note"].spec.required == ["workspace", "value"]
+
+
+def test_the_semantics_run_under_the_contract(shop: CompiledEnvironment) -> None:
+    s = Session.fork(shop, {})
+    owner = s.call("create_owner", {"name": "Ana"})
+    assert owner.ok and owner.result == {"id": "OWN-0001", "name": "Ana"}
+    pet = s.call("add_pet", {"owner_id": "OWN-0001", "name": "Rex", "species": "dog", "age": 3})
+    assert pet.ok and pet.result["id"] == "PET-0001" and pet.result["owner_id"] == "OWN-0001"
+    assert s.call("add_pet", {"owner_id": "OWN-0001", "name": "Tom", "species": "cat"}).ok
+    assert s.call("add_pet", {"owner_id": "OWN-9", "name": "X", "species": "cat"}).error.type == "not_found"  # type: ignore[union-attr]
+    bad = s.call("add_pet", {"owner_id": "OWN-0001", "name": "Y", "species": "fish"})
+    assert bad.error is not None and bad.error.type == "invalid_arguments"
+    assert s.call("add_pet", {"owner_id": "OWN-0001", "name": "Y", "species": "cat", "x": 1}).error is not None
+    cats = s.call("list_pets", {"owner_id": "OWN-0001", "species": "CAT"}).result
+    assert [p["name"] for p in cats] == ["Tom"]  # case-insensitive equality on a string field
+    assert [p["name"] for p in s.call("list_pets", {"owner_id": "OWN-0001", "limit": 1, "offset": 1}).result] == ["Tom"]
+    assert s.call("update_pet", {"owner_id": "OWN-0001", "pet_id": "PET-0001", "age": 4}).result["age"] == 4
+    assert s.call("get_pet", {"owner_id": "OWN-0002", "pet_id": "PET-0001"}).error.type == "not_found"  # type: ignore[union-attr]
+    order = s.call("place_order", {"item": "food", "quantity": 2}).result
+    assert order["id"] == 1 and order["status"] == "placed"  # integer ids; a status starts at its first state
+    assert s.call("cancel_order", {"order_id": 1}).result["status"] == "cancelled"
+    again = s.call("cancel_order", {"order_id": 1})
+    assert again.error is not None and again.error.type == "conflict"
+    assert s.call("put_setting", {"setting_id": "theme", "value": "dark"}).result == {"id": "theme", "value": "dark"}
+    assert s.call("put_setting", {"setting_id": "theme", "value": "light"}).result["value"] == "light"
+    assert s.call("add_note", {"workspace": "home", "value": "hi"}).ok
+    assert s.call("list_notes", {"workspace": "work"}).result == []
+    gone = s.call("delete_owner", {"owner_id": "OWN-0001"})
+    assert gone.result == {"deleted": True, "id": "OWN-0001", "also_deleted": {"pets": 2}}
+    # replaying the successful calls on a fresh session ends in the same state, byte for byte
+    replay = Session.fork(shop, {})
+    for rec in s.history:
+        replay.call(rec.tool, rec.arguments)
+    assert replay.dump() == s.dump()
+    assert Session.fork(shop, s.dump()).dump() == s.dump()
+
+
+def test_a_failed_call_leaves_the_state_as_it_was(shop: CompiledEnvironment) -> None:
+    s = Session.fork(shop, {})
+    before = s.dump()
+    rec = s.call("update_pet", {"owner_id": "OWN-1", "pet_id": "PET-1", "age": 2})
+    assert not rec.ok and s.dump() == before and rec.diff.empty
+
+
+def test_scenarios_are_valid_consistent_and_load(shop: CompiledEnvironment) -> None:
+    scenarios = generate_scenarios(shop.plan)
+    assert list(scenarios) == ["default", "scenario_2", "scenario_3"]
+    for state in scenarios.values():
+        Session.fork(shop, state)  # loads: every record fits its schema, every reference resolves
+        assert state["pets"] and all(p["owner_id"] in state["owners"] for p in state["pets"].values())
+        assert {n["workspace"] for n in state["notes"].values()} <= {n["workspace"] for n in state["notes"].values()}
+        assert all(o["status"] in ("placed", "shipped", "cancelled") for o in state["orders"].values())
+        # a new record never collides with a scenario's: the counters are past every id
+        assert Session.fork(shop, state).call("create_owner", {"name": "Zoe"}).ok
+    assert generate_scenarios(shop.plan) == scenarios  # seeded: the same plan, the same scenarios
+
+
+def test_a_spec_with_no_honest_environment_says_why() -> None:
+    only_reads = {
+        "openapi": "3.0.0",
+        "info": {"title": "t", "version": "1"},
+        "paths": {"/a": {"get": {"responses": {"200": {"description": "x"}}}}},
+    }
+    with pytest.raises(CompileError, match="no resource with both reads and writes"):
+        compile_spec(only_reads, name="t", domain="utilities", source="t")
+
+
+CODE = "__import__('os').system('touch {marker}') or eval('1') # \"; import os; os._exit(3)"
+
+
+def _plant(value: Any, text: str) -> Any:
+    """Code-like text in every string of a spec a compiler reads as data: property names, operation ids,
+    parameter names, descriptions, enums, examples, patterns (structural keys, media types and status codes
+    are left as they are, or nothing would compile)."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k in ("type", "openapi", "in", "$ref", "required"):
+                out[k] = v
+            elif k == "properties":
+                out[k] = {f"{p}{text}" if i % 2 else p: _plant(s, text) for i, (p, s) in enumerate(v.items())}
+            else:
+                out[k] = _plant(v, text)
+        if "description" not in out and "type" in out:
+            out["description"] = text
+        return out
+    if isinstance(value, list):
+        return [_plant(v, text) for v in value]
+    if isinstance(value, str):
+        return value + text
+    return value
+
+
+def test_no_spec_string_ever_becomes_code(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    text = CODE.format(marker=marker)
+    doc = _plant(_spec(**{f"/x{text}": {"post": {"operationId": text, "responses": {}}}}), text)
+    doc["paths"]["/orders/{orderId}/cancel"]["post"]["operationId"] = f"cancel{text}"
+    plan, _ = compile_spec(doc, name="planted", domain="commerce", source="t")
+    env = CompiledEnvironment(plan)
+    assert len(env.tools) >= 10
+    for name in env.tools:
+        assert name.isidentifier() and "(" not in name
+    report = check_health(env, HealthSettings(calls=10, scenarios=1, solver_seeds=1))
+    for state in generate_scenarios(plan).values():
+        s = Session.fork(env, state)
+        for tool in env.tools:
+            s.call(tool, {})
+    assert report.error is None and not marker.exists()
+    # the only code a compiled environment runs is the project's: no evaluator in the interpreter
+    for module in ("envfactory/env/compiled.py", *(str(p) for p in Path("envfactory/compiler").glob("*.py"))):
+        source = (Path(__file__).resolve().parent.parent / module).read_text(encoding="utf-8")
+        assert not any(f"{word}(" in source for word in ("exec", "eval", "compile(source", "__import__")), module
+
+
+schema_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.sampled_from(
+        ["type", "properties", "items", "enum", "pattern", "required", "minimum", "maxLength", "anyOf", "oneOf",
+         "format", "default", "multipleOf", "x", "examples", "additionalProperties"]), children, max_size=5),
+    max_leaves=20,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(schema_values)
+def test_cleaned_schemas_are_always_valid_json_schema(raw: Any) -> None:
+    out = clean(raw)
+    assert checked(out) is not None
+    Draft202012Validator(out).is_valid({"any": "value"})  # usable, never raises
+
+
+def test_catastrophic_patterns_are_dropped() -> None:
+    assert "pattern" not in clean({"type": "string", "pattern": "(a+)+$"})
+    assert "pattern" not in clean({"type": "string", "pattern": "(" * 5})
+    assert clean({"type": "string", "pattern": "^[a-z]{3}$"})["pattern"] == "^[a-z]{3}$"
+    assert clean({"type": "string"})["maxLength"] == 10_000  # an unbounded string still has a bound
+
+
+# ---- the real specs -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every checked-in real spec through the whole build: compile, scenarios, the gate."""
+    out = tmp_path_factory.mktemp("compiled")
+    jobs = [SpecJob(spec_id=p.relative_to(CORPUS).as_posix(), path=p, name=identifier(p.stem)) for p in SPECS]
+    names = [j.name for j in jobs]
+    jobs = [
+        j.model_copy(update={"name": f"{j.name}_{i}"}) if names.count(j.name) > 1 else j for i, j in enumerate(jobs)
+    ]
+    quick = BuildSettings(health=HealthSettings(calls=15, scenarios=2, solver_seeds=2, reach_scenarios=10))
+    list(build_many(jobs, out, quick))
+    return out
+
+
+def test_real_specs_compile_into_healthy_environments(built: Path) -> None:
+    reports = read_reports(built)
+    assert len(reports) == len(SPECS)
+    y = yield_of(reports)
+    assert y.healthy >= 8 and y.tools_healthy >= 100, y
+    for r in reports:
+        assert r.status != "failed", r  # the compiler's own errors would be bugs
+        if r.status == "healthy":
+            assert (built / r.name / "compiled.json").is_file() and r.tools >= 2
+        else:
+            assert r.reason and not (built / r.name).exists()
+
+
+def test_invariants_hold_on_every_compiled_environment(built: Path) -> None:
+    pool = EnvPool(Settings(root=built, envs_dir=built / "none", compiled_dir=built, bfcl=False))
+    names = pool.native_names()
+    assert names and all(pool.compiled(n) and pool.trusted(n) for n in names)
+    for name in names:
+        env = pool.get(name)
+        assert isinstance(env, CompiledEnvironment)
+        plan = CompiledPlan.model_validate_json((built / name / "compiled.json").read_text(encoding="utf-8"))
+        assert len(env.scenario_names()) >= 3
+        kinds = {t.kind for t in env.metadata.tools}
+        assert kinds == {"read", "write"}
+        for tool in env.metadata.tools:
+            assert checked(tool.input_schema) is not None
+        for label, config in env.sample_configs(limit=3):
+            state = Session.fork(env, config).dump()
+            for r in plan.resources:
+                for key, record in state[r.name].items():
+                    assert str(record["id"]) == key
+                    if r.parent:
+                        assert str(record[r.parent_field]) in state[r.parent], (name, label, r.name)
+        # random calls never raise out of a session, and a fork of a dump behaves like the session
+        rng = random.Random(name)
+        s = Session.fork(env, "default")
+        tools = env.metadata.tools
+        for _ in range(30):
+            tool = rng.choice(tools)
+            args = {p: rng.choice(["x", 1, None, "PET-0001"]) for p in tool.parameters if rng.random() < 0.7}
+            s.call(tool.name, args)
+        twin = Session.fork(env, s.dump())
+        assert twin.dump() == s.dump()
+
+
+def test_a_batch_resumes_and_records_every_spec(built: Path, tmp_path: Path) -> None:
+    out = tmp_path / "again"
+    shutil.copytree(built, out)
+    lines = (out / "compile-report.jsonl").read_text(encoding="utf-8").splitlines()
+    (out / "compile-report.jsonl").write_text("\n".join(lines[:-2]) + "\n", encoding="utf-8")
+    jobs = [
+        SpecJob(
+            spec_id=json.loads(line)["spec_id"],
+            path=CORPUS / json.loads(line)["spec_id"],
+            name=json.loads(line)["name"],
+        )
+        for line in lines
+    ]
+    again = list(build_many(jobs, out, BuildSettings(health=HealthSettings(calls=10, scenarios=1))))
+    assert len(again) == 2 and len(read_reports(out)) == len(lines)
+
+
+def test_a_spec_that_is_no_spec_is_a_recorded_failure(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"openapi": "3.0.0", "paths": {"/a": {"get": {"parameters": 7}}}}', encoding="utf-8")
+    worse = tmp_path / "worse.json"
+    worse.write_text("[1, 2", encoding="utf-8")
+    reports = [
+        build_one(SpecJob(spec_id=p.name, path=p, name=p.stem), tmp_path / "out", BuildSettings()) for p in (bad, worse)
+    ]
+    assert [r.status for r in reports] == ["no_environment", "invalid_spec"] or all(
+        r.status in ("no_environment", "invalid_spec") for r in reports
+    )
+    assert all(r.reason for r in reports)
+
+
+def test_load_openapi_reads_the_yaml_spec() -> None:
+    yaml_specs = [p for p in SPECS if p.suffix == ".yaml"]
+    assert yaml_specs and isinstance(load_openapi(yaml_specs[0]), dict)
