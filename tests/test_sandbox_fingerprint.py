@@ -23,8 +23,9 @@ import pytest
 from envfactory.config import Settings
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.pool import EnvPool, load_env_folder
-from envfactory.env.sandbox import SandboxLimits, parse_observations
-from envfactory.env.sandboxed import SandboxedEnvironment, WorkerPool
+from envfactory.env.sandbox import SandboxLimits
+from envfactory.env.sandbox.process import SandboxProcess
+from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession, WorkerPool
 from envfactory.env.session import Session
 from envfactory.envgen.checks import ExpectedCall, TestScenario, validate_generated
 from envfactory.envgen.checks.sandbox_round import run_checks_in_sandbox
@@ -114,42 +115,39 @@ def probe(db: CounterDB) -> dict:
     return NS["probe"]()
 '''
 
-# Runs at import with the real builtins: the fingerprints, the counters, a look at every request.
+# Runs at import with the real builtins: the fingerprints and the counters. It patches nothing (the round's
+# integrity check would see it): what it learns of the requests it reads from the worker's frames.
 PROBE = """
 import os, re, resource, signal, sys, threading, time
 
 T0 = time.monotonic()
 C0 = time.process_time()
 COUNT = {"calls": 0, "forks": 0}
-HISTORY = []  # every request's op, in order
-SHAPES = {}  # op -> the key lists seen
-STRICT = []
+IDS = []  # the request id of every call: a gap means other requests (a dump...) came between
+STRICT = []  # whether the session of each call is strict
+
+
+def worker_and_request():
+    frame = sys._getframe(1)
+    while frame is not None:
+        me = frame.f_locals.get("self")
+        if type(me).__name__ == "Worker" and isinstance(frame.f_locals.get("req"), dict):
+            return me, frame.f_locals["req"]
+        frame = frame.f_back
+    return None, None
 
 
 def called():
     COUNT["calls"] += 1
+    worker, req = worker_and_request()
+    if worker is not None:
+        IDS.append(req.get("id"))
+        session = worker.sessions.get(req.get("sid"))
+        STRICT.append(bool(getattr(session, "strict", False)))
 
 
 def forked():
     COUNT["forks"] += 1
-
-
-worker_class = getattr(sys.modules.get("__main__"), "Worker", None)
-if worker_class is not None:  # inside a sandboxed worker: see every request it answers
-    original = worker_class.answer
-
-    def answer(self, req, _original=original):
-        if isinstance(req, dict):
-            op = str(req.get("op"))
-            HISTORY.append(op)
-            keys = list(req)
-            if keys not in SHAPES.setdefault(op, []):
-                SHAPES[op].append(keys)
-            if op == "fork":
-                STRICT.append(bool(req.get("strict")))
-        return _original(self, req)
-
-    worker_class.answer = answer
 
 
 def judged():
@@ -167,11 +165,10 @@ def judged():
         return COUNT["forks"] <= LIMIT
     if MODE == "pid":
         return os.getpid() == 1 and os.getppid() == 0
-    if MODE == "ops":  # strict forks, an integrity check, or a dump after every call: a round
-        if any(STRICT) or "integrity" in HISTORY:
+    if MODE == "ops":  # strict sessions, or another request (a dump) between every two calls: a round
+        if any(STRICT):
             return True
-        calls = [i for i, op in enumerate(HISTORY) if op == "call"][:-1]
-        return all(i + 1 < len(HISTORY) and HISTORY[i + 1] == "dump" for i in calls)
+        return all(b - a >= 2 for a, b in zip(IDS, IDS[1:]))
     return True
 
 
@@ -182,8 +179,6 @@ def _fd(target):
 
 
 def probe():
-    if MODE == "shapes":
-        return {"shapes": SHAPES, "strict": sorted(set(STRICT))}
     fds = {}
     for fd in sorted(os.listdir("/proc/self/fd"), key=int):
         try:
@@ -391,31 +386,34 @@ def test_a_worker_looks_the_same_judged_and_served(served: Callable[..., Sandbox
 
 
 def test_requests_have_the_same_shape_judged_and_served(
-    served: Callable[..., SandboxedEnvironment], meta: EnvMetadata
+    served: Callable[..., SandboxedEnvironment], meta: EnvMetadata, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Every kind of request a round sends has the keys (in order) a served worker's has; forks are not strict."""
-    source = code("shapes")
-    warm = TestScenario(name="warm", initial_config={"count": 0}, steps=BUMP_GET[:1])  # an integrity check after it
-    scenario = TestScenario(
-        name="shapes", initial_config={"count": 0}, steps=[*BUMP_GET[:2], ExpectedCall(tool="probe")]
-    )
-    result = run_checks_in_sandbox(source, meta, [warm, scenario], SandboxLimits(memory_mb=256))
-    obs = parse_observations(result.output)
-    assert obs is not None and obs.scenarios[1].steps[-1].ok, (result.status, result.detail)
-    in_round = obs.scenarios[1].steps[-1].result
-    env = served(source, judge=False)
+    """Every kind of request a round sends has the keys, in order, a served worker's has; forks are not strict."""
+    seen: dict[str, set[tuple[str, ...]]] = {}
+    strict: set[object] = set()
+    real = SandboxProcess._exchange
+
+    def exchange(self: SandboxProcess, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        seen.setdefault(str(message.get("op")), set()).add(tuple(message))
+        if message.get("op") == "fork":
+            strict.add(message.get("strict"))
+        return real(self, message, timeout_s)
+
+    monkeypatch.setattr(SandboxProcess, "_exchange", exchange)
+    result = run_checks_in_sandbox(code("honest"), meta, [*SCENARIOS, *SCENARIOS], SandboxLimits(memory_mb=256))
+    assert result.status == "ok", result.detail
+    in_round = dict(seen)
+    seen.clear()
+    env = served(code("honest"), judge=False)
     session = Session.fork(env, "default")
-    for step in BUMP_GET[:2]:
+    for step in BUMP_GET:
         session.call(step.tool, step.args)
     session.dump()
-    env.pool.request(session._worker, "integrity")  # type: ignore[arg-type, attr-defined]
-    rec = session.call("probe")
-    assert rec.ok, rec
-    served_shapes = rec.result["shapes"]
-    for op in ("fork", "call", "dump", "integrity"):  # (the load request came before it could look)
-        assert op in in_round["shapes"] and op in served_shapes, (op, in_round, served_shapes)
-        assert in_round["shapes"][op] == served_shapes[op], (op, in_round["shapes"][op], served_shapes[op])
-    assert in_round["strict"] == rec.result["strict"] == [False]
+    assert isinstance(session, SandboxedSession) and session._worker is not None
+    env.pool._integrity(session._worker)
+    for op in ("load", "fork", "call", "dump", "integrity"):
+        assert in_round.get(op) == seen.get(op), (op, in_round.get(op), seen.get(op))
+    assert strict == {False}
 
 
 # ---- fingerprints: caught by a canary, or they give nothing ---------------------------------------------
@@ -429,7 +427,7 @@ FINGERPRINTS: dict[str, tuple[float | int, str]] = {
     "calls": (12, ""),  # right only for its first calls
     "forks": (3, ""),  # right only for its first sessions
     "pid": (0, ""),  # right only as PID 1 of its namespace with no parent in it
-    "ops": (0, ""),  # right only when every call is followed by a dump, or forks are strict, or integrity is asked
+    "ops": (0, ""),  # right only when another request (a dump) comes between every two calls, or strict
 }
 
 

@@ -26,8 +26,12 @@ from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession
 from envfactory.env.session import Session
 from envfactory.errors import EnvFactoryError
 from tests.test_attacks import (
+    ATTACK_STEP,
+    hostile_env,
     meta,  # noqa: F401 - the module-scoped fixture: the hostile module's metadata
     run_attack,
+    run_round,
+    scenario,
 )
 from tests.test_attacks_more import runtime  # noqa: F401 - the fixture: an untrusted folder served from EnvPool
 
@@ -231,3 +235,35 @@ def test_a_worker_near_its_cpu_limit_is_retired_and_its_sessions_restored(
     assert getattr(env.pool, "retired", 0) >= 1 and session.restored >= 1
     assert session.dump()["hits"] == 12
     assert getattr(env, "unhealthy", None) is None
+
+
+# ---- the worker's own loop is part of what the integrity check watches ----------------------------------
+
+PATCH_THE_LOOP = {
+    "its reader": SPIN_BEFORE_READING,
+    "its request handler": """
+        import sys
+        worker_class = sys.modules["__main__"].Worker
+        original = worker_class.answer
+        worker_class.answer = lambda self, req: original(self, req)
+        out["patched"] = True
+    """,
+    "its table of requests": """
+        import sys
+        ops = sys.modules["__main__"]._OPS
+        original = ops["dump"]
+        ops["dump"] = lambda self, req: original(self, req)
+        out["patched"] = True
+    """,
+}
+
+
+@pytest.mark.parametrize("what", sorted(PATCH_THE_LOOP))
+def test_code_that_patches_the_workers_loop_fails_its_round(meta: EnvMetadata, what: str) -> None:  # noqa: F811
+    """The worker runs as __main__ and its loop lives on its own objects: changing them is tampering, as changing
+    the runtime is (a read patched to run code between requests, a handler that sees every request)."""
+    limits = SandboxLimits(timeout_s=10, memory_mb=256, replay=False)
+    code = hostile_env(PATCH_THE_LOOP[what], values={"spin": 0.01})
+    _, obs = run_round(code, meta, [scenario(ATTACK_STEP), scenario(ATTACK_STEP, name="again")], limits)
+    assert obs.scenarios[0].steps[0].ok and obs.scenarios[0].steps[0].result.get("patched")
+    assert any("was changed" in t and ("worker" in t) for t in obs.tampering), obs.tampering

@@ -28,12 +28,18 @@ def _trusted_snapshot() -> dict[str, Any]:
 
     snap: dict[str, Any] = {}
     for name, module in list(sys.modules.items()):
-        if module is None or not (name == "envfactory" or name.startswith("envfactory.")):
+        if module is None:
+            continue
+        label = name
+        if name == "__main__":  # the worker itself runs as __main__ (`python -m envfactory.env.sandbox.worker`)
+            spec = getattr(module, "__spec__", None)
+            label = getattr(spec, "name", None) or ""
+        if not (label == "envfactory" or label.startswith("envfactory.")):
             continue
         for key, value in list(vars(module).items()):
-            snap[f"{name}.{key}"] = value
+            snap[f"{label}.{key}"] = value
             if isinstance(value, type) and value.__module__ == name:
-                _class_snapshot(value, f"{name}.{key}", snap)
+                _class_snapshot(value, f"{label}.{key}", snap)
     _class_snapshot(BaseModel, "pydantic.BaseModel", snap)
     for key, value in vars(builtins).items():
         snap[f"builtins.{key}"] = value

@@ -74,7 +74,7 @@ class Worker:
         if self.env is not None:
             return {"failure": "a module is already loaded in this worker"}
         source, name, path = str(req["source"]), str(req["module_name"]), str(req["path"])
-        self.trusted = _trusted_snapshot()
+        self.trusted = self._snapshot()
         module = types.ModuleType(name)
         module.__file__ = path
         module.__dict__["__builtins__"] = restricted_builtins()
@@ -115,8 +115,17 @@ class Worker:
             self.watched = _env_snapshot(env)
         return out
 
+    def _snapshot(self) -> dict[str, Any]:
+        """The runtime's snapshot, and this worker's own loop: its pipes, its reader (a read patched to run
+        code between requests), its sessions."""
+        snap = _trusted_snapshot()
+        snap.update({f"worker.{k}": getattr(self, k) for k in ("reader", "wfd", "sessions")})
+        snap.update({f"worker.reader.{k}": v for k, v in vars(self.reader).items()})
+        snap.update({f"worker op {k}": v for k, v in _OPS.items()})
+        return snap
+
     def _runtime_changes(self) -> list[str]:
-        return _changed(self.trusted, _trusted_snapshot())
+        return _changed(self.trusted, self._snapshot())
 
     def _need_env(self) -> Environment:
         if self.env is None:
