@@ -27,10 +27,12 @@ from envfactory.env.sandbox import SandboxLimits
 from envfactory.env.sandbox.process import SandboxProcess
 from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession, WorkerPool
 from envfactory.env.session import Session
+from envfactory.env.tools import ArgumentError
 from envfactory.envgen.checks import ExpectedCall, TestScenario, validate_generated
 from envfactory.envgen.checks.sandbox_round import run_checks_in_sandbox
+from envfactory.envgen.health import check_health
 from envfactory.envgen.register import GeneratedEnvironment, write_environment
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvFactoryError, ScenarioError
 
 TEMPLATE = '''"""A counter that is right only while it believes it is judged (tests/test_sandbox_fingerprint.py)."""
 
@@ -484,6 +486,15 @@ def test_unhealthy_code_is_not_started_again_in_this_process(
     with pytest.raises(EnvFactoryError, match="unhealthy"):
         EnvPool(settings_for(tmp_path)).get(NAME)  # the same code, another EnvPool: still refused
     assert env.pool._generation == starts
+    # whatever else is asked of it says why, and nothing raises what its callers do not expect
+    with pytest.raises(ScenarioError, match="unhealthy"):
+        env.new_state({"count": 0})
+    binding = env.binding("bump")
+    assert binding is not None
+    with pytest.raises(ArgumentError, match="unhealthy"):
+        binding.parse_args({"by": 1})
+    report = check_health(env)
+    assert not report.healthy and report.error is not None and "unhealthy" in report.error, report
 
 
 # ---- an honest environment is never stopped ------------------------------------------------------

@@ -60,6 +60,7 @@ from envfactory.env.session import ERROR_TYPES, CallRecord, Session, ToolErrorIn
 from envfactory.env.tools import ArgumentError, ArgumentProblem
 from envfactory.errors import ContractError, EnvFactoryError, EnvLoadError, ScenarioError
 
+MAX_JUDGED = 8  # judged sessions taken from envgen.json
 MAX_RECORDED = 4  # the pool's first sessions kept as canaries where no judged ones exist (and beside them)
 MAX_RECORDED_CALLS = 10  # calls kept of each
 MAX_REFERENCE_BYTES = 256 * 1024  # a recorded session bigger than this (config and results) is not kept
@@ -531,11 +532,15 @@ class SandboxedEnvironment(BaseEnvironment):
 
     def ask(self, op: str, **fields: Any) -> dict[str, Any]:
         """One request to any worker of the pool (for stateless requests)."""
+        if self.pool.unhealthy is not None:
+            return {"failure": self.pool.refusal()}
         worker, _ = self.pool.acquire()
         try:
             return self.pool.request(worker, op, **fields)
         except WorkerDied as e:
-            return {"failure": f"the sandboxed worker died: {e.detail}"}
+            return {"failure": self.pool.refusal() if self.pool.unhealthy else f"the sandboxed worker died: {e.detail}"}
+        except EnvLoadError as e:  # marked unhealthy meanwhile
+            return {"failure": str(e)}
         finally:
             worker.sessions -= 1
 
@@ -767,9 +772,10 @@ def _judged_runs(env: SandboxedEnvironment) -> list[tuple[JudgedRun, str]]:
     runs: list[JudgedRun] = []
     for report in reversed(reports if isinstance(reports, list) else []):
         judged = report.get("judged") if isinstance(report, dict) else None
-        for raw in judged if isinstance(judged, list) else []:
-            with contextlib.suppress(ValidationError):
-                runs.append(JudgedRun.model_validate(raw))
+        for raw in (judged if isinstance(judged, list) else [])[:MAX_JUDGED]:
+            with contextlib.suppress(ValidationError, TypeError, ValueError):
+                if len(json.dumps(raw)) <= MAX_REFERENCE_BYTES:  # a canary costs little, whatever the file says
+                    runs.append(JudgedRun.model_validate(raw))
         if runs:
             break
     shipped: dict[str, str] = {}
