@@ -92,6 +92,12 @@ _IRREGULAR = {
     "unassign": ("unassigned",),
 }
 _STATUS_NAMES = re.compile(r"(^|_)(status|state)$")
+# an operation id that says what it does, against what its method and path would make it
+_NOT_A_CREATE = frozenset(
+    {"list", "get", "describe", "search", "query", "find", "fetch", "lookup", "batch", "check", "validate", "count",
+     "test", "preview", "estimate", "calculate", "export", "send", "run", "start", "stop", "execute", "invoke",
+     "tag", "untag", "verify", "simulate", "generate", "render", "convert", "translate", "analyze", "detect"}
+)  # fmt: skip
 
 
 class CompileSettings(BaseModel):
@@ -567,6 +573,10 @@ def _operations(
     order: tuple[Semantics, ...] = ("create", "list", "read", "update", "delete")
     for semantics in order:
         for o in d.ops.get(semantics, []):
+            verb = snake_case(str(o.op.get("operationId") or "")).split("_")[0]
+            if semantics in ("create", "update") and verb in _NOT_A_CREATE:
+                c.skip(o.method, o.route, f"its operation id says it does something else ('{verb}'), not a {semantics}")
+                continue
             # with no POST to create records, a PUT on an item creates or replaces it (Azure's createOrUpdate)
             upsert = semantics == "update" and o.method == "put" and not d.ops.get("create")
             made = _operation(c, o, "upsert" if upsert else semantics, res, resources, by_route, props, taken)

@@ -32,7 +32,7 @@ class ScenarioSettings(BaseModel):
     count: int = Field(default=3, ge=1, description="scenarios per environment")
     records: tuple[int, int] = Field(default=(2, 5), description="records per top-level collection (min, max)")
     children: tuple[int, int] = Field(default=(1, 3), description="records per parent for a nested collection")
-    optional: float = Field(default=0.8, ge=0, le=1, description="chance an optional field is filled")
+    optional: float = Field(default=0.7, ge=0, le=1, description="chance an optional field is filled")
     seed: int = 0
 
 
@@ -80,9 +80,11 @@ class _Values:
         props = schema.get("properties") or {}
         required = set(schema.get("required", []))
         out = {}
-        if depth < 4:
+        if depth < 3:  # a nested object: what it requires and a couple more, not every field a spec lists
+            optional = [k for k in props if k not in required]
+            chosen = set(self.rng.sample(optional, min(len(optional), 2)))
             for key, sub in props.items():
-                if key in required or self.rng.random() < 0.5:
+                if key in required or key in chosen:
                     out[key] = self.make(key, sub, attempt, depth + 1)
         want = schema.get("minProperties", 0)
         while len(out) < want:  # a free-form map: keys and values the schema does not describe

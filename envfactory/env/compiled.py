@@ -37,6 +37,7 @@ from envfactory.errors import ConflictError, ContractError, EnvLoadError, NotFou
 PLAN_FILE = "compiled.json"
 RESERVED = frozenset({"clock", "counters"})  # top-level keys of the state that are not collections
 _CHECKED_CONFIGS = 256  # configs whose checked state a compiled environment keeps
+_CHECKED_RECORDS = 50_000  # records known to fit their schema
 
 Semantics = Literal["create", "read", "list", "update", "upsert", "delete", "transition"]
 KIND: dict[str, ToolKind] = {
@@ -190,6 +191,7 @@ class CompiledEnvironment(BaseEnvironment):
         self.record_validators = {r.name: _validator(r.record_schema) for r in plan.resources}
         self.tools = {o.spec.name: CompiledTool(self, o) for o in plan.operations}
         self._checked: dict[bytes, bytes] = {}  # config JSON -> checked state JSON
+        self._valid_records: set[tuple[str, bytes]] = set()  # (collection, record JSON) that fit their schema
         self._metadata = self.derived_metadata()
 
     # ---- metadata ----------------------------------------------------------------------------
@@ -270,9 +272,15 @@ class CompiledEnvironment(BaseEnvironment):
                     raise ScenarioError(f"{source}: {where} must be an object")
                 if str(record.get(r.id_field)) != key:
                     raise ScenarioError(f"{source}: {where} holds id {record.get(r.id_field)!r}, not its key")
+                seen = (r.name, to_json(record))  # a record met before (in another config) was checked then
+                if seen in self._valid_records:
+                    continue
                 problems = _problems(self.record_validators[r.name], record, where)
                 if problems:
                     raise ScenarioError(f"{source}: {where}: {problems[0].parameter}: {problems[0].problem}")
+                if len(self._valid_records) >= _CHECKED_RECORDS:
+                    self._valid_records.clear()
+                self._valid_records.add(seen)
             state[r.name] = coll
         for r in self.plan.resources:  # references: a child names a parent that exists
             if r.parent is None or r.parent_field is None:

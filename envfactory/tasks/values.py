@@ -93,7 +93,21 @@ class ValueMaker:
             return {k: self.make(k, props[k]) for k in required}
         if low.endswith("_id") and self.id_lookup is not None and (found := self.id_lookup(low[:-3])) is not None:
             return found
-        return self._string(low, schema.get("format"))
+        value = self._string(low, schema.get("format"))
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str) and not _matches(pattern, value):  # a shape only the pattern says: one that fits
+            value = self._xeger(pattern, value)
+        longest = schema.get("maxLength")
+        return value[:longest] if isinstance(longest, int) and longest >= 0 else value
+
+    def _xeger(self, pattern: str, fallback: str) -> str:
+        import rstr
+
+        try:
+            made = str(rstr.Rstr(self.rng).xeger(pattern))
+        except Exception:  # a pattern rstr cannot read (a lookaround...): keep the made-up value
+            return fallback
+        return made if _matches(pattern, made) else fallback
 
     def _shaped(self, like: list[Any], schema: dict[str, Any]) -> str | None:
         examples = [v for v in like if isinstance(v, str) and v]
@@ -158,6 +172,13 @@ class ValueMaker:
         if is_free_text(name):
             return str(f.sentence(nb_words=8))
         return str(f.word())
+
+
+def _matches(pattern: str, value: str) -> bool:
+    try:
+        return re.search(pattern, value) is not None
+    except re.error:
+        return True  # a pattern Python cannot read constrains nothing here
 
 
 def learned_bounds(message: str) -> dict[str, tuple[float, float]]:
