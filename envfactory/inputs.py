@@ -169,6 +169,31 @@ def read_json_model(path: Path, model: type[M], *, what: str = "file") -> M:
     return _validated(path, read_json(path, what=what), model)
 
 
+def read_bounded(fd: int, max_bytes: int) -> bytes:
+    """At most `max_bytes + 1` bytes from `fd` (one more than allowed says the file is over the limit)."""
+    chunks: list[bytes] = []
+    left = max_bytes + 1
+    while left > 0:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def write_new_file(path: Path, data: bytes) -> None:
+    """Create `path` (it must not exist) and write `data`; never follows or replaces a link."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
 def read_file_bytes(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> bytes:
     """The bytes of a regular file no larger than `max_bytes`; never blocks on a FIFO or a device."""
     try:
@@ -183,15 +208,7 @@ def read_file_bytes(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = 
             raise InputError(f"{path}: the {what} is not a regular file")
         if st.st_size > max_bytes:
             raise InputError(f"{path}: the {what} is {st.st_size} bytes, over the {max_bytes}-byte limit")
-        chunks: list[bytes] = []
-        left = max_bytes + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
+        data = read_bounded(fd, max_bytes)
         if len(data) > max_bytes:  # it grew while we read
             raise InputError(f"{path}: the {what} is over the {max_bytes}-byte limit")
         return data

@@ -33,7 +33,7 @@ from envfactory.corpus.fetch import FetchedTarball, fetch_tarball
 from envfactory.corpus.models import CorpusError, Manifest, Operation, Skipped, SpecEntry
 from envfactory.corpus.settings import CorpusSettings
 from envfactory.corpus.specs import operations_of, parse_spec, spec_entry
-from envfactory.inputs import InputError, read_file_bytes, read_json, read_json_model, write_atomic
+from envfactory.inputs import InputError, read_file_bytes, read_json, read_json_model, write_atomic, write_new_file
 
 Progress = Callable[[str, int, int], None]
 _SIDE_FILE_BYTES = 512 << 20
@@ -54,14 +54,7 @@ class FetchReport(BaseModel):
 def _write_new(path: Path, data: bytes) -> None:
     """Create `path` (in a folder this process just made) and write `data`; never follows or replaces a link."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    fd = os.open(path, flags, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-    finally:
-        os.close(fd)
+    write_new_file(path, data)
 
 
 def _reason(e: Exception, spec_id: str) -> str:

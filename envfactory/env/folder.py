@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from envfactory.errors import EnvLoadError
-from envfactory.inputs import MAX_FILE_BYTES, InputError, parse_json
+from envfactory.inputs import MAX_FILE_BYTES, InputError, parse_json, read_bounded, write_new_file
 
 MAX_DEPTH = 8  # scenarios/tests/<name>.json is 3 levels; anything far deeper is not an environment
 MAX_ENTRIES = 5_000  # files and folders in one environment folder
@@ -111,15 +111,7 @@ def _read_fd(fd: int, where: str, max_bytes: int, what: str) -> bytes:
         raise FolderError(f"{where}: the {what} is not a regular file")
     if st.st_size > max_bytes:
         raise FolderError(f"{where}: the {what} is {st.st_size} bytes, over the {max_bytes}-byte limit")
-    chunks: list[bytes] = []
-    left = max_bytes + 1
-    while left > 0:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        left -= len(chunk)
-    data = b"".join(chunks)
+    data = read_bounded(fd, max_bytes)
     if len(data) > max_bytes:
         raise FolderError(f"{where}: the {what} is over the {max_bytes}-byte limit")
     return data
@@ -270,10 +262,4 @@ def write_files(target: Path, files: dict[str, bytes]) -> None:
         parts = _parts(rel)
         path = target.joinpath(*parts)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+        write_new_file(path, data)
