@@ -79,9 +79,7 @@ class PoolIndex:
         """Metadata of every pool environment, read afresh (native ones from metadata.json, without importing code)."""
         native = set(self.pool.native_names())
         return {
-            name: read_metadata(self.pool.folder / name)
-            if name in native
-            else self.pool.get(name).metadata
+            name: read_metadata(self.pool.folder / name) if name in native else self.pool.get(name).metadata
             for name in self.pool.names()
         }
 
