@@ -145,7 +145,10 @@ DATE_STYLES = 4
 def _day(text: str, style: int) -> str:
     if style == 0:
         return text
-    when = date.fromisoformat(text)
+    try:
+        when = date.fromisoformat(text)
+    except ValueError:  # shaped like a date, but none (a code an API's pattern made: 2023-13-45)
+        return text
     month = when.strftime("%B")
     if style == 1:
         return f"{month} {when.day}, {when.year}"
