@@ -1,10 +1,16 @@
 """Data-quality benchmark: offline conversations measured beside the EnvFactory paper's data.
 
     python benchmarks/data_quality.py [--large-tasks 17] [--skip-large]
+        [--compiled DIR [--compiled-apps 100] [--compiled-tasks 2] [--graph FILE]]
 
 Two plans, run offline (no model) on the bundled pool, each from scratch in a temporary folder:
 - **demo** — what `make demo` runs (T=3, S=2, D=2, seed 0, over the environments it samples);
 - **large** — every native environment, T=17, S=2, D=2: 9 × 17 × 2 = 306 units.
+
+With `--compiled DIR` (a folder of environments compiled from API specs, `envfactory corpus build`), a
+third plan runs over them alone, printed beside the native ones:
+- **compiled** — A=100 (a seeded sample of DIR's environments), T=2, S=1, D=2; its tool graph is
+  `--graph` (one `envfactory graph build` made with ENVFACTORY_COMPILED_DIR=DIR), else built first.
 
 Figures (definitions in `envfactory/tasks/quality.py`): turns per conversation and calls per turn
 (the paper's data: 4.82 and 3.29 — the paper counts steps, which include its turns' own lookups),
@@ -31,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
+from envfactory.env.pool import EnvPool  # noqa: E402
 from envfactory.tasks.batch import SynthConfig, load_conversations, read_jsonl  # noqa: E402
 from envfactory.tasks.quality import PAPER_STEPS_PER_TURN, PAPER_TURNS_PER_CONVERSATION, measure  # noqa: E402
 from envfactory.tasks.run import run_batch  # noqa: E402
@@ -51,9 +58,14 @@ BEFORE: dict[str, Any] = {
 }
 
 
-def run(plan: dict[str, Any], root: Path) -> dict[str, Any]:
+def run(plan: dict[str, Any], root: Path, compiled: Path | None = None, graph: Path | None = None) -> dict[str, Any]:
     out = root / "run"
-    settings = Settings(root=ROOT, bfcl=False)
+    if compiled is None:
+        settings = Settings(root=ROOT, bfcl=False, compiled_dir=None)
+    else:  # the compiled environments alone (a data folder of the run's own, for a graph built here)
+        settings = Settings(root=ROOT, bfcl=False, compiled_dir=compiled, data_dir=root / "data")
+        pool = EnvPool(settings)
+        plan = {**plan, "envs": [n for n in pool.native_names() if pool.compiled(n)], "graph": graph}
     config = SynthConfig.model_validate({**plan, "out": out, "plot": False})
     started = time.perf_counter()
     run_batch(config, settings, console=Console(file=open("/dev/null", "w")))  # noqa: SIM115
@@ -69,6 +81,8 @@ def run(plan: dict[str, Any], root: Path) -> dict[str, Any]:
         ms_per_call=1000 * seconds / max(1, figures["calls"]),
         seconds=seconds,
     )
+    if compiled is not None:
+        figures["envs"] = len({c.servers[0] for c in conversations})
     return figures
 
 
@@ -76,14 +90,28 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--large-tasks", type=int, default=17, help="T of the large plan (9 envs x T x 2 states)")
     p.add_argument("--skip-large", action="store_true")
+    p.add_argument("--compiled", type=Path, help="also a plan over this folder of compiled environments")
+    p.add_argument("--compiled-apps", type=int, default=100, help="A of the compiled plan")
+    p.add_argument("--compiled-tasks", type=int, default=2, help="T of the compiled plan")
+    p.add_argument("--graph", type=Path, help="the compiled plan's tool graph (else built first)")
+    p.add_argument("--skip-native", action="store_true", help="only the compiled plan")
+    p.add_argument("--keep", type=Path, help="write the runs here (one folder per plan) instead of a temporary folder")
     a = p.parse_args()
-    plans = {"demo": {"T": 3, "S": 2, "D": 2, "seed": 0}}
-    if not a.skip_large:
+    plans: dict[str, dict[str, Any]] = {}
+    if not a.skip_native:
+        plans["demo"] = {"T": 3, "S": 2, "D": 2, "seed": 0}
+    if not a.skip_large and not a.skip_native:
         plans["large"] = {"T": a.large_tasks, "S": 2, "D": 2, "seed": 0, "A": 9}
+    if a.compiled is not None:
+        plans["compiled"] = {"T": a.compiled_tasks, "S": 1, "D": 2, "seed": 0, "A": a.compiled_apps}
     results: dict[str, dict[str, Any]] = {}
     for name, plan in plans.items():
         with tempfile.TemporaryDirectory(prefix=f"envfactory-quality-{name}-") as tmp:
-            results[name] = run(plan, Path(tmp))
+            where = Path(tmp) if a.keep is None else a.keep.resolve() / name
+            if name == "compiled":
+                results[name] = run(plan, where, a.compiled.resolve(), a.graph.resolve() if a.graph else None)
+            else:
+                results[name] = run(plan, where)
 
     def pct(v: float) -> str:
         return f"{100 * v:.1f} %"
@@ -116,7 +144,7 @@ def main() -> None:
     for name, r in results.items():
         console.print(
             f"{name}: {r['units']} units, {r['conversations']} conversations, {r['turns']} turns, "
-            f"{r['calls']} calls in {r['seconds']:.0f} s"
+            f"{r['calls']} calls in {r['seconds']:.0f} s" + (f" over {r['envs']} environments" if "envs" in r else "")
         )
 
 

@@ -103,8 +103,16 @@ def parse_python(source: str, filename: str = "<unknown>", mode: str = "exec") -
         return ast.parse(source, filename=filename, mode=mode)
 
 
-def parse_json(data: str | bytes, source: str, *, max_depth: int = MAX_DEPTH, surrogates: bool = False) -> Any:
-    """Parse a JSON document from `source` (a label for messages), or raise a one-line `InputError`."""
+def parse_json(
+    data: str | bytes,
+    source: str,
+    *,
+    max_depth: int = MAX_DEPTH,
+    surrogates: bool = False,
+    max_nodes: int = MAX_NODES,
+) -> Any:
+    """Parse a JSON document from `source` (a label for messages), or raise a one-line `InputError`.
+    `max_nodes`: the values it may hold (a large document read on purpose, a tool graph, raises it)."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
@@ -119,7 +127,7 @@ def parse_json(data: str | bytes, source: str, *, max_depth: int = MAX_DEPTH, su
         raise InputError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except ValueError as e:  # e.g. a number too long to convert
         raise InputError(f"{source}: invalid JSON: {e}") from None
-    if maybe_deep and depth_exceeds(value, max_depth):
+    if maybe_deep and depth_exceeds(value, max_depth, max_nodes):
         raise InputError(f"{source}: JSON nested deeper than {max_depth} levels")
     if not surrogates and "\\u" in data and has_lone_surrogate(value):
         raise InputError(f"{source}: a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape)")
@@ -227,9 +235,12 @@ def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file"
         raise InputError(f"{path}: the {what} is not valid UTF-8 (byte {e.start})") from None
 
 
-def read_json(path: Path, *, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH, what: str = "file") -> Any:
+def read_json(
+    path: Path, *, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH, what: str = "file", **kwargs: Any
+) -> Any:
     """A bounded regular file parsed as JSON, with one-line errors naming the path."""
-    return parse_json(read_file_bytes(path, max_bytes=max_bytes, what=what), str(path), max_depth=max_depth)
+    data = read_file_bytes(path, max_bytes=max_bytes, what=what)
+    return parse_json(data, str(path), max_depth=max_depth, **kwargs)
 
 
 def read_json_object(path: Path, *, what: str = "file", **kwargs: Any) -> dict[str, Any]:

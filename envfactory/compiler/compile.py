@@ -30,8 +30,8 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from envfactory.compiler.routes import Shape, normalize, shape
-from envfactory.compiler.schemas import clean, scalar, type_of
-from envfactory.env.compiled import CompiledPlan, Operation, Resource, Semantics, Skipped
+from envfactory.compiler.schemas import clean, scalar
+from envfactory.env.compiled import CompiledPlan, Operation, Resource, Semantics, Skipped, type_of
 from envfactory.env.metadata import Domain, ToolSpec
 from envfactory.envgen.openapi import OpenAPIError, _Converter, identifier, snake_case
 from envfactory.errors import EnvFactoryError

@@ -11,183 +11,23 @@ again; a required field that cannot be made valid rejects the environment with t
 from __future__ import annotations
 
 import random
-import uuid
-from datetime import datetime
 from typing import Any
 
-import rstr
-from pydantic import BaseModel, Field
+from envfactory.env.compiled import CompiledEnvironment, CompiledPlan
+from envfactory.tasks.compiled_state import ScenarioGenerationError, ScenarioSettings, fill_state
 
-from envfactory.compiler.schemas import type_of
-from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Resource, _problems, _validator
-from envfactory.envgen.openapi import snake_case
-from envfactory.errors import EnvFactoryError
-from envfactory.tasks.values import ValueMaker
-from envfactory.toolgraph.names import singular
-
-_TRIES = 6
-
-
-class ScenarioSettings(BaseModel):
-    count: int = Field(default=3, ge=1, description="scenarios per environment")
-    records: tuple[int, int] = Field(default=(2, 5), description="records per top-level collection (min, max)")
-    children: tuple[int, int] = Field(default=(1, 3), description="records per parent for a nested collection")
-    optional: float = Field(default=0.7, ge=0, le=1, description="chance an optional field is filled")
-    seed: int = 0
-
-
-class ScenarioGenerationError(EnvFactoryError):
-    """No valid record can be made for a resource (a required field whose schema the generator cannot meet)."""
-
-
-class _Values:
-    """Values for one scenario: seeded, shaped by each field's schema and name."""
-
-    def __init__(self, rng: random.Random, clock: datetime) -> None:
-        self.rng = rng
-        self.maker = ValueMaker(rng, clock)
-        self.xeger = rstr.Rstr(rng)
-        self.clock = clock
-
-    def make(self, name: str, schema: dict[str, Any], attempt: int, depth: int = 0) -> Any:
-        examples = [x for x in schema.get("examples", []) if x is not None]
-        if "default" in schema and attempt == 0 and self.rng.random() < 0.3:
-            return schema["default"]
-        if examples and attempt < 2 and self.rng.random() < 0.6:
-            return self.rng.choice(examples)
-        if schema.get("enum"):
-            return self.rng.choice(schema["enum"])
-        if schema.get("anyOf"):
-            return self.make(name, self.rng.choice(schema["anyOf"]), attempt, depth + 1)
-        kind = type_of(schema) or ("object" if "properties" in schema else "string")
-        if kind == "object":
-            return self._object(name, schema, attempt, depth)
-        if kind == "array":
-            items: dict[str, Any] = schema["items"] if isinstance(schema.get("items"), dict) else {"type": "string"}
-            lo = schema.get("minItems", 1 if depth == 0 else 0)
-            hi = max(lo, min(schema.get("maxItems", 2), 2))
-            return [
-                self.make(singular(snake_case(name)) or "item", items, attempt, depth + 1)
-                for _ in range(self.rng.randint(lo, hi))
-            ]
-        if kind == "string":
-            return self._string(name, schema, attempt)
-        if kind == "null":
-            return None
-        return self.maker.make(snake_case(name) or "value", schema)
-
-    def _object(self, name: str, schema: dict[str, Any], attempt: int, depth: int) -> dict[str, Any]:
-        props = schema.get("properties") or {}
-        required = set(schema.get("required", []))
-        out = {}
-        if depth < 3:  # a nested object: what it requires and a couple more, not every field a spec lists
-            optional = [k for k in props if k not in required]
-            chosen = set(self.rng.sample(optional, min(len(optional), 2)))
-            for key, sub in props.items():
-                if key in required or key in chosen:
-                    out[key] = self.make(key, sub, attempt, depth + 1)
-        want = schema.get("minProperties", 0)
-        while len(out) < want:  # a free-form map: keys and values the schema does not describe
-            out[f"{singular(snake_case(name)) or 'key'}_{len(out) + 1}"] = self.maker.faker.word()
-        return out
-
-    def _string(self, name: str, schema: dict[str, Any], attempt: int) -> str:
-        fmt = schema.get("format")
-        low = snake_case(name)
-        pattern = schema.get("pattern")
-        if isinstance(pattern, str) and attempt > 0:  # a made-up value did not fit: one that matches the pattern
-            value = self.xeger.xeger(pattern)
-        elif fmt == "uuid":
-            value = str(uuid.UUID(int=self.rng.getrandbits(128)))
-        elif fmt == "date-time":
-            day = self.maker.future_date()
-            value = f"{day.isoformat()}T{self.rng.randint(8, 18):02d}:{self.rng.choice(['00', '15', '30'])}:00Z"
-        elif fmt == "time":
-            value = f"{self.rng.randint(8, 18):02d}:{self.rng.choice(['00', '30'])}:00Z"
-        elif fmt in ("uri", "url") or low.endswith(("url", "uri", "link", "href")):
-            value = f"https://example.com/{self.maker.faker.slug()}"
-        else:
-            value = str(self.maker.make(low or "value", schema))
-        lo, hi = schema.get("minLength"), schema.get("maxLength")
-        if isinstance(hi, int) and len(value) > hi:
-            value = value[:hi]
-        if isinstance(lo, int) and len(value) < lo:
-            value = value + "x" * (lo - len(value))
-        return value
-
-
-def _record(r: Resource, values: _Values, settings: ScenarioSettings) -> dict[str, Any]:
-    props: dict[str, Any] = r.record_schema.get("properties", {})
-    required = set(r.record_schema.get("required", []))
-    record: dict[str, Any] = {}
-    for name, schema in props.items():
-        if name in (r.id_field, r.parent_field):
-            continue
-        if name not in required and values.rng.random() >= settings.optional:
-            continue
-        for attempt in range(_TRIES):
-            value = values.make(name, schema, attempt)
-            if not _problems(_validator(schema), value, name):
-                record[name] = value
-                break
-        else:
-            if name in required:
-                raise ScenarioGenerationError(f"cannot make a valid value for {r.label}.{name}")
-    return record
+__all__ = ["ScenarioGenerationError", "ScenarioSettings", "generate_scenarios"]
 
 
 def generate_scenarios(plan: CompiledPlan, settings: ScenarioSettings | None = None) -> dict[str, dict[str, Any]]:
-    """`settings.count` initial states, named `default`, `scenario_2`, ... (each loads into the environment)."""
+    """`settings.count` initial states, named `default`, `scenario_2`, ... (each loads into the environment).
+    The records are made by `envfactory.tasks.compiled_state` (the offline synthesis makes its initial
+    databases there too)."""
     s = settings or ScenarioSettings()
     env = CompiledEnvironment(plan)
     out: dict[str, dict[str, Any]] = {}
     for i in range(s.count):
-        rng = random.Random(f"{plan.name}:{s.seed}:{i}")
-        values = _Values(rng, plan.clock)
-        state = env.empty_state()
-        scopes: dict[str, list[str]] = {}
-        for r in _ordered(plan):
-            coll: dict[str, Any] = state[r.name]
-            owners = [None] if r.parent is None else list(state[r.parent].values())
-            for owner in owners:
-                lo, hi = s.records if owner is None else s.children
-                for _ in range(rng.randint(lo, hi)):
-                    record = _record(r, values, s)
-                    if owner is not None and r.parent is not None and r.parent_field is not None:
-                        record[r.parent_field] = owner[env.resources[r.parent].id_field]
-                    for f in r.scope_fields:  # a parent's scope carries over; else one of the scenario's few
-                        inherited = owner.get(f) if owner is not None else None
-                        record[f] = (
-                            inherited if inherited is not None else rng.choice(scopes.setdefault(f, _scope(values, f)))
-                        )
-                    record[r.id_field] = env._new_id(state, r)
-                    record = {k: record[k] for k in sorted(record, key=lambda k: (k != r.id_field, k))}
-                    problems = _problems(env.record_validators[r.name], record, r.label)
-                    if problems:
-                        where = f"{problems[0].parameter}: {problems[0].problem}"
-                        raise ScenarioGenerationError(f"a generated {r.label} does not fit its schema: {where}")
-                    coll[str(record[r.id_field])] = record
+        state, _ = fill_state(env, random.Random(f"{plan.name}:{s.seed}:{i}"), s)
         env.new_state(state, f"scenario {i}")  # the same checks a scenario file gets when it loads
         out["default" if i == 0 else f"scenario_{i + 1}"] = state
     return out
-
-
-def _scope(values: _Values, field: str) -> list[str]:
-    """One or two values of a namespace key (a resource group, a workspace) for a whole scenario."""
-    return [
-        str(values.make(field, {"type": "string"}, 0)).replace(" ", "-").lower()
-        for _ in range(values.rng.randint(1, 2))
-    ]
-
-
-def _ordered(plan: CompiledPlan) -> list[Resource]:
-    """Parents before children."""
-    done: list[Resource] = []
-    left = list(plan.resources)
-    while left:
-        ready = [r for r in left if r.parent is None or r.parent in {d.name for d in done}]
-        if not ready:
-            raise ScenarioGenerationError("the resources' parents form a cycle")
-        done.extend(ready)
-        left = [r for r in left if r not in ready]
-    return done

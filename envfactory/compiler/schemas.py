@@ -15,6 +15,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from envfactory.env.compiled import type_of
+
 _JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
 _SCALARS = frozenset({"string", "integer", "number", "boolean"})
 _NUMBERS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")
@@ -120,10 +122,3 @@ def scalar(schema: dict[str, Any]) -> bool:
     return bool(schema.get("enum")) or (
         bool(types) and all(x in _SCALARS or x == "null" for x in types) and None not in types
     )
-
-
-def type_of(schema: dict[str, Any]) -> str | None:
-    t = schema.get("type")
-    if isinstance(t, list):
-        t = next((x for x in t if x != "null"), None)
-    return t if isinstance(t, str) else None

@@ -470,6 +470,14 @@ def _changes(diff: StateDiff) -> list[Change]:
     return list(out.values())
 
 
+def type_of(schema: dict[str, Any]) -> str | None:
+    """A schema's one type (`["string", "null"]` is a string), or None."""
+    t = schema.get("type")
+    if isinstance(t, list):
+        t = next((x for x in t if x != "null"), None)
+    return t if isinstance(t, str) else None
+
+
 def _key(value: Any) -> str:
     """A record's key in its collection: ids are compared as strings (`7` and `"7"` name one record)."""
     return str(value)

@@ -24,6 +24,7 @@ from urllib.parse import unquote
 from envfactory.env.metadata import Domain, EnvMetadata, parse_metadata
 from envfactory.errors import MetadataError
 from envfactory.inputs import InputError, parse_json, parse_yaml, read_text
+from envfactory.toolgraph.names import snake_case
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 READ_METHODS = frozenset({"get", "head", "options", "trace"})
@@ -80,13 +81,6 @@ class _Cycle:
 
     ref: str
     target: Any
-
-
-def snake_case(text: str) -> str:
-    """`getPetById` → `get_pet_by_id`, `list-pets` → `list_pets`, `HTTPStatus` → `http_status`."""
-    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", text)
-    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
-    return re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()
 
 
 def identifier(text: str, fallback: str = "param") -> str:

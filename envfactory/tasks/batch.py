@@ -46,7 +46,9 @@ class SynthConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     mode: Literal["offline", "llm"] = "offline"
-    envs: list[str] | None = Field(default=None, description="candidate environments; default: every native one")
+    envs: list[str] | None = Field(
+        default=None, description="candidate environments; default: every native and compiled one"
+    )
     apps: int | None = Field(default=None, ge=1, alias="A", description="A: environments used (seeded sample)")
     tasks: int = Field(default=2, ge=1, alias="T", description="T: tasks (chains) per environment")
     states: int = Field(default=1, ge=1, alias="S", description="S: initial databases per task")
@@ -127,7 +129,8 @@ class Plan(BaseModel):
 
 
 def choose_envs(config: SynthConfig, pool: EnvPool) -> list[str]:
-    native = [n for n in pool.native_names() if isinstance(pool.get(n), Environment)]
+    # Python environments with a state model, and compiled ones (known from their folder, loaded when used)
+    native = [n for n in pool.native_names() if pool.compiled(n) or isinstance(pool.get(n), Environment)]
     envs = config.envs or native
     unknown = [e for e in envs if e not in pool.names()]
     if unknown:

@@ -30,6 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from envfactory.env.compiled import CompiledEnvironment
+from envfactory.env.environment import BaseEnvironment
 from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import InputError, read_yaml_model
@@ -70,6 +72,39 @@ class Wording(BaseModel):
     found_record: list[str]  # {noun} {label} {facts}
     found_plain: list[str]  # a record with no name or id (a cart): {noun} {facts}
     found_value: list[str]  # {value}
+    # tools with no phrasings whose semantics are known (compiled from an API spec): see `SpecTool`
+    spec_frames: list[str] = ["{clause}"]
+    spec_forms: dict[str, list[str]] = {}
+    spec_details: dict[str, list[str]] = {}
+    spec_scope: list[str] = [" in {ref}"]
+
+
+class SpecTool(BaseModel):
+    """What a compiled tool does, for wording a request by rule: its semantics, the resource's label (what the
+    spec calls one record), the argument naming the record it acts on, those naming where it is filed, and
+    the state a transition moves it to."""
+
+    semantics: str
+    label: str
+    id_param: str | None = None
+    parents: list[str] = []
+    target: Any = None
+
+
+def spec_tools(env: BaseEnvironment) -> dict[str, SpecTool]:
+    """A compiled environment's tools as `SpecTool`s (none for an environment written in Python)."""
+    if not isinstance(env, CompiledEnvironment):
+        return {}
+    return {
+        o.spec.name: SpecTool(
+            semantics=o.semantics,
+            label=env.resources[o.resource].label,
+            id_param=o.id_param,
+            parents=[a for a, _ in o.parents],
+            target=o.target,
+        )
+        for o in env.plan.operations
+    }
 
 
 class Phrasings(BaseModel):
@@ -110,7 +145,10 @@ DATE_STYLES = 4
 def _day(text: str, style: int) -> str:
     if style == 0:
         return text
-    when = date.fromisoformat(text)
+    try:
+        when = date.fromisoformat(text)
+    except ValueError:  # shaped like a date, but none (a code an API's pattern made: 2023-13-45)
+        return text
     month = when.strftime("%B")
     if style == 1:
         return f"{month} {when.day}, {when.year}"
@@ -156,6 +194,44 @@ def renderings(value: Any) -> set[str]:
 def _action(description: str) -> str:
     first = re.split(r"(?<=[a-z0-9\)])[.;:,](\s|$)|\n", description.strip(), maxsplit=1)[0].strip()
     return first[:1].lower() + first[1:] if first else "do this"
+
+
+_TAGS = re.compile(r"<[^>]{0,200}>")
+_PREAMBLE = re.compile(
+    r"^(?:this (?:endpoint|operation|action|api|call|method|request)(?: will| can)?"
+    r"(?: (?:allows|lets|enables) you to| is used to)?|use this (?:endpoint|operation|api) to|allows you to"
+    r"|(?:you can )?use this to|used to)\s+",
+    re.IGNORECASE,
+)
+_THIRD_PERSON = {"is": "be", "has": "have", "does": "do", "goes": "go"}
+
+
+def imperative(description: str, fallback: str) -> str | None:
+    """An API operation's summary as what a user asks for: its first phrase, markup gone, "This endpoint
+    allows you to" gone, the third person made an imperative ("Creates a framework" → "create a
+    framework", "Returns a list of vaults" → "list vaults"); None when it says nothing usable."""
+    text = _TAGS.sub("", description).replace("&quot;", '"').replace("&amp;", "&")
+    text = re.split(r"(?<=[A-Za-z0-9\)])[.;:!?](\s|$)|\n|\s\(", text.strip(), maxsplit=1)[0].strip()
+    text = _PREAMBLE.sub("", text)
+    text = re.sub(r"^returns? (?:a |the )?list of ", "list ", text, flags=re.IGNORECASE)
+    verb, _, rest = text.partition(" ")
+    low = verb.lower()
+    if low in _THIRD_PERSON:
+        low = _THIRD_PERSON[low]
+    elif re.fullmatch(r"[a-z]+(?:ss|sh|ch|x|z)es", low):
+        low = low[:-2]
+    elif re.fullmatch(r"[a-z]+[^aeiou]ies", low):
+        low = low[:-3] + "y"
+    elif re.fullmatch(r"[a-z]+[^s]s", low) and low not in ("this", "its", "has"):
+        low = low[:-1]
+    text = f"{low} {rest}".strip() if verb else ""
+    words_ = text.split()
+    if not 2 <= len(words_) <= 14 or not re.fullmatch(r"[a-z][a-z-]*", words_[0]) or words_[0] in _NOT_VERBS:
+        return None
+    return text if len(text) <= 100 else fallback
+
+
+_NOT_VERBS = frozenset({"the", "a", "an", "this", "that", "these", "returns", "endpoint", "api", "deprecated", "note"})
 
 
 _SALIENT = re.compile(
@@ -271,10 +347,16 @@ class ConversationWriter:
     """Writes the requests and answers of one conversation, turn by turn; seeded for its wording."""
 
     def __init__(
-        self, prompts_dir: Path, metadata: dict[str, EnvMetadata], rng: random.Random, ambiguity: float = 0.0
+        self,
+        prompts_dir: Path,
+        metadata: dict[str, EnvMetadata],
+        rng: random.Random,
+        ambiguity: float = 0.0,
+        spec_tools: dict[str, dict[str, SpecTool]] | None = None,
     ) -> None:
         self.wording, self.phrasings = load_wording(prompts_dir)
         self.metadata, self.rng = metadata, rng
+        self.spec_tools = spec_tools or {}  # env → tool → its semantics (compiled environments: worded by rule)
         self.ambiguity = ambiguity  # chance to leave out the detail that tells candidates apart
         # after `request`: (the turn's call after which the assistant asks, its question, the user's reply)
         self.clarification: tuple[int, str, str] | None = None
@@ -435,6 +517,9 @@ class ConversationWriter:
             if text is not None:
                 return text
         spec = self.metadata[env].tool(tool)
+        rule = self.spec_tools.get(env, {}).get(tool)
+        if rule is not None:
+            return self._spec_text(call, values, rule, spec.description)
         details = ", ".join(f"{words(k)} {v}" if not k.endswith("_id") else v for k, v in values.items() if v)
         forms = self.wording.fallback_question if call.kind == "read" else self.wording.fallback_request
         return self.rng.choice(forms).format(action=_action(spec.description), details=details).strip()
@@ -484,6 +569,36 @@ class ConversationWriter:
             text = text[:1].lower() + text[1:]
         return re.sub(r"\s+", " ", f"{opening}{prefix + ' ' if prefix else ''}{text}{closing}").strip()
 
+    def _spec_text(self, call: PlannedCall, values: dict[str, str], rule: SpecTool, description: str) -> str:
+        """A request for a compiled tool, by rule: the spec's own summary as an imperative or what the
+        semantics do to the resource, the record acted on as the user knows it, where it is filed, then the
+        values it sets (a write) or filters by (a read), each named after its parameter."""
+        w = self.wording
+        ref = values.get(rule.id_param, "") if rule.id_param else ""
+        label = words(rule.label)
+        forms = [f for f in w.spec_forms.get(rule.semantics, []) if "{ref}" not in f or ref]
+        own = imperative(description, "")
+        if own and (not forms or self.rng.random() < 0.4):  # the spec's own summary, the record named after it
+            clause = own + (self.rng.choice(w.spec_scope).format(ref=ref) if ref else "")
+        elif forms:
+            target = say(rule.target) if rule.target is not None else ""
+            clause = self.rng.choice(forms).format(label=label, labels=_plural(label), ref=ref, target=target)
+        else:
+            clause = words(call.call.name) + (f" {ref}" if ref else "")
+        for parent in rule.parents:
+            if values.get(parent):
+                clause += self.rng.choice(w.spec_scope).format(ref=values[parent])
+        skip = {rule.id_param, *rule.parents}
+        details = [
+            v if k.endswith(("_id", "_ids")) else f"{words(k)} {v}" for k, v in values.items() if v and k not in skip
+        ]
+        if details:
+            joined = ", ".join(details[:-1]) + f" and {details[-1]}" if len(details) > 1 else details[0]
+            forms = w.spec_details.get("read" if call.kind == "read" else "write") or [" with {details}"]
+            clause += self.rng.choice(forms).format(details=joined)
+        frame = self.rng.choice(w.spec_frames)
+        return re.sub(r"\s+", " ", frame.format(clause=clause)).strip()
+
     # ---- answers --------------------------------------------------------------------------------
 
     def answer(self, turn: Turn, after: dict[str, Any], fact: tuple[str, Any] | None = None) -> str:
@@ -501,6 +616,11 @@ class ConversationWriter:
         return text
 
     def _report(self, call: PlannedCall, result: ToolResult, after: dict[str, Any], fact_field: str | None) -> str:
+        text = self._report_text(call, result, after, fact_field)
+        # a record with nothing worth telling beside its id (a compiled API's record of nested objects)
+        return re.sub(r"\s*(\(\)|[:;,-]\s*(?=\.$)|now shows\s*(?=\.$)|has\s*(?=\.$))", "", text)
+
+    def _report_text(self, call: PlannedCall, result: ToolResult, after: dict[str, Any], fact_field: str | None) -> str:
         w, value = self.wording, result.result
         noun = _result_noun(call.call.name, value, after.get(call.call.server) or {})
         if isinstance(value, list):

@@ -66,6 +66,7 @@ from faker import Faker
 from polyfactory.factories.pydantic_factory import ModelFactory
 from pydantic import BaseModel, Field, ValidationError
 
+from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.state import DEFAULT_CLOCK
 from envfactory.errors import ScenarioError, first_error
@@ -120,13 +121,21 @@ def exemplars(env: Environment) -> Exemplars:
 def generate_initial_state(
     env: BaseEnvironment, *, seed: int, depth: int = 1, settings: StateGenSettings | None = None
 ) -> InitialState:
-    """A seeded initial database: a core batch plus `depth`−1 distractor batches (see the module rules)."""
+    """A seeded initial database: a core batch plus `depth`−1 distractor batches (see the module rules; a
+    compiled environment's records come from its schemas, `envfactory.tasks.compiled_state`)."""
+    if depth < 1:
+        raise StateGenerationError(f"environment '{env.name}': depth must be at least 1, got {depth}")
+    if isinstance(env, CompiledEnvironment):
+        from envfactory.tasks.compiled_state import compiled_initial_state
+
+        state, core, distractors = compiled_initial_state(env, seed=seed, depth=depth)
+        return InitialState(
+            env=env.name, config=state, core_ids=core, distractor_ids=distractors, seed=seed, depth=depth
+        )
     if not isinstance(env, Environment):
         raise StateGenerationError(
             f"environment '{env.name}' is not native: it has no Pydantic state model to generate initial states from"
         )
-    if depth < 1:
-        raise StateGenerationError(f"environment '{env.name}': depth must be at least 1, got {depth}")
     s = settings or StateGenSettings()
     ex = exemplars(env)
     rng = random.Random(seed)

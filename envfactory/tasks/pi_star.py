@@ -33,6 +33,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from envfactory.env.compiled import CompiledTool
+from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord
 from envfactory.env.state import DEFAULT_CLOCK
@@ -138,6 +140,7 @@ class _PiStar:
         self.results: list[ToolResult] = []
         self._descriptions: dict[str, str] = {}  # the current tool's parameter descriptions (lower case)
         self._returns: str | None = None  # the collection the current tool returns records of
+        self._fields: dict[str, str] = {}  # the current tool's arguments → the record fields they carry
         self.force: dict[str, list[str]] = {}  # tool → inputs one of which it says it needs
         self.missing: list[str] = []  # required ids of the call being bound that no earlier result gave
         self.planned: list[PlannedCall] = []
@@ -307,9 +310,10 @@ class _PiStar:
     def _target(self, env: str, names: list[str], new: bool) -> tuple[str, dict[str, Any]] | None:
         """The collection covering most of `names` (fields, or `x_id` of collection `xs`) and its target record."""
         colls = _records(self.episode.sessions[env].dump())
+        names = [self._fields.get(n, n) for n in names]
         best, best_score = None, 0
         for coll, records in colls.items():
-            fields = set(next(iter(records.values())))
+            fields = _fields_of(records)
             score = sum(n in fields or (n.endswith("_id") and singular(coll) == n[:-3]) for n in names)
             if score > best_score:
                 best, best_score = coll, score
@@ -351,7 +355,7 @@ class _PiStar:
             return None
         best: tuple[int, str] | None = None
         for coll, records in _records(self.episode.sessions[env].dump()).items():
-            fields = set(next(iter(records.values())))
+            fields = _fields_of(records)
             if keys <= fields | {"id"}:
                 extra = len(fields - keys)
                 if best is None or extra < best[0]:
@@ -369,6 +373,7 @@ class _PiStar:
         sources = {s.parameter: s for s in inputs}
         index = len(self.results)  # this call's position in the conversation
         self._descriptions = {k: str(v.get("description", "")).lower() for k, v in spec.parameters.items()}
+        self._fields = _argument_fields(self.pool.get(env), name)
         self._returns = self._returned(env, spec.output_schema)
         required = set(spec.required)
         args: dict[str, Any] = {}
@@ -437,7 +442,7 @@ class _PiStar:
                 and not self._shared(env, target[0], pname, target[1].get(pname))
             ):
                 coll, record = target
-                field, value = _field_for(record, coll, pname, pschema)
+                field, value = _field_for(record, coll, pname, pschema, self._fields.get(pname, pname))
                 if field is not None:
                     args[pname] = value
                     path = f"{coll}.{record['id']}.{field}"
@@ -462,7 +467,7 @@ class _PiStar:
         coll = collection_for(colls, pname)
         if coll is None:
             return None
-        fields = set(next(iter(colls[coll].values())))
+        fields = _fields_of(colls[coll])
         candidates: list[tuple[int, str]] = []
         for spec in self.pool.get(env).metadata.tools:
             qualified = f"{env}.{spec.name}"
@@ -565,6 +570,22 @@ class _PiStar:
             turn_final=turn_final,
             spans=_spans_of(self.turn_of),
         )
+
+
+def _fields_of(records: dict[str, dict[str, Any]]) -> set[str]:
+    """The fields a collection's records hold (every record of a native one holds them all; a compiled one's
+    optional fields are in some records only)."""
+    out: set[str] = set()
+    for record in records.values():
+        out.update(record)
+    return out
+
+
+def _argument_fields(env: BaseEnvironment, tool: str) -> dict[str, str]:
+    """The record field each argument of a compiled tool carries under its own name (`backup_vault_name` →
+    `BackupVaultName`); a native tool's arguments are named after the fields."""
+    binding = env.binding(tool)
+    return dict(binding.op.fields) if isinstance(binding, CompiledTool) else {}
 
 
 def _references(colls: dict[str, dict[str, Any]], coll: str, relevant: set[str]) -> dict[str, str]:
@@ -674,12 +695,15 @@ def label_of(record: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _field_for(record: dict[str, Any], coll: str, pname: str, schema: dict[str, Any]) -> tuple[str | None, Any]:
-    """The field of a target record that fills input `pname`: the same name, its own id (`hotel_id` of a
-    hotel), for a search text the record's name or title, or for a date input the date of its first
-    date-time (`day` of an event that starts then)."""
-    if pname in record and fits(record[pname], schema):
-        return pname, record[pname]
+def _field_for(
+    record: dict[str, Any], coll: str, pname: str, schema: dict[str, Any], field: str | None = None
+) -> tuple[str | None, Any]:
+    """The field of a target record that fills input `pname`: the same name (or `field`, the one a compiled
+    tool's argument carries), its own id (`hotel_id` of a hotel), for a search text the record's name or
+    title, or for a date input the date of its first date-time (`day` of an event that starts then)."""
+    field = field or pname
+    if field in record and fits(record[field], schema):
+        return field, record[field]
     if pname == f"{singular(coll)}_id":
         return "id", record["id"]
     if pname in _SEARCH_TEXT and (label := label_of(record)) is not None and fits(label[1], schema):

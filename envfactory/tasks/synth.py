@@ -17,11 +17,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.tasks.compose import join
-from envfactory.tasks.conversation import ConversationWriter, Turn
+from envfactory.tasks.conversation import ConversationWriter, Turn, spec_tools
 from envfactory.tasks.episode import replay
 from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.models import (
@@ -86,8 +87,10 @@ def initial_states(pool: EnvPool, servers: list[str], seed: int, depth: int) -> 
                 f"environment '{name}' is not trusted, so its state model only runs sandboxed; initial states are "
                 f"generated in-process: review it and run `envfactory envs trust {name}`"
             )
-        if not isinstance(env, Environment):
-            raise _NotNative(f"environment '{name}' has no Pydantic state model to generate initial states from")
+        if not isinstance(env, Environment | CompiledEnvironment):
+            raise _NotNative(
+                f"environment '{name}' has no state model or compiled plan to generate initial states from"
+            )
         made = generate_initial_state(env, seed=stable_seed(seed, name), depth=depth)
         states[name], core[name] = made.config, made.core_ids
     return states, core
@@ -267,7 +270,14 @@ def synthesize_offline(
     if not spans:
         return drop("unverifiable", "a chain of reads whose last result has nothing to report back")
     original = TemplateWriter(load_template(prompts_dir), metadata, random.Random(seed))
-    writer = ConversationWriter(prompts_dir, metadata, random.Random(stable_seed(seed, "words")), ambiguity)
+    rules = {name: spec_tools(pool.get(name)) for name in chain.servers}
+    writer = ConversationWriter(
+        prompts_dir,
+        metadata,
+        random.Random(stable_seed(seed, "words")),
+        ambiguity,
+        {k: v for k, v in rules.items() if v},
+    )
     nodes: list[Node] = []
     answers: list[str] = []
     before = initial

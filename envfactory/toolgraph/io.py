@@ -73,7 +73,8 @@ def load_graph(path: str | Path) -> ToolGraph:
     if not p.exists():
         raise ToolGraphError(f"{p}: no tool graph here: build one with `envfactory graph build`")
     try:
-        data = read_json(p, max_bytes=MAX_GRAPH_BYTES, what="tool graph")
+        # a pool of hundreds of environments: tens of millions of values (bounded by the bytes, JSON has no aliases)
+        data = read_json(p, max_bytes=MAX_GRAPH_BYTES, what="tool graph", max_nodes=MAX_GRAPH_BYTES)
     except InputError as e:
         raise ToolGraphError(str(e)) from None
     return graph_from_data(data, str(p))

@@ -51,6 +51,13 @@ def singular(token: str) -> str:
     return token
 
 
+def snake_case(text: str) -> str:
+    """`getPetById` → `get_pet_by_id`, `list-pets` → `list_pets`, `HTTPStatus` → `http_status`."""
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", text)
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
+    return re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()
+
+
 def split_words(name: str) -> list[str]:
     """`fanSpeed` → [fan, speed]; `HotelSummary` → [hotel, summary]; `cityA` → [city, a]; lower case."""
     words: list[str] = []
