@@ -259,4 +259,5 @@ async def serve_http(app: Any, *, host: str, port: int, limits: ServeLimits, log
     # collections (which stop every thread, the event loop's too) walk only the sessions' objects
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*limits.gc_thresholds)
     await server.serve()

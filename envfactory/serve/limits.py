@@ -65,6 +65,11 @@ class ServeLimits(BaseSettings):
         description="threads one in-process (trusted) app may hold: its calls are CPU-bound, more only contend "
         "for the GIL with the event loop",
     )
+    gc_thresholds: tuple[int, int, int] = Field(
+        default=(50_000, 20, 20),
+        description="the collector's thresholds in a server: sessions' states are many objects, and CPython's default "
+        "(700, 10, 10) ran full collections that stopped every thread for 30-250 ms under load",
+    )
     inline_call_s: float = Field(
         default=0.02, gt=0, description="a session whose in-process call took longer runs its later calls off the loop"
     )
