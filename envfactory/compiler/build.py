@@ -18,20 +18,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-if TYPE_CHECKING:
-    from envfactory.corpus import Corpus
-
 from envfactory.compiler.compile import CompileError, CompileSettings, compile_spec
 from envfactory.compiler.scenarios import ScenarioGenerationError, ScenarioSettings, generate_scenarios
 from envfactory.config import Settings
-from envfactory.env.compiled import PLAN_FILE, CompiledPlan
+from envfactory.env.compiled import PLAN_FILE, CompiledEnvironment, CompiledPlan
 from envfactory.env.metadata import Domain, dump_metadata
 from envfactory.env.pool import EnvPool, load_compiled_folder
 from envfactory.envgen.health import HealthSettings, check_health
-from envfactory.envgen.openapi import OpenAPIError, identifier
+from envfactory.envgen.openapi import OpenAPIError, identifier, load_openapi
 from envfactory.errors import EnvFactoryError
 from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
 from envfactory.inputs import JsonlAppender, read_jsonl_log, write_atomic
+
+if TYPE_CHECKING:
+    from envfactory.corpus import Corpus
 
 REPORT_FILE = "compile-report.jsonl"
 REJECTED_DIR = ".rejected"
@@ -82,8 +82,6 @@ def write_compiled(folder: Path, plan: CompiledPlan, scenarios: dict[str, dict[s
     """Write a compiled environment's folder (it must not exist yet): plan, metadata, scenarios."""
     (folder / "scenarios").mkdir(parents=True)
     write_atomic(folder / PLAN_FILE, plan.model_dump_json(indent=1) + "\n")
-    from envfactory.env.compiled import CompiledEnvironment
-
     dump_metadata(CompiledEnvironment(plan).derived_metadata(), folder / "metadata.json")
     for name, state in scenarios.items():
         write_atomic(folder / "scenarios" / f"{name}.json", json.dumps(state, indent=1) + "\n")
@@ -108,8 +106,6 @@ def build_one(job: SpecJob, out: Path, settings: BuildSettings) -> BuildReport:
     started = time.monotonic()
     report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed")
     try:
-        from envfactory.envgen.openapi import load_openapi
-
         doc = load_openapi(job.path)
         plan, skipped = compile_spec(
             doc,

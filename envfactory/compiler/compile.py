@@ -389,7 +389,7 @@ def _id_field(record: dict[str, Any], var: str | None, label: str) -> str:
     if var:
         candidates += [var, identifier(var)]
     words = label.replace(" ", "_")
-    candidates += [f"{words}_id", f"{words}Id", snake_case(f"{words}Id"), "uuid", "key", "name"][:5]
+    candidates += [f"{words}_id", f"{words}Id", "uuid", "key"]
     for c in candidates:
         if c in props and type_of(props[c]) in ("string", "integer"):
             return c
@@ -634,8 +634,6 @@ def _operation(
         scopes.append((tool.add(level.var, {"type": "string", "description": desc}, True, "path"), field_name))
     id_param = None
     if item:
-        own = levels[-2].var if semantics == "transition" else levels[-1].var
-        assert own is not None
         desc = f"the {res.label}'s id"
         id_param = tool.add(f"{singular(res.name)}_id", {"type": res.id_type, "description": desc}, True, "path")
     fields: dict[str, str] = {}

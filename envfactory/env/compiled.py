@@ -291,7 +291,7 @@ class CompiledEnvironment(BaseEnvironment):
         return state
 
     def dump_state(self, state: Any) -> dict[str, Any]:
-        return from_json(to_json(state))
+        return _copy(state)
 
     # A call's bookkeeping: the state as JSON bytes before it (a copy that is cheap to make and to restore).
     def begin(self, state: Any, strict: bool) -> Any:

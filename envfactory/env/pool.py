@@ -145,6 +145,11 @@ def derived_metadata(folder: Path, settings: Settings) -> EnvMetadata:
     )
 
 
+def _is_compiled(folder: Path) -> bool:
+    """A folder holding a compiled plan and no code of its own."""
+    return not folder_exists(folder, CODE_FILE) and folder_exists(folder, PLAN_FILE)
+
+
 def _digest(folder: Path) -> str | None:
     try:
         return code_hash(folder) if folder_exists(folder, CODE_FILE) or folder_exists(folder, PLAN_FILE) else None
@@ -206,7 +211,7 @@ class EnvPool:
     def compiled(self, name: str) -> bool:
         """True if `name` is a compiled environment: data the project's own code interprets (no sandbox, no trust)."""
         folder = self.folder_of(name)
-        return folder is not None and not folder_exists(folder, CODE_FILE) and folder_exists(folder, PLAN_FILE)
+        return folder is not None and _is_compiled(folder)
 
     def imported_factories(self) -> dict[str, Callable[[], BaseEnvironment]]:
         if self._imported is None:
@@ -255,7 +260,7 @@ class EnvPool:
 
     def _load(self, name: str) -> BaseEnvironment:
         folder = self.folder_of(name)
-        if folder is not None and self.compiled(name):
+        if folder is not None and _is_compiled(folder):
             env: BaseEnvironment = load_compiled_folder(folder)
         elif folder is not None:
             snap = snapshot(folder)  # read once: what is hashed here is what is compiled or sent to the sandbox

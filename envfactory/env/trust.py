@@ -105,14 +105,11 @@ def load_trust(path: Path) -> TrustFile:
 
 def is_trusted(path: Path, name: str, folder: Path) -> bool:
     """True if `name`'s folder hashes to what was trusted (a missing or broken trust file trusts nothing)."""
-    try:
-        entry = load_trust(path).environments.get(name)
-    except TrustError:
-        return False
-    if entry is None:
+    expected = pinned(path, name)
+    if expected is None:
         return False
     try:
-        return code_hash(folder) == entry.sha256
+        return code_hash(folder) == expected
     except EnvFactoryError:
         return False
 
