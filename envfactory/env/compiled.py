@@ -141,11 +141,11 @@ class CompiledPlan(BaseModel):
         return self
 
 
-def _validator(schema: dict[str, Any]) -> Draft202012Validator:
+def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
     return Draft202012Validator(schema, format_checker=FormatChecker())
 
 
-def _problems(validator: Draft202012Validator, value: Any, root: str) -> list[ArgumentProblem]:
+def schema_problems(validator: Draft202012Validator, value: Any, root: str) -> list[ArgumentProblem]:
     out = []
     for err in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))[:5]:
         where = ".".join(str(p) for p in err.absolute_path) or root
@@ -167,10 +167,10 @@ class CompiledTool:
         self.name = op.spec.name
         self.kind: ToolKind = op.spec.kind
         schema = {**op.spec.input_schema, "additionalProperties": False}
-        self.validator = _validator(schema)
+        self.validator = validator_for(schema)
 
     def parse_args(self, args: dict[str, Any]) -> dict[str, Any]:
-        problems = _problems(self.validator, args, "<arguments>")
+        problems = schema_problems(self.validator, args, "<arguments>")
         if problems:
             raise ArgumentError(problems)
         return dict(args)
@@ -188,7 +188,7 @@ class CompiledEnvironment(BaseEnvironment):
         self.folder = folder
         self.resources = {r.name: r for r in plan.resources}
         self.children = {r.name: [c.name for c in plan.resources if c.parent == r.name] for r in plan.resources}
-        self.record_validators = {r.name: _validator(r.record_schema) for r in plan.resources}
+        self.record_validators = {r.name: validator_for(r.record_schema) for r in plan.resources}
         self.tools = {o.spec.name: CompiledTool(self, o) for o in plan.operations}
         self._checked: dict[bytes, bytes] = {}  # config JSON -> checked state JSON
         self._valid_records: set[tuple[str, bytes]] = set()  # (collection, record JSON) that fit their schema
@@ -275,7 +275,7 @@ class CompiledEnvironment(BaseEnvironment):
                 seen = (r.name, to_json(record))  # a record met before (in another config) was checked then
                 if seen in self._valid_records:
                     continue
-                problems = _problems(self.record_validators[r.name], record, where)
+                problems = schema_problems(self.record_validators[r.name], record, where)
                 if problems:
                     raise ScenarioError(f"{source}: {where}: {problems[0].parameter}: {problems[0].problem}")
                 if len(self._valid_records) >= _CHECKED_RECORDS:
@@ -341,7 +341,7 @@ class CompiledEnvironment(BaseEnvironment):
         arg, _ = op.parents[-1]
         return _key(record.get(r.parent_field)) == _key(args[arg])
 
-    def _new_id(self, state: dict[str, Any], r: Resource) -> Any:
+    def new_id(self, state: dict[str, Any], r: Resource) -> Any:
         counters: dict[str, int] = state["counters"]
         n = counters.get(r.id_prefix, 0)
         while True:
@@ -353,7 +353,7 @@ class CompiledEnvironment(BaseEnvironment):
         return key
 
     def _check_record(self, r: Resource, record: dict[str, Any]) -> None:
-        problems = _problems(self.record_validators[r.name], record, r.label)
+        problems = schema_problems(self.record_validators[r.name], record, r.label)
         if problems:
             raise ToolError(f"invalid {r.label}: {problems[0].parameter}: {problems[0].problem}")
 
@@ -422,7 +422,7 @@ class CompiledEnvironment(BaseEnvironment):
             record[r.parent_field] = args[op.parents[-1][0]]
         for a, f in op.scopes:
             record[f] = args[a]
-        record[r.id_field] = self._new_id(state, r) if key is None else key
+        record[r.id_field] = self.new_id(state, r) if key is None else key
         self._check_record(r, record)
         state[r.name][_key(record[r.id_field])] = record
         return _copy(record)

@@ -22,7 +22,7 @@ from typing import Any
 import rstr
 from pydantic import BaseModel, Field
 
-from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Resource, _problems, _validator, type_of
+from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Resource, schema_problems, type_of, validator_for
 from envfactory.errors import EnvFactoryError
 from envfactory.tasks.values import ValueMaker
 from envfactory.toolgraph.names import singular, snake_case
@@ -129,7 +129,7 @@ def _record(r: Resource, values: _Values, settings: ScenarioSettings) -> dict[st
             continue
         for attempt in range(_TRIES):
             value = values.make(name, schema, attempt)
-            if not _problems(_validator(schema), value, name):
+            if not schema_problems(validator_for(schema), value, name):
                 record[name] = value
                 break
         else:
@@ -166,9 +166,9 @@ def fill_state(
                         record[f] = (
                             inherited if inherited is not None else rng.choice(scopes.setdefault(f, _scope(values, f)))
                         )
-                    record[r.id_field] = env._new_id(state, r)
+                    record[r.id_field] = env.new_id(state, r)
                     record = {k: record[k] for k in sorted(record, key=lambda k: (k != r.id_field, k))}
-                    problems = _problems(env.record_validators[r.name], record, r.label)
+                    problems = schema_problems(env.record_validators[r.name], record, r.label)
                     if problems:
                         where = f"{problems[0].parameter}: {problems[0].problem}"
                         raise ScenarioGenerationError(f"a generated {r.label} does not fit its schema: {where}")
@@ -235,7 +235,7 @@ def link_references(env: CompiledEnvironment, state: dict[str, Any], rng: random
                 value = rng.choice(keys)
                 if env.resources[other].id_type == "integer":
                     continue  # an integer id in a field of another type: leave the field as made
-                if not _problems(_validator(props[field]), value, field):
+                if not schema_problems(validator_for(props[field]), value, field):
                     record[field] = value
 
 
