@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from typer.testing import CliRunner
 
 from envfactory.compiler.compile import compile_spec
 from envfactory.compiler.revision import PlanRevision, RevisionError, apply_revision, plan_problems
@@ -25,8 +26,10 @@ from envfactory.env.pool import EnvPool
 from envfactory.envgen.checks import schema_checks
 from envfactory.envgen.openapi import load_openapi
 from envfactory.tasks.compiled_state import ScenarioGenerationError
-from graphs.envgen import EnvGenContext
-from tests.envgen_helpers import code, fenced, run_graph, scripted_calls, setup_project
+from graphs.checkpoint import open_checkpointer
+from graphs.cli.envgen import app as envgen_cli
+from graphs.envgen import EnvGenContext, build
+from tests.envgen_helpers import code, fenced, node_sequence, run_graph, scripted_calls, setup_project
 from tests.test_corpus import ROOT, build_tarball
 
 SPEC_ID = "googleapis.com/tasks"
@@ -79,7 +82,8 @@ def complete_task(plan: CompiledPlan, target: str = "completed") -> dict[str, An
     op = _op(plan, "tasks_tasks_get")
     op["spec"] = {**op["spec"], "name": "complete_task", "description": "Mark a task as completed.", "kind": "write"}
     route = "/tasks/v1/lists/{tasklist}/tasks/{task}/complete"
-    return {**op, "semantics": "transition", "method": "POST", "route": route, "status_field": "status", "target": target}
+    moves = {"status_field": "status", "target": target}
+    return {**op, "semantics": "transition", "method": "POST", "route": route, **moves}
 
 
 def reschedule_task(plan: CompiledPlan, due: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +91,8 @@ def reschedule_task(plan: CompiledPlan, due: dict[str, Any]) -> dict[str, Any]:
     schema = op["spec"]["input_schema"]
     schema["properties"]["due"] = due
     schema["required"] = [*schema["required"], "due"]
-    op["spec"] = {**op["spec"], "name": "reschedule_task", "description": "Set the date a task is due.", "kind": "write"}
+    about = "Set the date a task is due."
+    op["spec"] = {**op["spec"], "name": "reschedule_task", "description": about, "kind": "write"}
     return {**op, "semantics": "update", "method": "PATCH", "fields": {"due": "due"}}
 
 
@@ -171,6 +176,7 @@ def test_the_code_agent_revises_the_compiled_draft_and_the_gate_judges_each_revi
     assert "writes_reachable: write tool reschedule_task never succeeded" in repair_prompt
     assert '"name": "complete_task"' in repair_prompt  # the current plan, not the draft
     first, second = values["reports"]
+    assert first == failing  # kept across the resume
     assert second["errors"] == [] and second["scenarios_passed"] == second["scenarios_run"] == 3
     # the verdicts came from the gate: the Test Agent's model and the code-writing prompts were never asked
     assert scripted_calls("test/scenarios") == [] and scripted_calls("code/generate") == []
@@ -220,8 +226,9 @@ def test_a_revision_that_gives_no_valid_plan_is_repaired_before_it_is_run(
     shutil.copytree(corpus_data / CORPUS_FOLDER, tmp_path / "second" / "project" / ".envfactory" / CORPUS_FOLDER)
     values, ran = run_graph({"corpus_id": SPEC_ID})
     assert ran == ["search", "code"] and values["status"] == "failed"
-    assert "tool 'complete_task': a transition moves 'status' to a state its enum names; 'done' is not in" in (
-        values["failure"]
+    assert (
+        "tool 'complete_task': a transition moves 'status' to a state its enum names; 'done' is not in"
+        in (values["failure"])
     )
     assert values["draft"]["compiled"] and values.get("plan") is None
 
@@ -250,11 +257,19 @@ def test_a_spec_that_does_not_compile_or_drafting_off_writes_code(
     project(tmp_path, monkeypatch, corpus_data, script)
     values, ran = run_graph({"corpus_id": "nasa.gov/apod"}, interrupt_before=["test"])
     assert ran == ["search", "code"], values.get("failure")
-    assert values["draft"]["compiled"] is False and "no resource with both reads and writes" in values["draft"]["reason"]
+    assert values["draft"]["compiled"] is False
+    assert "no resource with both reads and writes" in values["draft"]["reason"]
     assert values["code"] == code("good") and values.get("plan") is None
-    # a spec that compiles, with drafting turned off for the run: code from the metadata, no draft
-    values, ran = run_graph({"corpus_id": SPEC_ID}, EnvGenContext(draft=False), thread="t2", interrupt_before=["test"])
-    assert ran == ["search", "code"] and values.get("draft") is None and values["code"] == code("good")
+    # a spec that compiles, with drafting turned off for the run (`envgen run --no-draft`): code from the metadata
+    args = ["run", "--corpus", SPEC_ID, "--no-draft", "--interrupt-before", "test", "--thread-id", "t2"]
+    result = CliRunner().invoke(envgen_cli, args)
+    assert result.exit_code == 0, result.output
+    assert "resume with: envfactory envgen resume t2" in result.output
+    with open_checkpointer(get_settings()) as saver:
+        graph = build(saver)
+        values = graph.get_state({"configurable": {"thread_id": "t2"}}).values
+        assert node_sequence(graph, "t2") == ["search", "code"]
+    assert values.get("draft") is None and values["code"] == code("good")
     assert len(scripted_calls("code/generate")) == 2 and scripted_calls("code/draft") == []
 
 

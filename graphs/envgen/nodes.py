@@ -60,7 +60,10 @@ def _draft(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> Draft | None:
 
 def _with_plan(plan: CompiledPlan) -> EnvGenState:
     """The state of a candidate plan: the plan, and the metadata its folder will carry."""
-    return {"plan": plan.model_dump(mode="json"), "metadata": plan_metadata(plan).model_dump(mode="json")}
+    return {
+        "plan": plan.model_dump(mode="json"),
+        "metadata": plan_metadata(plan).model_dump(mode="json", exclude_none=True),
+    }
 
 
 def node_code(state: EnvGenState, runtime: Runtime[EnvGenContext]) -> EnvGenState:
