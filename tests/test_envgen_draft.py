@@ -342,6 +342,22 @@ def test_every_problem_of_a_revision_is_named() -> None:
     )
 
 
+def test_a_resource_stays_while_a_tool_uses_what_is_filed_under_it() -> None:
+    doc = load_openapi(ROOT / "tests" / "data" / "corpus" / "api" / "twilio.com" / "twilio_studio_v1.json")
+    plan, _ = compile_spec(doc, name="studio", domain="utilities", source="test")
+    gone = [o.spec.name for o in plan.operations if o.resource in ("flows", "engagements")]
+    revised = apply_revision(plan, PlanRevision(remove=gone))
+    names = [r.name for r in revised.resources]
+    assert "flows" in names and "engagements" in names  # steps are filed under engagements, under flows
+    assert not {o.resource for o in revised.operations} & {"flows", "engagements"}
+    others = [o.spec.name for o in revised.operations if o.resource not in ("steps", "executions")]
+    revised = apply_revision(revised, PlanRevision(remove=others))
+    assert {r.name for r in revised.resources} == {"flows", "engagements", "steps", "executions"}
+    writes = [o.spec.name for o in plan.operations if o.spec.kind == "write"]
+    with pytest.raises(RevisionError, match="only read tools: an environment needs both read and write tools"):
+        apply_revision(plan, PlanRevision(remove=writes))
+
+
 # ---- property: whatever a revision says, it is refused with reasons or runs without crashing the interpreter ----
 
 _PLAN = draft_plan()

@@ -14,7 +14,8 @@ the compiler guarantees by construction:
   the compiler derives it;
 - `plan_problems`: what the interpreter relies on — resources named like identifiers, acyclic parents, fields
   and filters naming record fields, integer paging arguments, a transition into a state its status enum
-  names, a create that files a child under its parent — so no revision can make a tool crash the interpreter.
+  names, a create that files a child under its parent, read and write tools both — what the interpreter would
+  otherwise fail on at a call (a property test drives random revisions through it).
 
 A revision that breaks one of these is refused with every problem named (the Code Agent is re-asked with them);
 one that passes is then judged by the gate every compiled environment passes (`build.gate_plan`).
@@ -149,9 +150,12 @@ def apply_revision(plan: CompiledPlan, revision: PlanRevision, settings: Compile
         del operations[name]
     for o in revision.operations:
         operations[o.spec.name] = _operation(o, s)
-    used = {o["resource"] for o in operations.values()}
-    parents = {r["parent"] for r in resources.values() if r["name"] in used}
-    kept = [r for r in resources.values() if r["name"] in used or r["name"] in parents]
+    keep: set[str] = set()
+    for name in {o["resource"] for o in operations.values()}:  # a resource a tool uses, and those it is filed under
+        while name in resources and name not in keep:
+            keep.add(name)
+            name = resources[name]["parent"]
+    kept = [r for r in resources.values() if r["name"] in keep]
     removed = [
         Skipped(method=current[n].method, route=current[n].route, reason=f"removed by EnvGen's revision ('{n}')")
         for n in removals
@@ -204,6 +208,9 @@ def plan_problems(plan: CompiledPlan, settings: CompileSettings | None = None) -
     out: list[str] = []
     if len(plan.operations) > s.max_tools:
         out.append(f"{len(plan.operations)} tools: an environment holds at most {s.max_tools}")
+    kinds = {o.spec.kind for o in plan.operations}
+    if kinds != {"read", "write"}:  # the compiler's rule: an agent must be able to change and to observe it
+        out.append(f"only {kinds.pop()} tools: an environment needs both read and write tools")
     res = {r.name: r for r in plan.resources}
     prefixes = Counter(r.id_prefix for r in plan.resources)
     for r in plan.resources:
