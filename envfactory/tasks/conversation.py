@@ -35,6 +35,7 @@ from envfactory.env.environment import BaseEnvironment
 from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import InputError, read_yaml_model
+from envfactory.tasks.compiled_refs import id_arguments
 from envfactory.tasks.models import PlannedCall, ToolResult
 from envfactory.tasks.pi_star import LABEL_FIELDS, is_identity, label_of, singular
 
@@ -64,6 +65,7 @@ class Wording(BaseModel):
     clarify_question: list[str]  # the assistant asks which: {count} {noun} {nouns} {criteria} {field} {options}
     clarify_reply: list[str]  # the user answers from what they know: {field} {value}
     identity: list[str]  # the user's own id, said once: {noun} {value}
+    own_reference: list[str] = ["my {noun} {value}"]  # a record of the user's that no tool finds: {noun} {value}
     criteria: dict[str, str]  # parameter-name pattern → "in {value}" (first match; "*" last)
     done_write: list[str]  # {noun} {id} {facts}
     done_plain: list[str]  # a write whose result is no record: {facts}
@@ -89,6 +91,7 @@ class SpecTool(BaseModel):
     id_param: str | None = None
     parents: list[str] = []
     target: Any = None
+    records: dict[str, str] = {}  # argument → what the spec calls a record it names (`name_2_id` → "schema")
 
 
 def spec_tools(env: BaseEnvironment) -> dict[str, SpecTool]:
@@ -102,6 +105,7 @@ def spec_tools(env: BaseEnvironment) -> dict[str, SpecTool]:
             id_param=o.id_param,
             parents=[a for a, _ in o.parents],
             target=o.target,
+            records={a: env.resources[r].label for a, r in id_arguments(env, o.spec.name).items()},
         )
         for o in env.plan.operations
     }
@@ -184,6 +188,13 @@ def say(value: Any, style: int = 0) -> str:
     if _CLOCK.fullmatch(text):
         return _clock(text, style)
     return text
+
+
+def mentions(text: str, value: str) -> bool:
+    """`value` appears in `text` as a whole token (an id `BK-0002`, a number, a name), not inside a word."""
+    if not value or (len(value) < 2 and not value.isdigit()):
+        return False
+    return re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text, re.IGNORECASE) is not None
 
 
 def renderings(value: Any) -> set[str]:
@@ -367,6 +378,20 @@ class ConversationWriter:
 
     # ---- requests -------------------------------------------------------------------------------
 
+    def _noun(self, call: PlannedCall, param: str) -> str:
+        """What an id input names, in words: the spec's word for the record (a compiled tool), else the
+        parameter's own words (`hotel_id` → hotel)."""
+        rule = self.spec_tools.get(call.call.server, {}).get(call.call.name)
+        label = rule.records.get(param) if rule is not None else None
+        return words(label) if label else noun_of(param)
+
+    def _names_record(self, call: PlannedCall, param: str) -> bool:
+        """Whether an input names a record by its id (a compiled tool says which; else its name does)."""
+        rule = self.spec_tools.get(call.call.server, {}).get(call.call.name)
+        if rule is not None:
+            return param in rule.records
+        return param == "id" or param.endswith(("_id", "_ids"))
+
     def _goals(self, turn: Turn) -> list[int]:
         """Positions (in the turn) of the calls the user asked for: writes, and reads nothing later consumed."""
         consumed = {b.call for c in turn.calls for b in c.bindings if b.source == "output" and b.call is not None}
@@ -385,12 +410,12 @@ class ConversationWriter:
                 record = _record_with(all_results[b.call].result, b.value) or {}
                 labelled = label_of(record)
                 if labelled is not None and labelled[1].lower() not in label.lower():
-                    parts.append(f'of the {noun_of(b.parameter)} "{labelled[1]}"')
+                    parts.append(f'of the {self._noun(call, b.parameter)} "{labelled[1]}"')
                 elif labelled is None and depth < 2:  # a booking has no name: say what found it
                     parts.append(self._criteria(turn.calls[b.call - turn.start], label, turn, all_results, depth + 1))
                 continue
             said = say(b.value, self.style)
-            if b.source == "output" or b.parameter.endswith("_id") or said.lower() in label.lower():
+            if b.source == "output" or self._names_record(call, b.parameter) or said.lower() in label.lower():
                 continue
             if said.lower() in self._goal_says:
                 continue
@@ -401,9 +426,15 @@ class ConversationWriter:
         return " ".join(p for p in parts if p)
 
     def _reference(
-        self, param: str, value: Any, source_call: int | None, turn: Turn, all_results: list[ToolResult]
+        self,
+        param: str,
+        value: Any,
+        source_call: int | None,
+        turn: Turn,
+        all_results: list[ToolResult],
+        noun: str | None = None,
     ) -> str:
-        noun = noun_of(param)
+        noun = noun or noun_of(param)
         if source_call is None or source_call < turn.start:  # a record the conversation met before
             return self.rng.choice(self.wording.earlier_reference).format(noun=noun)
         provider = turn.calls[source_call - turn.start]
@@ -495,7 +526,13 @@ class ConversationWriter:
         self._goal_says = {say(b.value, self.style).lower() for b in call.bindings if b.source != "output"}
         for b in call.bindings:
             if b.source == "output":
-                values[b.parameter] = self._reference(b.parameter, b.value, b.call, turn, all_results)
+                noun = self._noun(call, b.parameter)
+                values[b.parameter] = self._reference(b.parameter, b.value, b.call, turn, all_results, noun)
+            elif b.source == "state" and self._names_record(call, b.parameter) and not is_identity(b.parameter):
+                # a record no tool finds: the user's own, which they name by its id
+                values[b.parameter] = self.rng.choice(self.wording.own_reference).format(
+                    noun=self._noun(call, b.parameter), value=say(b.value)
+                )
             elif is_identity(b.parameter):
                 key = f"{b.parameter}={b.value}"
                 if key not in self.identities_said:
@@ -554,7 +591,7 @@ class ConversationWriter:
             for b in call.bindings:
                 if b.source in ("state", "generated", "repeated") and not is_identity(b.parameter):
                     said = say(_named(b.value, turn.before.get(call.call.server) or {}), self.style)
-                    if said and said.lower() not in text.lower():
+                    if said and not mentions(text, said):
                         missing.append(f"{words(b.parameter)} {said}")
         if missing:
             text = text.rstrip(".?!") + " (" + "; ".join(dict.fromkeys(missing)) + ")"
@@ -590,7 +627,9 @@ class ConversationWriter:
                 clause += self.rng.choice(w.spec_scope).format(ref=values[parent])
         skip = {rule.id_param, *rule.parents}
         details = [
-            v if k.endswith(("_id", "_ids")) else f"{words(k)} {v}" for k, v in values.items() if v and k not in skip
+            v if k in rule.records or k.endswith(("_id", "_ids")) else f"{words(k)} {v}"
+            for k, v in values.items()
+            if v and k not in skip
         ]
         if details:
             joined = ", ".join(details[:-1]) + f" and {details[-1]}" if len(details) > 1 else details[0]

@@ -55,7 +55,7 @@ class ValueMaker:
         seat `14C` for `12A`), so a tool that checks the shape accepts it."""
         schema = _plain(schema)
         shaped = self._shaped(like or [], schema)
-        if shaped is not None:
+        if shaped is not None and _fits_string(shaped, schema):
             return shaped
         ref = schema.get("$ref")
         if isinstance(ref, str):
@@ -83,7 +83,11 @@ class ValueMaker:
             return round(self.rng.uniform(float(lo), float(hi)), 2)
         if kind == "array":
             items = schema.get("items")
-            return [self.make(name.rstrip("s"), items if isinstance(items, dict) else {"type": "string"})]
+            count = max(1, int(schema.get("minItems", 1)))
+            return [
+                self.make(name.rstrip("s"), items if isinstance(items, dict) else {"type": "string"})
+                for _ in range(count)
+            ]
         if kind == "object" or "properties" in schema:
             props = schema.get("properties") or {}
             required = [k for k in props if k in schema.get("required", [])]
@@ -97,6 +101,10 @@ class ValueMaker:
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and not _matches(pattern, value):  # a shape only the pattern says: one that fits
             value = self._xeger(pattern, value)
+        shortest = schema.get("minLength")
+        if isinstance(shortest, int) and not isinstance(pattern, str):
+            while len(value) < shortest:  # a name or an ARN the schema wants longer: more words of its kind
+                value = f"{value}-{self.faker.word()}"
         longest = schema.get("maxLength")
         return value[:longest] if isinstance(longest, int) and longest >= 0 else value
 
@@ -172,6 +180,17 @@ class ValueMaker:
         if is_free_text(name):
             return str(f.sentence(nb_words=8))
         return str(f.word())
+
+
+def _fits_string(value: str, schema: dict[str, Any]) -> bool:
+    """A made string meets the schema's pattern and lengths."""
+    pattern = schema.get("pattern")
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
+    return (
+        (not isinstance(pattern, str) or _matches(pattern, value))
+        and (not isinstance(lo, int) or len(value) >= lo)
+        and (not isinstance(hi, int) or len(value) <= hi)
+    )
 
 
 def _matches(pattern: str, value: str) -> bool:
