@@ -501,6 +501,8 @@ class _PiStar:
         self.missing = []
         compiled = isinstance(self.pool.get(env), CompiledEnvironment)
         record_ids = id_arguments(self.pool.get(env), name)
+        op = operation(self.pool.get(env), name)
+        paging = {op.offset_param, op.page_param} if op is not None else set()  # where a page starts: no user says
         if compiled:
             self._bind_record_ids(env, name, sources, attempt, say, args, bindings, required)
         for pname, pschema in spec.parameters.items():
@@ -511,7 +513,9 @@ class _PiStar:
                 # a compiled tool takes only its record ids from earlier results; every other input is
                 # the user's (a similarity edge of the graph relates fields of unrelated records)
                 if pname in required or (
-                    not _PAGING.search(pname) and (how.all_optional or self.rng.random() < self.settings.optional_p)
+                    not _PAGING.search(pname)
+                    and pname not in paging
+                    and (how.all_optional or self.rng.random() < self.settings.optional_p)
                 ):
                     user_params.append(pname)
                 continue

@@ -40,9 +40,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from envfactory.tasks.conversation import renderings
 from envfactory.tasks.models import Conversation, ToolCall, ToolResult
 from envfactory.tasks.pi_star import IDENTITY, is_identity, singular
+from envfactory.tasks.spoken import renderings
 
 PAPER_TURNS_PER_CONVERSATION = 4.82
 PAPER_STEPS_PER_TURN = 3.29

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import re
+import string
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from typing import Any
@@ -109,13 +110,8 @@ class ValueMaker:
         return value[:longest] if isinstance(longest, int) and longest >= 0 else value
 
     def _xeger(self, pattern: str, fallback: str) -> str:
-        import rstr
-
-        try:
-            made = str(rstr.Rstr(self.rng).xeger(pattern))
-        except Exception:  # a pattern rstr cannot read (a lookaround...): keep the made-up value
-            return fallback
-        return made if _matches(pattern, made) else fallback
+        made = pattern_value(self.rng, pattern)
+        return fallback if made is None else made
 
     def _shaped(self, like: list[Any], schema: dict[str, Any]) -> str | None:
         examples = [v for v in like if isinstance(v, str) and v]
@@ -157,7 +153,7 @@ class ValueMaker:
         if fmt == "date-time" or name.endswith(("_at", "datetime", "start", "end", "start_time", "end_time")):
             when = datetime.combine(self.future_date(), datetime.min.time()) + timedelta(hours=self.rng.randint(9, 17))
             return when.isoformat()
-        if fmt == "time" or name.endswith("time"):
+        if fmt == "time" or re.search(r"(^|_)time$", name):
             return f"{self.rng.randint(9, 20):02d}:{self.rng.choice(['00', '30'])}"
         if fmt == "email" or "email" in name:
             return str(f.email())
@@ -180,6 +176,28 @@ class ValueMaker:
         if is_free_text(name):
             return str(f.sentence(nb_words=8))
         return str(f.word())
+
+
+_READABLE = string.ascii_letters + string.digits
+_PATTERN_TRIES = 4
+
+
+def pattern_value(rng: random.Random, pattern: str) -> str | None:
+    """A string matching a schema's `pattern`, as readable as the pattern allows: "any character" and
+    "not a space" drawn from letters and digits, the shortest of a few draws (a `.+` repeats up to a hundred
+    times); None when the pattern cannot be read (a lookaround...) or nothing drawn matches."""
+    import rstr
+
+    maker = rstr.Rstr(rng, printable=_READABLE, nonwhitespace=_READABLE, whitespace=" ")
+    made: list[str] = []
+    for _ in range(_PATTERN_TRIES):
+        try:
+            value = str(maker.xeger(pattern))
+        except Exception:  # rstr reads a subset of regular expressions
+            return None
+        if _matches(pattern, value):
+            made.append(value)
+    return min(made, key=len) if made else None
 
 
 def _fits_string(value: str, schema: dict[str, Any]) -> bool:
