@@ -13,8 +13,10 @@ import re
 import string
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
+from itertools import chain
 from typing import Any
 
+import rstr
 from faker import Faker
 
 # Free text whose exact wording no reward should compare: these arguments are masked.
@@ -180,15 +182,38 @@ class ValueMaker:
 
 _READABLE = string.ascii_letters + string.digits
 _PATTERN_TRIES = 4
+_REPEAT_LIMIT = 12  # an unbounded repeat (`*`, `+`) as a person writes it, not up to a hundred times
+
+
+class _ReadableXeger(rstr.Rstr):
+    """rstr's generator drawing what a person would type: "any character", a negated class and "not a space"
+    from letters and digits in a fixed order (rstr draws a negated class from a set, whose order is salted per
+    process: the same seed gave different values in different processes), unbounded repeats kept short."""
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__(
+            rng, printable=_READABLE, nonwhitespace=_READABLE, whitespace=" ", nonword="-", nondigits=_READABLE[:52]
+        )
+        self._cases = {
+            **self._cases,
+            "not_literal": lambda x: self._random.choice(_READABLE.replace(chr(x), "") or "-"),
+        }
+
+    def _handle_in(self, value: Any) -> Any:
+        candidates = list(chain(*(self._handle_state(i) for i in value)))
+        if candidates and candidates[0] is False:
+            excluded = set(candidates[1:])
+            candidates = [c for c in _READABLE + "-_." if c not in excluded] or ["-"]
+        return self._random.choice(candidates)
+
+    def _handle_repeat(self, start_range: int, end_range: int, value: Any) -> str:
+        return super()._handle_repeat(start_range, min(end_range, max(start_range, _REPEAT_LIMIT)), value)
 
 
 def pattern_value(rng: random.Random, pattern: str) -> str | None:
-    """A string matching a schema's `pattern`, as readable as the pattern allows: "any character" and
-    "not a space" drawn from letters and digits, the shortest of a few draws (a `.+` repeats up to a hundred
-    times); None when the pattern cannot be read (a lookaround...) or nothing drawn matches."""
-    import rstr
-
-    maker = rstr.Rstr(rng, printable=_READABLE, nonwhitespace=_READABLE, whitespace=" ")
+    """A string matching a schema's `pattern`, as readable as the pattern allows (`_ReadableXeger`), the
+    shortest of a few draws; None when the pattern cannot be read (a lookaround...) or nothing drawn matches."""
+    maker = _ReadableXeger(rng)
     made: list[str] = []
     for _ in range(_PATTERN_TRIES):
         try:
