@@ -189,6 +189,8 @@ def imperative(description: str, fallback: str) -> str | None:
     text = re.sub(r"^returns? (?:a |the )?list of ", "list ", text, flags=re.IGNORECASE)
     verb, _, rest = text.partition(" ")
     low = verb.lower()
+    if low in _AUXILIARY and "?" in description:  # "Is the name available?": no request in its words
+        return None
     if low in _QUESTION and rest:  # "How old is the person in the image?": what the user wants to find out
         verb, rest, low = "find", f"out {low} {rest}", "find"
     if low in _THIRD_PERSON:
@@ -232,6 +234,9 @@ def noun_phrase(description: str) -> str | None:
 _ACTIONS = frozenset(
     {"add", "cancel", "check", "create", "delete", "deregister", "describe", "disable", "enable", "get", "list"}
     | {"patch", "post", "put", "register", "remove", "run", "search", "send", "set", "start", "stop", "update"}
+)
+_AUXILIARY = frozenset(
+    {"is", "are", "was", "were", "does", "do", "did", "can", "could", "has", "have", "will", "should"}
 )
 _QUESTION = frozenset({"how", "what", "which", "who", "whom", "whose", "when", "where", "why", "whether"})
 _NOT_VERBS = frozenset(
