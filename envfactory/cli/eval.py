@@ -21,6 +21,7 @@ from langchain_core.language_models import BaseChatModel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envfactory.cli.args import out_dir_option
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits
@@ -39,7 +40,7 @@ from envfactory.eval.run import (
     run_eval,
 )
 from envfactory.executor import executor_from
-from envfactory.llm.models import chat_model
+from envfactory.llm.models import chat_model, check_configured
 from envfactory.tasks.batch import HELDOUT
 from envfactory.terminal import SafeConsole, safe
 
@@ -54,7 +55,7 @@ err = SafeConsole(stderr=True)
 
 @app.callback(invoke_without_command=True)
 def evaluate(
-    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)", callback=out_dir_option)],
     source: Annotated[Path | None, typer.Argument(help="a synth run's folder, or a conversations file")] = None,
     suite: Annotated[str | None, typer.Option(help=f"an imported suite instead of SOURCE: {', '.join(SUITES)}")] = None,
     split: Annotated[
@@ -75,6 +76,7 @@ def evaluate(
 ) -> None:
     """Run (or resume) an evaluation and print its summary."""
     settings = get_settings()
+    check_configured(("eval",), settings)  # no model: one line now, not a table of zeros after every item failed
     if tools not in ("direct", "meta"):
         raise EvalRunError(f"--tools is direct or meta, not '{tools}'")
     limits = AgentLimits(max_steps=max_steps, timeout_s=timeout, tools="meta" if tools == "meta" else "direct")

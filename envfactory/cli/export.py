@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from envfactory.cli.args import out_dir_option
 from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
@@ -41,7 +42,7 @@ class UserCalls(StrEnum):
 def export(
     source: Annotated[Path, typer.Argument(help="a synth run folder (its conversations.jsonl) or a JSONL file")],
     fmt: Annotated[Format, typer.Option("--format", help="trl-sft | trl-grpo | llamafactory | verl")],
-    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder", callback=out_dir_option)],
     per: Annotated[Per, typer.Option(help="SFT samples: one per valid turn, or one per conversation")] = Per.turn,
     keep_thinking: Annotated[bool, typer.Option("--keep-thinking", help="keep <think> traces")] = False,
     system: Annotated[str | None, typer.Option(help="a system message for every sample")] = None,
@@ -55,12 +56,15 @@ def export(
     """Write train.jsonl (TRL; LlamaFactory + dataset_info.json) or train.parquet (VeRL), and export.json."""
     from envfactory.config import get_settings
     from envfactory.env.pool import EnvPool
+    from envfactory.export.errors import ExportError
     from envfactory.export.export import export_conversations
     from envfactory.export.files import training_conversations
     from envfactory.export.options import ExportOptions
     from envfactory.export.tools_schema import catalog_for
 
     conversations = training_conversations(source)
+    if not conversations:  # nothing to train on: said before anything is written
+        raise ExportError(f"{source}: nothing to export: it holds no conversation")
     pool = EnvPool(get_settings())
     catalog = catalog_for(pool, conversations)
     options = ExportOptions(
