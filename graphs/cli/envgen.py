@@ -62,11 +62,16 @@ def _preflight(requests: list[EnvGenRequest], ctx: EnvGenContext, settings: Sett
     check_configured(roles, settings)
 
 
-def _keep_failed(rows: list[dict[str, Any]], settings: Settings) -> None:
-    """A failed run's last code, scenarios and reports, written where the user can read them (they lived only
-    in the checkpoint); the row's output names the folder."""
-    for r in rows:
-        if r.get("status") != "failed" or r.get("output") or not (r.get("code") or r.get("report")):
+def _keep_failed(rows: list[dict[str, Any]], settings: Settings, saver: Any) -> None:
+    """A failed run's last code and reports, written where the user can read them (they lived only in the
+    checkpoint: a node that raised leaves its row with the error alone); the row's output names the folder."""
+    graph = build(saver)
+    for original in rows:
+        if original.get("status") != "failed" or original.get("output"):
+            continue
+        saved = graph.get_state({"configurable": {"thread_id": original["thread"]}}).values or {}
+        r = {**saved, **original}  # the row's status and failure are the run's last word
+        if not (r.get("code") or r.get("report")):
             continue
         folder = settings.data_path / "envgen" / "failed" / str(r["thread"])
         folder.mkdir(parents=True, exist_ok=True)
@@ -74,7 +79,7 @@ def _keep_failed(rows: list[dict[str, Any]], settings: Settings) -> None:
             write_atomic(folder / "env.py", str(r["code"]))
         record = {k: r.get(k) for k in ("request", "metadata", "failure", "revision", "report", "reports")}
         write_atomic(folder / "report.json", json.dumps(record, indent=2, default=str) + "\n")
-        r["output"] = str(folder)
+        original["output"] = str(folder)
 
 
 def _check_nodes(names: list[str]) -> list[str]:
@@ -166,7 +171,7 @@ def run(
                 why = result.reason if isinstance(result, WorkerLost) else str(result)
                 rows.append({"thread": thread, "status": "failed", "failure": why})
             progress.advance(task)
-    _keep_failed(rows, settings)
+        _keep_failed(rows, settings, saver)
     _summary(sorted(rows, key=lambda r: threads.index(r["thread"])))
     _exit_status(rows)
 
@@ -202,7 +207,7 @@ def resume(
         row = run_one(
             saver, thread, None, _context(prompt or [], budget, threshold), _check_nodes(interrupt_before or [])
         )
-    _keep_failed([row], get_settings())
+        _keep_failed([row], get_settings(), saver)
     _summary([row])
     _exit_status([row])
 
