@@ -29,7 +29,8 @@ from envfactory.tasks.batch import SynthConfig
 from envfactory.tasks.run import run_batch
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+# needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
+pytestmark = [pytest.mark.slow, pytest.mark.external]  # llama.cpp's server with SmolLM2
 
 
 def _model_file() -> Path | None:
