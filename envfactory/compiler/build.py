@@ -24,7 +24,7 @@ from envfactory.config import Settings
 from envfactory.env.compiled import PLAN_FILE, CompiledEnvironment, CompiledPlan
 from envfactory.env.metadata import Domain, dump_metadata
 from envfactory.env.pool import EnvPool, load_compiled_folder
-from envfactory.envgen.health import HealthSettings, check_health
+from envfactory.envgen.health import HealthReport, HealthSettings, check_health
 from envfactory.envgen.openapi import OpenAPIError, identifier, load_openapi
 from envfactory.errors import EnvFactoryError
 from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
@@ -101,6 +101,20 @@ def _usable(plan: CompiledPlan) -> bool:
     return writes and any(o.id_param is not None or o.parents for o in plan.operations)
 
 
+def gate_plan(plan: CompiledPlan, staging: Path, settings: BuildSettings) -> HealthReport:
+    """The gate a compiled plan passes before it joins a pool: its scenarios made, its folder written at
+    `staging` (replaced), loaded as the pool loads it, and every `envs health` dimension checked. Raises
+    `ScenarioGenerationError` when no initial state can be made, `EnvFactoryError` when the folder does not
+    load; EnvGen's Test Agent judges a revised plan with it too (`envfactory.compiler.draft`)."""
+    scenarios = generate_scenarios(plan, settings.scenarios)
+    if staging.exists():
+        shutil.rmtree(staging)
+    write_compiled(staging, plan, scenarios)
+    env = load_compiled_folder(staging)
+    pool = EnvPool(Settings(root=staging.parent, envs_dir=staging.parent, bfcl=False))
+    return check_health(env, settings.health, pool)
+
+
 def build_one(job: SpecJob, out: Path, settings: BuildSettings) -> BuildReport:
     """Compile `job`'s spec into `out/<name>` if it passes the gate; the report says what happened."""
     started = time.monotonic()
@@ -120,14 +134,8 @@ def build_one(job: SpecJob, out: Path, settings: BuildSettings) -> BuildReport:
         report.writes = sum(o.spec.kind == "write" for o in plan.operations)
         report.resources = len(plan.resources)
         report.skipped, report.skip_reasons = len(skipped), _skip_reasons(skipped)
-        scenarios = generate_scenarios(plan, settings.scenarios)
         staging = out / STAGING_DIR / job.name
-        if staging.exists():
-            shutil.rmtree(staging)
-        write_compiled(staging, plan, scenarios)
-        env = load_compiled_folder(staging)
-        pool = EnvPool(Settings(root=staging.parent, envs_dir=staging.parent, bfcl=False))
-        health = check_health(env, settings.health, pool)
+        health = gate_plan(plan, staging, settings)
         report.failing = health.failing
         if health.healthy:
             target = out / job.name

@@ -33,14 +33,14 @@ out = SafeConsole()  # what a run recorded (names, a model's failure text, check
 NODES = ("search", "code", "test", "revise", "register", "reject")
 
 
-def _context(prompt: list[str], budget: int | None, threshold: float | None) -> EnvGenContext:
+def _context(prompt: list[str], budget: int | None, threshold: float | None, draft: bool = True) -> EnvGenContext:
     overrides: dict[str, str] = {}
     for item in prompt:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise EnvFactoryError(f"--prompt takes NAME=FILE (e.g. code/generate=my_prompt.yaml), got '{item}'")
         overrides[name] = value
-    return EnvGenContext(prompt_overrides=overrides, revision_budget=budget, pass_threshold=threshold)
+    return EnvGenContext(prompt_overrides=overrides, revision_budget=budget, pass_threshold=threshold, draft=draft)
 
 
 def _preflight(requests: list[EnvGenRequest], ctx: EnvGenContext, settings: Settings) -> None:
@@ -133,6 +133,14 @@ def run(
     prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE; repeatable")] = None,
     budget: Annotated[int | None, typer.Option(help="revision budget (default from settings)")] = None,
     threshold: Annotated[float | None, typer.Option(help="pass threshold (default from settings)")] = None,
+    draft: Annotated[
+        bool,
+        typer.Option(
+            "--draft/--no-draft",
+            help="a spec that compiles (--openapi, --corpus): revise its compiled plan, as data (default); "
+            "--no-draft: write env.py from its metadata",
+        ),
+    ] = True,
 ) -> None:
     """Generate environments: search (or metadata/OpenAPI/a corpus spec) → code → test ⇄ revise → register | reject."""
     if domain is not None and domain not in DOMAINS:
@@ -148,7 +156,7 @@ def run(
         requests = [EnvGenRequest(domain=domain, hint=hint) for _ in range(n)]
     if thread_id and len(requests) > 1:
         raise EnvFactoryError("--thread-id names one run; it cannot be used with several environments")
-    ctx = _context(prompt or [], budget, threshold)
+    ctx = _context(prompt or [], budget, threshold, draft)
     stops = _check_nodes(interrupt_before or [])
     settings = get_settings()
     _preflight(requests, ctx, settings)
@@ -192,6 +200,9 @@ def resume(
     prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE")] = None,
     budget: Annotated[int | None, typer.Option(help="revision budget")] = None,
     threshold: Annotated[float | None, typer.Option(help="pass threshold")] = None,
+    draft: Annotated[
+        bool, typer.Option("--draft/--no-draft", help="as for `run`, when the code step is still to come")
+    ] = True,
 ) -> None:
     """Continue a thread from its last checkpoint (after an interrupt or a crash)."""
     with open_checkpointer(get_settings()) as saver:
@@ -205,7 +216,7 @@ def resume(
             _summary([{"thread": thread, **snap.values}])
             return
         row = run_one(
-            saver, thread, None, _context(prompt or [], budget, threshold), _check_nodes(interrupt_before or [])
+            saver, thread, None, _context(prompt or [], budget, threshold, draft), _check_nodes(interrupt_before or [])
         )
         _keep_failed([row], get_settings(), saver)
     _summary([row])
