@@ -4,7 +4,10 @@ compiled environments kept built are bounded (count and bytes, least recently us
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections import OrderedDict
 from pathlib import Path
 
@@ -19,7 +22,7 @@ from envfactory.compiler.scenarios import generate_scenarios
 from envfactory.config import Settings
 from envfactory.env.compiled import PLAN_FILE, CompiledEnvironment, CompiledPlan
 from envfactory.env.metadata import MetadataSummary, parse_metadata, summarize_metadata
-from envfactory.env.pool import EnvPool, read_summary
+from envfactory.env.pool import EnvPool, read_metadata, read_summary
 from envfactory.env.session import Session
 from envfactory.envgen.openapi import load_openapi
 from envfactory.errors import EnvLoadError, MetadataError
@@ -104,13 +107,36 @@ def test_listing_runs_no_code_and_starts_no_sandbox(tmp_path: Path) -> None:
 
 def test_the_hub_and_synth_env_choice_list_without_building(tmp_path: Path, compiled_dir: Path) -> None:
     pool = _pool(tmp_path, compiled_dir)
+    meta = parse_metadata(json.loads((compiled_dir / "tasks_03" / "metadata.json").read_text()))
     hub = Hub(pool)
     apps = hub.list_apps()
-    assert [a.name for a in apps] == pool.names() and all(a.num_tools == 12 for a in apps)
+    assert [a.name for a in apps] == pool.names() and all(a.num_tools == len(meta.tools) for a in apps)
     assert choose_envs(SynthConfig(), pool) == pool.names()
     assert pool.stats().builds == 0
     tools = hub.list_tools("tasks_03")  # a tool listing is a use: that one environment is built
-    assert len(tools) == 12 and pool.stats().builds == 1 and pool.stats().resident == 1
+    assert [t.name for t in tools] == meta.tool_names
+    assert pool.stats().builds == 1 and pool.stats().resident == 1
+
+
+def test_envs_list_shows_the_compiled_environments_with_the_bundled_ones(tmp_path: Path, compiled_dir: Path) -> None:
+    env = {
+        **os.environ,
+        "ENVFACTORY_ROOT": str(ROOT),
+        "ENVFACTORY_COMPILED_DIR": str(compiled_dir),
+        "ENVFACTORY_BFCL": "false",
+        "COLUMNS": "250",
+    }
+    res = subprocess.run(
+        [sys.executable, "-m", "envfactory.cli", "envs", "list"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr
+    rows = {line.split("│")[1].strip(): line for line in res.stdout.splitlines() if line.count("│") > 2}
+    assert "hotels" in rows and all(f"tasks_{i:02d}" in rows for i in range(CLONES))
+    cells = [c.strip() for c in rows["tasks_07"].split("│")[1:-1]]
+    meta = parse_metadata(json.loads((compiled_dir / "tasks_07" / "metadata.json").read_text()))
+    writes = sum(t.kind == "write" for t in meta.tools)
+    scenarios = ", ".join(sorted(p.stem for p in (compiled_dir / "tasks_07" / "scenarios").iterdir()))
+    assert cells == ["tasks_07", meta.domain, str(len(meta.tools)), str(writes), scenarios, meta.source, "in-process"]
 
 
 def test_a_broken_metadata_file_is_one_error_for_its_entry_alone(tmp_path: Path, compiled_dir: Path) -> None:
@@ -120,7 +146,7 @@ def test_a_broken_metadata_file_is_one_error_for_its_entry_alone(tmp_path: Path,
     meta = json.loads((local / "tasks_01" / "metadata.json").read_text())
     (local / "tasks_01" / "metadata.json").write_text(json.dumps({**meta, "name": "other"}))
     pool = _pool(tmp_path, local)
-    assert pool.entry("tasks_00").tools == 12
+    assert pool.entry("tasks_00").tools == len(read_metadata(local / "tasks_00").tools)
     with pytest.raises(EnvLoadError, match="names the environment 'other' but its folder is 'tasks_01'"):
         pool.entry("tasks_01")
     (local / "tasks_01" / "metadata.json").write_text('{"name": "tasks_01", ')

@@ -186,13 +186,13 @@ def summarize_metadata(data: Any, source: str = "<metadata>") -> MetadataSummary
     """A metadata object's summary: its fields checked as `parse_metadata` checks them, each tool's name and
     kind, nothing of its schemas (so a listing does not pay for them; the build checks them all)."""
     head = _validated(_MetadataHead, data, source)
-    tools = head.tools
-    names = [t.name for t in tools]
-    if len(set(names)) != len(names):
-        twice = next(n for n in names if names.count(n) > 1)
-        raise MetadataError(source, "tools", f"tool '{twice}' is defined twice")
+    seen: set[str] = set()
+    for t in head.tools:
+        if t.name in seen:
+            raise MetadataError(source, "tools", f"tool '{t.name}' is defined twice")
+        seen.add(t.name)
     fields = head.model_dump(exclude={"tools"})
-    return MetadataSummary(**fields, tools=len(tools), write_tools=sum(t.kind == "write" for t in tools))
+    return MetadataSummary(**fields, tools=len(head.tools), write_tools=sum(t.kind == "write" for t in head.tools))
 
 
 def load_metadata(path: str | Path) -> EnvMetadata:
