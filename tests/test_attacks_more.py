@@ -621,7 +621,7 @@ def test_a_sleeping_import_does_not_hold_other_environments(
         assert waited < start_timeout / 2, f"loading 'calm' waited {waited:.1f} s for another environment's import"
     finally:
         thread.join(start_timeout + 30)
-        for env in pool._cache.values():
+        for env in pool._kept.values():
             if isinstance(env, SandboxedEnvironment):
                 env.pool.shutdown()
 

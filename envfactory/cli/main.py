@@ -22,7 +22,7 @@ from envfactory.cli.prompts import app as prompts_app
 from envfactory.config import get_settings
 from envfactory.env.metadata import dump_metadata
 from envfactory.env.pool import EnvPool, derived_metadata
-from envfactory.envgen.validate import missing_registered, runs_as, source_of, sync_registry, validate_env
+from envfactory.envgen.validate import missing_registered, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import parse_json, write_atomic
 from envfactory.terminal import SafeConsole, print_json, safe, visible
@@ -66,19 +66,20 @@ def config_option(value: str | None) -> str | Path | None:
 def envs_list(
     native_only: Annotated[bool, typer.Option("--native", help="only the bundled folders under envs/")] = False,
 ) -> None:
-    """List the environments: domain, tools (write tools), scenarios, source."""
+    """List the environments: domain, tools (write tools), scenarios, source, how each runs.
+
+    Read from each folder's metadata.json and scenario files: nothing is built, no code runs (an
+    environment whose code or plan does not load is found by `envs validate`)."""
     pool = _pool()
     table = Table("name", "domain", "tools", "write", "scenarios", "source", "runs")
     for name in pool.names(include_imported=not native_only):
         try:
-            env = pool.get(name)
-        except EnvFactoryError as e:
-            table.add_row(safe(name), "[red]broken[/red]", "", "", "", safe(str(e)[:60]), "")
+            e = pool.entry(name)
+        except EnvFactoryError as exc:
+            table.add_row(safe(name), "[red]broken[/red]", "", "", "", safe(str(exc)[:60]), "")
             continue
-        m = env.metadata
-        writes = sum(t.kind == "write" for t in m.tools)
-        scenarios = ", ".join(env.scenario_names())
-        cells = (name, m.domain, str(len(m.tools)), str(writes), scenarios, source_of(env), runs_as(env))
+        scenarios = ", ".join(e.scenarios)
+        cells = (name, e.domain, str(e.tools), str(e.write_tools), scenarios, e.source, e.runs)
         table.add_row(*map(safe, cells))
     out.print(table)
 

@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
@@ -138,12 +137,15 @@ class Plan(BaseModel):
 
 
 def choose_envs(config: SynthConfig, pool: EnvPool) -> list[str]:
-    # Python environments with a state model, and compiled ones (known from their folder, loaded when used)
-    native = [n for n in pool.native_names() if pool.compiled(n) or isinstance(pool.get(n), Environment)]
+    # Python environments with a state model (trusted code runs in-process as an `Environment`), and compiled
+    # ones: known from their folders, built when a unit uses them
+    native = [n for n in pool.native_names() if pool.trusted(n)]
     envs = config.envs or native
-    unknown = [e for e in envs if e not in pool.names()]
+    known = pool.names()
+    listed = set(known)
+    unknown = [e for e in envs if e not in listed]
     if unknown:
-        raise SynthConfigError(f"unknown environment(s) {unknown}; the pool has: {', '.join(pool.names())}")
+        raise SynthConfigError(f"unknown environment(s) {unknown}; the pool has: {', '.join(known)}")
     if config.apps is not None and config.apps < len(envs):
         envs = sorted(random.Random(stable_seed(config.seed, "apps")).sample(sorted(envs), config.apps))
     return list(envs)
