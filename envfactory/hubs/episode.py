@@ -41,7 +41,8 @@ class Task(BaseModel):
 
     @property
     def prompt(self) -> list[dict[str, Any]]:
-        return [m.model_dump(exclude_none=True) for m in self.record.prompt]
+        """The chat messages as an OpenAI-compatible server takes them (no null field, arguments as JSON text)."""
+        return [m.openai() for m in self.record.prompt]
 
     @property
     def tools(self) -> list[dict[str, Any]]:
