@@ -86,7 +86,7 @@ def file_sha256(paths: Iterable[Path]) -> str:
 
 
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, Mapping) and value:
+    if isinstance(value, Mapping) and (value or not prefix):
         out: dict[str, Any] = {}
         for key, item in value.items():
             out.update(_flat(item, f"{prefix}.{key}" if prefix else str(key)))

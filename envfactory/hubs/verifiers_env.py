@@ -55,6 +55,12 @@ def _as_dict(message: Any) -> Any:
 ROWS = Features({"prompt": List(Json()), "info": Json()})  # every row exactly as written (see the module)
 
 
+def dataset_rows(tasks: list[Task]) -> Dataset:
+    """The tasks as verifiers' dataset: `prompt` (the chat messages) and `info` (the id and tool list)."""
+    rows = [{"prompt": t.prompt, "info": {"task_id": t.id, "tool_defs": _tool_defs(t)}} for t in tasks]
+    return Dataset.from_list(rows, features=ROWS)
+
+
 def _without_nulls(message: Any) -> Any:
     """A request message with its null fields (and its calls' null fields) left out."""
     if not isinstance(message, dict):
@@ -90,12 +96,11 @@ class EnvFactoryEnv(vf.MultiTurnEnv):
 
     def __init__(self, data: PackageData, **kwargs: Any) -> None:
         self.data = data
-        rows = [{"prompt": t.prompt, "info": {"task_id": t.id, "tool_defs": _tool_defs(t)}} for t in data.tasks]
         rubric = vf.Rubric(funcs=[self.envfactory_reward], weights=[1.0])
         rubric.add_metric(self.verifier_state_match)
         rubric.add_metric(self.trajectory_match)
         kwargs.setdefault("max_turns", DEFAULT_MAX_TURNS)
-        super().__init__(dataset=Dataset.from_list(rows, features=ROWS), rubric=rubric, **kwargs)
+        super().__init__(dataset=dataset_rows(data.tasks), rubric=rubric, **kwargs)
 
     async def get_model_response(self, state: vf.State, prompt: vf.Messages, client: Any = None, **kwargs: Any) -> Any:
         """The model's reply, asked through a `NullFreeClient` (see the module)."""
