@@ -28,6 +28,7 @@ from envfactory.env.metadata import dump_metadata
 from envfactory.env.pool import EnvPool, load_env_folder
 from envfactory.env.trust import TrustError, code_hash, is_trusted, snapshot, trust
 from envfactory.errors import EnvLoadError, ScenarioError
+from envfactory.inputs import MAX_FILE_BYTES
 
 CODE = '''"""A tiny environment for trust tests."""
 
@@ -217,6 +218,21 @@ def fifo(root: Path, rng: random.Random) -> None:
     os.mkfifo(root / "envs" / "notes" / "scenarios" / "pipe.json")
 
 
+def hard_link(root: Path, rng: random.Random) -> None:
+    """Another name for a file outside the folder (the same file system), or for one of the folder's own."""
+    folder = root / "envs" / "notes"
+    target = _outside(root, "hard.json", '{"secret": 1}') if rng.random() < 0.5 else folder / "envgen.json"
+    where = rng.choice(["scenarios/extra.json", "lib.py", "scenarios/tests/h.json"])
+    os.link(target, folder / where)
+
+
+def sparse_files(root: Path, rng: random.Random) -> None:
+    """Files of the largest size a file may have, holding nothing on disk (a few kilobytes in all)."""
+    for i in range(3):
+        with open(root / "envs" / "notes" / f"pad{i}.bin", "wb") as f:
+            f.truncate(MAX_FILE_BYTES)
+
+
 MUTATIONS: list[Callable[[Path, random.Random], None]] = [
     edit_code,
     touch_code,
@@ -234,6 +250,8 @@ MUTATIONS: list[Callable[[Path, random.Random], None]] = [
     plant_pyc_beside,
     deep_tree,
     fifo,
+    hard_link,
+    sparse_files,
 ]
 # what must stay in-process and unchanged (data and records, a cache nobody reads); every other mutation drops trust
 HARMLESS = {edit_scenario, edit_report, plant_pyc}
@@ -355,6 +373,62 @@ def test_a_link_at_every_place_is_refused_by_every_reader(tmp_path: Path, secret
     rel = {"scenarios": "scenarios/secret.json", "scenarios/tests": "scenarios/tests/secret.json", ".": "metadata.json"}
     with pytest.raises(FolderError, match="symbolic link"):
         read_json_object(folder, rel.get(where, where))
+
+
+def test_a_hard_link_to_a_host_file_is_never_read(project: Path, secret: Path) -> None:
+    """A second name for a root-only file outside the folder (what a tarball or `cp -al` can carry): the
+    parent would read the file itself, whatever its name."""
+    folder = project / "envs" / "notes"
+    env = load_env_folder(folder)
+    try:
+        os.link(secret, folder / "scenarios" / "leak.json")
+        assert "leak" in env.scenario_names()
+        with pytest.raises(ScenarioError, match="hard link"):
+            env.session("leak")
+        with pytest.raises(FolderError, match="hard link"):
+            read_json_object(folder, "scenarios/leak.json")
+    finally:
+        sys.modules.pop("envfactory_envs.notes", None)
+    with pytest.raises(FolderError, match="hard link"):
+        snapshot(folder)
+    with pytest.raises(EnvLoadError, match="hard link"):
+        EnvPool(settings(project)).get("notes")
+
+
+def test_a_mount_inside_the_folder_is_never_read(project: Path, secret: Path) -> None:
+    """A host file bound over a scenario, a host folder over `scenarios/` (root only; the same file system keeps
+    the device number, so only the mount id tells)."""
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("binding a file needs root and mount(8)")
+    import subprocess
+
+    folder = project / "envs" / "notes"
+    (folder / "scenarios" / "bound.json").write_text("{}", encoding="utf-8")
+    bound = [folder / "scenarios" / "bound.json", folder / "scenarios" / "tests"]
+    done = []
+    try:
+        for where, target in zip(bound, [secret, secret.parent], strict=True):
+            if subprocess.run(["mount", "--bind", str(target), str(where)], capture_output=True).returncode:
+                pytest.skip("this machine allows no bind mount")
+            done.append(where)
+        assert "HOST SECRET" in (folder / "scenarios" / "bound.json").read_text(encoding="utf-8")
+        with pytest.raises(FolderError, match="mount point"):
+            read_json_object(folder, "scenarios/bound.json")
+        with pytest.raises(FolderError, match="mount point"):
+            read_json_object(folder, "scenarios/tests/secret.json")
+        with pytest.raises(FolderError, match="mount point"):
+            walk(folder)
+        assert not is_trusted(project / "configs" / "trusted.json", "notes", folder)
+    finally:
+        for where in reversed(done):
+            subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_folder_of_sparse_files_is_refused_before_it_is_held_in_memory(project: Path) -> None:
+    sparse_files(project, random.Random(0))
+    with pytest.raises(FolderError, match="in all"):
+        snapshot(project / "envs" / "notes")
+    assert outcome(project) == "untrusted"
 
 
 def test_export_refuses_a_folder_with_a_link(tmp_path: Path, secret: Path) -> None:
