@@ -314,6 +314,48 @@ def test_the_bytes_hashed_are_the_bytes_compiled(project: Path) -> None:
     assert snap.sha256 != code_hash(folder)
 
 
+@pytest.mark.parametrize("when", ["import", "call"])
+def test_a_module_beside_env_py_is_never_imported(
+    project: Path, monkeypatch: pytest.MonkeyPatch, when: str
+) -> None:
+    """`from envs.notes import helper` (the working folder on sys.path, as with `python -m envfactory.cli`): the
+    import system would read helper.py again after the hash, and a planted unchecked `.pyc` of it first."""
+    folder = project / "envs" / "notes"
+    (folder / "helper.py").write_text("def word() -> str:\n    return 'trusted'\n", encoding="utf-8")
+    importer = "import importlib\n"
+    if when == "import":
+        importer += "helper = importlib.import_module('envs.notes.helper')\n"
+        body = "return helper.word()"
+    else:
+        body = "return importlib.import_module('envs.notes.helper').word()"
+    source = code(GOOD).replace("class Note(Record):", importer + "\n\nclass Note(Record):")
+    (folder / "env.py").write_text(source.replace('return "trusted"', body), encoding="utf-8")
+    trust(project / "configs" / "trusted.json", "notes", folder)
+    evil = project.parent / "outside" / "helper.py"
+    evil.parent.mkdir(exist_ok=True)
+    evil.write_text("def word() -> str:\n    return 'changed'\n", encoding="utf-8")
+    cfile = folder / "__pycache__" / f"helper.{sys.implementation.cache_tag}.pyc"
+    cfile.parent.mkdir()
+    unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    py_compile.compile(str(evil), cfile=str(cfile), dfile=str(folder / "helper.py"), invalidation_mode=unchecked)
+    monkeypatch.syspath_prepend(str(project))
+    try:
+        assert is_trusted(project / "configs" / "trusted.json", "notes", folder)
+        now = outcome(project)
+        if when == "import":
+            assert now == "refused"
+            with pytest.raises(EnvLoadError, match="in an environment folder"):
+                EnvPool(settings(project)).get("notes")
+        else:
+            assert now.startswith("ran:") and EVIL not in now and GOOD not in now
+            env = EnvPool(settings(project)).get("notes")
+            rec = env.session({}).call("answer", {})
+            assert rec.error is not None and "in an environment folder" in rec.error.message, rec
+    finally:
+        for name in [m for m in sys.modules if m == "envs" or m.startswith(("envs.", "envfactory_envs.notes"))]:
+            sys.modules.pop(name, None)
+
+
 # ---- reads never leave the folder ----------------------------------------------------------------
 
 
