@@ -315,9 +315,7 @@ def test_the_bytes_hashed_are_the_bytes_compiled(project: Path) -> None:
 
 
 @pytest.mark.parametrize("when", ["import", "call"])
-def test_a_module_beside_env_py_is_never_imported(
-    project: Path, monkeypatch: pytest.MonkeyPatch, when: str
-) -> None:
+def test_a_module_beside_env_py_is_never_imported(project: Path, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
     """`from envs.notes import helper` (the working folder on sys.path, as with `python -m envfactory.cli`): the
     import system would read helper.py again after the hash, and a planted unchecked `.pyc` of it first."""
     folder = project / "envs" / "notes"
