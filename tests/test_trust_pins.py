@@ -24,7 +24,7 @@ import pytest
 from envfactory.config import Settings
 from envfactory.env.environment import Environment
 from envfactory.env.folder import FolderError, list_names, read_json_object, walk
-from envfactory.env.metadata import dump_metadata
+from envfactory.env.metadata import dump_metadata, parse_metadata
 from envfactory.env.pool import EnvPool, load_env_folder
 from envfactory.env.trust import TrustError, code_hash, is_trusted, snapshot, trust
 from envfactory.errors import EnvLoadError, ScenarioError
@@ -483,6 +483,41 @@ def test_export_refuses_a_folder_with_a_link(tmp_path: Path, secret: Path) -> No
     assert "HOST SECRET" not in "".join(
         p.read_text(encoding="utf-8", errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file()
     )
+
+
+def test_envgen_never_writes_through_a_link(project: Path) -> None:
+    """A folder EnvGen may overwrite (it holds envgen.json) left with links where EnvGen writes: the code, a
+    scenario, the report. Writing the new environment must not write the host files they point to."""
+    from envfactory.envgen.checks import ExpectedCall, TestScenario
+    from envfactory.envgen.register import GeneratedEnvironment, write_environment
+
+    folder = project / "envs" / "notes"
+    meta = parse_metadata(json.loads((folder / "metadata.json").read_text(encoding="utf-8")), "metadata.json")
+    victims = {
+        rel: _outside(project, rel.replace("/", "_"), f"HOST FILE {rel}\n")
+        for rel in ("env.py", "scenarios/default.json", "scenarios/tests/s.json", "envgen.json")
+    }
+    for rel, victim in victims.items():
+        (folder / rel).unlink(missing_ok=True)
+        os.symlink(victim, folder / rel)
+    generated = GeneratedEnvironment(
+        metadata=meta,
+        code=code(EVIL),
+        scenarios=[TestScenario(name="s", initial_config={"notes": {}}, steps=[ExpectedCall(tool="answer")])],
+    )
+    write_environment(folder, generated)
+    for rel, victim in victims.items():
+        assert victim.read_text(encoding="utf-8") == f"HOST FILE {rel}\n", rel
+        assert not (folder / rel).is_symlink() and (folder / rel).is_file(), rel
+    assert (folder / "env.py").read_text(encoding="utf-8") == code(EVIL)
+    # the folder itself a link to a host folder: refused, nothing written there
+    elsewhere = project.parent / "outside" / "dir"
+    elsewhere.mkdir()
+    shutil.rmtree(folder)
+    os.symlink(elsewhere, folder)
+    with pytest.raises(OSError):
+        write_environment(folder, generated)
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_deep_trees_and_long_names_are_one_line_errors(tmp_path: Path) -> None:
