@@ -265,7 +265,9 @@ def write_atomic(path: Path, text: str) -> None:
     except UnicodeEncodeError as e:
         raise InputError(f"{path}: the text to write is not valid Unicode (position {e.start})") from None
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()  # a stale one, or a link planted at the name: removed, never written through
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), 0o644)
         try:
             data = memoryview(payload)
             while data:

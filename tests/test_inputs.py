@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -195,6 +196,21 @@ def test_write_atomic_replaces_the_whole_file(tmp_path: Path) -> None:
         write_atomic(tmp_path / "missing" / "x.json", "{}")
     _one_line(err.value)
     assert not (tmp_path / "missing").exists()
+
+
+def test_write_atomic_never_writes_through_a_link_at_its_temporary_name(tmp_path: Path) -> None:
+    """The temporary file's name is predictable (pid, thread): a link planted there (an environment folder's
+    metadata.json is written this way) must not truncate and overwrite the file it points to."""
+    victim = tmp_path / "victim"
+    victim.write_text("HOST FILE\n")
+    folder = tmp_path / "env"
+    folder.mkdir()
+    tmp = folder / f".metadata.json.{os.getpid()}.{threading.get_ident()}.tmp"
+    os.symlink(victim, tmp)
+    write_atomic(folder / "metadata.json", "{}\n")
+    assert victim.read_text() == "HOST FILE\n"
+    assert (folder / "metadata.json").read_text() == "{}\n" and not (folder / "metadata.json").is_symlink()
+    assert sorted(p.name for p in folder.iterdir()) == ["metadata.json"]
 
 
 @pytest.mark.timeout(60)
