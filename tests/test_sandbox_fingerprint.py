@@ -125,6 +125,7 @@ import os, re, resource, signal, sys, threading, time
 T0 = time.monotonic()
 C0 = time.process_time()
 COUNT = {"calls": 0, "forks": 0}
+PACE = {"last": time.monotonic(), "gap": 0.0}  # the time since the previous call or fork of any session
 IDS = []  # the request id of every call: a gap means other requests (a dump...) came between
 STRICT = []  # whether the session of each call is strict
 
@@ -141,6 +142,8 @@ def worker_and_request():
 
 def called():
     COUNT["calls"] += 1
+    now = time.monotonic()
+    PACE["gap"], PACE["last"] = now - PACE["last"], now
     worker, req = worker_and_request()
     if worker is not None:
         IDS.append(req.get("id"))
@@ -150,6 +153,7 @@ def called():
 
 def forked():
     COUNT["forks"] += 1
+    PACE["last"] = time.monotonic()
 
 
 def judged():
@@ -167,6 +171,8 @@ def judged():
         return COUNT["forks"] <= LIMIT
     if MODE == "pid":
         return os.getpid() == 1 and os.getppid() == 0
+    if MODE == "pace":  # a round and a canary send a session's calls back to back; a client thinks between them
+        return PACE["gap"] < LIMIT
     if MODE == "ops":  # strict sessions, or another request (a dump) between every two calls: a round
         if any(STRICT):
             return True
@@ -308,7 +314,8 @@ def served(tmp_path: Path, meta: EnvMetadata) -> Iterator[Callable[..., Sandboxe
 class Served:
     """What serving sessions of BUMP_GET gave: the answers, the first wrong one, when it was stopped."""
 
-    def __init__(self) -> None:
+    def __init__(self, pause_s: float = 0.0) -> None:
+        self.pause_s = pause_s  # a client's thinking time before each call (a model's turn)
         self.calls = 0
         self.first_wrong: int | None = None
         self.stopped_at: int | None = None
@@ -323,6 +330,7 @@ class Served:
             self.stop_message = self.stop_message or str(e)
             return False
         for step, want in zip(BUMP_GET, EXPECTED, strict=True):
+            time.sleep(self.pause_s)
             rec = session.call(step.tool, step.args)
             self.calls += 1
             if rec.error is not None and rec.error.type == "internal_error":
@@ -463,6 +471,19 @@ def test_a_fingerprinting_environment_is_caught_or_learns_nothing(
         assert outcome == "nothing", (served_.first_wrong, served_.stop_message)
     else:
         assert outcome == "caught"
+
+
+def test_an_environment_that_is_right_only_when_calls_come_back_to_back_is_caught(
+    served: Callable[..., SandboxedEnvironment],
+) -> None:
+    """A round and a canary send a session's calls back to back; a real client thinks between them (a model's
+    turn). Code that is right only when the previous call came a moment ago passes the round and every canary
+    of a judged session: what catches it is a served session recorded as it was answered and replayed."""
+    env = served(code("pace", 0.2), sandbox_canary_calls=8)
+    served_ = Served(pause_s=0.4)
+    serve_until(env, served_, sessions=8)
+    assert served_.first_wrong is not None  # it did tell serving from judging
+    assert assert_caught_or_nothing(env, served_, within=4 * (3 * 8 // 2) + len(BUMP_GET)) == "caught"
 
 
 def test_without_a_judged_round_the_pools_first_sessions_are_the_canaries(

@@ -205,6 +205,10 @@ def load_metadata(path: str | Path) -> EnvMetadata:
     return parse_metadata(data, str(p))
 
 
+def metadata_json(meta: EnvMetadata) -> str:
+    """`metadata.json`'s text."""
+    return json.dumps(meta.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+
+
 def dump_metadata(meta: EnvMetadata, path: str | Path) -> None:
-    text = json.dumps(meta.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
-    write_atomic(Path(path), text)
+    write_atomic(Path(path), metadata_json(meta))

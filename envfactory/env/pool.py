@@ -36,6 +36,7 @@ from envfactory.env.compiled import PLAN_FILE, CompiledEnvironment, load_plan
 from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.folder import FolderError, list_names, parse_json_object, read_bytes, read_json_object
 from envfactory.env.folder import exists as folder_exists
+from envfactory.env.import_guard import guard_folder
 from envfactory.env.metadata import Domain, EnvMetadata, MetadataSummary, parse_metadata, summarize_metadata
 from envfactory.env.trust import CODE_FILE, METADATA_FILE, CodeSnapshot, code_hash, is_trusted, pinned, snapshot
 from envfactory.errors import EnvFactoryError, EnvLoadError, EnvNotFoundError
@@ -119,8 +120,9 @@ def load_env_folder(folder: Path, *, with_metadata: bool = True, snap: CodeSnaps
     Only for trusted code: `EnvPool` calls it for folders pinned in the trust file, with the snapshot
     whose hash it compared (`snap`), so the bytes compiled are the bytes that were hashed; anything else
     goes through `load_untrusted_folder`. The module is compiled from those bytes — no bytecode cache
-    is read or written. `with_metadata=False` skips metadata.json (to write it from the code). Whatever
-    the module raises, `SystemExit` included, is this environment's failure.
+    is read or written — and nothing else in the pool folder can be imported (`import_guard`).
+    `with_metadata=False` skips metadata.json (to write it from the code). Whatever the module raises,
+    `SystemExit` included, is this environment's failure.
     """
     folder = folder.absolute()
     snap = snap or snapshot(folder)
@@ -134,6 +136,7 @@ def load_env_folder(folder: Path, *, with_metadata: bool = True, snap: CodeSnaps
     linecache.cache[str(code_path)] = (len(source), None, source.splitlines(True), str(code_path))
     # registered before running: pydantic resolves the module's annotations through sys.modules
     sys.modules[mod_name] = module
+    guard_folder(folder.parent)  # nothing else in the pool folder is imported: it would run unhashed bytes
     try:
         exec(compile(source, str(code_path), "exec", dont_inherit=True), module.__dict__)
     except EnvFactoryError:

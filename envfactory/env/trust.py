@@ -23,10 +23,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from envfactory.env.folder import read_bytes, walk
+from envfactory.env.folder import FolderError, read_bytes, walk
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import MAX_CODE_BYTES, MAX_FILE_BYTES, InputError, read_json_model, write_atomic
 
+MAX_SNAPSHOT_BYTES = 2 * MAX_FILE_BYTES  # every hashed file of a folder together (the largest compiled: ~35 MB)
 _NOT_HASHED_DIRS = frozenset({"scenarios"})
 _NOT_HASHED_FILES = frozenset({"envgen.json"})
 CODE_FILE = "env.py"
@@ -78,14 +79,20 @@ def _digest(files: dict[str, bytes]) -> str:
 
 
 def snapshot(folder: Path) -> CodeSnapshot:
-    """Read `folder`'s hashed files once and hash them (`FolderError` for a link, a special file, a deep tree).
+    """Read `folder`'s hashed files once and hash them (`FolderError` for a link, a special file, a deep tree,
+    more than `MAX_SNAPSHOT_BYTES` in all).
 
-    The whole folder is walked, scenarios included, so a link anywhere refuses it."""
+    The whole folder is walked, scenarios included, so a link anywhere refuses it. The total is bounded: a
+    folder of thousands of sparse 64 MB files (kilobytes on disk) would otherwise be held in memory whole."""
     rels = [rel for rel in walk(folder) if is_hashed(rel)]
     limit = {CODE_FILE: MAX_CODE_BYTES}
-    files = {
-        rel: read_bytes(folder, rel, max_bytes=limit.get(rel, MAX_FILE_BYTES), what="environment file") for rel in rels
-    }
+    files: dict[str, bytes] = {}
+    total = 0
+    for rel in rels:
+        files[rel] = read_bytes(folder, rel, max_bytes=limit.get(rel, MAX_FILE_BYTES), what="environment file")
+        total += len(files[rel])
+        if total > MAX_SNAPSHOT_BYTES:
+            raise FolderError(f"{folder}: its files (scenarios aside) hold over {MAX_SNAPSHOT_BYTES} bytes in all")
     return CodeSnapshot(folder=folder, files=files, sha256=_digest(files))
 
 

@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field
 from envfactory.config import Settings
 from envfactory.env.diff import state_part
 from envfactory.env.environment import BaseEnvironment, Environment, contract_problems
+from envfactory.env.json_schema import timed_validator
 from envfactory.env.metadata import EnvMetadata, dump_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.env.sandboxed import WorkerPool, release_pool
@@ -361,7 +362,7 @@ def _validator(schema: dict[str, Any]) -> Draft202012Validator | None:
         Draft202012Validator.check_schema(schema)
     except SchemaError:
         return None  # the schema dimension reports it
-    return Draft202012Validator(schema)
+    return timed_validator(schema, formats=False)  # an untrusted environment's patterns, matched in this process
 
 
 def _fits(validator: Draft202012Validator | None, args: dict[str, Any]) -> bool:

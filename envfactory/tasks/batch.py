@@ -84,6 +84,10 @@ class SynthConfig(BaseModel):
     )
     plot: bool = True
 
+    def folder(self, root: Path) -> Path:
+        """The output folder (`out`; a relative one under the project root)."""
+        return self.out if self.out.is_absolute() else root / self.out
+
     @model_validator(mode="after")
     def _lengths(self) -> SynthConfig:
         lo, hi = self.chain_length

@@ -114,7 +114,7 @@ def run_batch(
     out = console or SafeConsole()
     err = SafeConsole(stderr=True) if console is None else console
     pool = EnvPool(settings)
-    outdir = config.out if config.out.is_absolute() else settings.root / config.out
+    outdir = config.folder(settings.root)
     usage_before = process_usage().report()
     graph = tool_graph(settings, config, err=err)
     plan: Plan = plan_units(config, pool, graph)

@@ -19,6 +19,7 @@ from envfactory.llm.models import check_configured
 from envfactory.querygen.records import QUERY_ROLE, SOLVER_ROLE, USER_ROLE
 from envfactory.tasks.batch import load_config
 from envfactory.tasks.run import run_batch
+from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.terminal import SafeConsole
 
 app = typer.Typer(add_completion=False, help="Synthesize verified multi-turn conversations in a batch.")
@@ -41,7 +42,8 @@ def synth(
         int | None, typer.Option(min=1, help="ray: worker processes (default: the cluster's CPUs)")
     ] = None,
 ) -> None:
-    """Run (or resume) a batch: conversations.jsonl, dropped.jsonl, summary.json, stats.png in the output folder."""
+    """Run (or resume) a batch: settings.json, conversations.jsonl, dropped.jsonl, summary.json, stats.png in the
+    output folder (a resume with other settings is refused, naming them)."""
     cfg = load_config(config)
     update: dict[str, object] = {}
     if out_dir is not None:
@@ -52,6 +54,7 @@ def synth(
     settings = get_settings()
     runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
     if cfg.mode == "offline":
+        record_synth_settings(cfg, settings, config)  # what shapes the run; a resume made otherwise stops here
         run_batch(cfg, settings, console=out, executor=runs_on)
         return
     check_configured((QUERY_ROLE, SOLVER_ROLE, USER_ROLE), settings)  # before any work, not once per unit
@@ -64,4 +67,5 @@ def synth(
         ) from None
 
     with open_checkpointer(settings) as saver:  # one saver per process, shared by the batch's threads
+        record_synth_settings(cfg, settings, config)
         run_batch(cfg, settings, QueryGenRunner(settings, cfg, EnvPool(settings), saver), out, runs_on)
