@@ -24,7 +24,8 @@ from envfactory.tasks.run import run_batch
 from tests.llama_server import llama_server as start_llama_server
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+# needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
+pytestmark = [pytest.mark.slow, pytest.mark.external]  # llama.cpp's server with SmolLM2
 
 
 @pytest.fixture(scope="module")

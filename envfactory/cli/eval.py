@@ -22,6 +22,7 @@ from langchain_core.language_models import BaseChatModel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envfactory.cli.args import out_dir_option
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits
@@ -46,7 +47,7 @@ from envfactory.eval.run import (
 from envfactory.executor import executor_from
 from envfactory.export.errors import ExportError
 from envfactory.export.files import conversations_file
-from envfactory.llm.models import chat_model
+from envfactory.llm.models import chat_model, check_configured
 from envfactory.run_settings import SETTINGS_FILE, file_sha256, model_identity
 from envfactory.tasks.batch import HELDOUT
 from envfactory.terminal import SafeConsole, safe
@@ -62,7 +63,7 @@ err = SafeConsole(stderr=True)
 
 @app.callback(invoke_without_command=True)
 def evaluate(
-    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)", callback=out_dir_option)],
     source: Annotated[Path | None, typer.Argument(help="a synth run's folder, or a conversations file")] = None,
     suite: Annotated[str | None, typer.Option(help=f"an imported suite instead of SOURCE: {', '.join(SUITES)}")] = None,
     split: Annotated[
@@ -88,6 +89,7 @@ def evaluate(
 ) -> None:
     """Run (or resume) an evaluation and print its summary."""
     settings = get_settings()
+    check_configured(("eval",), settings)  # no model: one line now, not a table of zeros after every item failed
     if tools not in (None, "direct", "meta"):
         raise EvalRunError(f"--tools is direct or meta, not '{tools}'")
     if mode not in (None, "turn", "conversation"):

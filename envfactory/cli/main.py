@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from envfactory.cli.args import env_name, env_names
+from envfactory.cli.args import env_name, env_names, out_dir_option
 from envfactory.cli.corpus import app as corpus_app
 from envfactory.cli.mcp import app as mcp_app
 from envfactory.cli.prompts import app as prompts_app
@@ -93,7 +93,9 @@ class HubFormatOption(StrEnum):
 def envs_export(
     names: Annotated[list[str] | None, typer.Argument(help="environments (default: those the tasks use)")] = None,
     fmt: Annotated[HubFormatOption, typer.Option("--format", help="openenv | verifiers")] = HubFormatOption.openenv,
-    out_dir: Annotated[Path, typer.Option("--out", help="the package folder to write")] = Path("export"),
+    out_dir: Annotated[Path, typer.Option("--out", help="the package folder to write", callback=out_dir_option)] = Path(
+        "export"
+    ),
     tasks: Annotated[
         Path | None, typer.Option("--tasks", help="a synth run folder (or conversations JSONL): its turns become tasks")
     ] = None,
@@ -112,6 +114,8 @@ def envs_export(
     records = []
     if tasks is not None:
         conversations = training_conversations(tasks)
+        if not conversations:
+            raise HubExportError(f"--tasks {tasks}: no conversation in it: nothing to make tasks of")
         catalog = catalog_for(pool, conversations)
         records = [r for c in conversations for r in convert_to_rl_data(c, catalog)]
     chosen = env_names(names)
@@ -141,6 +145,8 @@ def envs_validate(
 
     pool = _pool()
     names = [env_name(name)] if name is not None else pool.names()
+    if name is not None and name not in pool.names():
+        raise EnvFactoryError(f"no environment '{name}'; see `envfactory envs list`")
     reports = [validate_env(pool, n) for n in names]
     if health:
         settings = HealthSettings(calls=pool.settings.health_calls)
@@ -296,22 +302,22 @@ def hub_serve(
     app_name: Annotated[list[str] | None, typer.Option("--app", help="serve only these apps (repeatable)")] = None,
 ) -> None:
     """Serve the pool through SynthAPI's meta-tools; a session picks its task with ?task=ID or envfactory_load_task."""
-    from envfactory.serve.hub_server import serve_hub
+    from envfactory.serve.hub_server import build_hub_server
 
     settings = get_settings()
     apps = env_names(app_name) if app_name is not None else None
+    server = build_hub_server(  # tasks and apps checked here: an error comes before "serving ..."
+        EnvPool(settings),
+        tasks,
+        apps=apps,
+        default_task=task,
+        host=host or settings.http_host,
+        port=port or settings.http_port,
+    )
     if transport is Transport.http:
         address = f"{host or settings.http_host}:{port or settings.http_port}"
         err.print(f"serving the hub on http://{safe(address)}/mcp", highlight=False)
-    serve_hub(
-        EnvPool(settings),
-        tasks,
-        "streamable-http" if transport is Transport.http else "stdio",
-        host or settings.http_host,
-        port or settings.http_port,
-        default_task=task,
-        apps=apps,
-    )
+    server.run(transport="streamable-http" if transport is Transport.http else "stdio")
 
 
 @app.command("call")

@@ -297,6 +297,8 @@ class EnvPool:
     def _folders(self) -> list[Path]:
         """Where environment folders live: the pool folder, then the compiled environments' folder (if set)."""
         extra = self.settings.compiled_dir
+        if extra is not None and not extra.is_dir():  # a typo in ENVFACTORY_COMPILED_DIR: said, not an empty pool
+            raise EnvFactoryError(f"the compiled environments' folder {extra} does not exist (ENVFACTORY_COMPILED_DIR)")
         return [self.folder] + ([extra] if extra is not None and extra != self.folder else [])
 
     def folder_of(self, name: str) -> Path | None:

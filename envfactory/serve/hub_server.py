@@ -251,8 +251,20 @@ def build_hub_server(
     apps: list[str] | None = None,
     **kwargs: Any,
 ) -> HubMCPServer:
-    """A hub server over `pool` with the tasks of `tasks_path` (a JSONL file of Conversations or Tasks)."""
-    tasks = load_tasks(tasks_path) if tasks_path is not None else None
+    """A hub server over `pool` with the tasks of `tasks_path`: a JSONL file of Conversations or Tasks, or a synth
+    run's folder (its training split, as `export` and `eval` read it). A file with no task is an error."""
+    from envfactory.tasks.batch import CONVERSATIONS
+
+    tasks = None
+    if tasks_path is not None:
+        path = Path(tasks_path)
+        if path.is_dir():
+            path = path / CONVERSATIONS
+            if not path.is_file():
+                raise HubError("invalid_tasks_file", f"{tasks_path} has no {CONVERSATIONS}: give a synth run folder")
+        tasks = load_tasks(path)
+        if not tasks:
+            raise HubError("invalid_tasks_file", f"{path}: no task in it: nothing to serve")
     return HubMCPServer(Hub(pool, tasks, apps=apps), **kwargs)
 
 

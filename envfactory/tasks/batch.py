@@ -35,6 +35,10 @@ HELDOUT = "heldout.jsonl"  # the held-out split: for evaluation only, never expo
 DROPPED = "dropped.jsonl"
 
 
+class SynthError(EnvFactoryError):
+    """A batch ran but produced nothing to train on."""
+
+
 class SynthConfigError(EnvFactoryError):
     """A synth config file is missing, malformed or asks for something the pool cannot give."""
 
@@ -97,9 +101,14 @@ class SynthConfig(BaseModel):
 
 def load_config(path: Path) -> SynthConfig:
     try:
-        data = read_yaml(path) or {}
+        data = read_yaml(path)
     except InputError as e:
         raise SynthConfigError(f"synth config {e}") from None
+    if data is None:  # an empty file is a mistake (a wrong path, a truncated copy), not "all defaults"
+        raise SynthConfigError(
+            f"synth config {path} is empty: give at least `mode` and `envs` (see examples/synth.yaml), or `{{}}` for"
+            " every default"
+        )
     if not isinstance(data, dict):
         raise SynthConfigError(f"synth config {path}: expected a mapping of settings, got {type(data).__name__}")
     try:
