@@ -168,11 +168,11 @@ def run_batch(
         out.print(usage_table(usage))
         record["llm_usage"] = [row.model_dump() for row in usage]
     (outdir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
-    _say_where(out, outdir, summary)
+    _say_where(out, outdir, summary, stats.conversations)
     return summary
 
 
-def _say_where(out: Console, outdir: Path, summary: BatchSummary) -> None:
+def _say_where(out: Console, outdir: Path, summary: BatchSummary, conversations: int) -> None:
     """The files that hold the run's results, last, so they are what the user sees; a run that kept nothing
     is an error (after its summary and drop reasons are written: they say why)."""
     files = [(CONVERSATIONS, "the training split (what `envfactory export` reads)")]
@@ -182,7 +182,8 @@ def _say_where(out: Console, outdir: Path, summary: BatchSummary) -> None:
     for name, what in files:
         if (outdir / name).is_file():
             out.print(f"  {safe(outdir / name)}: {what}", highlight=False, soft_wrap=True)
-    if summary.kept == 0 and summary.heldout == 0:
+    held = outdir / HELDOUT
+    if conversations == 0 and not (held.is_file() and held.stat().st_size > 0):  # the folder, resumed runs too
         reasons = ", ".join(f"{code} {n}" for code, n in summary.dropped_by_code.items()) or "none ran"
         raise SynthError(f"no conversation was kept ({reasons}); the reasons are in {outdir / DROPPED}")
 
