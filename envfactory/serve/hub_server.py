@@ -3,7 +3,7 @@
 An agent connected here sees `list_apps`, `list_tools`, `get_tool_documentation`, `call_tool` and
 `complete_task` (see `envfactory.serve.hub` for why `call_tool` is the fifth) instead of every tool
 schema of every app. Each MCP session (each `initialize` over streamable HTTP, or the one stdio
-connection) gets its own `HubEpisode`, keyed weakly on the SDK's session object like
+connection) gets its own `HubEpisode`, keyed weakly on the SDK's session transport like
 `EnvMCPServer` does: its own `Session` per app, its own task, its own verdict.
 
 Task: the server's default task (`default_task`, e.g. for stdio), overridden per session by the
