@@ -330,14 +330,17 @@ def _gate_env() -> Environment:
     env = Environment("gate", Counter, description="Calls, in the order they run.", domain="utilities")
 
     @env.tool(kind="write")
-    def work(db: Counter, label: str, hold: bool = False) -> int:
+    def work(db: Counter, label: str, hold: bool = False, spin: int = 0) -> int:
         """Note this call's label; with `hold`, keep the thread until the test lets go.
 
         Args:
             label: Who is calling.
             hold: Wait for the test's gate.
+            spin: Steps of busy work to do first (an expensive call).
         """
         ORDER.append(label)
+        for _ in range(spin):  # busy work
+            pass
         if hold:
             GATE.wait(30)
         db.calls += 1
@@ -352,10 +355,10 @@ class _Key:
 
 def test_sessions_flooding_an_apps_thread_cannot_queue_ahead_of_a_quiet_sessions_call() -> None:
     """A server's in-process app lends one thread to the calls that leave the event loop (a hub app's, a slow
-    session's). Twelve sessions that have had the thread before keep it busy, four calls queued each, all asked
-    before a quiet session's one call: that call runs next once the thread is free. Its wait is bounded in calls
-    (the one running), not by the backlog; before, the thread's queue was first come, first served and the
-    quiet call ran after all twelve sessions' first calls."""
+    session's). Twelve sessions that have had expensive calls on it keep it busy, four calls queued each, all
+    asked before a quiet session's cheap call: that call runs next once the thread is free. Its wait is bounded
+    in calls (the one running), not by the backlog; before, the thread's queue was first come, first served and
+    the quiet call ran after all twelve sessions' first calls."""
     server = EnvMCPServer(_gate_env(), default_config={"calls": 0}, limits=ServeLimits(cpu_threads=1))
     flooders = [_Key() for _ in range(12)]
     holder, quiet = _Key(), _Key()
@@ -364,8 +367,9 @@ def test_sessions_flooding_an_apps_thread_cannot_queue_ahead_of_a_quiet_sessions
         server.mark_slow(key)  # their calls run on the app's thread, as a slow session's (or a hub app's) do
 
     async def scenario() -> None:
-        for i, key in enumerate(flooders):  # each has had the thread before
-            await server.answer(key, choice, "work", {"label": f"warm-{i}"})
+        await server.answer(quiet, choice, "work", {"label": "quiet-before"})  # it has called before, cheaply
+        for i, key in enumerate(flooders):  # each has had the thread before, for expensive calls
+            await server.answer(key, choice, "work", {"label": f"warm-{i}", "spin": 300_000})
         ORDER.clear()
         GATE.clear()
         held = asyncio.create_task(server.answer(holder, choice, "work", {"label": "holder", "hold": True}))

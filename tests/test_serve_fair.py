@@ -94,6 +94,39 @@ def test_a_quiet_sessions_call_goes_before_every_waiting_call_of_sessions_that_u
     assert len(granted) == tokens + 1 + len(warm) * backlog  # and every busy call still ran
 
 
+def test_a_burst_of_new_sessions_does_not_go_ahead_of_a_known_cheap_session() -> None:
+    """Twenty sessions' first calls come at once (each a large request: loading a state), then a known session's
+    cheap call: the newcomers come in as if each had just had a call as long as the longest of late, so the
+    known session, which used less, gets the next slot."""
+
+    async def scenario() -> list[str]:
+        timer = Timer()
+        limiter = FairLimiter("app", 1, timer=timer)
+        known = Session()
+        for cost in (0.004, 0.001, 0.002):  # its calls so far
+            async with limiter.slot(known, 150):
+                timer.now += cost
+        granted: list[str] = []
+        release = asyncio.Event()
+
+        async def call(key: Session, label: str, size: int, first: bool) -> None:
+            async with limiter.slot(key, size, first=first):
+                granted.append(label)
+                await release.wait()
+                timer.now += 0.03
+
+        newcomers = [asyncio.create_task(call(Session(), f"new-{i}", 250_000, True)) for i in range(20)]
+        await _settle()
+        mine = asyncio.create_task(call(known, "known", 150, False))
+        await _settle()
+        release.set()
+        await asyncio.gather(*newcomers, mine)
+        return granted
+
+    granted = asyncio.run(scenario())
+    assert granted[:2] == ["new-0", "known"], granted  # new-0 found the slot free
+
+
 # ---- the share: sessions that keep calling get equal slot time, whatever their calls cost ------------------
 
 
@@ -227,7 +260,7 @@ def test_a_session_caught_once_by_chance_is_back_on_the_loop_after_two_calls() -
     off = OffLoop(cpu_s=0.002, blocked_s=0.02)
     key = Session()
     off.ran(key, 0.0001, 0.5, inline=True)  # blocked (its thread was preempted, a collection ran...)
-    assert key in off
+    assert key in off and Session() not in off
     off.ran(key, *CHEAP, inline=False)
     assert key in off
     off.ran(key, *CHEAP, inline=False)

@@ -42,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from envfactory.inputs import MAX_DEPTH, InputError, parse_json
-from envfactory.serve.fair import FairLimiter, OffLoop, Stopwatch
+from envfactory.serve.fair import FairLimiter, OffLoop, Stopwatch, Turn
 from envfactory.serve.http import guard_event_loop, harden_logging, serve_http, uvicorn_config
 from envfactory.serve.limits import SDK_MAX_BODY_BYTES, CallRing, LogBudget, ServeLimits, resident_mb
 
@@ -342,6 +342,13 @@ def _response_body(request_id: Any, result: types.CallToolResult) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+def _timed_body(request_id: Any, result: types.CallToolResult) -> tuple[bytes, float]:
+    """`_response_body` on a worker thread, and what it cost (CPU and blocked seconds)."""
+    watch = Stopwatch()
+    body = _response_body(request_id, result)
+    return body, sum(watch.stop())
+
+
 def tool_result(payload: Any, *, wrap: bool, error: bool = False) -> types.CallToolResult:
     text = json.dumps(payload, ensure_ascii=False)
     structured = None if error else ({"result": payload} if wrap else payload)
@@ -562,11 +569,12 @@ class SessionServer(FastMCP, Generic[H]):
         than the calls holding a thread when every other waiting session used more), one call at a time per
         session, in order."""
         lock = self._locks.get(key)
+        first = key not in self._held
+        in_process = name not in self.offloaded_tools and self.in_process(key, name, args)
         if (
-            not self.blocking
+            in_process
             and (lock is None or not lock.locked())
             and size <= self.limits.inline_body_bytes
-            and name not in self.offloaded_tools
             and key not in self._off_loop
         ):
             watch = Stopwatch()
@@ -577,41 +585,52 @@ class SessionServer(FastMCP, Generic[H]):
                 self._off_loop.ran(key, cpu, blocked, inline=True)
             if request_id is None or answer_bytes(result) <= self.limits.inline_body_bytes:
                 return result, None if request_id is None else _response_body(request_id, result)
-            async with self._slots(key, choice, name, args, size) as threads:  # a large answer: encoded off the loop
-                return result, await anyio.to_thread.run_sync(_response_body, request_id, result, limiter=threads)
+            async with self._slots(key, choice, name, args, size, first) as (threads, turns):  # a large answer
+                encoded, spent = await anyio.to_thread.run_sync(_timed_body, request_id, result, limiter=threads)
+                for turn in turns:
+                    turn.cost = spent
+            return result, encoded
         if lock is None:
             lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock, self._slots(key, choice, name, args, size) as threads:
-            result, cpu, blocked, body = await anyio.to_thread.run_sync(
+        async with lock, self._slots(key, choice, name, args, size, first) as (threads, turns):
+            result, cpu, blocked, cost, body = await anyio.to_thread.run_sync(
                 self._run, key, choice, name, args, size, request_id, limiter=threads
             )
-        if not self.blocking and name not in self.offloaded_tools:
+            for turn in turns:
+                turn.cost = cost
+        if in_process:
             self._off_loop.ran(key, cpu, blocked, inline=False)
         return result, body
 
+    def in_process(self, key: Any, name: str, args: dict[str, Any]) -> bool:
+        """Whether this call of session `key` runs in-process code only (no sandboxed worker, nothing to load):
+        then it may run on the event loop while the session's calls are cheap."""
+        return not self.blocking
+
     @contextlib.asynccontextmanager
     async def _slots(
-        self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int
-    ) -> AsyncIterator[anyio.CapacityLimiter]:
+        self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int, first: bool
+    ) -> AsyncIterator[tuple[anyio.CapacityLimiter, list[Turn]]]:
         """Hold a slot of each of the call's limiters (in sorted order: two calls never wait on each other's);
-        yields the thread limiter to run it under."""
+        yields the thread limiter to run it under, and the turns to charge its cost to."""
         limiters = [self._limiter(k) for k in sorted(set(self.limiter_keys(key, choice, name, args)))]
         for limiter in limiters:
             if limiter.total_tokens != (wide := self.limiter_capacity(limiter.name)):
                 limiter.total_tokens = wide  # what the app turned out to be (in-process or blocking)
         async with contextlib.AsyncExitStack() as held:
-            for limiter in limiters:
-                await held.enter_async_context(limiter.slot(key, size))
-            yield limiters[-1].threads
+            turns = [await held.enter_async_context(limiter.slot(key, size, first=first)) for limiter in limiters]
+            yield limiters[-1].threads, turns
 
     def _run(
         self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int, request_id: Any
-    ) -> tuple[types.CallToolResult, float, float, bytes | None]:
-        """A call on a worker thread: its result, the CPU it used and the time it was blocked, and its body."""
+    ) -> tuple[types.CallToolResult, float, float, float, bytes | None]:
+        """A call on a worker thread: its result, the CPU it used and the time it was blocked, what the call
+        and its encoding cost together (CPU and blocked: not the time it waited for the GIL), and its body."""
         watch = Stopwatch()
         result = self.dispatch(key, choice, name, args, size)
         cpu, blocked = watch.stop()
-        return result, cpu, blocked, None if request_id is None else _response_body(request_id, result)
+        body = None if request_id is None else _response_body(request_id, result)
+        return result, cpu, blocked, sum(watch.stop()), body
 
     def mark_slow(self, key: Any) -> None:
         """Run session `key`'s next calls off the event loop (they may be expensive: e.g. it loaded a large state)."""

@@ -6,20 +6,24 @@ queue, a client that keeps many sessions busy with expensive calls has a call wa
 other session's; each of those waits for all of them. `FairLimiter` lends its slots by start-time
 fair queueing instead (Goyal et al., "Start-time Fair Queueing", 1996), with sessions as the flows:
 
-- each session has a *finish tag*: the virtual time (seconds of slot use) up to which it was served;
+- each session has a *finish tag*: the virtual time (seconds of work) up to which it was served;
 - a call's *start tag* is the larger of the limiter's clock and its session's finish tag, and a free
   slot goes to the waiting call with the smallest start tag; among equal ones (sessions that used no
-  more than the clock) to the smaller request (bytes: what is known of a call's cost before it runs),
+  more than the clock) to the session whose last call cost less, then to the smaller request (bytes),
   then to the earlier;
 - the clock is the largest start tag given a slot so far; a call moves its session's finish tag on by
-  the seconds its last call held a slot when it comes (so that two calls of a session never share a
-  start tag) and by the difference to what it held itself when it ends.
+  what its session's last call cost when it comes (so that two calls of a session never share a start
+  tag), and by the difference to its own cost when it ends. A call costs the seconds it held its slot,
+  or what its caller measured of its own work (`Turn.cost`: the server counts a call's CPU and the time
+  it was blocked, not the time it waited for the GIL while others worked);
+- a session's first call comes in as if the session had just had a call as long as the longest one of
+  late, so that a burst of new sessions does not go ahead of the known ones that used no more than that.
 
-A session that has used no more than the clock (a quiet one, one that was idle, a new one) starts at
-the clock, ahead of every session that used more. So a call of a session that used less than every
-waiting session waits only for the calls that hold a slot when it arrives, however many calls the others
-keep queued (and, if it is no larger, whatever they send): the bound is in calls, not in their cost. A
-flooding session's calls still run, in turn with the other busy sessions'.
+A session that has used no more than the clock (a quiet one, one that was idle) starts at the clock,
+ahead of every session that used more, and of those at the clock whose calls cost more. So a cheap call
+of a session that used less than the waiting ones waits only for the calls that hold a slot when it
+arrives, however many calls the others keep queued: the bound is in calls, not in their cost. A flooding
+session's calls still run, in turn with the other busy sessions'.
 """
 
 from __future__ import annotations
@@ -35,17 +39,27 @@ from typing import Any
 
 import anyio
 
-__all__ = ["FairLimiter", "OffLoop", "Stopwatch"]
+__all__ = ["FairLimiter", "OffLoop", "Stopwatch", "Turn"]
 
 
 @dataclass(order=True)
 class _Waiter:
     start: float
-    size: int  # the request's bytes: among equal starts, the smaller call goes first
+    expected: float  # what the session's last call cost: among equal starts, the cheaper session goes first
+    size: int  # the request's bytes: then the smaller call
     seq: int
     event: anyio.Event = field(compare=False)
     granted: bool = field(default=False, compare=False)
     gone: bool = field(default=False, compare=False)
+
+
+class Turn:
+    """A call's hold on a slot: set `cost` to what the call's work cost (seconds); else the time it held the slot."""
+
+    __slots__ = ("cost",)
+
+    def __init__(self) -> None:
+        self.cost: float | None = None
 
 
 class FairLimiter:
@@ -54,17 +68,20 @@ class FairLimiter:
     maps). `threads` is an anyio limiter of the same size for `anyio.to_thread.run_sync`, so a call never
     waits for a thread once it holds a slot, and never for anyio's shared default threads either."""
 
+    LATE = 0.9  # the longest call of late: each call's cost weighs against the last longest's times this
+
     def __init__(self, name: str, tokens: int, timer: Callable[[], float] = time.perf_counter) -> None:
         self.name = name
         self.timer = timer
         self.clock = 0.0
+        self.longest = 0.0  # the longest call of late (decaying by LATE per call)
         self.threads = anyio.CapacityLimiter(tokens)
         self._tokens = tokens
         self._borrowed = 0
         self._heap: list[_Waiter] = []
         self._live = 0  # waiters in the heap not gone (cancelled)
         self._seq = itertools.count()
-        # per session: [finish tag, seconds its last call held a slot (what its next one is expected to)]
+        # per session: [finish tag, what its last call cost (what its next one is expected to)]
         self._tags: weakref.WeakKeyDictionary[Any, list[float]] = weakref.WeakKeyDictionary()
 
     @property
@@ -94,17 +111,20 @@ class FairLimiter:
         return tags[0] if tags is not None else 0.0
 
     @asynccontextmanager
-    async def slot(self, key: Any, size: int = 0) -> AsyncIterator[None]:
-        """Hold one slot for a call of session `key` (`size`: its request's bytes), waiting in fair order
-        while none is free."""
-        tags = self._tags.setdefault(key, [0.0, 0.0])
+    async def slot(self, key: Any, size: int = 0, *, first: bool = False) -> AsyncIterator[Turn]:
+        """Hold one slot for a call of session `key` (`size`: its request's bytes; `first`: the session's first
+        call to the server), waiting in fair order while none is free."""
+        tags = self._tags.get(key)
+        if tags is None:
+            prior = self.longest if first else 0.0
+            tags = self._tags[key] = [self.clock + prior, prior]
         start = max(self.clock, tags[0])
         expected = tags[1]
         tags[0] = start + expected  # so that another call of the session, meanwhile, starts after this one
         if self._borrowed < self._tokens and not self._live:
             self._borrowed += 1
         else:
-            waiter = _Waiter(start, size, next(self._seq), anyio.Event())
+            waiter = _Waiter(start, expected, size, next(self._seq), anyio.Event())
             heapq.heappush(self._heap, waiter)
             self._live += 1
             try:
@@ -115,15 +135,18 @@ class FairLimiter:
                 else:
                     waiter.gone = True
                     self._live -= 1
+                tags[0] -= expected
                 raise
         self.clock = max(self.clock, start)
+        turn = Turn()
         began = self.timer()
         try:
-            yield
+            yield turn
         finally:
-            held = max(0.0, self.timer() - began)
-            tags[0] += held - expected
-            tags[1] = held
+            cost = max(0.0, self.timer() - began if turn.cost is None else turn.cost)
+            tags[0] += cost - expected
+            tags[1] = cost
+            self.longest = max(cost, self.longest * self.LATE)
             self._release()
 
     def _grant(self) -> bool:
@@ -170,13 +193,17 @@ class OffLoop:
     was caught running an expensive call on the loop (`strike`, also for what is known in advance, such as a
     large state loaded). A session caught once by chance (a collection, a preempted thread) is back on the loop
     after two calls; one that alternates cheap and expensive calls to get the loop runs a number of expensive
-    calls there that grows with the log of its calls, not with their number."""
+    calls there that grows with the log of its calls, not with their number. (A client that opens a new
+    session for each expensive call gets the loop once per session: what a call will cost is only known
+    once it ran; marking tools instead would send other sessions' cheap calls of the same tool to a thread
+    that a slow call may hold.)"""
 
     def __init__(self, cpu_s: float, blocked_s: float, most: int = 1 << 16) -> None:
         self.cpu_s, self.blocked_s, self.most = cpu_s, blocked_s, most
         self._marks: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()  # [strikes, calls left]
 
     def __contains__(self, key: Any) -> bool:
+        """Session `key`'s next call must leave the loop."""
         mark = self._marks.get(key)
         return mark is not None and mark[1] > 0
 
@@ -187,11 +214,12 @@ class OffLoop:
         mark[1] = min(self.most, 1 << mark[0])
 
     def ran(self, key: Any, cpu: float, blocked: float, *, inline: bool) -> None:
-        """Session `key`'s call used `cpu` seconds of CPU and was blocked `blocked` seconds, on the loop or not."""
+        """Session `key`'s call used `cpu` seconds of CPU and was blocked `blocked` seconds, on the loop (`inline`)
+        or not."""
+        mark = self._marks.get(key)
         if cpu <= self.cpu_s and blocked <= self.blocked_s:  # cheap: one call nearer the loop again
-            cheap = self._marks.get(key)
-            if cheap is not None and cheap[1] > 0:
-                cheap[1] -= 1
+            if mark is not None and mark[1] > 0:
+                mark[1] -= 1
         elif inline:
             self.strike(key)
         else:  # expensive off the loop too: its countdown starts over

@@ -155,6 +155,20 @@ class HubMCPServer(SessionServer[HubEpisode]):
         app = name.removeprefix("app:")
         return self.limits.cpu_threads if self._inprocess.get(app) else self.limits.app_threads
 
+    def in_process(self, key: Any, name: str, args: dict[str, Any]) -> bool:
+        """A `call_tool` of an in-process app the session's episode already holds a session of (nothing to fork
+        or load): it may run on the event loop while the session's calls are cheap, as in `EnvMCPServer`."""
+        if name != CALL_TOOL:
+            return False
+        app, episode = args.get("app"), self._held.get(key)
+        return (
+            isinstance(app, str)
+            and self._inprocess.get(app, False)
+            and episode is not None
+            and not episode.ended
+            and app in episode.sessions
+        )
+
     def _apps_of(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> set[str]:
         known = self._apps
         if name in (CALL_TOOL, LIST_TOOLS, GET_TOOL_DOC):
