@@ -394,6 +394,31 @@ def test_sessions_flooding_an_apps_thread_cannot_queue_ahead_of_a_quiet_sessions
     assert sorted(ORDER[2:]) == sorted(f"flood-{i}" for i in range(12) for _ in range(4))  # and all of them ran
 
 
+def test_a_hub_sessions_cheap_call_does_not_wait_for_the_apps_thread(abuse_pool: EnvPool) -> None:
+    """In the hub, a cheap call_tool of an in-process app the episode already holds runs on the event loop, as
+    in a single-environment server: it is answered while another session's slow call holds the app's one
+    thread (before, every hub call queued for that thread, first come, first served)."""
+    server = HubMCPServer(Hub(abuse_pool))
+    slow, quiet = _Key(), _Key()
+    wait = {"app": "slowpoke", "tool": "wait"}
+
+    async def scenario() -> bool:
+        for key in (quiet, slow):  # each episode forks slowpoke (on a thread: a first call of the app)
+            res = await server.answer(key, None, "call_tool", {**wait, "arguments": {"seconds": 0}})
+            assert not res.isError, res.content
+        server.mark_slow(slow)  # its calls leave the loop: the next one holds the app's thread
+        held = asyncio.create_task(server.answer(slow, None, "call_tool", {**wait, "arguments": {"seconds": 3}}))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        res = await server.answer(quiet, None, "call_tool", {**wait, "arguments": {"seconds": 0}})
+        assert not res.isError, res.content
+        overtaken = not held.done()
+        await held
+        return overtaken
+
+    assert asyncio.run(scenario()), "the quiet session's call waited for the slow call's thread"
+
+
 def test_a_sessions_first_call_is_answered_off_the_sdk_however_large(abuse_pool: EnvPool) -> None:
     """A session's first tool call (a 250 KB reset config here) is answered by the fast path like the others:
     the SDK would validate it with pydantic on the event loop (~20 ms each, while every session waits), and it
