@@ -363,11 +363,12 @@ def test_sessions_flooding_an_apps_thread_cannot_queue_ahead_of_a_quiet_sessions
     flooders = [_Key() for _ in range(12)]
     holder, quiet = _Key(), _Key()
     choice = server.default_choice
-    for key in (*flooders, holder, quiet):
+    for key in (*flooders, holder):
         server.mark_slow(key)  # their calls run on the app's thread, as a slow session's (or a hub app's) do
 
     async def scenario() -> None:
         await server.answer(quiet, choice, "work", {"label": "quiet-before"})  # it has called before, cheaply
+        server.mark_slow(quiet)  # and its next call runs on the app's thread too
         for i, key in enumerate(flooders):  # each has had the thread before, for expensive calls
             await server.answer(key, choice, "work", {"label": f"warm-{i}", "spin": 300_000})
         ORDER.clear()
@@ -403,7 +404,7 @@ def test_a_hub_sessions_cheap_call_does_not_wait_for_the_apps_thread(abuse_pool:
     wait = {"app": "slowpoke", "tool": "wait"}
 
     async def scenario() -> bool:
-        for key in (quiet, slow):  # each episode forks slowpoke (on a thread: a first call of the app)
+        for key in (quiet, quiet, slow):  # each episode forks slowpoke (on a thread: a first call of the app)
             res = await server.answer(key, None, "call_tool", {**wait, "arguments": {"seconds": 0}})
             assert not res.isError, res.content
         server.mark_slow(slow)  # its calls leave the loop: the next one holds the app's thread
@@ -417,6 +418,30 @@ def test_a_hub_sessions_cheap_call_does_not_wait_for_the_apps_thread(abuse_pool:
         return overtaken
 
     assert asyncio.run(scenario()), "the quiet session's call waited for the slow call's thread"
+
+
+def test_a_hub_session_whose_first_call_of_an_app_was_slow_runs_the_next_off_the_loop(abuse_pool: EnvPool) -> None:
+    """A hub session's first call of an app forks the app's session on a thread; if it was slow (here it slept),
+    the session's next call of it stays off the event loop too, so other sessions' calls go on meanwhile."""
+    server = HubMCPServer(Hub(abuse_pool))
+    slow, other = _Key(), _Key()
+    get = {"app": "hotels", "tool": "get_hotel", "arguments": HOTEL}
+
+    def wait(seconds: float) -> dict[str, Any]:
+        return {"app": "slowpoke", "tool": "wait", "arguments": {"seconds": seconds}}
+
+    async def scenario() -> bool:
+        assert not (await server.answer(other, None, "call_tool", get)).isError
+        assert not (await server.answer(slow, None, "call_tool", wait(0.3))).isError
+        held = asyncio.create_task(server.answer(slow, None, "call_tool", wait(2.0)))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert not (await server.answer(other, None, "call_tool", get)).isError
+        overtaken = not held.done()
+        await held
+        return overtaken
+
+    assert asyncio.run(scenario()), "the slow session's second call held the event loop"
 
 
 def test_a_sessions_first_call_is_answered_off_the_sdk_however_large(abuse_pool: EnvPool) -> None:

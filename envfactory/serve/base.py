@@ -581,8 +581,7 @@ class SessionServer(FastMCP, Generic[H]):
             try:
                 result = self.dispatch(key, choice, name, args, size)
             finally:
-                cpu, blocked = watch.stop()
-                self._off_loop.ran(key, cpu, blocked, inline=True)
+                self.ran(key, name, args, *watch.stop(), inline=True)
             if request_id is None or answer_bytes(result) <= self.limits.inline_body_bytes:
                 return result, None if request_id is None else _response_body(request_id, result)
             async with self._slots(key, choice, name, args, size, first) as (threads, turns):  # a large answer
@@ -599,6 +598,10 @@ class SessionServer(FastMCP, Generic[H]):
             for turn in turns:
                 turn.cost = cost
         if in_process:
+            self.ran(key, name, args, cpu, blocked, inline=False)
+        elif name not in self.offloaded_tools and self.in_process(key, name, args):
+            # the call that made it in-process (a hub episode's first call of an app: its fork) says what the
+            # session's calls cost, not what the tool's do
             self._off_loop.ran(key, cpu, blocked, inline=False)
         return result, body
 
@@ -606,6 +609,11 @@ class SessionServer(FastMCP, Generic[H]):
         """Whether this call of session `key` runs in-process code only (no sandboxed worker, nothing to load):
         then it may run on the event loop while the session's calls are cheap."""
         return not self.blocking
+
+    def ran(self, key: Any, name: str, args: dict[str, Any], cpu: float, blocked: float, *, inline: bool) -> None:
+        """An in-process call of session `key` used `cpu` seconds of CPU and was blocked `blocked` seconds, on the
+        event loop (`inline`) or on a thread: `OffLoop` learns whether the session's next calls may run inline."""
+        self._off_loop.ran(key, cpu, blocked, inline=inline)
 
     @contextlib.asynccontextmanager
     async def _slots(

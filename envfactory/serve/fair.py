@@ -32,7 +32,7 @@ import heapq
 import itertools
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -193,17 +193,17 @@ class OffLoop:
     was caught running an expensive call on the loop (`strike`, also for what is known in advance, such as a
     large state loaded). A session caught once by chance (a collection, a preempted thread) is back on the loop
     after two calls; one that alternates cheap and expensive calls to get the loop runs a number of expensive
-    calls there that grows with the log of its calls, not with their number. (A client that opens a new
-    session for each expensive call gets the loop once per session: what a call will cost is only known
-    once it ran; marking tools instead would send other sessions' cheap calls of the same tool to a thread
-    that a slow call may hold.)"""
+    calls there that grows with the log of its calls, not with their number. Keys are sessions (held weakly),
+    or with `weak=False` names, such as a hub app's tools: a client that opens a new session for each
+    expensive call then gets the loop once per tool, not once per session."""
 
-    def __init__(self, cpu_s: float, blocked_s: float, most: int = 1 << 16) -> None:
+    def __init__(self, cpu_s: float, blocked_s: float, most: int = 1 << 16, *, weak: bool = True) -> None:
         self.cpu_s, self.blocked_s, self.most = cpu_s, blocked_s, most
-        self._marks: weakref.WeakKeyDictionary[Any, list[int]] = weakref.WeakKeyDictionary()  # [strikes, calls left]
+        # [strikes, calls left off the loop] per key
+        self._marks: MutableMapping[Any, list[int]] = weakref.WeakKeyDictionary() if weak else {}
 
     def __contains__(self, key: Any) -> bool:
-        """Session `key`'s next call must leave the loop."""
+        """The next call of session (or tool) `key` must leave the loop."""
         mark = self._marks.get(key)
         return mark is not None and mark[1] > 0
 
