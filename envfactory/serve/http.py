@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import socket
+import sys
 from typing import Any
 
 import uvicorn
@@ -260,4 +261,7 @@ async def serve_http(app: Any, *, host: str, port: int, limits: ServeLimits, log
     gc.collect()
     gc.freeze()
     gc.set_threshold(*limits.gc_thresholds)
+    # the event loop waits for the GIL after each of its system calls while a worker thread runs a CPU-bound
+    # call: the switch interval is the most each such wait can take
+    sys.setswitchinterval(limits.switch_interval_s)
     await server.serve()
