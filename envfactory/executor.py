@@ -122,10 +122,10 @@ class ProcessExecutor:
     """Processes on this machine, for CPU-bound units (threads share one interpreter lock): each worker
     process unpickles the runner once (`Shipped`) and keeps it for all its units.
 
-    One unit per worker is in flight at a time. A worker that dies (killed, out of memory) takes down the
-    whole process pool: the units it had in flight are charged a retry and run again in a fresh pool with
-    the rest; a unit whose retries are spent comes back as `WorkerLost` — one bad unit costs itself, not the
-    batch."""
+    One unit per worker is in flight at a time. A worker that dies (killed, out of memory) takes the whole
+    process pool down with it: the units in flight then are suspects, run again one at a time in a fresh
+    pool, so the one that kills its worker is found and charged (`retries` more tries alone, then it comes
+    back as `WorkerLost`) while the others finish — one bad unit costs itself, not the batch."""
 
     name = "processes"
 
@@ -140,40 +140,48 @@ class ProcessExecutor:
 
         context = multiprocessing.get_context("forkserver")  # no fork of a process holding threads
         todo = list(reversed(range(len(jobs))))
+        suspects: list[int] = []  # in flight when a pool died with several units in it: run alone next
         deaths = [0] * len(jobs)
-        while todo:
+        while todo or suspects:
             broken: BaseException | None = None
-            with ProcessPoolExecutor(
-                self.processes, mp_context=context, initializer=_hold, initargs=(runner,)
-            ) as ex:
+            with ProcessPoolExecutor(self.processes, mp_context=context, initializer=_hold, initargs=(runner,)) as ex:
                 pending: dict[Future[Any], int] = {}
-                while (todo or pending) and broken is None:
-                    while todo and len(pending) < self.processes:
-                        i = todo.pop()
-                        pending[ex.submit(_run_held, jobs[i])] = i
+                while (todo or suspects or pending) and broken is None:
+                    if suspects:
+                        if not pending:
+                            i = suspects.pop()
+                            pending[ex.submit(_run_held, jobs[i])] = i
+                    else:
+                        while todo and len(pending) < self.processes:
+                            i = todo.pop()
+                            pending[ex.submit(_run_held, jobs[i])] = i
                     done, _ = wait(pending, return_when=FIRST_COMPLETED)
                     for f in done:
-                        i = pending.pop(f)
                         try:
                             result = f.result()
                         except BrokenProcessPool as e:
                             broken = e
-                            pending[f] = i  # charged below, with the others in flight
-                            continue
+                            continue  # stays pending: settled below, with the others in flight
                         except Exception as e:  # a batch records a failure and goes on
                             result = e
-                        yield jobs[i], result
+                        yield jobs[pending.pop(f)], result
                 if broken is not None:
-                    for f, i in pending.items():  # the pool is gone: what was still in flight died with it
+                    died = []
+                    for f, i in pending.items():
                         if f.done() and not f.cancelled() and f.exception() is None:
-                            yield jobs[i], f.result()
-                            continue
+                            yield jobs[i], f.result()  # it finished before the pool went
+                        else:
+                            died.append(i)
+                    if len(died) == 1:  # alone in flight: it is the one
+                        i = died[0]
                         deaths[i] += 1
                         if deaths[i] > self.retries:
                             why = f"its worker process died {deaths[i]} times (last: {broken})"
                             yield jobs[i], WorkerLost(jobs[i], why)
                         else:
-                            todo.append(i)
+                            suspects.append(i)
+                    else:
+                        suspects.extend(died)
                     ex.shutdown(wait=True, cancel_futures=True)
 
 

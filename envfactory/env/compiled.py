@@ -325,7 +325,7 @@ class CompiledEnvironment(BaseEnvironment):
         return state
 
     def dump_state(self, state: Any) -> dict[str, Any]:
-        return self.copy_data(state)  # type: ignore[no-any-return]
+        return self.copy_data(state)
 
     # A call's bookkeeping: the state before it as a copy of its top level and of each collection, sharing the
     # records. That is enough because `run` never changes a record in place: it adds, replaces and deletes
