@@ -19,12 +19,11 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-import rstr
 from pydantic import BaseModel, Field
 
 from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Resource, schema_problems, type_of, validator_for
 from envfactory.errors import EnvFactoryError
-from envfactory.tasks.values import ValueMaker
+from envfactory.tasks.values import SeededXeger, ValueMaker
 from envfactory.toolgraph.names import singular, snake_case
 
 _TRIES = 6
@@ -48,7 +47,7 @@ class _Values:
     def __init__(self, rng: random.Random, clock: datetime) -> None:
         self.rng = rng
         self.maker = ValueMaker(rng, clock)
-        self.xeger = rstr.Rstr(rng)
+        self.xeger = SeededXeger(rng)
         self.clock = clock
 
     def make(self, name: str, schema: dict[str, Any], attempt: int, depth: int = 0) -> Any:

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import random
 import re
+import string
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
+from itertools import chain
 from typing import Any
 
+import rstr
 from faker import Faker
 
 # Free text whose exact wording no reward should compare: these arguments are masked.
@@ -101,10 +104,8 @@ class ValueMaker:
         return value[:longest] if isinstance(longest, int) and longest >= 0 else value
 
     def _xeger(self, pattern: str, fallback: str) -> str:
-        import rstr
-
         try:
-            made = str(rstr.Rstr(self.rng).xeger(pattern))
+            made = str(SeededXeger(self.rng).xeger(pattern))
         except Exception:  # a pattern rstr cannot read (a lookaround...): keep the made-up value
             return fallback
         return made if _matches(pattern, made) else fallback
@@ -222,3 +223,15 @@ def fits(value: Any, schema: dict[str, Any]) -> bool:
         "null": lambda v: v is None,
     }
     return checks.get(str(kind), lambda v: v is not None)(value)
+
+
+class SeededXeger(rstr.Rstr):
+    """Strings that match a pattern (rstr's xeger), the same for the same seed in every process: a negated
+    character class (`[^/]`) picks from a sorted list, where rstr picks from a set — whose order changes
+    with each process's string-hash seed, so two workers made two different scenarios of one spec."""
+
+    def _handle_in(self, value: Any) -> Any:
+        candidates = list(chain(*(self._handle_state(i) for i in value)))
+        if candidates[0] is False:
+            candidates = sorted(set(string.printable).difference(candidates[1:]))
+        return self._random.choice(candidates)
