@@ -40,7 +40,7 @@ from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, out
 from envfactory.toolgraph.refine import RefineReport, refine_env
 from envfactory.toolgraph.schema_edges import add_schema_edges
 from envfactory.toolgraph.settings import ToolGraphSettings
-from envfactory.toolgraph.similarity import Pairs, SimilarityPlan
+from envfactory.toolgraph.similarity import Pairs, SimilarityPlan, codes
 
 ProgressFn = Callable[[int, int], None]
 # A build's progress: (phase, done, total) — embedding, then the LLM's classification and refinement per environment.
@@ -127,16 +127,13 @@ def _best_producer(
     """Per input, the best score of a same-environment output that could actually produce it: a producer
     that itself requires an input of the same name does not count (`view_cart(customer_id)` returns
     `customer_id`, but cannot be what first gives it). -inf where there is none."""
-    required: dict[str, set[str]] = defaultdict(set)
-    for p in inputs:
-        if p.required:
-            required[p.tool].add(p.name)
-    pairs_here = zip(pairs.out_idx[rows].tolist(), pairs.in_idx[rows].tolist(), strict=True)
-    circular = np.fromiter(
-        (inputs[i].name in required[outputs[o].tool] for o, i in pairs_here),
-        dtype=bool,
-        count=len(rows),
-    )
+    tool_out, tool_in = codes([p.tool for p in outputs], [p.tool for p in inputs])
+    (name_in,) = codes([p.name for p in inputs])
+    # (tool, input name) of every required input, as one integer per pair
+    width = int(name_in.max()) + 1 if len(name_in) else 1
+    required = np.fromiter((p.required for p in inputs), dtype=bool, count=len(inputs))
+    required_keys = np.unique(tool_in[required] * width + name_in[required])
+    circular = np.isin(tool_out[pairs.out_idx[rows]] * width + name_in[pairs.in_idx[rows]], required_keys)
     rows = rows[~circular]
     best = np.full(len(inputs), -np.inf, dtype=np.float32)
     np.maximum.at(best, pairs.in_idx[rows], pairs.score[rows])
@@ -198,8 +195,7 @@ def build_tool_graph(
 
     t = time.perf_counter()
     pairs = plan.pairs(emb)
-    env_out = np.array([p.env for p in outputs], dtype=object)
-    env_in = np.array([p.env for p in inputs], dtype=object)
+    env_out, env_in = codes([p.env for p in outputs], [p.env for p in inputs])
     same_env = env_out[pairs.out_idx] == env_in[pairs.in_idx] if len(pairs) else np.zeros(0, dtype=bool)
     timings.similarity_s += time.perf_counter() - t
 

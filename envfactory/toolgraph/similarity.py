@@ -122,6 +122,15 @@ class Pairs:
         )  # fmt: skip
 
 
+def codes(*columns: Sequence[str]) -> tuple[np.ndarray, ...]:
+    """Each column of strings as integer codes shared across the columns (equal strings, equal codes):
+    comparing millions of pairs by tool or environment is then an integer comparison."""
+    index: dict[str, int] = {}
+    return tuple(
+        np.fromiter((index.setdefault(v, len(index)) for v in col), dtype=np.int64, count=len(col)) for col in columns
+    )
+
+
 def _empty() -> Pairs:
     i, f = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32)
     return Pairs(i, i.copy(), f, f.copy(), f.copy())
@@ -354,8 +363,7 @@ class SimilarityPlan:
         ko, ki, sc, nt, de = (np.concatenate(parts) for parts in zip(*found, strict=True))
         pairs = _expand(self.out, self.inp, ko, ki, sc, nt, de)
         pairs.key_pairs_scored = scored
-        tool_of_out = np.array([p.tool for p in self.outputs], dtype=object)
-        tool_of_in = np.array([p.tool for p in self.inputs], dtype=object)
+        tool_of_out, tool_of_in = codes([p.tool for p in self.outputs], [p.tool for p in self.inputs])
         return pairs.select(tool_of_out[pairs.out_idx] != tool_of_in[pairs.in_idx])
 
 
