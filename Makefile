@@ -37,7 +37,7 @@ $(BIN)/python:
 # mpmath is the one dependency BFCL's MathAPI needs (the version bfcl-eval pins).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev,graphs,embed,postgres,train,ray,hubs]" mpmath==1.3.0
+	$(BIN)/pip install -q -e ".[dev,graphs,embed,onnx,postgres,train,ray,hubs]" mpmath==1.3.0
 	$(BIN)/pip install -q --no-deps bfcl-eval
 	touch $(STAMP) $(DEMO_STAMP)
 
