@@ -354,6 +354,28 @@ def test_a_module_beside_env_py_is_never_imported(project: Path, monkeypatch: py
             sys.modules.pop(name, None)
 
 
+def test_what_is_trusted_is_what_was_reviewed(project: Path) -> None:
+    """Between a person's review and `envs trust`, something rewrites env.py (an EnvGen run on the same name,
+    another user): `--expect` with the hash `--show` printed at review time refuses the folder as it is now."""
+    from tests.test_terminal_safety import run_main
+
+    trust_file = project / "configs" / "trusted.json"
+    before = trust_file.read_text(encoding="utf-8")
+    code_, shown, _ = run_main(project, "envs", "trust", "notes", "--show")
+    assert code_ == 0 and "env.py" in shown and "metadata.json" in shown and "default.json" not in shown
+    reviewed = shown.split("--expect ")[1].split(")")[0]
+    assert code_hash(project / "envs" / "notes").startswith(reviewed) and trust_file.read_text("utf-8") == before
+    (project / "envs" / "notes" / "env.py").write_text(code(EVIL), encoding="utf-8")
+    code_, _, err = run_main(project, "envs", "trust", "notes", "--expect", reviewed)
+    assert code_ != 0 and "not the" in err and "review them again" in err and "Traceback" not in err, err
+    assert outcome(project) == "untrusted"
+    with pytest.raises(TrustError, match="hex digits"):
+        trust(trust_file, "notes", project / "envs" / "notes", expect="abc")
+    now = code_hash(project / "envs" / "notes")
+    assert run_main(project, "envs", "trust", "notes", "--expect", now[:16])[0] == 0
+    assert outcome(project) == f"ran:{EVIL}"
+
+
 # ---- reads never leave the folder ----------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ What it prints that it did not write (names, messages, metadata, tool output) go
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import traceback
@@ -221,21 +222,38 @@ def envs_trust(
     name: str,
     revoke: Annotated[bool, typer.Option("--revoke", help="forget the trust: the code runs sandboxed again")] = False,
     note: Annotated[str, typer.Option(help="who reviewed it, and why it is trusted")] = "",
+    show: Annotated[
+        bool, typer.Option("--show", help="print the files trust covers and their hash; trust nothing")
+    ] = False,
+    expect: Annotated[
+        str | None,
+        typer.Option(help="the hash --show printed for the files you reviewed: refused if they changed since"),
+    ] = None,
 ) -> None:
-    """After reviewing envs/NAME, let its code run in-process (unsandboxed); any later change to a file undoes it."""
+    """After reviewing envs/NAME, let its code run in-process (unsandboxed); any later change to a file undoes it.
+
+    Review with `--show` first and trust with `--expect HASH`: what is trusted is then what was reviewed."""
     from envfactory.env import trust as trust_store
 
     settings = get_settings()
     folder = settings.envs_path / env_name(name)
     if not (folder / "env.py").is_file():
         raise EnvFactoryError(f"no environment folder '{name}' in {settings.envs_path}")
+    if show:
+        snap = trust_store.snapshot(folder)
+        table = Table("file", "bytes", "sha256")
+        for rel, data in sorted(snap.files.items()):
+            table.add_row(safe(rel), f"{len(data):,}", hashlib.sha256(data).hexdigest()[:16])
+        out.print(table)
+        out.print(f"{name}: sha256 {snap.sha256} (trust it with --expect {snap.sha256[:16]})", soft_wrap=True)
+        return
     if revoke:
         was = trust_store.revoke(settings.trust_file, name)
         out.print(
             f"{name}: {'no longer trusted' if was else 'was not trusted'}; its code runs sandboxed", soft_wrap=True
         )
         return
-    entry = trust_store.trust(settings.trust_file, name, folder, note)
+    entry = trust_store.trust(settings.trust_file, name, folder, note, expect=expect)
     out.print(
         f"{name}: trusted (sha256 {entry.sha256[:16]}…) in {safe(settings.trust_file)}; it now runs in-process",
         soft_wrap=True,

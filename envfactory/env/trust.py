@@ -130,14 +130,28 @@ def pinned(path: Path, name: str) -> str | None:
     return entry.sha256 if entry is not None else None
 
 
-def trust(path: Path, name: str, folder: Path, note: str = "") -> TrustedEnv:
-    """Pin `folder`'s current code as trusted under `name`."""
+MIN_EXPECT = 12  # hex digits of a reviewed hash given to `trust(expect=...)`
+
+
+def trust(path: Path, name: str, folder: Path, note: str = "", expect: str | None = None) -> TrustedEnv:
+    """Pin `folder`'s current code as trusted under `name`.
+
+    `expect`: the hash (at least its first `MIN_EXPECT` hex digits) of the files the person reviewed, as
+    `envs trust NAME --show` printed it: a folder changed between the review and this call (an EnvGen run
+    rewriting it, someone editing it) is then refused instead of trusted as it is now."""
+    if expect is not None and (len(expect) < MIN_EXPECT or any(c not in "0123456789abcdef" for c in expect.lower())):
+        raise TrustError(f"--expect takes the reviewed sha256 (at least {MIN_EXPECT} hex digits)")
     try:
         snap = snapshot(folder)
     except EnvFactoryError as e:
         raise TrustError(f"cannot trust '{name}': {e}") from None
     if snap.code is None:
         raise TrustError(f"{folder}: no env.py to trust")
+    if expect is not None and not snap.sha256.startswith(expect.lower()):
+        raise TrustError(
+            f"cannot trust '{name}': its files now hash to {snap.sha256[:16]}…, not the {expect[:16]}… reviewed; "
+            "something changed them since: review them again (envs trust NAME --show)"
+        )
     data = load_trust(path)
     entry = TrustedEnv(sha256=snap.sha256, trusted_at=datetime.now(UTC).isoformat(timespec="seconds"), note=note)
     data.environments[name] = entry

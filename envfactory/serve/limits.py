@@ -51,6 +51,12 @@ class ServeLimits(BaseSettings):
     max_connections: int = Field(
         default=1024, ge=1, description="open connections; later ones are answered 503 (capped by the fd limit)"
     )
+    stall_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="at the connection cap, a connection still sending its request (or idle) this long is closed "
+        "to make room for a new one",
+    )
     fd_reserve: int = Field(
         default=64, ge=0, description="file descriptors kept free for sessions, workers and logs (lowers the cap)"
     )
