@@ -32,3 +32,9 @@ def documented_commands() -> set[str]:
 
 def test_the_cli_table_names_every_command_and_only_those() -> None:
     assert documented_commands() == set(command_paths())
+
+
+def test_the_front_page_is_short_and_its_links_resolve() -> None:
+    assert len(README.splitlines()) <= 250
+    for target in re.findall(r"\]\(((?:docs|examples|training|prompts)/[^)#]*)", README):
+        assert (ROOT / target).exists(), target
