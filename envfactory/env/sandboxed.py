@@ -796,13 +796,16 @@ class SandboxedSession(Session):
         return self._record(tool, args, result=answer.result, error=error, diff=answer.diff, changes=answer.changes)
 
     def _record_again(self, at: int) -> None:
-        """Start this sampled session's recording again here, from its state now."""
+        """Start this recorded session's recording again here, from its state now (a dump the code sees: code
+        that answers right after a dump is not caught this way)."""
         try:
             state = self.dump()
             generation = self._live().generation
         except ScenarioError:
             return
-        self._ref = self.env.pool.recording_again(self._ref, state, self.source, generation, at)
+        ref = self.env.pool.recording_again(self._ref, state, self.source, generation, at)
+        if ref is not None:
+            self._ref = ref
 
     def _died(self, tool: str, args: dict[str, Any], e: Exception) -> CallRecord:
         self._unbind()  # restored on a fresh worker with the next request
