@@ -23,8 +23,10 @@ what is made the same, and what cannot be: a served worker is older, has used mo
 calls and forks; a round sends a session's calls back to back, a client thinks between them). So
 served workers are re-checked: each replays *canaries* — a judged session (a passed scenario of the
 round, with its results and final state, from the folder's `envgen.json`) and a served session as it
-was answered (the pool's first sessions, then about one in `SAMPLE_ONE_IN`, replayed back to back:
-code that is right only for a round's pace answers the replay otherwise) — as ordinary sessions (a
+was answered (the pool's first sessions, then about one in `SAMPLE_ONE_IN`; up to `MAX_RECORDED_CALLS`
+calls from its start or, from a state dump, from a random later call of it), replayed back to back as a
+fresh session: code right only at a round's pace, or only for a session's first calls, answers the
+replay otherwise) — as ordinary sessions (a
 fork as real ones are, the same calls, a dump at the end), when it starts and then about every
 `sandbox_canary_calls` calls and `sandbox_canary_s` seconds, at random points; `integrity` (the
 round's tampering check) is asked of it at random points too. A canary that comes out differently,
@@ -327,6 +329,42 @@ class WorkerPool:
         self.references.append(ref)
         return ref
 
+    def recording_again(
+        self, old: _Reference | None, state: dict[str, Any], source: str, generation: int, at: int
+    ) -> _Reference | None:
+        """A sampled session's recording started again at its call `at`, from its state then (a dump): `old`,
+        its earlier window, is replaced. The window's start is a random call of the session (see
+        `SandboxedSession.call`), and a canary replays it as a fresh session: code right only for a session's
+        first calls answers the replay otherwise. One of the pool's first sessions keeps its window from the
+        start (those are replayed oldest first): the later window is added beside it."""
+        try:
+            text = json.dumps(state)
+        except (TypeError, ValueError):
+            return None
+        if len(text) > MAX_REFERENCE_BYTES:
+            return None
+        self._recorded += 1
+        ref = _Reference(
+            f"#{self._recorded} (from call {at + 1})",
+            json.loads(text),
+            source,
+            judged=False,
+            generation=generation,
+            sampled=True,
+        )
+        ref.size = len(text)
+        refs = self.references
+        if old is not None and old.sampled and old in refs:
+            with contextlib.suppress(ValueError, IndexError):
+                refs[refs.index(old)] = ref
+                return ref
+        sampled = [r for r in refs if r.sampled and not r.judged]
+        if len(sampled) >= MAX_SAMPLED:
+            with contextlib.suppress(ValueError):
+                refs.remove(sampled[0])
+        refs.append(ref)
+        return ref
+
     def record(self, ref: _Reference, tool: str, args: dict[str, Any], answer: CallAnswer, took: float) -> bool:
         """One more call of a recorded session; False when the recording stops here (a failure of the code,
         enough calls, too large, or more time than a canary may take)."""
@@ -608,9 +646,11 @@ class SandboxedSession(Session):
         self.broken: str | None = None
         self.restored = 0
         self._ref: _Reference | None = None  # this session recorded as a canary reference
+        self._sampled: bool = False
         self._bind(replay=False)
         assert self._worker is not None
         self._ref = env.pool.recording(self.config, self.source, self._worker.generation)
+        self._sampled = self._ref is not None  # recorded: a later window of its calls may be recorded too
 
     # ---- where the state lives -------------------------------------------------------------
     def _unbind(self) -> None:
@@ -683,6 +723,7 @@ class SandboxedSession(Session):
         self.history.clear()
         self.broken = None
         self._ref = None
+        self._sampled = False
 
     def dump(self) -> dict[str, Any]:
         if self.env.pool.unhealthy is not None:
@@ -710,6 +751,9 @@ class SandboxedSession(Session):
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=pool.refusal()))
         if self.broken is not None:
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=self.broken))
+        n = len(self.history)
+        if self._sampled and n and pool._rng.randrange(n + 1) == 0:
+            self._record_again(n)  # the window recorded starts at a random call of the session (1/(n+1) here)
         for attempt in (1, 2):
             worker: _Pooled | None = None
             try:
@@ -750,6 +794,18 @@ class SandboxedSession(Session):
             if self._replay_s > self.env.pool.settings.call_timeout_s / 2:
                 self._checkpoint()
         return self._record(tool, args, result=answer.result, error=error, diff=answer.diff, changes=answer.changes)
+
+    def _record_again(self, at: int) -> None:
+        """Start this recorded session's recording again here, from its state now (a dump the code sees: code
+        that answers right after a dump is not caught this way)."""
+        try:
+            state = self.dump()
+            generation = self._live().generation
+        except ScenarioError:
+            return
+        ref = self.env.pool.recording_again(self._ref, state, self.source, generation, at)
+        if ref is not None:
+            self._ref = ref
 
     def _died(self, tool: str, args: dict[str, Any], e: Exception) -> CallRecord:
         self._unbind()  # restored on a fresh worker with the next request
