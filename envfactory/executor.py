@@ -120,29 +120,69 @@ class LocalExecutor:
 
 class ProcessExecutor:
     """Processes on this machine, for CPU-bound units (threads share one interpreter lock): each worker
-    process unpickles the runner once (`Shipped`) and keeps it for all its units."""
+    process unpickles the runner once (`Shipped`) and keeps it for all its units.
+
+    One unit per worker is in flight at a time. A worker that dies (killed, out of memory) takes the whole
+    process pool down with it: the units in flight then are suspects, run again one at a time in a fresh
+    pool, so the one that kills its worker is found and charged (`retries` more tries alone, then it comes
+    back as `WorkerLost`) while the others finish — one bad unit costs itself, not the batch."""
 
     name = "processes"
 
-    def __init__(self, processes: int = 2) -> None:
+    def __init__(self, processes: int = 2, retries: int = 2) -> None:
         self.processes = max(1, processes)
+        self.retries = max(0, retries)
 
     def map(self, runner: Runner[J, R], jobs: Sequence[J]) -> Iterator[tuple[J, R | BaseException | WorkerLost[J]]]:
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
         from concurrent.futures.process import BrokenProcessPool
 
         context = multiprocessing.get_context("forkserver")  # no fork of a process holding threads
-        with ProcessPoolExecutor(self.processes, mp_context=context, initializer=_hold, initargs=(runner,)) as ex:
-            futures = {ex.submit(_run_held, job): job for job in jobs}
-            for f in as_completed(futures):
-                job = futures[f]
-                try:
-                    yield job, f.result()
-                except BrokenProcessPool as e:
-                    yield job, WorkerLost(job, f"its worker process died: {e}")
-                except Exception as e:  # a batch records a failure and goes on
-                    yield job, e
+        todo = list(reversed(range(len(jobs))))
+        suspects: list[int] = []  # in flight when a pool died with several units in it: run alone next
+        deaths = [0] * len(jobs)
+        while todo or suspects:
+            broken: BaseException | None = None
+            with ProcessPoolExecutor(self.processes, mp_context=context, initializer=_hold, initargs=(runner,)) as ex:
+                pending: dict[Future[Any], int] = {}
+                while (todo or suspects or pending) and broken is None:
+                    if suspects:
+                        if not pending:
+                            i = suspects.pop()
+                            pending[ex.submit(_run_held, jobs[i])] = i
+                    else:
+                        while todo and len(pending) < self.processes:
+                            i = todo.pop()
+                            pending[ex.submit(_run_held, jobs[i])] = i
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for f in done:
+                        try:
+                            result = f.result()
+                        except BrokenProcessPool as e:
+                            broken = e
+                            continue  # stays pending: settled below, with the others in flight
+                        except Exception as e:  # a batch records a failure and goes on
+                            result = e
+                        yield jobs[pending.pop(f)], result
+                if broken is not None:
+                    died = []
+                    for f, i in pending.items():
+                        if f.done() and not f.cancelled() and f.exception() is None:
+                            yield jobs[i], f.result()  # it finished before the pool went
+                        else:
+                            died.append(i)
+                    if len(died) == 1:  # alone in flight: it is the one
+                        i = died[0]
+                        deaths[i] += 1
+                        if deaths[i] > self.retries:
+                            why = f"its worker process died {deaths[i]} times (last: {broken})"
+                            yield jobs[i], WorkerLost(jobs[i], why)
+                        else:
+                            suspects.append(i)
+                    else:
+                        suspects.extend(died)
+                    ex.shutdown(wait=True, cancel_futures=True)
 
 
 _HELD: list[Any] = []  # a process worker's runner

@@ -8,8 +8,12 @@ transition, an upsert). Invariants are checked on every environment the real spe
 from __future__ import annotations
 
 import json
+import os
 import random
 import shutil
+import subprocess
+import sys
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
+from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from envfactory.compiler.build import BuildSettings, SpecJob, build_many, build_one, read_reports, yield_of
 from envfactory.compiler.compile import CompileError, compile_spec
@@ -24,11 +29,12 @@ from envfactory.compiler.routes import shape
 from envfactory.compiler.scenarios import generate_scenarios
 from envfactory.compiler.schemas import checked, clean
 from envfactory.config import Settings
-from envfactory.env.compiled import CompiledEnvironment, CompiledPlan
+from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Operation, _copy
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.envgen.health import HealthSettings, check_health
 from envfactory.envgen.openapi import identifier, load_openapi
+from envfactory.executor import ExecutorSettings, ProcessExecutor, RayExecutor
 
 CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "api"
 SPECS = sorted(p for p in CORPUS.rglob("*") if p.suffix in (".json", ".yaml"))
@@ -199,6 +205,123 @@ def test_a_failed_call_leaves_the_state_as_it_was(shop: CompiledEnvironment) -> 
     assert not rec.ok and s.dump() == before and rec.diff.empty
 
 
+_JSONISH = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text() | st.binary(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=3) | st.integers(), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+def _round_trip(value: Any) -> tuple[str, Any]:
+    try:
+        return "ok", to_json(from_json(to_json(value)))
+    except Exception as e:
+        return "error", type(e).__name__
+
+
+@given(_JSONISH)
+@settings(max_examples=300, deadline=None)
+def test_a_compiled_copy_is_a_json_round_trip(value: Any) -> None:
+    """What a compiled environment copies (states, results, arguments) comes out as a JSON round trip would give
+    it — tuples, keys that are no strings, lone surrogates, bytes included — and shares no container."""
+    try:
+        got: tuple[str, Any] = "ok", _copy(value)
+    except Exception as e:
+        got = "error", type(e).__name__
+    want = _round_trip(value)
+    assert (got[0], to_json(got[1]) if got[0] == "ok" else got[1]) == want
+
+    def containers(v: Any) -> list[int]:
+        inner = v.values() if isinstance(v, dict) else v if isinstance(v, list | tuple) else []
+        return [id(v)] + [i for x in inner for i in containers(x)] if isinstance(v, dict | list | tuple) else []
+
+    if got[0] == "ok":
+        assert not set(containers(got[1])) & set(containers(value))
+
+
+def test_nesting_past_json_depth_is_refused_like_json() -> None:
+    deep: Any = 1
+    for _ in range(300):
+        deep = {"a": deep}
+    with pytest.raises(PydanticSerializationError):
+        _copy(deep)
+
+
+def test_a_large_state_is_copied_exactly_and_the_caches_stay_bounded(shop: CompiledEnvironment) -> None:
+    """A state of long strings (1.2 MB here) is copied by structure from then on; dumps, forks and failed calls
+    behave as through JSON, and forking many such states keeps the environment's caches within their bound."""
+    env = CompiledEnvironment(shop.plan)
+    owners = {f"OWN-{i:04d}": {"id": f"OWN-{i:04d}", "name": f"{i}" + "x" * 9_990} for i in range(120)}
+    s = Session.fork(env, {"owners": owners})
+    assert env.by_structure
+    dump = s.dump()
+    assert to_json(dump) == to_json(from_json(to_json(s.state))) and dump["owners"] is not s.state["owners"]
+    rec = s.call("add_pet", {"owner_id": "OWN-0003", "name": "Rex", "species": "dog"})
+    assert rec.ok and rec.diff.added == ["counters.PET", "pets.PET-0001"]
+    before = s.dump()
+    rec = s.call("update_pet", {"owner_id": "OWN-0003", "pet_id": "PET-0001", "age": 99})  # over the maximum
+    assert not rec.ok and s.dump() == before
+    assert Session.fork(env, before).dump() == before
+    tracemalloc.start()
+    try:
+        for i in range(60):  # 60 distinct 1.2 MB configs: 72 MB of checked records if every one were kept
+            Session.fork(env, {"owners": {k: {**v, "name": f"{i}:{v['name']}"[:10_000]} for k, v in owners.items()}})
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert held < 48 * 2**20, held
+
+
+def test_the_gate_still_sees_a_compiled_environment_that_breaks_the_contract(shop: CompiledEnvironment) -> None:
+    """The gate's shortcuts on compiled environments (no dump where the state is unchanged) miss nothing: an
+    environment whose failed calls keep what they changed, and one whose dumps stop loading, are caught."""
+
+    class KeepsFailures(CompiledEnvironment):
+        def run(self, op: Operation, state: dict[str, Any], args: dict[str, Any]) -> Any:
+            state["counters"]["calls"] = state["counters"].get("calls", 0) + 1  # a call count, even of failures
+            return super().run(op, state, args)
+
+        def rollback(self, state: Any, token: Any) -> Any:
+            return state  # ...which a failed call keeps
+
+    class Unloadable(CompiledEnvironment):
+        def dump_state(self, state: Any) -> dict[str, Any]:
+            dump = super().dump_state(state)
+            return {**dump, "clock": "never"} if dump["counters"] else dump
+
+    quick = HealthSettings(calls=10, scenarios=1, solver_seeds=1, reach_scenarios=1)
+    config = generate_scenarios(shop.plan)["default"]
+    for broken, problem in ((KeepsFailures, "failed but changed the state"), (Unloadable, "no longer loads")):
+        env = broken(shop.plan)
+        env.sample_configs = lambda limit=4: [("default", config)]  # type: ignore[method-assign]
+        report = check_health(env, quick)
+        robustness = next(d for d in report.dimensions if d.name == "robustness")
+        assert not robustness.ok and any(problem in p for p in robustness.problems), robustness
+    control = CompiledEnvironment(shop.plan)
+    control.sample_configs = lambda limit=4: [("default", config)]  # type: ignore[method-assign]
+    assert next(d for d in check_health(control, quick).dimensions if d.name == "robustness").ok
+
+
+def test_scenarios_do_not_depend_on_the_process_hash_seed() -> None:
+    """Two worker processes make the same scenarios of a spec (a negated character class in a pattern made
+    them differ: rstr picked from a set)."""
+    code = (
+        "import random, json; from envfactory.tasks.values import SeededXeger;"
+        "print(json.dumps([SeededXeger(random.Random(7)).xeger(r'^[^a-z/]{40}x[^0-9]+$') for _ in range(5)]))"
+    )
+    runs = {
+        seed: subprocess.run(
+            [sys.executable, "-c", code], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(set(runs.values())) == 1 and json.loads(runs["1"])
+
+
 def test_scenarios_are_valid_consistent_and_load(shop: CompiledEnvironment) -> None:
     scenarios = generate_scenarios(shop.plan)
     assert list(scenarios) == ["default", "scenario_2", "scenario_3"]
@@ -294,21 +417,82 @@ def test_catastrophic_patterns_are_dropped() -> None:
     assert clean({"type": "string"})["maxLength"] == 10_000  # an unbounded string still has a bound
 
 
+# patterns the nested-quantifier filter keeps that still backtrack for ever in Python's `re`
+SLOW_PATTERNS = ["^(a|a)*$", "^(a|aa)*$", "^(\\w|\\d)*$", "^([a-z]|[a-z0-9])*$", "^\\d*\\d*\\d*\\d*\\d*\\d*\\d*x$"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pattern", SLOW_PATTERNS)
+def test_a_pattern_the_filter_keeps_cannot_hang_a_call(pattern: str) -> None:
+    """A compiled environment runs in-process (no sandbox): a spec's pattern is matched in the server's
+    process, holding the GIL. `^(a|a)*$` took 3 s on 24 characters, doubling with each more: one call
+    would stop every session of the server. A value that cannot be checked in time is refused."""
+    assert clean({"type": "string", "pattern": pattern})["pattern"] == pattern  # the filter does keep it
+    tag = {"type": "object", "properties": {"label": {"type": "string", "pattern": pattern}}, "required": ["label"]}
+    body = {"required": True, "content": {"application/json": {"schema": tag}}}
+    ok = {"200": {"description": "ok", "content": {"application/json": {"schema": tag}}}}
+    spec = _spec(**{"/tags": {"post": {"operationId": "createTag", "requestBody": body, "responses": ok}}})
+    plan, _ = compile_spec(spec, name="tags", domain="commerce", source="test")
+    session = Session.fork(CompiledEnvironment(plan), None)
+    hostile = ("1" if "d" in pattern and "a" not in pattern else "a") * 5000 + "!"
+    rec = session.call("create_tag", {"label": hostile})
+    assert rec.error is not None and rec.error.type == "invalid_arguments", rec
+    honest = "aaaa" if "a" in pattern else ("abc1" if "z" in pattern or "w" in pattern else "1x")
+    assert session.call("create_tag", {"label": honest}).ok
+
+
 # ---- the real specs -----------------------------------------------------------------------------------
+
+
+QUICK = BuildSettings(health=HealthSettings(calls=15, scenarios=2, solver_seeds=2, reach_scenarios=10))
+
+
+def _jobs() -> list[SpecJob]:
+    jobs = [SpecJob(spec_id=p.relative_to(CORPUS).as_posix(), path=p, name=identifier(p.stem)) for p in SPECS]
+    names = [j.name for j in jobs]
+    return [
+        j.model_copy(update={"name": f"{j.name}_{i}"}) if names.count(j.name) > 1 else j for i, j in enumerate(jobs)
+    ]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Every checked-in real spec through the whole build: compile, scenarios, the gate."""
+    """Every checked-in real spec through the whole build, in this process: compile, scenarios, the gate."""
     out = tmp_path_factory.mktemp("compiled")
-    jobs = [SpecJob(spec_id=p.relative_to(CORPUS).as_posix(), path=p, name=identifier(p.stem)) for p in SPECS]
-    names = [j.name for j in jobs]
-    jobs = [
-        j.model_copy(update={"name": f"{j.name}_{i}"}) if names.count(j.name) > 1 else j for i, j in enumerate(jobs)
-    ]
-    quick = BuildSettings(health=HealthSettings(calls=15, scenarios=2, solver_seeds=2, reach_scenarios=10))
-    list(build_many(jobs, out, quick))
+    list(build_many(_jobs(), out, QUICK))
     return out
+
+
+def _outcome(out: Path) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
+    """A batch's report rows (by spec, without their times) and every file it wrote but the report."""
+    rows = sorted(
+        (r.model_dump(exclude={"seconds", "cpu_seconds"}) for r in read_reports(out)), key=lambda r: r["spec_id"]
+    )
+    files = {
+        p.relative_to(out).as_posix(): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name != "compile-report.jsonl"
+    }
+    return rows, files
+
+
+def test_worker_processes_and_ray_build_what_one_process_builds(built: Path, tmp_path: Path) -> None:
+    """The same records and byte-identical environments from a batch run here, in worker processes, and on
+    Ray workers (a real local instance): units build in their own process and the driver writes."""
+    ray = pytest.importorskip("ray")
+    expected = _outcome(built)
+    assert expected[0] and any(name.endswith("compiled.json") for name in expected[1])
+    processes = tmp_path / "processes"
+    list(build_many(_jobs(), processes, QUICK, ProcessExecutor(processes=2)))
+    assert _outcome(processes) == expected
+    on_ray = tmp_path / "ray"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        list(build_many(_jobs(), on_ray, QUICK, RayExecutor(ExecutorSettings(kind="ray", workers=2))))
+    finally:
+        ray.shutdown()
+    assert _outcome(on_ray) == expected
+    assert all(r.cpu_seconds > 0 for r in read_reports(on_ray) if r.status == "healthy")
 
 
 def test_real_specs_compile_into_healthy_environments(built: Path) -> None:

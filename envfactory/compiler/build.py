@@ -3,14 +3,21 @@
 A spec's environment joins the pool folder only when `envs health` passes on every dimension; one that
 does not is recorded with its failing dimension (and its folder kept under `.rejected/` for a look when
 asked). Every spec gives one report row, whatever happens to it, appended to `compile-report.jsonl` as
-it finishes (the driver is the only writer), so a killed batch resumes where it stopped and a spec that
-breaks the compiler is a recorded failure, not a crash of the batch.
+it finishes, so a killed batch resumes where it stopped and a spec that breaks the compiler is a
+recorded failure, not a crash of the batch.
+
+A unit (`build_unit`) builds and checks the environment in a folder of its own process and hands back
+its files with the report; the driver — the only writer of the output folder — puts them in place. So a
+batch runs the same in this process, in worker processes (`ProcessExecutor`) or on Ray workers on other
+machines (`RayExecutor`: they need the corpus at the same path, nothing else), with the same records and
+the same environments.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -75,7 +82,16 @@ class BuildReport(BaseModel):
     skip_reasons: dict[str, int] = Field(default_factory=dict)
     failing: list[str] = Field(default_factory=list)  # health dimensions
     usable: bool = False  # healthy, at least one write tool, at least one dependency (an id one tool reads)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock of the unit
+    cpu_seconds: float = 0.0  # CPU time of the unit (its thread's): what a batch costs, whatever else runs
+
+
+class BuildResult(BaseModel):
+    """A unit's outcome: the report, and the environment's files (relative path -> text) when it goes to the
+    pool folder (healthy) or to `.rejected/` (unhealthy, kept on request)."""
+
+    report: BuildReport
+    files: dict[str, str] = Field(default_factory=dict)
 
 
 def write_compiled(folder: Path, plan: CompiledPlan, scenarios: dict[str, dict[str, Any]]) -> None:
@@ -117,8 +133,22 @@ def gate_plan(plan: CompiledPlan, staging: Path, settings: BuildSettings) -> Hea
 
 def build_one(job: SpecJob, out: Path, settings: BuildSettings) -> BuildReport:
     """Compile `job`'s spec into `out/<name>` if it passes the gate; the report says what happened."""
-    started = time.monotonic()
+    result = build_unit(job, settings)
+    place(result, out)
+    return result.report
+
+
+def build_unit(job: SpecJob, settings: BuildSettings) -> BuildResult:
+    """Compile, make scenarios and check `job`'s spec in a temporary folder of this process; the report, and the
+    files of an environment that passed the gate (or failed it, with `keep_rejected`)."""
+    with tempfile.TemporaryDirectory(prefix="envfactory-build-") as tmp:
+        return _build(job, Path(tmp), settings)
+
+
+def _build(job: SpecJob, tmp: Path, settings: BuildSettings) -> BuildResult:
+    started, cpu = time.monotonic(), time.thread_time()
     report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed")
+    files: dict[str, str] = {}
     try:
         doc = load_openapi(job.path)
         plan, skipped = compile_spec(
@@ -134,26 +164,20 @@ def build_one(job: SpecJob, out: Path, settings: BuildSettings) -> BuildReport:
         report.writes = sum(o.spec.kind == "write" for o in plan.operations)
         report.resources = len(plan.resources)
         report.skipped, report.skip_reasons = len(skipped), _skip_reasons(skipped)
-        staging = out / STAGING_DIR / job.name
+        staging = tmp / job.name
         health = gate_plan(plan, staging, settings)
         report.failing = health.failing
         if health.healthy:
-            target = out / job.name
-            if target.exists():
-                shutil.rmtree(target)
-            staging.rename(target)
             report.status, report.usable = "healthy", _usable(plan)
         else:
             report.status = "unhealthy"
             report.reason = health.summary()
-            if settings.keep_rejected:
-                target = out / REJECTED_DIR / job.name
-                if target.exists():
-                    shutil.rmtree(target)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                staging.rename(target)
-            else:
-                shutil.rmtree(staging)
+        if health.healthy or settings.keep_rejected:
+            files = {
+                p.relative_to(staging).as_posix(): p.read_text(encoding="utf-8")
+                for p in sorted(staging.rglob("*"))
+                if p.is_file()
+            }
     except CompileError as e:
         report.status, report.reason = "no_environment", str(e)
         report.skipped, report.skip_reasons = len(e.skipped), _skip_reasons(e.skipped)
@@ -166,17 +190,38 @@ def build_one(job: SpecJob, out: Path, settings: BuildSettings) -> BuildReport:
     except (RecursionError, MemoryError, ValueError, TypeError, KeyError) as e:  # the compiler's own bug: recorded
         report.reason = f"{type(e).__name__}: {e}"[:500]
     report.seconds = round(time.monotonic() - started, 3)
-    return report
+    report.cpu_seconds = round(time.thread_time() - cpu, 3)
+    return BuildResult(report=report, files=files)
+
+
+def place(result: BuildResult, out: Path) -> None:
+    """Put a unit's environment where its report says it goes: `out/<name>` (healthy) or `out/.rejected/<name>`,
+    replacing an older one whole (written beside it first, then renamed into place)."""
+    if not result.files:
+        return
+    name = result.report.name
+    target = out / name if result.report.status == "healthy" else out / REJECTED_DIR / name
+    staging = out / STAGING_DIR / name
+    if staging.exists():
+        shutil.rmtree(staging)
+    for rel, text in result.files.items():
+        path = staging / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+    if target.exists():
+        shutil.rmtree(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging.rename(target)
 
 
 class _Runner(Shipped):
-    shipped = ("out", "settings")
+    shipped = ("settings",)
 
-    def __init__(self, out: Path, settings: BuildSettings) -> None:
-        self.out, self.settings = out, settings
+    def __init__(self, settings: BuildSettings) -> None:
+        self.settings = settings
 
-    def __call__(self, job: SpecJob) -> BuildReport:
-        return build_one(job, self.out, self.settings)
+    def __call__(self, job: SpecJob) -> BuildResult:
+        return build_unit(job, self.settings)
 
 
 def build_many(
@@ -197,11 +242,12 @@ def build_many(
     if len(set(names)) != len(names):
         raise EnvFactoryError("two specs would make environments of the same name: give them distinct names")
     appender = JsonlAppender(log)
-    runner = _Runner(out, s)
+    runner = _Runner(s)
     results = (executor or LocalExecutor(concurrency=1)).map(runner, todo)
     for finished, (job, result) in enumerate(results, 1):
-        if isinstance(result, BuildReport):
-            report = result
+        if isinstance(result, BuildResult):
+            report = result.report
+            place(result, out)
         else:
             why = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
             report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed", reason=why[:500])

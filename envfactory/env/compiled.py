@@ -23,12 +23,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from envfactory.env.diff import StateDiff, diff_states
 from envfactory.env.environment import BaseEnvironment, contract_problems
+from envfactory.env.json_schema import timed_validator
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, ToolSpec
 from envfactory.env.state import DEFAULT_CLOCK, Change
 from envfactory.env.tools import ArgumentError, ArgumentProblem
@@ -36,8 +37,10 @@ from envfactory.errors import ConflictError, ContractError, EnvLoadError, NotFou
 
 PLAN_FILE = "compiled.json"
 RESERVED = frozenset({"clock", "counters"})  # top-level keys of the state that are not collections
-_CHECKED_CONFIGS = 256  # configs whose checked state a compiled environment keeps
-_CHECKED_RECORDS = 50_000  # records known to fit their schema
+_CHECKED_CONFIGS = 256  # configs whose checked state a compiled environment keeps...
+_CHECKED_RECORDS = 50_000  # ...records known to fit their schema...
+_CHECKED_BYTES = 32 * 2**20  # ...and at most about this much data in each (a state of 1 MB strings is no 8 GB)
+_LARGE_STATE = 2**20  # JSON bytes of a state past which an environment copies states by structure
 
 Semantics = Literal["create", "read", "list", "update", "upsert", "delete", "transition"]
 KIND: dict[str, ToolKind] = {
@@ -142,7 +145,9 @@ class CompiledPlan(BaseModel):
 
 
 def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
-    return Draft202012Validator(schema, format_checker=FormatChecker())
+    """A validator for a plan's schema: its patterns come from a spec (or a hand-edited compiled.json) and run
+    in this process, so they are matched under a time limit (`envfactory.env.json_schema`)."""
+    return timed_validator(schema)
 
 
 def schema_problems(validator: Draft202012Validator, value: Any, root: str) -> list[ArgumentProblem]:
@@ -191,7 +196,13 @@ class CompiledEnvironment(BaseEnvironment):
         self.record_validators = {r.name: validator_for(r.record_schema) for r in plan.resources}
         self.tools = {o.spec.name: CompiledTool(self, o) for o in plan.operations}
         self._checked: dict[bytes, bytes] = {}  # config JSON -> checked state JSON
-        self._valid_records: set[tuple[str, bytes]] = set()  # (collection, record JSON) that fit their schema
+        self._checked_bytes = 0
+        self._valid_records: set[tuple[str, Any]] = set()  # (collection, record JSON or `_shape`) fitting the schema
+        self._valid_bytes = 0  # about what those records hold
+        # States are copied through JSON (fast for the usual states: pydantic-core does it) until one is past
+        # _LARGE_STATE; from then on by structure (`_copy`), which costs the same for a state of 1 MB strings
+        # as for one of short ones, where JSON scans and copies every byte of every copy.
+        self.by_structure = False
         self._metadata = self.derived_metadata()
 
     # ---- metadata ----------------------------------------------------------------------------
@@ -230,18 +241,41 @@ class CompiledEnvironment(BaseEnvironment):
         """A fresh state from a dump: every record checked against its resource's schema and references.
 
         A config is checked once: forks of a config already seen (a scenario, a task's initial state) copy
-        the checked state, so a session costs a JSON round trip, not a schema validation per record."""
+        the checked state, so a session costs a JSON round trip, not a schema validation per record. A
+        record met before (in another config) was checked then. (Large states: see `by_structure`.)"""
         try:
-            raw = to_json(config or {})
+            if not self.by_structure:
+                raw = to_json(config or {})
+                if len(raw) <= _LARGE_STATE:
+                    return from_json(self._checked_json(raw, source))
+                self.by_structure = True
+            data = _copy(config or {})
         except PydanticSerializationError:
             raise ScenarioError(f"{source}: a state must be JSON") from None
+        return self._check(data, source)
+
+    def _checked_json(self, raw: bytes, source: str) -> bytes:
         checked = self._checked.get(raw)
         if checked is None:
             checked = to_json(self._check(from_json(raw), source))
-            if len(self._checked) >= _CHECKED_CONFIGS:
-                self._checked.pop(next(iter(self._checked)))
+            size = len(raw) + len(checked)
+            while self._checked and (
+                len(self._checked) >= _CHECKED_CONFIGS or self._checked_bytes + size > _CHECKED_BYTES
+            ):
+                oldest = next(iter(self._checked))
+                self._checked_bytes -= len(oldest) + len(self._checked.pop(oldest))
             self._checked[raw] = checked
-        return from_json(checked)
+            self._checked_bytes += size
+        return checked
+
+    def copy_data(self, value: Any) -> Any:
+        """A deep copy of JSON data (a state, a result): through JSON, or by structure (`by_structure`)."""
+        if not self.by_structure:
+            raw = to_json(value)
+            if len(raw) <= _LARGE_STATE:
+                return from_json(raw)
+            self.by_structure = True
+        return _copy(value)
 
     def _check(self, data: Any, source: str) -> dict[str, Any]:
         state = self.empty_state()
@@ -272,15 +306,18 @@ class CompiledEnvironment(BaseEnvironment):
                     raise ScenarioError(f"{source}: {where} must be an object")
                 if str(record.get(r.id_field)) != key:
                     raise ScenarioError(f"{source}: {where} holds id {record.get(r.id_field)!r}, not its key")
-                seen = (r.name, to_json(record))  # a record met before (in another config) was checked then
+                # a record met before (in another config) was checked then
+                seen = (r.name, _shape(record) if self.by_structure else to_json(record))
                 if seen in self._valid_records:
                     continue
                 problems = schema_problems(self.record_validators[r.name], record, where)
                 if problems:
                     raise ScenarioError(f"{source}: {where}: {problems[0].parameter}: {problems[0].problem}")
-                if len(self._valid_records) >= _CHECKED_RECORDS:
+                if len(self._valid_records) >= _CHECKED_RECORDS or self._valid_bytes > _CHECKED_BYTES:
                     self._valid_records.clear()
+                    self._valid_bytes = 0
                 self._valid_records.add(seen)
+                self._valid_bytes += sum(len(v) for v in record.values() if type(v) is str)
             state[r.name] = coll
         for r in self.plan.resources:  # references: a child names a parent that exists
             if r.parent is None or r.parent_field is None:
@@ -291,18 +328,21 @@ class CompiledEnvironment(BaseEnvironment):
         return state
 
     def dump_state(self, state: Any) -> dict[str, Any]:
-        return _copy(state)
+        return self.copy_data(state)
 
-    # A call's bookkeeping: the state as JSON bytes before it (a copy that is cheap to make and to restore).
+    # A call's bookkeeping: the state before it as a copy of its top level and of each collection, sharing the
+    # records. That is enough because `run` never changes a record in place: it adds, replaces and deletes
+    # records of collections, and moves counters — so the copy is the state before, restoring it is handing
+    # the copy back, and the diff skips every record the call did not touch (the same object on both sides).
     def begin(self, state: Any, strict: bool) -> Any:
-        return to_json(state)
+        return {k: dict(v) if type(v) is dict else v for k, v in state.items()}
 
     def finish(self, state: Any, token: Any, strict: bool) -> tuple[StateDiff, list[Change], str | None]:
-        diff = diff_states(from_json(token), state)
+        diff = diff_states(token, state)
         return diff, _changes(diff), None
 
     def rollback(self, state: Any, token: Any) -> Any:
-        return from_json(token)
+        return token
 
     # ---- the semantics ---------------------------------------------------------------------------
     def _get(self, state: dict[str, Any], resource: str, key: Any) -> dict[str, Any]:
@@ -375,7 +415,7 @@ class CompiledEnvironment(BaseEnvironment):
                 id=_key(args[op.id_param]),
             )
         if op.semantics == "read":
-            return _copy(record)
+            return self.copy_data(record)
         key = _key(args[op.id_param])
         if op.semantics == "delete":
             removed = self._delete(state, r, key)
@@ -387,10 +427,10 @@ class CompiledEnvironment(BaseEnvironment):
                 raise ConflictError(f"{r.label} '{key}' is already {op.target}", collection=r.name, id=key)
             new = {**record, op.status_field: op.target}
         else:  # update, or an upsert of a record that exists
-            new = {**record, **{field: args[a] for a, field in op.fields.items() if a in args}}
+            new = {**record, **{field: _copy(args[a]) for a, field in op.fields.items() if a in args}}
         self._check_record(r, new)
         state[r.name][key] = new
-        return _copy(new)
+        return self.copy_data(new)
 
     def _delete(self, state: dict[str, Any], r: Resource, key: str) -> dict[str, int]:
         """Delete a record and, with it, every record filed under it (children, their children...): counts by
@@ -425,7 +465,7 @@ class CompiledEnvironment(BaseEnvironment):
         record[r.id_field] = self.new_id(state, r) if key is None else key
         self._check_record(r, record)
         state[r.name][_key(record[r.id_field])] = record
-        return _copy(record)
+        return self.copy_data(record)
 
     def _list(self, op: Operation, r: Resource, state: dict[str, Any], args: dict[str, Any]) -> Any:
         out = []
@@ -441,7 +481,7 @@ class CompiledEnvironment(BaseEnvironment):
         elif op.page_param and op.page_param in args and limit:
             start = max(0, (int(args[op.page_param]) - 1) * int(limit))
         end = None if not limit else start + max(0, int(limit))
-        return _copy(out[start:end])
+        return self.copy_data(out[start:end])
 
 
 _STAMP_FIELDS = frozenset({"created_at", "createdAt", "created", "updated_at", "updatedAt", "updated", "date_created"})
@@ -449,8 +489,59 @@ _STATUS_FIELDS = frozenset({"status", "state"})
 
 
 def _copy(value: Any) -> Any:
-    """A deep copy of JSON data (several times faster than `copy.deepcopy`)."""
-    return from_json(to_json(value))
+    """A deep copy of JSON data, equal to what a JSON round trip gives: objects and arrays are copied, strings,
+    numbers, booleans and null (immutable) are shared — so a 1 MB string costs a reference, where a round trip
+    copies and scans its bytes. Data a round trip would change or refuse (a tuple, a key that is no string, a
+    lone surrogate, an object of another type, nesting past its depth) goes through one, whole."""
+    try:
+        return _plain_copy(value, 0)
+    except _NotPlain:
+        return from_json(to_json(value))
+
+
+class _NotPlain(Exception):
+    pass
+
+
+_PLAIN_DEPTH = 200  # deeper data goes through JSON, which refuses nesting past 254
+
+
+def _plain_copy(value: Any, depth: int) -> Any:
+    t = type(value)
+    if t is str:
+        if value.isascii() or _encodes(value):
+            return value
+    elif t is dict:
+        if depth < _PLAIN_DEPTH and all(type(k) is str and (k.isascii() or _encodes(k)) for k in value):
+            return {k: _plain_copy(v, depth + 1) for k, v in value.items()}
+    elif t is list:
+        if depth < _PLAIN_DEPTH:
+            return [_plain_copy(v, depth + 1) for v in value]
+    elif t is int or t is float or t is bool or value is None:
+        return value
+    raise _NotPlain
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no JSON can carry it
+        return False
+    return True
+
+
+def _shape(value: Any) -> Any:
+    """A hashable key of JSON data that tells apart what JSON tells apart: the order of keys and the types of
+    numbers (`1`, `1.0` and `true` are equal in Python). Strings keep their own (cached) hash, so the key of a
+    record holding a long string costs no scan of it."""
+    t = type(value)
+    if t is dict:
+        return (dict, *[(k, _shape(v)) for k, v in value.items()])
+    if t is list:
+        return (list, *[_shape(v) for v in value])
+    if t is str or value is None:
+        return value
+    return (t, value)
 
 
 def _changes(diff: StateDiff) -> list[Change]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ from pydantic import BaseModel, Field
 
 from envfactory.config import Settings
 from envfactory.env.compiled import PLAN_FILE
-from envfactory.env.metadata import ENV_NAME, ENV_NAME_MAX, EnvMetadata, dump_metadata
+from envfactory.env.folder import FolderError, write_files
+from envfactory.env.metadata import ENV_NAME, ENV_NAME_MAX, EnvMetadata, metadata_json
 from envfactory.env.pool import EnvPool
 from envfactory.env.trust import CODE_FILE
 from envfactory.envgen.checks import TestScenario
@@ -50,16 +52,27 @@ def _slug(text: str) -> str:
 
 
 def write_environment(folder: Path, env: GeneratedEnvironment) -> None:
-    """Write (or overwrite) the environment's folder."""
-    (folder / "scenarios" / "tests").mkdir(parents=True, exist_ok=True)
-    (folder / PLAN_FILE).unlink(missing_ok=True)  # an earlier EnvGen run's compiled plan: the code replaces it
-    (folder / CODE_FILE).write_text(env.code, encoding="utf-8")
-    dump_metadata(env.metadata, folder / "metadata.json")
+    """Write (or replace) the environment's folder.
+
+    An earlier folder is removed whole first (a link in its place is refused: `OSError`), and every file is
+    created new, never opened through a link: a folder left with `env.py` or a scenario linking to a host
+    file would otherwise have had the generated code written over that file, as root."""
+    files: dict[str, bytes] = {
+        CODE_FILE: env.code.encode("utf-8"),
+        "metadata.json": metadata_json(env.metadata).encode("utf-8"),
+    }
     for i, s in enumerate(env.scenarios):
         name = "default" if i == 0 else _slug(s.name)
-        (folder / "scenarios" / f"{name}.json").write_text(json.dumps(s.initial_config, indent=2) + "\n")
-        (folder / "scenarios" / "tests" / f"{_slug(s.name)}.json").write_text(s.model_dump_json(indent=2) + "\n")
-    (folder / ENVGEN_FILE).write_text(json.dumps({"search": env.search, "reports": env.reports}, indent=2) + "\n")
+        files[f"scenarios/{name}.json"] = (json.dumps(s.initial_config, indent=2) + "\n").encode("utf-8")
+        files[f"scenarios/tests/{_slug(s.name)}.json"] = (s.model_dump_json(indent=2) + "\n").encode("utf-8")
+    files[ENVGEN_FILE] = (json.dumps({"search": env.search, "reports": env.reports}, indent=2) + "\n").encode("utf-8")
+    if folder.is_symlink() or folder.exists():
+        shutil.rmtree(folder)  # refuses a link; removes links inside without following them
+    try:
+        write_files(folder, files)
+    except FolderError as e:
+        raise OSError(str(e)) from None
+    (folder / "scenarios" / "tests").mkdir(parents=True, exist_ok=True)
 
 
 def register(env: GeneratedEnvironment, settings: Settings) -> Path:

@@ -1,0 +1,20 @@
+"""The process executor (`envfactory corpus compile`'s default): worker processes on this machine; a worker that
+dies costs its own unit a retry, never the rest of the batch."""
+
+from __future__ import annotations
+
+from envfactory.executor import ProcessExecutor, WorkerLost
+from tests.executor_helpers import DiesOn
+
+
+def test_a_dead_worker_costs_its_own_unit_and_nothing_else() -> None:
+    results = list(ProcessExecutor(processes=2, retries=1).map(DiesOn(fatal=3), list(range(12))))
+    assert sorted(unit for unit, _ in results) == list(range(12))  # every unit exactly once
+    lost = {unit: r for unit, r in results if isinstance(r, WorkerLost)}
+    assert list(lost) == [3] and "died 2 times" in lost[3].reason
+    assert all(r == unit * 10 for unit, r in results if unit != 3)
+
+
+def test_units_come_back_from_every_worker() -> None:
+    results = dict(ProcessExecutor(processes=2).map(DiesOn(fatal=-1), list(range(7))))
+    assert results == {u: u * 10 for u in range(7)}
