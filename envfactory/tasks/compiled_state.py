@@ -177,11 +177,17 @@ def fill_state(
 
 
 def _scope(values: _Values, field: str) -> list[str]:
-    """One or two values of a namespace key (a resource group, a workspace) for a whole scenario."""
-    return [
-        str(values.make(field, {"type": "string"}, 0)).replace(" ", "-").lower()
-        for _ in range(values.rng.randint(1, 2))
-    ]
+    """One or two values of a namespace key for a whole scenario: an id as a UUID (an Azure subscription), a
+    name as a slug of a few words (a resource group `north-river-data`), never a word of one or two letters
+    a user could not be told apart from the sentence around it."""
+    out: list[str] = []
+    for _ in range(values.rng.randint(1, 2)):
+        if snake_case(field).endswith("id"):
+            out.append(str(uuid.UUID(int=values.rng.getrandbits(128))))
+            continue
+        words = [w for w in values.maker.faker.words(3) if len(w) > 2] or ["main"]
+        out.append("-".join(w.lower() for w in words))
+    return out
 
 
 def _ordered(plan: CompiledPlan) -> list[Resource]:

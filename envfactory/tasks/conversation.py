@@ -80,6 +80,7 @@ class Wording(BaseModel):
     spec_forms: dict[str, list[str]] = {}
     spec_details: dict[str, list[str]] = {}
     spec_scope: list[str] = [" in {ref}"]
+    spec_scope_again: list[str] = [""]  # a namespace said in an earlier turn: {noun} {value}, or "" (left out)
     spec_value: list[str] = ["{name} {value}"]  # a value a request sets or filters by: {name} {value}
     spec_value_described: list[str] = ["{name} {value}"]  # ...whose description names it: {name} {phrase} {value}
 
@@ -373,6 +374,7 @@ class ConversationWriter:
         self.clarification: tuple[int, str, str] | None = None
         self.results: list[ToolResult] = []  # every result so far (earlier turns)
         self.identities_said: set[str] = set()
+        self.scopes_said: set[str] = set()  # `param=value` of namespaces said in earlier turns (a resource group)
         self.style = rng.randrange(DATE_STYLES)  # one user writes dates one way throughout
         self._goal_says: set[str] = set()
 
@@ -463,7 +465,9 @@ class ConversationWriter:
         told: str | None = None  # the field an unnamed record is told by
         if not labelled:
             detail = self._distinguishing(
-                record, [record, *(r for r in result if isinstance(r, dict))] if isinstance(result, list) else [record]
+                record,
+                [record, *(r for r in result if isinstance(r, dict))] if isinstance(result, list) else [record],
+                self._goal_says,
             )
             if detail is not None:
                 label, told = f"with {words(detail[0])} {say(detail[1], self.style)}", detail[0]
@@ -476,7 +480,11 @@ class ConversationWriter:
         if len(candidates) > 1 and record:
             same_label = [c for c in candidates if labelled and c.get(labelled[0]) == labelled[1]]
             unique = labelled is not None and len(same_label) == 1
-            detail = (labelled[0], labelled[1]) if unique and labelled else self._distinguishing(record, candidates)
+            detail = (
+                (labelled[0], labelled[1])
+                if unique and labelled
+                else self._distinguishing(record, candidates, self._goal_says)
+            )
             if detail is not None and self.clarification is None and self.rng.random() < self.ambiguity:
                 # ambiguity introduction: the request says only what several records share (the lookup's
                 # criteria); the assistant asks which, and the user answers with what tells it apart
@@ -507,8 +515,11 @@ class ConversationWriter:
         return after, re.sub(r"\s+", " ", question).strip(), reply
 
     @staticmethod
-    def _distinguishing(record: dict[str, Any], candidates: list[dict[str, Any]]) -> tuple[str, Any] | None:
-        """A field of `record` whose value no other candidate shares (not an id): what picks it out."""
+    def _distinguishing(
+        record: dict[str, Any], candidates: list[dict[str, Any]], said: set[str] | frozenset[str] = frozenset()
+    ) -> tuple[str, Any] | None:
+        """A field of `record` whose value no other candidate shares (not an id, nor a value the request
+        already says: a resource group the call names anyway): what picks it out."""
         ordered = sorted(record, key=lambda k: (0 if _SALIENT.search(k) else 1, k))
         for field in ordered:
             value = record[field]
@@ -517,6 +528,7 @@ class ConversationWriter:
                 or field.endswith("_id")
                 or not isinstance(value, str | int | float)
                 or isinstance(value, bool)
+                or say(value).lower() in said
             ):
                 continue
             if sum(1 for c in candidates if c.get(field) == value) == 1:
@@ -594,14 +606,24 @@ class ConversationWriter:
         text = text[:1].upper() + text[1:]
         # every external value of the turn's calls must be in the request: the ground truth follows from it
         missing = []
+        scopes = {
+            f"{b.parameter}={say(b.value, self.style)}"
+            for call in turn.calls
+            if (rule := self.spec_tools.get(call.call.server, {}).get(call.call.name)) is not None
+            for b in call.bindings
+            if b.parameter in rule.scopes
+        }
         for call in turn.calls:
             for b in call.bindings:
+                if f"{b.parameter}={say(b.value, self.style)}" in self.scopes_said:
+                    continue  # a namespace said in an earlier turn: the conversation's context
                 if b.source in ("state", "generated", "repeated") and not is_identity(b.parameter):
                     said = say(_named(b.value, turn.before.get(call.call.server) or {}), self.style)
                     if said and not mentions(text, said):
                         missing.append(f"{words(b.parameter)} {said}")
         if missing:
             text = text.rstrip(".?!") + " (" + "; ".join(dict.fromkeys(missing)) + ")"
+        self.scopes_said |= scopes
         if not text.endswith((".", "?", "!", ")")):
             text += "."
         text = re.sub(r"([?!])[.,;]", r"\1", text)  # a question a join follows: "...?. Also" → "...? Also"
@@ -635,10 +657,13 @@ class ConversationWriter:
         for parent in rule.parents:
             if values.get(parent):
                 clause += self.rng.choice(w.spec_scope).format(ref=values[parent])
-        for scope in rule.scopes:  # a namespace by its name: "in resource group rg-ops"
+        for scope in rule.scopes:  # a namespace by its name: "in resource group rg-ops"; once said, context
             if values.get(scope):
                 noun = re.sub(r" (id|name)$", "", words(scope))
-                clause += self.rng.choice(w.spec_scope).format(ref=f"{noun} {values[scope]}")
+                said = f"{scope}={values[scope]}" in self.scopes_said
+                ref = self.rng.choice(w.spec_scope_again if said else ["{noun} {value}"])
+                if ref:
+                    clause += self.rng.choice(w.spec_scope).format(ref=ref.format(noun=noun, value=values[scope]))
         skip = {rule.id_param, *rule.parents, *rule.scopes}
         details = [
             v if k in rule.records else self._detail(k, v, rule.phrases.get(k))

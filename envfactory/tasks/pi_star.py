@@ -476,6 +476,35 @@ class _PiStar:
                     continue
             if pname in required:
                 self.missing.append(pname)
+        self._bind_scopes(environment, tool, args, bindings)
+
+    def _bind_scopes(
+        self, environment: CompiledEnvironment, tool: str, args: dict[str, Any], bindings: list[Binding]
+    ) -> None:
+        """A compiled tool's namespace arguments (a subscription, a resource group) from the record the call
+        names, or the one it is filed under: every record carries its scope, and the call finds it only there.
+        The user says them (where their record is)."""
+        op = operation(environment, tool)
+        if op is None or not op.scopes:
+            return
+        state = self.episode.sessions[environment.name].dump()
+        named = [(op.id_param, op.resource)] if op.id_param is not None else []
+        anchor = next(
+            (
+                (resource, record)
+                for arg, resource in [*named, *reversed(op.parents)]
+                if arg in args and (record := state.get(resource, {}).get(id_key(args[arg]))) is not None
+            ),
+            None,
+        )
+        if anchor is None:  # a new record, or a list: the user's words (from the record the chain is about)
+            return
+        resource, record = anchor
+        for arg, field in op.scopes:
+            if arg not in args and field in record:
+                args[arg] = record[field]
+                path = f"{resource}.{id_key(record.get(environment.resources[resource].id_field))}.{field}"
+                bindings.append(Binding(parameter=arg, source="state", value=record[field], path=path))
 
     def _bind(
         self, qualified: str, inputs: list[InputSource], attempt: int, say: set[str] | None = None
@@ -509,7 +538,7 @@ class _PiStar:
             self._bind_record_ids(env, name, sources, attempt, say, args, bindings, required)
         for pname, pschema in spec.parameters.items():
             src = sources.get(pname)
-            if pname in record_ids:
+            if pname in record_ids or pname in args:  # (a compiled tool's ids and scopes: bound above)
                 continue
             if compiled:
                 # a compiled tool takes only its record ids from earlier results; every other input is
@@ -741,7 +770,7 @@ def _argument_fields(env: BaseEnvironment, tool: str) -> dict[str, str]:
     """The record field each argument of a compiled tool carries under its own name (`backup_vault_name` →
     `BackupVaultName`); a native tool's arguments are named after the fields."""
     binding = env.binding(tool)
-    return dict(binding.op.fields) if isinstance(binding, CompiledTool) else {}
+    return dict(binding.op.fields) | dict(binding.op.scopes) if isinstance(binding, CompiledTool) else {}
 
 
 def _references(colls: dict[str, dict[str, Any]], coll: str, relevant: set[str]) -> dict[str, str]:
