@@ -2,8 +2,9 @@
 under, or, where no tool of the environment finds a record, said by its owner; requests worded from the spec.
 
 A small library API (written here as an OpenAPI document, compiled like any spec): branches with loans filed
-under them (list branches, then a branch's loans, then one loan), and support tickets reachable only by
-their id (get and withdraw: a user knows their own ticket's number).
+under them (list branches, then a branch's loans, then one loan), support tickets reachable only by their id
+(get and withdraw: a user knows their own ticket's number), and racks filed in a workspace that has no
+operations of its own (a scope, like an Azure resource group).
 """
 
 from __future__ import annotations
@@ -74,6 +75,15 @@ def _library() -> dict[str, Any]:
     def op(op_id: str, summary: str, **more: Any) -> dict[str, Any]:
         return {"operationId": op_id, "summary": summary, **more}
 
+    rack = {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "label": {"type": "string"},
+            "floor": {"type": "integer", "minimum": 0, "maximum": 5},
+        },
+        "required": ["label"],
+    }
     gone = {"204": {"description": "gone"}}
     return {
         "openapi": "3.0.0",
@@ -91,6 +101,14 @@ def _library() -> dict[str, Any]:
             "/branches/{branchId}/loans/{loanId}": {
                 "get": op("getLoan", "How long is the loan still running?", responses=ok(loan)),
                 "delete": op("deleteLoan", "Deletes a loan", responses=gone),
+            },
+            "/workspaces/{workspaceName}/racks": {
+                "get": op("listRacks", "Lists the racks", responses=ok({"type": "array", "items": rack})),
+                "post": op("createRack", "Adds a rack", requestBody=body(rack), responses=ok(rack)),
+            },
+            "/workspaces/{workspaceName}/racks/{rackId}": {
+                "get": op("getRack", "Returns a rack", responses=ok(rack)),
+                "patch": op("updateRack", "Moves a rack", requestBody=body(rack), responses=ok(rack)),
             },
             "/tickets/{ticketId}": {
                 "get": op("getTicket", "Returns a support ticket", responses=ok(ticket)),
@@ -138,6 +156,18 @@ def test_a_record_filed_under_another_is_found_by_listing_its_parent_first(pool:
     loan, branch = calls[2].arguments["loan_id"], calls[2].arguments["branch_id"]
     assert state["loans"][loan]["branch_id"] == branch == calls[1].arguments["branch_id"]
     assert loan not in conv.nodes[0].query and branch not in conv.nodes[0].query  # found, not said
+    assert measure([conv]).incoherent_id_arguments == 0
+
+
+def test_a_record_in_a_namespace_is_named_in_its_own(pool: EnvPool) -> None:
+    conv = _synth(pool, ["get_rack", "update_rack", "get_rack"], seed=11)
+    state = conv.nodes[0].initial_scenario["library"]
+    calls = [p.call for p in conv.task.solver]
+    for call in calls:
+        if "rack_id" in call.arguments and call.arguments["rack_id"] in state["racks"]:
+            assert call.arguments["workspace_name"] == state["racks"][call.arguments["rack_id"]]["workspace_name"]
+    workspace = calls[0].arguments["workspace_name"]
+    assert workspace in conv.nodes[0].query  # said where the user first needs it; later turns may leave it out
     assert measure([conv]).incoherent_id_arguments == 0
 
 
