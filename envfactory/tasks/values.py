@@ -185,10 +185,11 @@ _PATTERN_TRIES = 4
 _REPEAT_LIMIT = 12  # an unbounded repeat (`*`, `+`) as a person writes it, not up to a hundred times
 
 
-class _ReadableXeger(rstr.Rstr):
-    """rstr's generator drawing what a person would type: "any character", a negated class and "not a space"
-    from letters and digits in a fixed order (rstr draws a negated class from a set, whose order is salted per
-    process: the same seed gave different values in different processes), unbounded repeats kept short."""
+class SeededXeger(rstr.Rstr):
+    """Strings that match a pattern (rstr's xeger), the same for the same seed in every process, and readable:
+    "any character", a negated class and "not a space" drawn from letters and digits in a fixed order (rstr
+    draws a negated class from a set, whose order follows each process's string-hash seed, so two workers made
+    two different scenarios of one spec), unbounded repeats kept short."""
 
     def __init__(self, rng: random.Random) -> None:
         super().__init__(
@@ -211,9 +212,9 @@ class _ReadableXeger(rstr.Rstr):
 
 
 def pattern_value(rng: random.Random, pattern: str) -> str | None:
-    """A string matching a schema's `pattern`, as readable as the pattern allows (`_ReadableXeger`), the
+    """A string matching a schema's `pattern`, as readable as the pattern allows (`SeededXeger`), the
     shortest of a few draws; None when the pattern cannot be read (a lookaround...) or nothing drawn matches."""
-    maker = _ReadableXeger(rng)
+    maker = SeededXeger(rng)
     made: list[str] = []
     for _ in range(_PATTERN_TRIES):
         try:
