@@ -13,7 +13,7 @@ import pytest
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.tasks.batch import SynthConfig, load_conversations, read_jsonl
-from envfactory.tasks.conversation import ConversationWriter, Turn, _fill
+from envfactory.tasks.conversation import ConversationWriter, Turn, _fill, renderings, say
 from envfactory.tasks.episode import replay
 from envfactory.tasks.models import (
     Binding,
@@ -29,7 +29,6 @@ from envfactory.tasks.models import (
 from envfactory.tasks.pi_star import is_identity
 from envfactory.tasks.quality import is_id_parameter, measure
 from envfactory.tasks.run import run_batch
-from envfactory.tasks.spoken import renderings, say
 from envfactory.tasks.template import answer_fact
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,31 +159,6 @@ def test_the_figures_catch_what_the_method_argues_against() -> None:
     for style in range(4):
         answer = f"I see one on {say('2026-01-10', style)}. Is that the one?"
         assert measure([_conversation("My booking under Ana?", [(listed, dated)], answer)]).canned_answers == 0.0
-
-
-def test_an_id_the_user_says_of_their_own_record_is_theirs_and_no_other() -> None:
-    cancel = ToolCall(server="hotels", name="cancel_booking", arguments={"booking_id": "BK-0002"})
-    done = {"id": "BK-0002", "status": "cancelled"}
-    said = _conversation("Cancel my booking BK-0002.", [(cancel, done)], "BK-0002 is cancelled.")
-    bare = measure([said])
-    assert (bare.requests_with_internal_id, bare.incoherent_id_arguments) == (1.0, 1.0)  # nobody's words: a leak
-    # the solver took it from the user's words (their own record, which no tool of the environment finds)
-    planned = PlannedCall(call=cancel, bindings=[Binding(parameter="booking_id", source="state", value="BK-0002")])
-    said.task.solver = [planned]
-    own = measure([said])
-    assert (own.requests_with_internal_id, own.requests_with_own_id, own.incoherent_id_arguments) == (0, 1.0, 0)
-    # ... but only where a request says it
-    said.nodes[0].query = "Cancel my booking."
-    assert measure([said]).incoherent_id_arguments == 1.0
-
-
-def test_a_number_is_an_id_only_where_a_call_passes_it_as_one() -> None:
-    book = ToolCall(server="hotels", name="book_room", arguments={"hotel_id": "HT-1", "nights": 4})
-    conv = _conversation("Book HT-1 for 4 nights.", [(book, {"id": "BK-0003", "nights": 4})], "BK-0003, 4 nights")
-    conv.nodes[0].initial_scenario["hotels"]["rooms"] = {"4": {"id": 4}}  # a collection with integer ids
-    assert measure([conv]).requests_with_internal_id == 1.0  # HT-1 is internal; "4" is a quantity here
-    conv.nodes[0].query = "Book it for 4 nights."
-    assert measure([conv]).requests_with_internal_id == 0.0
 
 
 # ---- the writer's rules ------------------------------------------------------------------------------

@@ -106,25 +106,16 @@ def spec_tools(env: BaseEnvironment) -> dict[str, SpecTool]:
     return {
         o.spec.name: SpecTool(
             semantics=o.semantics,
-            label=record_noun(env.resources[o.resource].label),
+            label=env.resources[o.resource].label,
             id_param=o.id_param,
             parents=[a for a, _ in o.parents],
             target=o.target,
-            records={a: record_noun(env.resources[r].label) for a, r in id_arguments(env, o.spec.name).items()},
+            records={a: env.resources[r].label for a, r in id_arguments(env, o.spec.name).items()},
             scopes=[a for a, _ in o.scopes],
             phrases=_phrases(o.spec.parameters),
         )
         for o in env.plan.operations
     }
-
-
-def record_noun(label: str) -> str:
-    """What a person calls a record of a resource the spec named after an action on it (`/deleteSite`,
-    `/list-pipelines`): the noun without the verb ("site", "pipeline"); other labels as they are."""
-    found = words(label).split()
-    while len(found) > 1 and found[0] in _ACTIONS:
-        found = found[1:]
-    return " ".join(found)
 
 
 def _phrases(parameters: dict[str, Any]) -> dict[str, str]:
@@ -189,8 +180,6 @@ def imperative(description: str, fallback: str) -> str | None:
     text = re.sub(r"^returns? (?:a |the )?list of ", "list ", text, flags=re.IGNORECASE)
     verb, _, rest = text.partition(" ")
     low = verb.lower()
-    if low in _AUXILIARY and "?" in description:  # "Is the name available?": no request in its words
-        return None
     if low in _QUESTION and rest:  # "How old is the person in the image?": what the user wants to find out
         verb, rest, low = "find", f"out {low} {rest}", "find"
     if low in _THIRD_PERSON:
@@ -234,9 +223,6 @@ def noun_phrase(description: str) -> str | None:
 _ACTIONS = frozenset(
     {"add", "cancel", "check", "create", "delete", "deregister", "describe", "disable", "enable", "get", "list"}
     | {"patch", "post", "put", "register", "remove", "run", "search", "send", "set", "start", "stop", "update"}
-)
-_AUXILIARY = frozenset(
-    {"is", "are", "was", "were", "does", "do", "did", "can", "could", "has", "have", "will", "should"}
 )
 _QUESTION = frozenset({"how", "what", "which", "who", "whom", "whose", "when", "where", "why", "whether"})
 _NOT_VERBS = frozenset(
@@ -588,8 +574,6 @@ class ConversationWriter:
             mentioned |= {v for v in values.values() if v}
         text = texts[0]
         for more in texts[1:]:
-            if not re.match(r"I\b|I'", more):  # "..., then could you", not "..., then Could you"
-                more = more[:1].lower() + more[1:]
             text = self.rng.choice(self.wording.joins).format(first=text, second=more)
         text = text[:1].upper() + text[1:]
         # every external value of the turn's calls must be in the request: the ground truth follows from it
@@ -604,7 +588,6 @@ class ConversationWriter:
             text = text.rstrip(".?!") + " (" + "; ".join(dict.fromkeys(missing)) + ")"
         if not text.endswith((".", "?", "!", ")")):
             text += "."
-        text = re.sub(r"([?!])[.,;]", r"\1", text)  # a question a join follows: "...?. Also" → "...? Also"
         prefix = " ".join(spoken)
         # a user greets once, at the start; later turns just go on, and thanks come now and then
         opening = self.rng.choice(self.wording.openings if not self.results else self.wording.followups)
@@ -682,10 +665,7 @@ class ConversationWriter:
 
     def _report_text(self, call: PlannedCall, result: ToolResult, after: dict[str, Any], fact_field: str | None) -> str:
         w, value = self.wording, result.result
-        rule = self.spec_tools.get(call.call.server, {}).get(call.call.name)
-        # a compiled tool's record: what the spec calls one; else the collection's (or the tool's) word for it
-        state = after.get(call.call.server) or {}
-        noun = rule.label if rule is not None else _result_noun(call.call.name, value, state)
+        noun = _result_noun(call.call.name, value, after.get(call.call.server) or {})
         if isinstance(value, list):
             if not value:
                 return self.rng.choice(w.found_none).format(nouns=_plural(noun))

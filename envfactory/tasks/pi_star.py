@@ -503,8 +503,6 @@ class _PiStar:
         record_ids = id_arguments(self.pool.get(env), name)
         op = operation(self.pool.get(env), name)
         paging = {op.offset_param, op.page_param} if op is not None else set()  # where a page starts: no user says
-        # a compiled tool's other `*_id` inputs name nothing in the state (a client token, an external id): made up
-        self.values.id_lookup = None if compiled else self._some_id
         if compiled:
             self._bind_record_ids(env, name, sources, attempt, say, args, bindings, required)
         for pname, pschema in spec.parameters.items():
@@ -517,7 +515,6 @@ class _PiStar:
                 if pname in required or (
                     not _PAGING.search(pname)
                     and pname not in paging
-                    and not pname.endswith(("_id", "_ids"))  # an optional id no tool gives: left out
                     and (how.all_optional or self.rng.random() < self.settings.optional_p)
                 ):
                     user_params.append(pname)

@@ -182,38 +182,13 @@ class ValueMaker:
 
 _READABLE = string.ascii_letters + string.digits
 _PATTERN_TRIES = 4
-_REPEAT_LIMIT = 12  # an unbounded repeat (`*`, `+`) as a person writes it, not up to a hundred times
-
-
-class _ReadableXeger(rstr.Rstr):
-    """rstr's generator drawing what a person would type: "any character", a negated class and "not a space"
-    from letters and digits in a fixed order (rstr draws a negated class from a set, whose order is salted per
-    process: the same seed gave different values in different processes), unbounded repeats kept short."""
-
-    def __init__(self, rng: random.Random) -> None:
-        super().__init__(
-            rng, printable=_READABLE, nonwhitespace=_READABLE, whitespace=" ", nonword="-", nondigits=_READABLE[:52]
-        )
-        self._cases = {
-            **self._cases,
-            "not_literal": lambda x: self._random.choice(_READABLE.replace(chr(x), "") or "-"),
-        }
-
-    def _handle_in(self, value: Any) -> Any:
-        candidates = list(chain(*(self._handle_state(i) for i in value)))
-        if candidates and candidates[0] is False:
-            excluded = set(candidates[1:])
-            candidates = [c for c in _READABLE + "-_." if c not in excluded] or ["-"]
-        return self._random.choice(candidates)
-
-    def _handle_repeat(self, start_range: int, end_range: int, value: Any) -> str:
-        return super()._handle_repeat(start_range, min(end_range, max(start_range, _REPEAT_LIMIT)), value)
 
 
 def pattern_value(rng: random.Random, pattern: str) -> str | None:
-    """A string matching a schema's `pattern`, as readable as the pattern allows (`_ReadableXeger`), the
-    shortest of a few draws; None when the pattern cannot be read (a lookaround...) or nothing drawn matches."""
-    maker = _ReadableXeger(rng)
+    """A string matching a schema's `pattern`, as readable as the pattern allows: "any character" and
+    "not a space" drawn from letters and digits, the shortest of a few draws (a `.+` repeats up to a hundred
+    times); None when the pattern cannot be read (a lookaround...) or nothing drawn matches."""
+    maker = SeededXeger(rng, printable=_READABLE, nonwhitespace=_READABLE, whitespace=" ")
     made: list[str] = []
     for _ in range(_PATTERN_TRIES):
         try:
@@ -284,3 +259,15 @@ def fits(value: Any, schema: dict[str, Any]) -> bool:
         "null": lambda v: v is None,
     }
     return checks.get(str(kind), lambda v: v is not None)(value)
+
+
+class SeededXeger(rstr.Rstr):
+    """Strings that match a pattern (rstr's xeger), the same for the same seed in every process: a negated
+    character class (`[^/]`) picks from a sorted list, where rstr picks from a set — whose order changes
+    with each process's string-hash seed, so two workers made two different scenarios of one spec."""
+
+    def _handle_in(self, value: Any) -> Any:
+        candidates = list(chain(*(self._handle_state(i) for i in value)))
+        if candidates[0] is False:
+            candidates = sorted(set(string.printable).difference(candidates[1:]))
+        return self._random.choice(candidates)
