@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Resource, schema_problems, type_of, validator_for
 from envfactory.errors import EnvFactoryError
-from envfactory.tasks.values import SeededXeger, ValueMaker, pattern_value
+from envfactory.tasks.values import SeededXeger, ValueMaker
 from envfactory.toolgraph.names import singular, snake_case
 
 _TRIES = 6
@@ -97,7 +97,7 @@ class _Values:
         low = snake_case(name)
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and attempt > 0:  # a made-up value did not fit: one that matches the pattern
-            value = pattern_value(self.rng, pattern) or self.xeger.xeger(pattern)
+            value = self.xeger.xeger(pattern)
         elif fmt == "uuid":
             value = str(uuid.UUID(int=self.rng.getrandbits(128)))
         elif fmt == "date-time":

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import random
 import re
+from datetime import date
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,8 @@ from envfactory.env.environment import BaseEnvironment
 from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import InputError, read_yaml_model
-from envfactory.tasks.compiled_refs import id_arguments
 from envfactory.tasks.models import PlannedCall, ToolResult
 from envfactory.tasks.pi_star import LABEL_FIELDS, is_identity, label_of, singular
-from envfactory.tasks.spoken import DATE_STYLES, mentions, say, words
 
 WORDING_FILE = Path("template") / "conversation" / "en.yaml"
 PHRASINGS_FILE = Path("template") / "conversation" / "tools.yaml"
@@ -59,14 +58,12 @@ class Wording(BaseModel):
     fallback_question: list[str]  # a read the user wanted: {action} {details}
     earlier_reference: list[str]  # a record of an earlier turn: {noun}
     found_reference: list[str]  # a record a lookup finds: {noun} {label} {criteria}
-    found_unnamed: list[str] = ["the {noun} {label} {criteria}"]  # one with no name: {label} is a detail, or empty
     holder_reference: list[str]  # a record named in another one a lookup finds: {noun} {holder} {label} {criteria}
     distinguish: list[str]  # {field} {value}: the detail that picks the target among candidates
     vague_reference: list[str]  # a reference that leaves the choice open: {noun} {criteria}
     clarify_question: list[str]  # the assistant asks which: {count} {noun} {nouns} {criteria} {field} {options}
     clarify_reply: list[str]  # the user answers from what they know: {field} {value}
     identity: list[str]  # the user's own id, said once: {noun} {value}
-    own_reference: list[str] = ["my {noun} {value}"]  # a record of the user's that no tool finds: {noun} {value}
     criteria: dict[str, str]  # parameter-name pattern → "in {value}" (first match; "*" last)
     done_write: list[str]  # {noun} {id} {facts}
     done_plain: list[str]  # a write whose result is no record: {facts}
@@ -80,8 +77,6 @@ class Wording(BaseModel):
     spec_forms: dict[str, list[str]] = {}
     spec_details: dict[str, list[str]] = {}
     spec_scope: list[str] = [" in {ref}"]
-    spec_value: list[str] = ["{name} {value}"]  # a value a request sets or filters by: {name} {value}
-    spec_value_described: list[str] = ["{name} {value}"]  # ...whose description names it: {name} {phrase} {value}
 
 
 class SpecTool(BaseModel):
@@ -94,9 +89,6 @@ class SpecTool(BaseModel):
     id_param: str | None = None
     parents: list[str] = []
     target: Any = None
-    records: dict[str, str] = {}  # argument → what the spec calls a record it names (`name_2_id` → "schema")
-    scopes: list[str] = []  # arguments naming a namespace the record is in (a resource group, an account)
-    phrases: dict[str, str] = {}  # argument → what its description calls it ("email address of the user")
 
 
 def spec_tools(env: BaseEnvironment) -> dict[str, SpecTool]:
@@ -110,22 +102,9 @@ def spec_tools(env: BaseEnvironment) -> dict[str, SpecTool]:
             id_param=o.id_param,
             parents=[a for a, _ in o.parents],
             target=o.target,
-            records={a: env.resources[r].label for a, r in id_arguments(env, o.spec.name).items()},
-            scopes=[a for a, _ in o.scopes],
-            phrases=_phrases(o.spec.parameters),
         )
         for o in env.plan.operations
     }
-
-
-def _phrases(parameters: dict[str, Any]) -> dict[str, str]:
-    """Parameters whose description is a short noun phrase → that phrase (`noun_phrase`)."""
-    out: dict[str, str] = {}
-    for name, schema in parameters.items():
-        phrase = noun_phrase(str(schema.get("description") or "")) if isinstance(schema, dict) else None
-        if phrase is not None:
-            out[name] = phrase
-    return out
 
 
 class Phrasings(BaseModel):
@@ -148,10 +127,68 @@ def load_wording(prompts_dir: Path) -> tuple[Wording, Phrasings]:
 # ---- values as words ----------------------------------------------------------------------------
 
 
+def words(name: str) -> str:
+    return " ".join(re.sub(r"([a-z])([A-Z])", r"\1 \2", name).replace("_", " ").split()).lower()
+
+
 def noun_of(parameter: str) -> str:
     """What an id input names, in words: `hotel_id` → hotel, `from_account_id` → account."""
     noun = words(parameter.removesuffix("_ids").removesuffix("_id")) or "one"
     return re.sub(r"^(from|to|source|target|destination|origin|new|old|parent) ", "", noun)
+
+
+_DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_CLOCK = re.compile(r"(\d{2}):(\d{2})(:00)?")
+DATE_STYLES = 4
+
+
+def _day(text: str, style: int) -> str:
+    if style == 0:
+        return text
+    try:
+        when = date.fromisoformat(text)
+    except ValueError:  # shaped like a date, but none (a code an API's pattern made: 2023-13-45)
+        return text
+    month = when.strftime("%B")
+    if style == 1:
+        return f"{month} {when.day}, {when.year}"
+    if style == 2:
+        return f"{when.day} {month} {when.year}"
+    return f"{when.strftime('%A')}, {month} {when.day}, {when.year}"
+
+
+def _clock(text: str, style: int) -> str:
+    hour, minute = int(text[:2]), int(text[3:5])
+    if style % 2 == 0:
+        return text[:5]
+    suffix = "am" if hour < 12 else "pm"
+    twelve = hour % 12 or 12
+    return f"{twelve} {suffix}" if minute == 0 else f"{twelve}:{minute:02d} {suffix}"
+
+
+def say(value: Any, style: int = 0) -> str:
+    """A value as a user writes it; `style` picks one of the ways people write dates and times (0: ISO)."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value == int(value):
+        return str(int(value))
+    if isinstance(value, list):
+        return ", ".join(say(v, style) for v in value) or "none"
+    if isinstance(value, dict):
+        return ", ".join(f"{words(k)} {say(v, style)}" for k, v in value.items())
+    text = str(value)
+    if _DAY.fullmatch(text):
+        return _day(text, style)
+    if re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:00)?", text):
+        return _day(text[:10], style) + " at " + _clock(text[11:16], style)
+    if _CLOCK.fullmatch(text):
+        return _clock(text, style)
+    return text
+
+
+def renderings(value: Any) -> set[str]:
+    """Every way `say` may write a value in a request."""
+    return {say(value, style) for style in range(DATE_STYLES)}
 
 
 def _action(description: str) -> str:
@@ -174,14 +211,11 @@ def imperative(description: str, fallback: str) -> str | None:
     allows you to" gone, the third person made an imperative ("Creates a framework" → "create a
     framework", "Returns a list of vaults" → "list vaults"); None when it says nothing usable."""
     text = _TAGS.sub("", description).replace("&quot;", '"').replace("&amp;", "&")
-    text = re.sub(r"\{(\w+)\}", r"\1", text).replace("{", "").replace("}", "")  # a path template's {type}
     text = re.split(r"(?<=[A-Za-z0-9\)])[.;:!?](\s|$)|\n|\s\(", text.strip(), maxsplit=1)[0].strip()
     text = _PREAMBLE.sub("", text)
     text = re.sub(r"^returns? (?:a |the )?list of ", "list ", text, flags=re.IGNORECASE)
     verb, _, rest = text.partition(" ")
     low = verb.lower()
-    if low in _QUESTION and rest:  # "How old is the person in the image?": what the user wants to find out
-        verb, rest, low = "find", f"out {low} {rest}", "find"
     if low in _THIRD_PERSON:
         low = _THIRD_PERSON[low]
     elif re.fullmatch(r"[a-z]+(?:ss|sh|ch|x|z)es", low):
@@ -197,38 +231,7 @@ def imperative(description: str, fallback: str) -> str | None:
     return text if len(text) <= 100 else fallback
 
 
-_ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
-_NOT_NOUNS = re.compile(r"\b(?:id|ids|it is filed under|if|whether|must|should be set|you|your|this|true|false)\b")
-
-
-def noun_phrase(description: str) -> str | None:
-    """A parameter's description as what a user calls the value: its first sentence when that is a short noun
-    phrase ("The email address of the user." → "email address of the user"); None otherwise (a sentence, a
-    rule, an id the compiler described)."""
-    text = _TAGS.sub("", description).replace("{", "").replace("}", "").strip()
-    text = re.split(r"(?<=[A-Za-z0-9\)])[.;:!?](\s|$)|\n|\s\(", text, maxsplit=1)[0].strip()
-    if not _ARTICLE.match(text):
-        return None
-    text = _ARTICLE.sub("", text)
-    found = text.split()
-    if not 1 <= len(found) <= 8 or _NOT_NOUNS.search(text.lower()) or not re.fullmatch(r"[A-Za-z][\w '/-]*", text):
-        return None
-    first, _, rest = text.partition(" ")
-    # "Email address" → "email address"; an acronym or a name stays ("ARN of the detector", "Amazon Resource Name")
-    proper = sum(c.isupper() for c in first) > 1 or rest[:1].isupper()
-    return text if proper else first.lower() + (f" {rest}" if rest else "")
-
-
-# verbs an API names a resource after when its path is an action (`/deleteSite`, `/create-index`)
-_ACTIONS = frozenset(
-    {"add", "cancel", "check", "create", "delete", "deregister", "describe", "disable", "enable", "get", "list"}
-    | {"patch", "post", "put", "register", "remove", "run", "search", "send", "set", "start", "stop", "update"}
-)
-_QUESTION = frozenset({"how", "what", "which", "who", "whom", "whose", "when", "where", "why", "whether"})
-_NOT_VERBS = frozenset(
-    {"the", "a", "an", "this", "that", "these", "returns", "endpoint", "api", "deprecated", "note"}
-    | {"is", "are", "does", "do", "can", "if", "for", "in", "on", "to", "of", "with", "by", "and", "or", "not", "no"}
-)
+_NOT_VERBS = frozenset({"the", "a", "an", "this", "that", "these", "returns", "endpoint", "api", "deprecated", "note"})
 
 
 _SALIENT = re.compile(
@@ -364,20 +367,6 @@ class ConversationWriter:
 
     # ---- requests -------------------------------------------------------------------------------
 
-    def _noun(self, call: PlannedCall, param: str) -> str:
-        """What an id input names, in words: the spec's word for the record (a compiled tool), else the
-        parameter's own words (`hotel_id` → hotel)."""
-        rule = self.spec_tools.get(call.call.server, {}).get(call.call.name)
-        label = rule.records.get(param) if rule is not None else None
-        return words(label) if label else noun_of(param)
-
-    def _names_record(self, call: PlannedCall, param: str) -> bool:
-        """Whether an input names a record by its id (a compiled tool says which; else its name does)."""
-        rule = self.spec_tools.get(call.call.server, {}).get(call.call.name)
-        if rule is not None:
-            return param in rule.records
-        return param == "id" or param.endswith(("_id", "_ids"))
-
     def _goals(self, turn: Turn) -> list[int]:
         """Positions (in the turn) of the calls the user asked for: writes, and reads nothing later consumed."""
         consumed = {b.call for c in turn.calls for b in c.bindings if b.source == "output" and b.call is not None}
@@ -396,12 +385,12 @@ class ConversationWriter:
                 record = _record_with(all_results[b.call].result, b.value) or {}
                 labelled = label_of(record)
                 if labelled is not None and labelled[1].lower() not in label.lower():
-                    parts.append(f'of the {self._noun(call, b.parameter)} "{labelled[1]}"')
+                    parts.append(f'of the {noun_of(b.parameter)} "{labelled[1]}"')
                 elif labelled is None and depth < 2:  # a booking has no name: say what found it
                     parts.append(self._criteria(turn.calls[b.call - turn.start], label, turn, all_results, depth + 1))
                 continue
             said = say(b.value, self.style)
-            if b.source == "output" or self._names_record(call, b.parameter) or said.lower() in label.lower():
+            if b.source == "output" or b.parameter.endswith("_id") or said.lower() in label.lower():
                 continue
             if said.lower() in self._goal_says:
                 continue
@@ -412,15 +401,9 @@ class ConversationWriter:
         return " ".join(p for p in parts if p)
 
     def _reference(
-        self,
-        param: str,
-        value: Any,
-        source_call: int | None,
-        turn: Turn,
-        all_results: list[ToolResult],
-        noun: str | None = None,
+        self, param: str, value: Any, source_call: int | None, turn: Turn, all_results: list[ToolResult]
     ) -> str:
-        noun = noun or noun_of(param)
+        noun = noun_of(param)
         if source_call is None or source_call < turn.start:  # a record the conversation met before
             return self.rng.choice(self.wording.earlier_reference).format(noun=noun)
         provider = turn.calls[source_call - turn.start]
@@ -446,18 +429,13 @@ class ConversationWriter:
                 criteria=criteria,
             )
             return re.sub(r"\s+", " ", phrase).strip()
-        told: str | None = None  # the field an unnamed record is told by
         if not labelled:
             detail = self._distinguishing(
                 record, [record, *(r for r in result if isinstance(r, dict))] if isinstance(result, list) else [record]
             )
             if detail is not None:
-                label, told = f"with {words(detail[0])} {say(detail[1], self.style)}", detail[0]
-            # no name to put first: the noun says what it is ("the cluster with status ACTIVE")
-            forms = self.wording.found_unnamed
-        else:
-            forms = self.wording.found_reference
-        phrase = self.rng.choice(forms).format(noun=noun, label=label, criteria=criteria)
+                label = f"with {words(detail[0])} {say(detail[1], self.style)}"
+        phrase = self.rng.choice(self.wording.found_reference).format(noun=noun, label=label, criteria=criteria)
         candidates = [r for r in result if isinstance(r, dict)] if isinstance(result, list) else []
         if len(candidates) > 1 and record:
             same_label = [c for c in candidates if labelled and c.get(labelled[0]) == labelled[1]]
@@ -469,7 +447,7 @@ class ConversationWriter:
                 self.clarification = self._clarify(noun, criteria, detail, candidates, source_call - turn.start)
                 vague = self.rng.choice(self.wording.vague_reference).format(noun=noun, criteria=criteria)
                 return re.sub(r"\s+", " ", vague).strip()
-            if not unique and detail is not None and detail[0] != told:
+            if not unique and detail is not None:
                 phrase += " " + self.rng.choice(self.wording.distinguish).format(
                     field=words(detail[0]), value=say(detail[1], self.style)
                 )
@@ -517,13 +495,7 @@ class ConversationWriter:
         self._goal_says = {say(b.value, self.style).lower() for b in call.bindings if b.source != "output"}
         for b in call.bindings:
             if b.source == "output":
-                noun = self._noun(call, b.parameter)
-                values[b.parameter] = self._reference(b.parameter, b.value, b.call, turn, all_results, noun)
-            elif b.source == "state" and self._names_record(call, b.parameter) and not is_identity(b.parameter):
-                # a record no tool finds: the user's own, which they name by its id
-                values[b.parameter] = self.rng.choice(self.wording.own_reference).format(
-                    noun=self._noun(call, b.parameter), value=say(b.value)
-                )
+                values[b.parameter] = self._reference(b.parameter, b.value, b.call, turn, all_results)
             elif is_identity(b.parameter):
                 key = f"{b.parameter}={b.value}"
                 if key not in self.identities_said:
@@ -582,7 +554,7 @@ class ConversationWriter:
             for b in call.bindings:
                 if b.source in ("state", "generated", "repeated") and not is_identity(b.parameter):
                     said = say(_named(b.value, turn.before.get(call.call.server) or {}), self.style)
-                    if said and not mentions(text, said):
+                    if said and said.lower() not in text.lower():
                         missing.append(f"{words(b.parameter)} {said}")
         if missing:
             text = text.rstrip(".?!") + " (" + "; ".join(dict.fromkeys(missing)) + ")"
@@ -605,8 +577,6 @@ class ConversationWriter:
         ref = values.get(rule.id_param, "") if rule.id_param else ""
         label = words(rule.label)
         forms = [f for f in w.spec_forms.get(rule.semantics, []) if "{ref}" not in f or ref]
-        if label.split(" ", 1)[0] in _ACTIONS:  # a resource named after an action ("delete site"): no noun to use
-            forms = [f for f in forms if "{label" not in f]
         own = imperative(description, "")
         if own and (not forms or self.rng.random() < 0.4):  # the spec's own summary, the record named after it
             clause = own + (self.rng.choice(w.spec_scope).format(ref=ref) if ref else "")
@@ -618,29 +588,16 @@ class ConversationWriter:
         for parent in rule.parents:
             if values.get(parent):
                 clause += self.rng.choice(w.spec_scope).format(ref=values[parent])
-        for scope in rule.scopes:  # a namespace by its name: "in resource group rg-ops"
-            if values.get(scope):
-                noun = re.sub(r" (id|name)$", "", words(scope))
-                clause += self.rng.choice(w.spec_scope).format(ref=f"{noun} {values[scope]}")
-        skip = {rule.id_param, *rule.parents, *rule.scopes}
+        skip = {rule.id_param, *rule.parents}
         details = [
-            v if k in rule.records else self._detail(k, v, rule.phrases.get(k))
-            for k, v in values.items()
-            if v and k not in skip
+            v if k.endswith(("_id", "_ids")) else f"{words(k)} {v}" for k, v in values.items() if v and k not in skip
         ]
         if details:
             joined = ", ".join(details[:-1]) + f" and {details[-1]}" if len(details) > 1 else details[0]
             forms = w.spec_details.get("read" if call.kind == "read" else "write") or [" with {details}"]
             clause += self.rng.choice(forms).format(details=joined)
         frame = self.rng.choice(w.spec_frames)
-        text = re.sub(r"\s+", " ", frame.format(clause=clause)).strip()
-        return re.sub(r"\b([Aa]) (?=[aeioAEIO]\w)", r"\1n ", text)  # "a app" → "an app"
-
-    def _detail(self, parameter: str, value: str, phrase: str | None) -> str:
-        """One value a request sets or filters by, named after its parameter or, where the spec describes it
-        in a few words, as the spec calls it ("the email address of the user ...")."""
-        forms = self.wording.spec_value_described if phrase else self.wording.spec_value
-        return self.rng.choice(forms).format(name=words(parameter), phrase=phrase or "", value=value)
+        return re.sub(r"\s+", " ", frame.format(clause=clause)).strip()
 
     # ---- answers --------------------------------------------------------------------------------
 

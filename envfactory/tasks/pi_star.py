@@ -33,21 +33,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from envfactory.env.compiled import CompiledEnvironment, CompiledTool
+from envfactory.env.compiled import CompiledTool
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord
 from envfactory.env.state import DEFAULT_CLOCK
-from envfactory.tasks.compiled_refs import (
-    ancestors,
-    consistent,
-    id_arguments,
-    id_key,
-    links,
-    list_tools,
-    nesting,
-    operation,
-)
 from envfactory.tasks.episode import Episode, result_of
 from envfactory.tasks.models import Binding, PlannedCall, States, ToolCall, ToolResult
 from envfactory.tasks.values import ValueMaker, fits, is_free_text, learned_bounds
@@ -167,22 +157,15 @@ class _PiStar:
         → hotels) that no earlier *write* of the chain provides (a booking the chain makes itself is
         no record to choose)."""
         colls = _records(self.initial.get(env, {}))
-        environment = self.pool.get(env)
         out: set[str] = set()
         for index, qualified in enumerate(self.chain.tools):
             tenv, name = qualified.split(".", 1)
             if tenv != env:
                 continue
             sources = {src.parameter: src for src in self.chain.steps[index].inputs}
-            named = id_arguments(environment, name)
-            for pname in environment.metadata.tool(name).parameters:
-                if isinstance(environment, CompiledEnvironment):  # the plan says which resource: and where it is filed
-                    coll = named.get(pname)
-                    if coll is not None:
-                        out.update(a for a in ancestors(environment, coll) if a in colls)
-                else:
-                    coll = collection_for(colls, pname) if pname.endswith(("_id", "_ids")) else None
-                if coll is None or coll not in colls:
+            for pname in self.pool.get(env).metadata.tool(name).parameters:
+                coll = collection_for(colls, pname) if pname.endswith(("_id", "_ids")) else None
+                if coll is None:
                     continue
                 src = sources.get(pname)
                 if src is not None and src.source == "tool" and src.index is not None:
@@ -201,35 +184,26 @@ class _PiStar:
         for env in self.chain.servers:
             colls = _records(self.initial.get(env, {}))
             relevant = self._relevant(env)
-            environment = self.pool.get(env)
-            deep: dict[str, int] = {}
-            if isinstance(environment, CompiledEnvironment):  # the plan's links; the most deeply filed first
-                refs = {
-                    coll: {f: o for f, o in links(environment, coll).items() if o in relevant - {coll}}
-                    for coll in relevant
-                }
-                deep = {coll: nesting(environment, coll) for coll in relevant}
-            else:
-                refs = {coll: _references(colls, coll, relevant) for coll in relevant}
+            refs = {coll: _references(colls, coll, relevant) for coll in relevant}
 
             def refers(record: dict[str, Any], path: str, target: str | None) -> bool:
                 return target is None or target in _ref_ids(record, path)
 
-            for coll in sorted(relevant, key=lambda c: (-deep.get(c, 0), -len(refs[c]), c)):
-                named = refs[coll]
+            for coll in sorted(relevant, key=lambda c: (-len(refs[c]), c)):
+                links = refs[coll]
                 if (env, coll) not in self.targets:
                     core = [i for i in self.core.get(env, {}).get(coll, []) if i in colls[coll]]
                     candidates = sorted(colls[coll] if self.any_record or not core else core)
                     agreeing = [
                         i
                         for i in candidates
-                        if all(refers(colls[coll][i], f, self.targets.get((env, o))) for f, o in named.items())
+                        if all(refers(colls[coll][i], f, self.targets.get((env, o))) for f, o in links.items())
                     ]
                     choices = agreeing or candidates
                     live = [i for i in choices if _live(colls[coll][i])]  # not a cancelled booking
                     self.targets[(env, coll)] = self.rng.choice(live or choices)
                 record = colls[coll][self.targets[(env, coll)]]
-                for path, other in named.items():
+                for path, other in links.items():
                     ids = [v for v in _ref_ids(record, path) if v in colls[other]]
                     if (env, other) not in self.targets and ids:
                         # the card's account; one of a reading list's papers; the product of one of an order's lines
@@ -292,42 +266,6 @@ class _PiStar:
         # an input named otherwise (`assignee_id`) takes a record its description names, unless that is
         # what the tool itself returns (a ticket filter is no place for a ticket's own id)
         return owner != self._returns and noun.replace("_", " ") in self._descriptions.get(pname, "")
-
-    def _record_from_earlier(
-        self, env: str, tool: str, pname: str, coll: str, args: dict[str, Any], shift: int, prefer: int | None
-    ) -> tuple[Any, str, int] | None:
-        """A compiled tool's id argument from an earlier result: the id of a record of its resource `coll`
-        that exists now and sits where the call's other arguments say (`compiled_refs.consistent`), read
-        from a record of that resource, from a field that links to it (a branch's `app_id`), or from a
-        field of the argument's name; the chain's target first, then the call the sampler named
-        (`prefer`), then the most recent; `shift` moves along that order on retries."""
-        environment = self.pool.get(env)
-        assert isinstance(environment, CompiledEnvironment)
-        state = self.episode.sessions[env].dump()
-        members = state.get(coll, {})
-        linking = {f for r in environment.plan.resources for f, o in links(environment, r.name).items() if o == coll}
-        id_field = environment.resources[coll].id_field
-        wanted = self.targets.get((env, coll))
-        found: list[tuple[Any, str, int]] = []
-        for index in range(len(self.results) - 1, -1, -1):
-            result = self.results[index]
-            if not result.ok or result.server != env:
-                continue
-            producer = operation(environment, result.name)
-            own = producer is not None and producer.resource == coll
-            for path, field, value in _walk(result.result):
-                if field not in linking and field != pname and not (own and field == id_field):
-                    continue
-                if isinstance(value, bool) or not isinstance(value, str | int) or id_key(value) not in members:
-                    continue
-                if any(f[0] == value for f in found):
-                    continue
-                if consistent(environment, tool, {**args, pname: value}, state):
-                    found.append((value, path, index))
-        if not found:
-            return None
-        found.sort(key=lambda f: (id_key(f[0]) != wanted, f[2] != prefer))  # stable: then the most recent
-        return found[shift % len(found)]
 
     def _from_earlier(
         self, env: str, pname: str, schema: dict[str, Any], shift: int = 0
@@ -409,13 +347,9 @@ class _PiStar:
             if field in r
         ]
 
-    def _returned(self, env: str, output: dict[str, Any] | None, tool: str | None = None) -> str | None:
-        """The collection the tool's output is records of (a record or a list of them): a compiled tool's
-        resource; else the one whose records have all of the output's fields, `id` included (a summary may
-        leave fields out)."""
-        op = operation(self.pool.get(env), tool) if tool is not None else None
-        if op is not None:
-            return op.resource if op.semantics != "delete" else None
+    def _returned(self, env: str, output: dict[str, Any] | None) -> str | None:
+        """The collection the tool's output is records of (a record or a list of them): the one whose
+        records have all of the output's fields, `id` included (a summary may leave fields out)."""
         keys = _item_props(output)
         if "id" not in keys:
             return None
@@ -430,59 +364,7 @@ class _PiStar:
 
     # ---- one call -------------------------------------------------------------------------------------
 
-    def _bind_record_ids(
-        self,
-        env: str,
-        tool: str,
-        sources: dict[str, InputSource],
-        attempt: int,
-        say: set[str],
-        args: dict[str, Any],
-        bindings: list[Binding],
-        required: set[str],
-    ) -> None:
-        """A compiled tool's id arguments, parents first: each from an earlier result (the record it names
-        exists and sits under the parents bound before it), else, where no tool finds it (`say`), the id of
-        one of the user's own records that fits, said by the user; else missing (a lookup may find it)."""
-        how = _ATTEMPTS[min(attempt, len(_ATTEMPTS) - 1)]
-        environment = self.pool.get(env)
-        assert isinstance(environment, CompiledEnvironment)
-        for pname, coll in id_arguments(environment, tool).items():
-            src = sources.get(pname)
-            step = src.index if src is not None and src.source == "tool" else None
-            prefer = self.at[step] if step is not None and step < len(self.at) else None
-            earlier = self._record_from_earlier(env, tool, pname, coll, args, how.element, prefer)
-            if earlier is not None:
-                args[pname] = earlier[0]
-                bindings.append(
-                    Binding(parameter=pname, source="output", value=earlier[0], path=earlier[1], call=earlier[2])
-                )
-                continue
-            if pname in say or self.settings.ids_from_state:
-                state = self.episode.sessions[env].dump()
-                records = state.get(coll, {})
-                id_field = environment.resources[coll].id_field
-                fitting = [
-                    k
-                    for k in sorted(records)
-                    if consistent(environment, tool, {**args, pname: records[k][id_field]}, state)
-                ]
-                if fitting:
-                    chosen = self.targets.get((env, coll))
-                    pick = chosen if chosen in fitting and not how.new_target else self.rng.choice(fitting)
-                    value = records[pick][id_field]
-                    args[pname] = value
-                    bindings.append(Binding(parameter=pname, source="state", value=value, path=f"{coll}.{pick}"))
-                    continue
-            if pname in required:
-                self.missing.append(pname)
-
-    def _bind(
-        self, qualified: str, inputs: list[InputSource], attempt: int, say: set[str] | None = None
-    ) -> tuple[ToolCall, list[Binding]]:
-        """One call's arguments (see the module's rules); `say`: id inputs no tool finds, which the user says
-        (ids of their own records)."""
-        say = say or set()
+    def _bind(self, qualified: str, inputs: list[InputSource], attempt: int) -> tuple[ToolCall, list[Binding]]:
         how = _ATTEMPTS[min(attempt, len(_ATTEMPTS) - 1)]
         env, name = qualified.split(".", 1)
         spec = self.pool.get(env).metadata.tool(name)
@@ -492,33 +374,15 @@ class _PiStar:
         index = len(self.results)  # this call's position in the conversation
         self._descriptions = {k: str(v.get("description", "")).lower() for k, v in spec.parameters.items()}
         self._fields = _argument_fields(self.pool.get(env), name)
-        self._returns = self._returned(env, spec.output_schema, name)
+        self._returns = self._returned(env, spec.output_schema)
         required = set(spec.required)
         args: dict[str, Any] = {}
         bindings: list[Binding] = []
         masked: list[str] = []
         user_params: list[str] = []
         self.missing = []
-        compiled = isinstance(self.pool.get(env), CompiledEnvironment)
-        record_ids = id_arguments(self.pool.get(env), name)
-        op = operation(self.pool.get(env), name)
-        paging = {op.offset_param, op.page_param} if op is not None else set()  # where a page starts: no user says
-        if compiled:
-            self._bind_record_ids(env, name, sources, attempt, say, args, bindings, required)
         for pname, pschema in spec.parameters.items():
             src = sources.get(pname)
-            if pname in record_ids:
-                continue
-            if compiled:
-                # a compiled tool takes only its record ids from earlier results; every other input is
-                # the user's (a similarity edge of the graph relates fields of unrelated records)
-                if pname in required or (
-                    not _PAGING.search(pname)
-                    and pname not in paging
-                    and (how.all_optional or self.rng.random() < self.settings.optional_p)
-                ):
-                    user_params.append(pname)
-                continue
             if src is not None and src.source == "tool":
                 got = self._from_output(src, pschema, how.element)
                 if got is not None:
@@ -535,8 +399,7 @@ class _PiStar:
                     bindings.append(
                         Binding(parameter=pname, source="output", value=earlier[0], path=earlier[1], call=earlier[2])
                     )
-                elif self.settings.ids_from_state or pname in say:
-                    # reachability checks, or an id no tool finds: the user's own record, which they name
+                elif self.settings.ids_from_state:  # reachability checks: a record of its own collection
                     colls = _records(self.episode.sessions[env].dump())
                     coll = collection_for(colls, pname)
                     ids = sorted(colls.get(coll or "", {}))
@@ -550,9 +413,7 @@ class _PiStar:
                 elif pname in required:
                     self.missing.append(pname)
                 continue
-            if pname in required or (
-                not _PAGING.search(pname) and (how.all_optional or self.rng.random() < self.settings.optional_p)
-            ):
+            if pname in required or how.all_optional or self.rng.random() < self.settings.optional_p:
                 user_params.append(pname)
         forced = [f for f in self.force.get(qualified, []) if f in spec.parameters and f not in args]
         if forced and not any(f in user_params for f in forced):
@@ -560,14 +421,14 @@ class _PiStar:
         target = self._target(env, user_params, how.new_target) if user_params else None
         if spec.kind == "read" and user_params:
             # a lookup searches for the record the conversation is about: its inputs come from that record
-            looked_for = self._returned(env, spec.output_schema, name)
+            looked_for = self._returned(env, spec.output_schema)
             chosen = self.targets.get((env, looked_for or ""))
             records = _records(self.episode.sessions[env].dump()).get(looked_for or "", {})
             if looked_for is not None and chosen in records:
                 target = (looked_for, {"id": chosen, **records[chosen]})
         # a write returning a record of collection C creates or changes a C: its values are new, not
         # copied from an existing C (a second booking just like Maria's, a no-op update)
-        returned = self._returned(env, spec.output_schema, name) if spec.kind == "write" else None
+        returned = self._returned(env, spec.output_schema) if spec.kind == "write" else None
         for pname in user_params:
             pschema = spec.parameters[pname]
             said = self.spoken.get(pname)
@@ -594,24 +455,14 @@ class _PiStar:
             bindings.append(Binding(parameter=pname, source="generated", value=args[pname]))
             if is_free_text(pname):
                 masked.append(pname)
-        order = {p: i for i, p in enumerate(spec.parameters)}  # the tool's own order of its inputs
-        args = {p: args[p] for p in sorted(args, key=order.__getitem__)}
-        bindings.sort(key=lambda b: order[b.parameter])
         call = ToolCall(server=env, name=name, arguments=args, masked_arguments=masked, id=f"call_{index}")
         return call, bindings
 
     # ---- lookups the chain lacks -------------------------------------------------------------------
 
-    def _lookup_tool(self, env: str, tool: str, pname: str, tried: set[str]) -> str | None:
+    def _lookup_tool(self, env: str, pname: str, tried: set[str]) -> str | None:
         """A read tool of `env` that returns records of `pname`'s collection and needs no id of its own
-        (a search by what the user knows, or a plain list): what an agent would call to find the id. A
-        compiled tool's: a list operation of the resource the argument names, whose parents' ids are found
-        in turn (list the apps, then the app's branches)."""
-        environment = self.pool.get(env)
-        if isinstance(environment, CompiledEnvironment):
-            coll = id_arguments(environment, tool).get(pname)
-            listing = [t for t in list_tools(environment, coll) if f"{env}.{t}" not in tried] if coll else []
-            return f"{env}.{listing[0]}" if listing else None
+        (a search by what the user knows, or a plain list): what an agent would call to find the id."""
         colls = _records(self.episode.sessions[env].dump())
         coll = collection_for(colls, pname)
         if coll is None:
@@ -639,21 +490,17 @@ class _PiStar:
         kind = self.pool.get(env).metadata.tool(name).kind
         error = "not run"
         tried: set[str] = {qualified}
-        say: set[str] = set()  # ids no lookup finds: the user's own records, which they name
         for attempt in range(self.settings.attempts_per_call):
-            call, bindings = self._bind(qualified, inputs, attempt, say)
-            while self.missing:
-                pname = self.missing[0]
-                lookup = self._lookup_tool(env, name, pname, tried) if depth < _LOOKUP_DEPTH else None
+            call, bindings = self._bind(qualified, inputs, attempt)
+            while self.missing and depth < 2:
+                lookup = self._lookup_tool(env, self.missing[0], tried)
                 if lookup is None:
-                    if pname in say:  # no record of that kind to name either
-                        break
-                    say.add(pname)
-                else:
-                    tried.add(lookup)
-                    # a lookup that cannot run leaves the state as it was: another one, or the user says it
-                    self._execute(lookup, [], turn, depth + 1)
-                call, bindings = self._bind(qualified, inputs, attempt, say)
+                    break
+                tried.add(lookup)
+                done = self._execute(lookup, [], turn, depth + 1)
+                if isinstance(done, PiStarOutcome):
+                    return done
+                call, bindings = self._bind(qualified, inputs, attempt)
             if self.missing:
                 return PiStarOutcome(
                     ok=False,
@@ -769,8 +616,6 @@ def _ref_ids(record: dict[str, Any], path: str) -> list[str]:
     value = record.get(path)
     if isinstance(value, list):
         return [v for v in value if isinstance(v, str)]
-    if isinstance(value, int) and not isinstance(value, bool):  # an integer id (the state keys it as text)
-        return [str(value)]
     return [value] if isinstance(value, str) else []
 
 
@@ -789,9 +634,6 @@ def collection_for(colls: Any, pname: str) -> str | None:
     return None
 
 
-_LOOKUP_DEPTH = 3  # lookups inside lookups: list the space, then its projects, then a project's repositories
-# a page cursor of a list: no user says one (a required one is still bound)
-_PAGING = re.compile(r"(token|cursor|marker|next_link|skip_token)(_query)?$")
 _AT_LEAST_ONE = re.compile(r"at least one of ([\w, ]+?)(?: for | or |$|[.;:])")
 _TERMINAL = frozenset(
     {"cancelled", "canceled", "closed", "deleted", "inactive", "completed", "done", "expired", "frozen", "resolved"}

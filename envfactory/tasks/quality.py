@@ -9,18 +9,13 @@ report results instead of listing the tools that ran. `measure` computes them ov
 
 Definitions (one place, used by the tests too):
 - an *internal id* is a record key of any state the conversation passed through (`HT-LIS-01`,
-  `BK-0002`), except the user's own records: of an identity collection (a customer number: users know
-  it, as in τ²-bench), and those the task's solver names by the user's words (`Binding.source` `state`
-  on an id-valued parameter: a record no tool of the environment finds, such as a flight order only
-  reachable by its id, whose owner knows it); a request *contains* one when the id appears in its text
-  and no earlier turn's answer told the user that id (an id the assistant said may be repeated back);
-  requests that say one of the user's own ids are counted apart (`requests_with_own_id`);
+  `BK-0002`), except the user's own record of an identity collection (a customer number: users know
+  it, as in τ²-bench); a request *contains* one when the id appears in its text and no earlier turn's
+  answer told the user that id (an id the assistant said may be repeated back);
 - an argument is *id-valued* when its parameter is named `id`, `*_id` or `*_ids`; it is *incoherent*
   when a value of it (each element of a list) appears in no earlier tool result of the conversation
-  and is not a value the user said: one the solver bound from the user's words (their own record's
-  id, a new external id they choose) that a request so far spells out, or the user's own identity id
-  said in a request (an id a request spells out that the solver took from nobody's words stays
-  incoherent: that is the other failure);
+  (an id the request spells out does not make it coherent: that is the other failure; the user's
+  own identity id, said in a request, is);
 - an *empty result followed by further calls*: a successful call returning `[]`, `{}`, `None` or
   `""` that is not the last call of its turn;
 - *distinct-2* is corpus-level (Li et al., 2016), so it falls as a corpus grows; `distinct_2_per_100`
@@ -40,9 +35,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from envfactory.tasks.conversation import renderings
 from envfactory.tasks.models import Conversation, ToolCall, ToolResult
 from envfactory.tasks.pi_star import IDENTITY, is_identity, singular
-from envfactory.tasks.spoken import renderings
 
 PAPER_TURNS_PER_CONVERSATION = 4.82
 PAPER_STEPS_PER_TURN = 3.29
@@ -55,7 +50,6 @@ class QualityFigures(BaseModel):
     turns_per_conversation: float
     calls_per_turn: float
     requests_with_internal_id: float  # share of requests
-    requests_with_own_id: float = 0.0  # share of requests saying an id of the user's own record
     id_arguments: int
     incoherent_id_arguments: float  # share of id-valued arguments
     empty_then_more: int  # empty results followed by further calls in the same turn
@@ -112,12 +106,6 @@ def _mentions(text: str, value: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text) is not None
 
 
-def _id_values(value: Any) -> list[str]:
-    """The ids an id-valued argument passes: a scalar, or each scalar of a list (an object is settings, not an id)."""
-    items = value if isinstance(value, list) else [value]
-    return [str(v) for v in items if isinstance(v, str | int) and not isinstance(v, bool)]
-
-
 def _number_forms(value: str) -> set[str]:
     """A value as an answer may write it: 240.0 as 240 or 240.00; a date or time the ways users write
     them (`conversation.say`: 2026-01-10 as "10 January 2026")."""
@@ -135,7 +123,7 @@ def _number_forms(value: str) -> set[str]:
 
 class _Counts:
     def __init__(self) -> None:
-        self.turns = self.calls = self.requests_with_id = self.requests_with_own = self.id_args = self.incoherent = 0
+        self.turns = self.calls = self.requests_with_id = self.id_args = self.incoherent = 0
         self.empty_then_more = self.canned = 0
         self.answers: list[str] = []
         self.bigrams: Counter[tuple[str, str]] = Counter()
@@ -150,24 +138,8 @@ def _conversation(conv: Conversation, c: _Counts) -> None:
             internal, own = _record_ids_of(states)
             ids |= internal
             identity |= own
-    # ids the solver took from the user's words: their own records (from the state), values they chose
-    users = {
-        v
-        for p in conv.task.solver
-        for b in p.bindings
-        if is_id_parameter(b.parameter) and b.source in ("state", "generated", "repeated")
-        for v in _id_values(b.value)
-    }
-    own = {
-        v
-        for p in conv.task.solver
-        for b in p.bindings
-        if is_id_parameter(b.parameter) and b.source == "state"
-        for v in _id_values(b.value)
-    }
     seen_results: set[str] = set()  # scalars of earlier results
     said_identity: set[str] = set()  # words of the requests so far (an identity id the user said)
-    said_by_user: set[str] = set()  # the user's ids the requests so far spell out
     told_user: set[str] = set()  # scalars the assistant has said
     for node in conv.nodes:
         c.turns += 1
@@ -175,28 +147,11 @@ def _conversation(conv: Conversation, c: _Counts) -> None:
         words = _words(request)
         c.bigrams.update(pairwise(words))
         c.requests.append(list(pairwise(words)))
-        # a key of digits only (an integer id) is an id where the turn passes it as one, else a quantity
-        passed = {
-            v
-            for step in node.steps
-            if step.role == "tool_call" and isinstance(step.content, list)
-            for call in step.content
-            if isinstance(call, ToolCall)
-            for name, value in call.arguments.items()
-            if is_id_parameter(name)
-            for v in _id_values(value)
-        }
-        mentioned = {
-            i for i in ids if _mentions(request, i) and i not in told_user and (not i.isdigit() or i in passed)
-        }
-        if mentioned - own:
+        if any(_mentions(request, i) and i not in told_user for i in ids):
             c.requests_with_id += 1
-        elif mentioned:
-            c.requests_with_own += 1
         said = {i for i in identity if _mentions(request, i)}
         seen_results |= said  # the user's own customer number, once said, is known
         said_identity |= set(re.findall(r"[\w-]+", request))
-        said_by_user |= {v for v in users if _mentions(request, v)}
         turn_results: list[ToolResult] = []
         calls: list[ToolCall] = []
         for step in node.steps:
@@ -208,13 +163,10 @@ def _conversation(conv: Conversation, c: _Counts) -> None:
                     for name, value in call.arguments.items():
                         if not is_id_parameter(name):
                             continue
-                        for text in _id_values(value):
+                        for v in value if isinstance(value, list) else [value]:
                             c.id_args += 1
-                            if (
-                                text not in seen_results
-                                and text not in said_by_user
-                                and not (is_identity(name) and text in said_identity)
-                            ):
+                            text = str(v)
+                            if text not in seen_results and not (is_identity(name) and text in said_identity):
                                 c.incoherent += 1
             elif step.role == "tool_result" and isinstance(step.content, list):
                 for result in step.content:
@@ -263,7 +215,6 @@ def measure(conversations: Iterable[Conversation]) -> QualityFigures:
         turns_per_conversation=c.turns / n if n else 0.0,
         calls_per_turn=c.calls / c.turns if c.turns else 0.0,
         requests_with_internal_id=c.requests_with_id / c.turns if c.turns else 0.0,
-        requests_with_own_id=c.requests_with_own / c.turns if c.turns else 0.0,
         id_arguments=c.id_args,
         incoherent_id_arguments=c.incoherent / c.id_args if c.id_args else 0.0,
         empty_then_more=c.empty_then_more,

@@ -58,7 +58,7 @@ class ValueMaker:
         seat `14C` for `12A`), so a tool that checks the shape accepts it."""
         schema = _plain(schema)
         shaped = self._shaped(like or [], schema)
-        if shaped is not None and _fits_string(shaped, schema):
+        if shaped is not None:
             return shaped
         ref = schema.get("$ref")
         if isinstance(ref, str):
@@ -86,11 +86,7 @@ class ValueMaker:
             return round(self.rng.uniform(float(lo), float(hi)), 2)
         if kind == "array":
             items = schema.get("items")
-            count = max(1, int(schema.get("minItems", 1)))
-            return [
-                self.make(name.rstrip("s"), items if isinstance(items, dict) else {"type": "string"})
-                for _ in range(count)
-            ]
+            return [self.make(name.rstrip("s"), items if isinstance(items, dict) else {"type": "string"})]
         if kind == "object" or "properties" in schema:
             props = schema.get("properties") or {}
             required = [k for k in props if k in schema.get("required", [])]
@@ -104,16 +100,15 @@ class ValueMaker:
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and not _matches(pattern, value):  # a shape only the pattern says: one that fits
             value = self._xeger(pattern, value)
-        shortest = schema.get("minLength")
-        if isinstance(shortest, int) and not isinstance(pattern, str):
-            while len(value) < shortest:  # a name or an ARN the schema wants longer: more words of its kind
-                value = f"{value}-{self.faker.word()}"
         longest = schema.get("maxLength")
         return value[:longest] if isinstance(longest, int) and longest >= 0 else value
 
     def _xeger(self, pattern: str, fallback: str) -> str:
-        made = pattern_value(self.rng, pattern)
-        return fallback if made is None else made
+        try:
+            made = str(SeededXeger(self.rng).xeger(pattern))
+        except Exception:  # a pattern rstr cannot read (a lookaround...): keep the made-up value
+            return fallback
+        return made if _matches(pattern, made) else fallback
 
     def _shaped(self, like: list[Any], schema: dict[str, Any]) -> str | None:
         examples = [v for v in like if isinstance(v, str) and v]
@@ -155,7 +150,7 @@ class ValueMaker:
         if fmt == "date-time" or name.endswith(("_at", "datetime", "start", "end", "start_time", "end_time")):
             when = datetime.combine(self.future_date(), datetime.min.time()) + timedelta(hours=self.rng.randint(9, 17))
             return when.isoformat()
-        if fmt == "time" or re.search(r"(^|_)time$", name):
+        if fmt == "time" or name.endswith("time"):
             return f"{self.rng.randint(9, 20):02d}:{self.rng.choice(['00', '30'])}"
         if fmt == "email" or "email" in name:
             return str(f.email())
@@ -178,37 +173,6 @@ class ValueMaker:
         if is_free_text(name):
             return str(f.sentence(nb_words=8))
         return str(f.word())
-
-
-_READABLE = string.ascii_letters + string.digits
-_PATTERN_TRIES = 4
-
-
-def pattern_value(rng: random.Random, pattern: str) -> str | None:
-    """A string matching a schema's `pattern`, as readable as the pattern allows: "any character" and
-    "not a space" drawn from letters and digits, the shortest of a few draws (a `.+` repeats up to a hundred
-    times); None when the pattern cannot be read (a lookaround...) or nothing drawn matches."""
-    maker = SeededXeger(rng, printable=_READABLE, nonwhitespace=_READABLE, whitespace=" ")
-    made: list[str] = []
-    for _ in range(_PATTERN_TRIES):
-        try:
-            value = str(maker.xeger(pattern))
-        except Exception:  # rstr reads a subset of regular expressions
-            return None
-        if _matches(pattern, value):
-            made.append(value)
-    return min(made, key=len) if made else None
-
-
-def _fits_string(value: str, schema: dict[str, Any]) -> bool:
-    """A made string meets the schema's pattern and lengths."""
-    pattern = schema.get("pattern")
-    lo, hi = schema.get("minLength"), schema.get("maxLength")
-    return (
-        (not isinstance(pattern, str) or _matches(pattern, value))
-        and (not isinstance(lo, int) or len(value) >= lo)
-        and (not isinstance(hi, int) or len(value) <= hi)
-    )
 
 
 def _matches(pattern: str, value: str) -> bool:
