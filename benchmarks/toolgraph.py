@@ -277,7 +277,7 @@ def main() -> None:
         rows.extend(json.loads(done.stdout.strip().splitlines()[-1]))
     console.print(f"load average {os.getloadavg()[0]:.1f} at the end", highlight=False)
 
-    columns = [k for k in rows[0] if not k.startswith("_")] + ["peak RSS"]
+    columns = [k for k in rows[0] if not k.startswith("_") and k != "peak RSS"] + ["peak RSS"]
     table = Table(*columns, title="tool graph build (model load excluded; agreement: against torch's edges)")
     for row in rows:
         table.add_row(*[row.get(k, "") for k in columns])
