@@ -7,11 +7,13 @@ hand, and the assertions are on the order calls get their slots in.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from envfactory.serve.base import _response_body, tool_result
 from envfactory.serve.fair import FairLimiter, OffLoop
 
 
@@ -270,3 +272,30 @@ def test_a_session_caught_once_by_chance_is_back_on_the_loop_after_two_calls() -
     loaded = Session()
     off.strike(loaded)  # e.g. it loaded a large state: off the loop before its first call, while its calls cost
     assert _run(off, loaded, [True] * 50) == 0
+
+
+# ---- a response body reuses the answer's own JSON --------------------------------------------------------------
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(payload=JSON, wrap=st.booleans(), error=st.booleans(), request_id=st.integers() | st.text(max_size=8))
+def test_a_response_body_is_the_sdks_as_json_whatever_the_answer(
+    payload: object, wrap: bool, error: bool, request_id: int | str
+) -> None:
+    """The fast path writes an answer's body by splicing in the structured content's JSON (the text, encoded
+    once) instead of encoding it again: the body parses to exactly what encoding the whole result gives."""
+    result = tool_result(payload, wrap=wrap, error=error)
+    whole = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "result": result.model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+    assert json.loads(_response_body(request_id, result)) == whole
+    special = tool_result({"x": float("nan")}, wrap=False)  # json.dumps writes NaN, the SDK null: not reused
+    assert json.loads(_response_body(1, special))["result"]["structuredContent"] == {"x": None}

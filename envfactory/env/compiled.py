@@ -197,6 +197,7 @@ class CompiledEnvironment(BaseEnvironment):
         self.tools = {o.spec.name: CompiledTool(self, o) for o in plan.operations}
         self._checked: dict[bytes, bytes] = {}  # config JSON -> checked state JSON
         self._checked_bytes = 0
+        self._met: set[int] = set()  # hashes of configs forked once (a second fork keeps the checked state)
         self._valid_records: set[tuple[str, Any]] = set()  # (collection, record JSON or `_shape`) fitting the schema
         self._valid_bytes = 0  # about what those records hold
         # States are copied through JSON (fast for the usual states: pydantic-core does it) until one is past
@@ -240,33 +241,39 @@ class CompiledEnvironment(BaseEnvironment):
     def new_state(self, config: dict[str, Any] | None, source: str = "<config>") -> dict[str, Any]:
         """A fresh state from a dump: every record checked against its resource's schema and references.
 
-        A config is checked once: forks of a config already seen (a scenario, a task's initial state) copy
-        the checked state, so a session costs a JSON round trip, not a schema validation per record. A
-        record met before (in another config) was checked then. (Large states: see `by_structure`.)"""
+        A config forked again (a scenario, a task's initial state) is checked once: its checked state is kept
+        and copied, so a session costs a JSON round trip, not a schema validation per record. A record met
+        before (in another config) was checked then. (Large states: see `by_structure`.)"""
         try:
             if not self.by_structure:
                 raw = to_json(config or {})
                 if len(raw) <= _LARGE_STATE:
-                    return from_json(self._checked_json(raw, source))
+                    return self._from_json(raw, source)
                 self.by_structure = True
             data = _copy(config or {})
         except PydanticSerializationError:
             raise ScenarioError(f"{source}: a state must be JSON") from None
         return self._check(data, source)
 
-    def _checked_json(self, raw: bytes, source: str) -> bytes:
+    def _from_json(self, raw: bytes, source: str) -> dict[str, Any]:
         checked = self._checked.get(raw)
-        if checked is None:
-            checked = to_json(self._check(from_json(raw), source))
-            size = len(raw) + len(checked)
-            while self._checked and (
-                len(self._checked) >= _CHECKED_CONFIGS or self._checked_bytes + size > _CHECKED_BYTES
-            ):
-                oldest = next(iter(self._checked))
-                self._checked_bytes -= len(oldest) + len(self._checked.pop(oldest))
-            self._checked[raw] = checked
-            self._checked_bytes += size
-        return checked
+        if checked is not None:
+            return from_json(checked)
+        state = self._check(from_json(raw), source)
+        key = hash(raw)
+        if key not in self._met:  # kept from its second fork on: most dumps (a session's, mid-run) never come back
+            if len(self._met) >= 4 * _CHECKED_CONFIGS:
+                self._met.clear()
+            self._met.add(key)
+            return state
+        checked = to_json(state)
+        size = len(raw) + len(checked)
+        while self._checked and (len(self._checked) >= _CHECKED_CONFIGS or self._checked_bytes + size > _CHECKED_BYTES):
+            oldest = next(iter(self._checked))
+            self._checked_bytes -= len(oldest) + len(self._checked.pop(oldest))
+        self._checked[raw] = checked
+        self._checked_bytes += size
+        return state
 
     def copy_data(self, value: Any) -> Any:
         """A deep copy of JSON data (a state, a result): through JSON, or by structure (`by_structure`)."""

