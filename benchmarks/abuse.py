@@ -14,6 +14,9 @@ process (its own interpreter) runs for `--window` seconds:
   byte now and then), each reopened once the server closes it, for 14 s (past the 10 s header timeout);
 - big histories: 20 sessions, each resetting to a 1,500-hotel state (~0.3 MB) then searching it 40
   times (~0.15 MB answers), for 16 s; the server's resident memory before and after is in the note;
+- big histories (hub): the same through the hub (each session loads a task whose hotels start from
+  that state, then searches with call_tool), where every call runs on the app's thread, the
+  well-behaved session's too;
 - descriptor flood: the server runs with 512 file descriptors, the abuser holds 800 idle connections.
 
 The table gives p50/p99 of the session's calls alone and under abuse, the target (p99 under abuse at
@@ -52,6 +55,7 @@ from tests.serve_helpers import JSON_HEADERS, RawSession, abuse_project, serve_p
 
 MB = 1024 * 1024
 HOTEL = {"hotel_id": "HT-LIS-01"}
+LISBON = {"city": "Lisbon"}
 CALL_TIMEOUT_S = 30.0
 INIT = {
     "jsonrpc": "2.0",
@@ -220,22 +224,36 @@ def _big_state() -> dict[str, Any]:
     return state
 
 
-def abuse_histories(url: str, seconds: float, out: Any) -> None:
+def abuse_histories(url: str, seconds: float, out: Any, hub: bool = False) -> None:
     async def run() -> str:
         deadline = time.monotonic() + seconds
         big = _big_state()
         calls = errors = 0
+        if hub:  # a task whose hotels start from the big state, then call_tool searches
+            task = {
+                "id": "big",
+                "instruction": "Search Lisbon.",
+                "servers": ["hotels"],
+                "initial_state": {"hotels": big},
+                "verifier": {"goal": {}},
+                "solver": [],
+            }
+            load, load_args = "envfactory_load_task", {"task": task}
+            search, search_args = "call_tool", {"app": "hotels", "tool": "search_hotels", "arguments": LISBON}
+        else:
+            load, load_args = "envfactory_reset", {"config": big}
+            search, search_args = "search_hotels", LISBON
         async with httpx.AsyncClient(timeout=60) as http:
             ids = await asyncio.gather(*(_open(http, url) for _ in range(20)))
 
             async def one(sid: str) -> None:
                 nonlocal calls, errors
-                res = await _call(http, url, sid, "envfactory_reset", {"config": big})
+                res = await _call(http, url, sid, load, load_args)
                 errors += res.status_code != 200 or res.json()["result"].get("isError", False)
                 for _ in range(40):
                     if time.monotonic() > deadline:
                         return
-                    res = await _call(http, url, sid, "search_hotels", {"city": "Lisbon"})
+                    res = await _call(http, url, sid, search, search_args)
                     calls += 1
                     errors += res.status_code != 200 or res.json()["result"].get("isError", False)
                     await asyncio.sleep(0.05)
@@ -245,6 +263,10 @@ def abuse_histories(url: str, seconds: float, out: Any) -> None:
         return f"20 sessions, {calls} searches, {errors} errors"
 
     out.put(asyncio.run(run()))
+
+
+def abuse_histories_hub(url: str, seconds: float, out: Any) -> None:
+    abuse_histories(url, seconds, out, hub=True)
 
 
 def abuse_descriptors(url: str, seconds: float, out: Any) -> None:
@@ -269,6 +291,7 @@ ABUSES: dict[str, tuple[Any, str, dict[str, Any]]] = {
     "slow app flood (hub)": (abuse_slow_app, "hub", {}),
     "header-less connections": (abuse_headerless, "serve", {"window": 14.0}),  # past the 10 s header timeout
     "big histories": (abuse_histories, "serve", {"window": 16.0}),  # time for the 40 calls of each session
+    "big histories (hub)": (abuse_histories_hub, "hub", {"window": 16.0}),
     "descriptor flood": (abuse_descriptors, "serve", {"nofile": 512}),
 }
 
@@ -314,7 +337,7 @@ def run_one(name: str, project: Path, alone_s: float, window_s: float) -> dict[s
         rss_after = psutil.Process(proc.pid).memory_info().rss / MB if proc.poll() is None else float("nan")
         good.close()
         traceback = "Traceback" in log.read_text() or "╭─" in log.read_text()
-    if name == "big histories":
+    if name.startswith("big histories"):
         saw += f"; server RSS {rss_before:.0f} → {rss_after:.0f} MB"
     return {
         "name": name,

@@ -65,6 +65,18 @@ class Settings(BaseSettings):
         description="a folder of environments compiled from API specs that joins the pool (none by default; "
         "`envfactory corpus compile --out DIR` writes one)",
     )
+    pool_cache_envs: int = Field(
+        default=128,
+        ge=1,
+        description="compiled environments the pool keeps built (least recently used ones are dropped and built "
+        "again when next used)",
+    )
+    pool_cache_mb: float = Field(
+        default=256.0,
+        gt=0,
+        description="MB of files (compiled.json + metadata.json) of the compiled environments the pool keeps built; "
+        "built, they take about 1.5-3x that in memory",
+    )
     registry_path: Path | None = Field(
         default=None, description="registry of verified environments; default <root>/configs/mcp_server.json"
     )

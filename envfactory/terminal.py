@@ -9,9 +9,11 @@ library's top (they import nothing of it), so that `envfactory.cli`, the library
   markup is escaped, so `[/x]` prints as itself instead of ending the command in a `MarkupError`, and
   its control characters are made visible (`visible`);
 - `visible(text)`: for plain text (`markup=False`, `typer.echo`, `sys.stdout.write`): C0 controls but
-  newline and tab, DEL, C1 controls, lone surrogates, bidirectional overrides and line separators are
-  written as escapes (`\\x1b`, `\\x9b`, `\\u202e`), so an ESC sequence cannot clear the screen, retitle
-  the window or hide what follows it;
+  newline and tab, DEL, C1 controls, lone surrogates, bidirectional overrides, isolates and marks, line
+  separators and the invisible format characters (zero-width spaces and joiners, the word joiner, the
+  byte order mark, the soft hyphen, the tag characters that spell hidden ASCII) are written as escapes
+  (`\\x1b`, `\\x9b`, `\\u202e`, `\\u200b`, `\\U000e0041`), so an ESC sequence cannot clear the screen,
+  retitle the window or hide what follows it, and `hotels\\u200b` does not pass for `hotels`;
 - `print_json(console, text)`: JSON, highlighted, with the same characters as JSON escapes (`\\u001b`):
   the output is still JSON, and still the same JSON.
 
@@ -32,13 +34,27 @@ from rich.highlighter import JSONHighlighter
 from rich.segment import Segment
 
 # C0 but \t and \n; DEL and C1; lone surrogates (not encodable: a UnicodeEncodeError on print); the
-# bidirectional embeddings, overrides and isolates (they reorder what follows); line and paragraph separators
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\u2028\u2029]")
+# bidirectional embeddings, overrides, isolates and marks (they reorder what follows); line and paragraph
+# separators; the invisible format characters: soft hyphen, Mongolian vowel separator, zero-width space,
+# non-joiner and joiner, word joiner and invisible operators, byte order mark, interlinear annotation
+# marks, and the tag characters (U+E0000-E007F: ASCII no one sees, a known way to smuggle a prompt)
+_CONTROL = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ud800-\udfff"
+    "\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
 
 
 def _escape_char(match: re.Match[str]) -> str:
     code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000  # JSON escapes a character past the BMP as its UTF-16 surrogate pair
+    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
 
 
 def visible(text: object) -> str:
@@ -82,7 +98,7 @@ def safe(text: object) -> str:
 
 def json_text(text: str) -> str:
     """JSON text with the characters `visible` shows as escapes written as JSON escapes (`\\u001b`): the same JSON."""
-    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _CONTROL.sub(_json_escape, text)
 
 
 def print_json(console: Console, data: str | Any, *, is_text: bool = True) -> None:

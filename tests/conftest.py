@@ -1,7 +1,9 @@
-"""Shared fixtures: the real bundled pool and its tool graph (real MiniLM embeddings), built once per test run."""
+"""Shared fixtures: the real bundled pool and its tool graph (real MiniLM embeddings), built once per test run, and
+llama.cpp's OpenAI-compatible server on SmolLM2, started once per test run by the first test that asks for it."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,3 +40,12 @@ def built(sources: list[ToolSource], cache: EmbeddingCache) -> tuple[ToolGraph, 
 @pytest.fixture(scope="session")
 def graph(built: tuple[ToolGraph, BuildReport]) -> ToolGraph:
     return built[0]
+
+
+@pytest.fixture(scope="session")
+def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """llama.cpp's server on SmolLM2-135M-Instruct: (base URL, model id); skips where it is not installed."""
+    from tests.llama_server import llama_server as start
+
+    with start(tmp_path_factory.mktemp("llama")) as running:
+        yield running

@@ -549,6 +549,22 @@ def test_what_one_answer_can_cost_a_session_is_bounded(runtime: Callable[..., Sa
     assert rec.ok and deep_size(rec.result) <= limit * 64
 
 
+def test_an_answer_of_long_integers_is_refused_before_it_is_converted(
+    runtime: Callable[..., SandboxedEnvironment],
+) -> None:
+    """CPython reads an integer literal in time quadratic in its digits, holding the GIL: 3,000 integers of
+    4,299 digits (13 MB, well under the answer limits) would hold the server's every thread for ~0.7 s, per
+    call of a hostile environment. Refused at the first long one, unconverted."""
+    env = runtime('out["wide"] = [int("1" * values["digits"])] * values["n"]', {"n": 3000, "digits": 4299})
+    session = Session.fork(env, "default")
+    rec = session.call("attack")
+    assert not rec.ok and rec.error is not None and "digits" in rec.error.message, rec.error
+    assert session.call("ping").ok
+    fits = runtime('out["wide"] = [2 ** 2048] * values["n"]', {"n": 10})  # a 2048-bit number still comes through
+    rec = Session.fork(fits, "default").call("attack")
+    assert rec.ok and rec.result["wide"] == [2**2048] * 10, rec.error
+
+
 def _seconds_per_float() -> float:
     n = 200_000
     body = b"[" + b"0.0," * (n - 1) + b"0.0]"
@@ -621,7 +637,7 @@ def test_a_sleeping_import_does_not_hold_other_environments(
         assert waited < start_timeout / 2, f"loading 'calm' waited {waited:.1f} s for another environment's import"
     finally:
         thread.join(start_timeout + 30)
-        for env in pool._cache.values():
+        for env in pool._kept.values():
             if isinstance(env, SandboxedEnvironment):
                 env.pool.shutdown()
 

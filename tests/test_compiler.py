@@ -417,6 +417,30 @@ def test_catastrophic_patterns_are_dropped() -> None:
     assert clean({"type": "string"})["maxLength"] == 10_000  # an unbounded string still has a bound
 
 
+# patterns the nested-quantifier filter keeps that still backtrack for ever in Python's `re`
+SLOW_PATTERNS = ["^(a|a)*$", "^(a|aa)*$", "^(\\w|\\d)*$", "^([a-z]|[a-z0-9])*$", "^\\d*\\d*\\d*\\d*\\d*\\d*\\d*x$"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("pattern", SLOW_PATTERNS)
+def test_a_pattern_the_filter_keeps_cannot_hang_a_call(pattern: str) -> None:
+    """A compiled environment runs in-process (no sandbox): a spec's pattern is matched in the server's
+    process, holding the GIL. `^(a|a)*$` took 3 s on 24 characters, doubling with each more: one call
+    would stop every session of the server. A value that cannot be checked in time is refused."""
+    assert clean({"type": "string", "pattern": pattern})["pattern"] == pattern  # the filter does keep it
+    tag = {"type": "object", "properties": {"label": {"type": "string", "pattern": pattern}}, "required": ["label"]}
+    body = {"required": True, "content": {"application/json": {"schema": tag}}}
+    ok = {"200": {"description": "ok", "content": {"application/json": {"schema": tag}}}}
+    spec = _spec(**{"/tags": {"post": {"operationId": "createTag", "requestBody": body, "responses": ok}}})
+    plan, _ = compile_spec(spec, name="tags", domain="commerce", source="test")
+    session = Session.fork(CompiledEnvironment(plan), None)
+    hostile = ("1" if "d" in pattern and "a" not in pattern else "a") * 5000 + "!"
+    rec = session.call("create_tag", {"label": hostile})
+    assert rec.error is not None and rec.error.type == "invalid_arguments", rec
+    honest = "aaaa" if "a" in pattern else ("abc1" if "z" in pattern or "w" in pattern else "1x")
+    assert session.call("create_tag", {"label": honest}).ok
+
+
 # ---- the real specs -----------------------------------------------------------------------------------
 
 

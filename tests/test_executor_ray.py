@@ -27,6 +27,9 @@ from envfactory.tasks.batch import CONVERSATIONS, DROPPED, Plan, SynthConfig, pl
 from envfactory.tasks.run import OfflineRunner, tool_graph
 from tests.ray_helpers import SlowRunner
 
+# needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
+pytestmark = pytest.mark.external  # a Ray cluster
+
 ray = pytest.importorskip("ray")
 ROOT = Path(__file__).resolve().parent.parent
 

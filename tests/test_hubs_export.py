@@ -121,21 +121,25 @@ def test_openenv_export_reports_our_reward(
     client_cls, url, tasks = openenv_package
     assert tasks and len({t.id for t in tasks}) == len(tasks)
 
-    async def episode(task: Task, calls: list[tuple[str, dict[str, Any]]]) -> tuple[float | None, list[str]]:
+    async def episode(task: Task, calls: list[tuple[str, dict[str, Any]]]) -> tuple[float | None, list[str], Any]:
         async with client_cls(base_url=url) as env:
-            await env.reset(task_id=task.id)
+            reset = await env.reset(task_id=task.id)
             offered = [t.name for t in await env.list_tools()]
             reward = None
             for name, arguments in calls:
                 step = await env.step(CallToolAction(tool_name=name, arguments=arguments))
                 reward = step.reward
-            return reward, offered
+            return reward, offered, reset.observation
 
     checked = 0
     for task in tasks[:6]:
         for calls in (_calls(task), _wrong(task)):
-            reported, offered = asyncio.run(episode(task, calls))
+            reported, offered, first = asyncio.run(episode(task, calls))
             assert offered == [t["function"]["name"] for t in task.tools]
+            # reset() lists the same tools as list_tools(), schemas included (it listed empty names and schemas)
+            assert [(t.name, t.input_schema) for t in first.tools] == [
+                (t["function"]["name"], t["function"]["parameters"]) for t in task.tools
+            ]
             assert reported == pytest.approx(ours(scorer, task, calls), abs=1e-9), (task.id, calls)
             checked += 1
         assert asyncio.run(episode(task, _calls(task)))[0] == 1.0

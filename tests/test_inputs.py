@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import (
+    MAX_INT_DIGITS,
     InputError,
     parse_json,
     parse_yaml,
@@ -182,6 +184,17 @@ def test_self_referential_and_deep_yaml_are_refused() -> None:
     assert parse_yaml("a: &x [1, 2]\nb: *x\n", "shared") == {"a": [1, 2], "b": [1, 2]}  # plain aliases are fine
 
 
+def test_long_integer_literals_are_refused_before_they_are_converted() -> None:
+    """Python reads an integer literal in time quadratic in its digits (950 of 4,299 digits: 0.23 s)."""
+    assert parse_json(str(2**2048), "x") == 2**2048
+    assert parse_json("-" + "9" * MAX_INT_DIGITS, "x") == -int("9" * MAX_INT_DIGITS)
+    with pytest.raises(InputError, match="641 digits") as err:
+        parse_json('{"a": [' + "1" * (MAX_INT_DIGITS + 1) + "]}", "body")
+    _one_line(err.value)
+    assert parse_json('"' + "1" * 10_000 + '"', "x") == "1" * 10_000  # digits in a string are only text
+    assert parse_json("1." + "1" * 10_000, "x") > 1  # floats are read in linear time
+
+
 # ---- write_atomic -------------------------------------------------------------------------------------------
 
 
@@ -195,6 +208,21 @@ def test_write_atomic_replaces_the_whole_file(tmp_path: Path) -> None:
         write_atomic(tmp_path / "missing" / "x.json", "{}")
     _one_line(err.value)
     assert not (tmp_path / "missing").exists()
+
+
+def test_write_atomic_never_writes_through_a_link_at_its_temporary_name(tmp_path: Path) -> None:
+    """The temporary file's name is predictable (pid, thread): a link planted there (an environment folder's
+    metadata.json is written this way) must not truncate and overwrite the file it points to."""
+    victim = tmp_path / "victim"
+    victim.write_text("HOST FILE\n")
+    folder = tmp_path / "env"
+    folder.mkdir()
+    tmp = folder / f".metadata.json.{os.getpid()}.{threading.get_ident()}.tmp"
+    os.symlink(victim, tmp)
+    write_atomic(folder / "metadata.json", "{}\n")
+    assert victim.read_text() == "HOST FILE\n"
+    assert (folder / "metadata.json").read_text() == "{}\n" and not (folder / "metadata.json").is_symlink()
+    assert sorted(p.name for p in folder.iterdir()) == ["metadata.json"]
 
 
 @pytest.mark.timeout(60)

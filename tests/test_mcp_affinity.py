@@ -26,7 +26,11 @@ from tests.serve_helpers import wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 HAPROXY = shutil.which("haproxy")
-pytestmark = pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (make test installs it)")
+# needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
+pytestmark = [
+    pytest.mark.external,
+    pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed (make test-external installs it)"),
+]  # HAProxy
 
 
 @pytest.fixture(scope="module")

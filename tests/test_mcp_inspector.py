@@ -23,7 +23,8 @@ import pytest
 from envfactory.serve.net import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+# needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
+pytestmark = [pytest.mark.slow, pytest.mark.external]  # npm's MCP Inspector
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
 BOOKING = ["hotel_id=HT-LIS-01", "guest_name=Ana Costa", "check_in=2026-02-10", "nights=2"]
 

@@ -25,7 +25,7 @@ from envfactory.env.metadata import EnvMetadata
 from envfactory.env.pool import EnvPool, load_env_folder
 from envfactory.env.sandbox import SandboxLimits
 from envfactory.env.sandbox.process import SandboxProcess
-from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession, WorkerPool
+from envfactory.env.sandboxed import MAX_RECORDED_CALLS, SandboxedEnvironment, SandboxedSession, WorkerPool
 from envfactory.env.session import Session
 from envfactory.env.tools import ArgumentError
 from envfactory.envgen.checks import ExpectedCall, TestScenario, validate_generated
@@ -125,8 +125,10 @@ import os, re, resource, signal, sys, threading, time
 T0 = time.monotonic()
 C0 = time.process_time()
 COUNT = {"calls": 0, "forks": 0}
+PACE = {"last": time.monotonic(), "gap": 0.0}  # the time since the previous call or fork of any session
 IDS = []  # the request id of every call: a gap means other requests (a dump...) came between
 STRICT = []  # whether the session of each call is strict
+PER_SESSION = {}  # calls seen of each session (by the worker's session id)
 
 
 def worker_and_request():
@@ -141,8 +143,12 @@ def worker_and_request():
 
 def called():
     COUNT["calls"] += 1
+    now = time.monotonic()
+    PACE["gap"], PACE["last"] = now - PACE["last"], now
     worker, req = worker_and_request()
     if worker is not None:
+        PER_SESSION[req.get("sid")] = PER_SESSION.get(req.get("sid"), 0) + 1
+        COUNT["session_calls"] = PER_SESSION[req.get("sid")]
         IDS.append(req.get("id"))
         session = worker.sessions.get(req.get("sid"))
         STRICT.append(bool(getattr(session, "strict", False)))
@@ -150,6 +156,7 @@ def called():
 
 def forked():
     COUNT["forks"] += 1
+    PACE["last"] = time.monotonic()
 
 
 def judged():
@@ -167,6 +174,10 @@ def judged():
         return COUNT["forks"] <= LIMIT
     if MODE == "pid":
         return os.getpid() == 1 and os.getppid() == 0
+    if MODE == "long":  # a round's scenarios and a canary are a few calls long; a real session may be longer
+        return COUNT.get("session_calls", 0) <= LIMIT
+    if MODE == "pace":  # a round and a canary send a session's calls back to back; a client thinks between them
+        return PACE["gap"] < LIMIT
     if MODE == "ops":  # strict sessions, or another request (a dump) between every two calls: a round
         if any(STRICT):
             return True
@@ -308,7 +319,8 @@ def served(tmp_path: Path, meta: EnvMetadata) -> Iterator[Callable[..., Sandboxe
 class Served:
     """What serving sessions of BUMP_GET gave: the answers, the first wrong one, when it was stopped."""
 
-    def __init__(self) -> None:
+    def __init__(self, pause_s: float = 0.0) -> None:
+        self.pause_s = pause_s  # a client's thinking time before each call (a model's turn)
         self.calls = 0
         self.first_wrong: int | None = None
         self.stopped_at: int | None = None
@@ -323,6 +335,7 @@ class Served:
             self.stop_message = self.stop_message or str(e)
             return False
         for step, want in zip(BUMP_GET, EXPECTED, strict=True):
+            time.sleep(self.pause_s)
             rec = session.call(step.tool, step.args)
             self.calls += 1
             if rec.error is not None and rec.error.type == "internal_error":
@@ -463,6 +476,49 @@ def test_a_fingerprinting_environment_is_caught_or_learns_nothing(
         assert outcome == "nothing", (served_.first_wrong, served_.stop_message)
     else:
         assert outcome == "caught"
+
+
+def test_an_environment_that_is_right_only_when_calls_come_back_to_back_is_caught(
+    served: Callable[..., SandboxedEnvironment],
+) -> None:
+    """A round and a canary send a session's calls back to back; a real client thinks between them (a model's
+    turn). Code that is right only when the previous call came a moment ago passes the round and every canary
+    of a judged session: what catches it is a served session recorded as it was answered and replayed."""
+    env = served(code("pace", 0.2), sandbox_canary_calls=8)
+    served_ = Served(pause_s=0.4)
+    serve_until(env, served_, sessions=8)
+    assert served_.first_wrong is not None  # it did tell serving from judging
+    assert assert_caught_or_nothing(env, served_, within=4 * (3 * 8 // 2) + len(BUMP_GET)) == "caught"
+
+
+def test_an_environment_that_is_right_only_for_a_sessions_first_calls_is_caught(
+    served: Callable[..., SandboxedEnvironment],
+) -> None:
+    """Judged scenarios are a few calls long, and a recorded session keeps its first calls only: code right for
+    the first calls of every session and wrong after them passed the round and every canary."""
+    env = served(code("long", MAX_RECORDED_CALLS), sandbox_canary_calls=8)
+    wrong, stopped = None, None
+    calls = 0
+    for _ in range(8):
+        try:
+            session = Session.fork(env, "default")
+        except EnvFactoryError:
+            stopped = calls
+            break
+        for i in range(1, MAX_RECORDED_CALLS + 6):
+            rec = session.call("bump", {"by": 1})
+            calls += 1
+            if rec.error is not None and rec.error.type == "internal_error":
+                stopped = calls
+                break
+            assert rec.ok, rec
+            if rec.result != i and wrong is None:
+                wrong = calls
+        if stopped is not None:
+            break
+    assert wrong is not None  # it did tell serving from judging
+    assert stopped is not None, f"wrong answers from call {wrong} on, never stopped"
+    assert env.unhealthy is not None and "canary" in env.unhealthy, env.unhealthy
 
 
 def test_without_a_judged_round_the_pools_first_sessions_are_the_canaries(

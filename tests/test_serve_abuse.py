@@ -25,6 +25,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from envfactory.config import Settings
+from envfactory.env import Environment, State
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.serve.hub import Hub
@@ -113,6 +114,8 @@ def test_huge_or_nested_bodies_are_refused_while_other_sessions_go_on(project: P
         "4 MB of numbers": b"[" + b"1," * (2 * MB - 8) + b"1]",
         "5,000 levels deep": b"[" * 5000 + b"]" * 5000,
         "60 levels of 1,000-wide objects": b'{"a":' * 60 + b"[" + b"{}," * 1000 + b"{}]" + b"}" * 60,
+        # CPython converts an integer literal in time quadratic in its digits, holding the GIL: 0.23 s here
+        "4 MB of 4,299-digit integers": b"[" + b",".join([b"1" * 4299] * 950) + b"]",
     }
     answers: dict[str, list[tuple[int, dict[str, Any]]]] = {}
 
@@ -139,6 +142,7 @@ def test_huge_or_nested_bodies_are_refused_while_other_sessions_go_on(project: P
         for status, body in got:
             assert status in (400, 413), (label, status, body)
             assert body["jsonrpc"] == "2.0" and body["error"]["message"], (label, body)
+    assert all("digits" in body["error"]["message"] for _, body in answers["4 MB of 4,299-digit integers"])
     # the other session's calls went on while the bodies were refused (today's parse took 7 s per 4 MB)
     assert good.latencies and not good.errors
     assert max(good.latencies) < 2.0, sorted(good.latencies)[-5:]
@@ -199,6 +203,39 @@ def test_connections_that_never_finish_their_headers_are_closed(project: Path) -
     _no_traceback(log)
 
 
+def test_slow_bodies_at_the_connection_cap_cannot_keep_new_clients_out(project: Path) -> None:
+    """One client holds every connection the server allows, each with its headers sent and its body trickling
+    (the body's own deadline is 30 s, and the client reconnects). A new client still gets its session: the
+    connection stalled longest makes room for it."""
+    env = {"ENVFACTORY_SERVE_MAX_CONNECTIONS": "64"}
+    head = (
+        b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        b"accept: application/json, text/event-stream\r\ncontent-length: 1000000\r\n\r\n["
+    )
+    with serve_process(project, "serve", "hotels", env=env) as (url, proc, log), GoodSession(url) as good:
+        port = int(url.split(":")[2].split("/")[0])
+        slow: list[socket.socket] = []
+        for _ in range(4):  # the ones refused over the cap are opened again: the server stays at its cap
+            for i, sock in enumerate(slow):
+                if _closed(sock):
+                    sock.close()
+                    slow[i] = socket.create_connection(("127.0.0.1", port), timeout=5)
+                    slow[i].sendall(head)
+            while len(slow) < 100:
+                slow.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+                slow[-1].sendall(head)
+            time.sleep(0.5)
+        with httpx.Client(timeout=30) as http:
+            late = RawSession(http, url)
+            assert "Casa do Rio" in _text(late.call("get_hotel", HOTEL))
+        for sock in slow:
+            sock.close()
+        alive = proc.poll() is None
+    assert alive
+    assert good.latencies and not good.errors and max(good.latencies) < 2.0
+    _no_traceback(log)
+
+
 def _nofile(n: int) -> Any:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
@@ -221,9 +258,11 @@ def test_out_of_descriptors_the_server_answers_503_and_keeps_its_sessions(projec
             time.sleep(1.5)
             assert proc.poll() is None, log.read_text()[-3000:]
             assert "Casa do Rio" in _text(session.call("get_hotel", HOTEL))  # the open session is served
-            try:  # a new connection now: a 503 saying why (or, while accept() waits for a descriptor, no answer)
-                late = httpx.post(url, json=INIT, headers=JSON_HEADERS, timeout=3)
-                assert late.status_code == 503 and "connection limit" in late.json()["error"]["message"]
+            try:  # a new connection now: served (an idle one made room), a 503 saying why, or (while accept()
+                late = httpx.post(url, json=INIT, headers=JSON_HEADERS, timeout=3)  # waits for a descriptor) nothing
+                assert late.status_code == 200 or (
+                    late.status_code == 503 and "connection limit" in late.json()["error"]["message"]
+                )
             except httpx.TransportError:
                 pass
             for sock in flood:
@@ -312,6 +351,157 @@ def test_a_session_whose_calls_are_slow_runs_them_off_the_event_loop(project: Pa
     assert max(times) < 1.5, times  # run on the event loop, they waited for the 3 s call
     assert overlapped, "the slow call was over before the other session's calls were measured"
     _no_traceback(log)
+
+
+# ---- fair turns on the app's threads --------------------------------------------------------------------
+
+ORDER: list[str] = []  # the labels of `gate`'s calls, in the order they ran
+GATE = threading.Event()  # `work(hold=True)` holds its thread until the test sets it
+
+
+class Counter(State):
+    calls: int = 0
+
+
+def _gate_env() -> Environment:
+    """An in-process app whose tool notes the order calls run in and can hold the thread it runs on."""
+    env = Environment("gate", Counter, description="Calls, in the order they run.", domain="utilities")
+
+    @env.tool(kind="write")
+    def work(db: Counter, label: str, hold: bool = False, spin: int = 0) -> int:
+        """Note this call's label; with `hold`, keep the thread until the test lets go.
+
+        Args:
+            label: Who is calling.
+            hold: Wait for the test's gate.
+            spin: Steps of busy work to do first (an expensive call).
+        """
+        ORDER.append(label)
+        for _ in range(spin):  # busy work
+            pass
+        if hold:
+            GATE.wait(30)
+        db.calls += 1
+        return db.calls
+
+    return env
+
+
+class _Key:
+    """Stands for an MCP session's transport: the server keys what it holds per session weakly on an object."""
+
+
+def test_sessions_flooding_an_apps_thread_cannot_queue_ahead_of_a_quiet_sessions_call() -> None:
+    """A server's in-process app lends one thread to the calls that leave the event loop (a hub app's, a slow
+    session's). Twelve sessions that have had expensive calls on it keep it busy, four calls queued each, all
+    asked before a quiet session's cheap call: that call runs next once the thread is free. Its wait is bounded
+    in calls (the one running), not by the backlog; before, the thread's queue was first come, first served and
+    the quiet call ran after all twelve sessions' first calls."""
+    server = EnvMCPServer(_gate_env(), default_config={"calls": 0}, limits=ServeLimits(cpu_threads=1))
+    flooders = [_Key() for _ in range(12)]
+    holder, quiet = _Key(), _Key()
+    choice = server.default_choice
+    for key in (*flooders, holder):
+        server.mark_slow(key)  # their calls run on the app's thread, as a slow session's (or a hub app's) do
+
+    async def scenario() -> None:
+        await server.answer(quiet, choice, "work", {"label": "quiet-before"})  # it has called before, cheaply
+        server.mark_slow(quiet)  # and its next call runs on the app's thread too
+        for i, key in enumerate(flooders):  # each has had the thread before, for expensive calls
+            await server.answer(key, choice, "work", {"label": f"warm-{i}", "spin": 300_000})
+        ORDER.clear()
+        GATE.clear()
+        held = asyncio.create_task(server.answer(holder, choice, "work", {"label": "holder", "hold": True}))
+        while "holder" not in ORDER:  # the thread is taken
+            await asyncio.sleep(0.001)
+        flood = [
+            asyncio.create_task(server.answer(key, choice, "work", {"label": f"flood-{i}"}))
+            for i, key in enumerate(flooders)
+            for _ in range(4)
+        ]
+        for _ in range(50):  # every flood call waits (for its session's turn, or for the thread)
+            await asyncio.sleep(0)
+        late = asyncio.create_task(server.answer(quiet, choice, "work", {"label": "quiet"}))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        GATE.set()
+        results = await asyncio.gather(held, late, *flood)
+        assert not any(r.isError for r in results), [r.content for r in results if r.isError]
+
+    asyncio.run(scenario())
+    assert ORDER[:2] == ["holder", "quiet"], ORDER
+    assert sorted(ORDER[2:]) == sorted(f"flood-{i}" for i in range(12) for _ in range(4))  # and all of them ran
+
+
+def test_a_hub_sessions_cheap_call_does_not_wait_for_the_apps_thread(abuse_pool: EnvPool) -> None:
+    """In the hub, a cheap call_tool of an in-process app the episode already holds runs on the event loop, as
+    in a single-environment server: it is answered while another session's slow call holds the app's one
+    thread (before, every hub call queued for that thread, first come, first served)."""
+    server = HubMCPServer(Hub(abuse_pool))
+    slow, quiet = _Key(), _Key()
+    wait = {"app": "slowpoke", "tool": "wait"}
+
+    async def scenario() -> bool:
+        for key in (quiet, quiet, slow):  # each episode forks slowpoke (on a thread: a first call of the app)
+            res = await server.answer(key, None, "call_tool", {**wait, "arguments": {"seconds": 0}})
+            assert not res.isError, res.content
+        server.mark_slow(slow)  # its calls leave the loop: the next one holds the app's thread
+        held = asyncio.create_task(server.answer(slow, None, "call_tool", {**wait, "arguments": {"seconds": 3}}))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        res = await server.answer(quiet, None, "call_tool", {**wait, "arguments": {"seconds": 0}})
+        assert not res.isError, res.content
+        overtaken = not held.done()
+        await held
+        return overtaken
+
+    assert asyncio.run(scenario()), "the quiet session's call waited for the slow call's thread"
+
+
+def test_a_hub_session_whose_first_call_of_an_app_was_slow_runs_the_next_off_the_loop(abuse_pool: EnvPool) -> None:
+    """A hub session's first call of an app forks the app's session on a thread; if it was slow (here it slept),
+    the session's next call of it stays off the event loop too, so other sessions' calls go on meanwhile."""
+    server = HubMCPServer(Hub(abuse_pool))
+    slow, other = _Key(), _Key()
+    get = {"app": "hotels", "tool": "get_hotel", "arguments": HOTEL}
+
+    def wait(seconds: float) -> dict[str, Any]:
+        return {"app": "slowpoke", "tool": "wait", "arguments": {"seconds": seconds}}
+
+    async def scenario() -> bool:
+        assert not (await server.answer(other, None, "call_tool", get)).isError
+        assert not (await server.answer(slow, None, "call_tool", wait(0.3))).isError
+        held = asyncio.create_task(server.answer(slow, None, "call_tool", wait(2.0)))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert not (await server.answer(other, None, "call_tool", get)).isError
+        overtaken = not held.done()
+        await held
+        return overtaken
+
+    assert asyncio.run(scenario()), "the slow session's second call held the event loop"
+
+
+def test_a_sessions_first_call_is_answered_off_the_sdk_however_large(abuse_pool: EnvPool) -> None:
+    """A session's first tool call (a 250 KB reset config here) is answered by the fast path like the others:
+    the SDK would validate it with pydantic on the event loop (~20 ms each, while every session waits), and it
+    starts the session from the connection's chosen scenario all the same."""
+    env = abuse_pool.get("hotels")
+    server = EnvMCPServer(env, default_config="default")
+    big = env.scenario("default")
+    template = big["hotels"]["HT-LIS-01"]
+    big["hotels"] = {f"HT-BIG-{i}": {**template, "id": f"HT-BIG-{i}"} for i in range(1200)}
+    with serving(server) as url, httpx.Client(timeout=60) as http:
+        assert server.fast is not None
+        first = RawSession(http, url)
+        res = first.call(RESET_TOOL, {"config": big})
+        assert len(res.request.content) > 200_000 and json.loads(_text(res)) == {"reset": True, "source": "<config>"}
+        assert server.fast.answered == 1
+        assert "HT-BIG-1199" in _text(first.call("search_hotels", {"city": "Lisbon"}))  # the loaded state
+        chosen = RawSession(http, url + "?scenario=busy")  # a first call starts from the connection's choice
+        assert "HT-LIS-02" not in _text(chosen.call("search_hotels", {"city": "Lisbon"}))
+        assert "HT-LIS-02" in _text(RawSession(http, url).call("search_hotels", {"city": "Lisbon"}))
+        assert server.fast.answered == 4
 
 
 # ---- sessions and memory -----------------------------------------------------------------------------

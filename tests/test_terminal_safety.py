@@ -38,18 +38,21 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # what must never reach the terminal raw: C0 but \t and \n, DEL, C1
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# what must not reach it raw either: bidi marks and the invisible format characters (zero-width, tags...)
+INVISIBLE = re.compile("[\xad\u061c\u180e\u200b-\u200f\u2060-\u2064\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
 NASTY = "\x1b[2J \x1b]0;title\x07 \x9b31m [/x] [bold]"  # clear screen, set the title (OSC), C1 CSI, markup
 
 # random text: markup brackets and tags, backslashes, escape sequences, C0 / C1 / DEL, bidi overrides,
 # newlines, lone surrogates, and ordinary characters
 _PIECES = [*"[]/\\ab #@=:\n\t\r\x00\x07\x1b\x7f\x85\x9b\u202e\ud800é", "[/x]", "[b]", "[/]", "\\[", "[red]", "\x1b[2J"]
+_PIECES += [*"\u200b\u200d\u200f\u061c\ufeff\xad\u2060", "\U000e0041\U000e0042", "\U0001f600"]  # invisible; an emoji
 texts = st.lists(st.sampled_from(_PIECES) | st.text(max_size=3), max_size=12).map("".join)
 
 
 def assert_clean(output: str | bytes) -> None:
     """No raw control character (ESC included), no traceback."""
     text = output.decode("utf-8", "surrogateescape") if isinstance(output, bytes) else output
-    found = RAW.search(text)
+    found = RAW.search(text) or INVISIBLE.search(text)
     assert found is None, f"raw {found.group()!r} at {found.start()}: {text[max(0, found.start() - 40) :][:120]!r}"
     assert "Traceback" not in text, text
 
@@ -63,7 +66,9 @@ def test_visible_leaves_no_control_character_and_changes_nothing_else(text: str)
     shown = visible(text)
     assert RAW.search(shown) is None and "\u202e" not in shown
     assert not re.search("[\ud800-\udfff]", shown)  # encodable
-    if not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\u2028\u2029]", text):
+    assert not INVISIBLE.search(shown)
+    escaped = re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u202a-\u202e\u2066-\u2069\u2028\u2029]", text)
+    if not escaped and not INVISIBLE.search(text):
         assert shown == text
 
 
@@ -100,12 +105,24 @@ def test_a_console_renders_no_raw_control_character(cell: str, line: str) -> Non
         assert_clean(output)
 
 
+def test_invisible_characters_are_shown() -> None:
+    """`hotels\u200b` must not pass for `hotels`, nor tag characters carry text no one sees."""
+    assert visible("hotels\u200b") == "hotels\\u200b"
+    assert visible("ok\U000e0041\U000e0042") == "ok\\U000e0041\\U000e0042"
+    assert visible("a\u200fb\u061cc\ufeff") == "a\\u200fb\\u061cc\\ufeff"
+    assert visible("\U0001f600 é") == "\U0001f600 é"  # an emoji and accents are text
+    assert json.loads(json_text(json.dumps({"k": "x\U000e0041\u200b"}, ensure_ascii=False))) == {
+        "k": "x\U000e0041\u200b"
+    }
+    assert INVISIBLE.search(json_text(json.dumps(["\U000e0041"], ensure_ascii=False))) is None
+
+
 @settings(max_examples=300, deadline=None)
 @given(texts)
 def test_json_keeps_its_value_with_control_characters_as_escapes(text: str) -> None:
     data = {"k": text, text: [text, 1]}
     shown = json_text(json.dumps(data, ensure_ascii=False))
-    assert RAW.search(shown) is None
+    assert RAW.search(shown) is None and INVISIBLE.search(shown) is None
     assert json.loads(shown) == data
     buffer = io.StringIO()
     print_json(SafeConsole(file=buffer, width=60), data, is_text=False)

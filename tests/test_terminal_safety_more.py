@@ -41,6 +41,7 @@ from envfactory.tasks.models import (
 )
 from envfactory.tasks.run import summary_table, tool_graph
 from envfactory.tasks.stats import dataset_stats, stats_table
+from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.terminal import visible
 from envfactory.toolgraph.graph import ToolGraph
 from graphs.checkpoint import open_checkpointer
@@ -141,10 +142,10 @@ def test_synth_prints_a_run_s_names_and_paths_as_written(project: Path) -> None:
     """`envfactory synth` resuming a run folder whose conversations name an environment `[/x]\\x1b[2J`, in a folder
     named with markup and ESC: the shortfall line, the statistics and the plot path were markup (a crash) and raw."""
     out = project / "run[red]\x1b[2J"  # a folder name holds no `/`: an opening tag, swallowed as markup
-    out.mkdir()
-    (out / CONVERSATIONS).write_text(conversation(EVIL).model_dump_json() + "\n")
     config = project / "synth.json"
     config.write_text(json.dumps({"envs": ["hotels"], "T": 1, "out": str(out), "plot": True}))
+    record_synth_settings(SynthConfig.model_validate(json.loads(config.read_text())), Settings(root=project))
+    (out / CONVERSATIONS).write_text(conversation(EVIL).model_dump_json() + "\n")  # the run resumed: its settings
     plan = Plan(envs=[], units=[], shortfall={EVIL: 1})  # what the graph gave: nothing, for a name from the data
     with (
         mock.patch("envfactory.tasks.run.tool_graph", return_value=ToolGraph()),

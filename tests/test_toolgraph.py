@@ -1,7 +1,7 @@
 """The tool graph on the real pool (envs/ + BFCL's environments) with real MiniLM embeddings.
 
-The graph is built once per session (the model loads once per process; its embeddings go through a
-chromadb `EmbeddingCache` in a temporary folder).
+The graph is built once per session (the model loads once per process; its embeddings go through an
+`EmbeddingCache` in a temporary folder).
 """
 
 from __future__ import annotations
@@ -213,6 +213,7 @@ def test_stats(graph: ToolGraph, built: tuple[ToolGraph, BuildReport]) -> None:
     assert s.parameter_relate == report.relations + report.schema_relations and s.tool_depend > 300
     assert s.schema_depend == report.schema_depend > 0
     assert report.texts < report.inputs + report.outputs  # shared texts embedded once
+    assert 0 < report.texts_needed < report.texts  # texts no pair could need are not embedded
     assert report.timings.similarity_s < 5
     assert graph.subgraph("hotels").stats().tools == 8
 

@@ -127,7 +127,7 @@ def test_unparseable_answers_fall_back_to_the_heuristic(
     assert phases == [EMBED_PHASE, CLASSIFY_PHASE, REFINE_PHASE]
     assert [(d, t) for p, d, t in seen if p == CLASSIFY_PHASE] == [(0, 1), (1, 1)]
     assert [(d, t) for p, d, t in seen if p == REFINE_PHASE] == [(0, 1), (1, 1)]
-    assert [s for s in seen if s[0] == EMBED_PHASE][-1][1:] == (report.texts, report.texts)
+    assert [s for s in seen if s[0] == EMBED_PHASE][-1][1:] == (report.texts_needed, report.texts_needed)
     assert not report.classification[0].ok and report.classification[0].kept_heuristic == 16
     assert not report.refinement[0].ok and report.refinement[0].error
     assert all(d.get("user_provided_source") in (None, "heuristic") for _, d in graph.g.nodes(data=True))

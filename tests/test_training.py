@@ -443,6 +443,7 @@ def test_sft_one_step_on_gemma_gguf(tmp_path: Path, exported: dict[str, Path]) -
 
 
 @pytest.mark.slow
+@pytest.mark.external  # the SmolLM2 file comes with `make test-external`
 def test_auto_sets_aside_a_template_that_cannot_render_tools() -> None:
     """SmolLM2's own ChatML template drops the tool list and every call (TRL then refuses it): `auto` uses ours."""
     import importlib.util

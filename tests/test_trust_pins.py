@@ -24,10 +24,11 @@ import pytest
 from envfactory.config import Settings
 from envfactory.env.environment import Environment
 from envfactory.env.folder import FolderError, list_names, read_json_object, walk
-from envfactory.env.metadata import dump_metadata
+from envfactory.env.metadata import dump_metadata, parse_metadata
 from envfactory.env.pool import EnvPool, load_env_folder
 from envfactory.env.trust import TrustError, code_hash, is_trusted, snapshot, trust
 from envfactory.errors import EnvLoadError, ScenarioError
+from envfactory.inputs import MAX_FILE_BYTES
 
 CODE = '''"""A tiny environment for trust tests."""
 
@@ -217,6 +218,21 @@ def fifo(root: Path, rng: random.Random) -> None:
     os.mkfifo(root / "envs" / "notes" / "scenarios" / "pipe.json")
 
 
+def hard_link(root: Path, rng: random.Random) -> None:
+    """Another name for a file outside the folder (the same file system), or for one of the folder's own."""
+    folder = root / "envs" / "notes"
+    target = _outside(root, "hard.json", '{"secret": 1}') if rng.random() < 0.5 else folder / "envgen.json"
+    where = rng.choice(["scenarios/extra.json", "lib.py", "scenarios/tests/h.json"])
+    os.link(target, folder / where)
+
+
+def sparse_files(root: Path, rng: random.Random) -> None:
+    """Files of the largest size a file may have, holding nothing on disk (a few kilobytes in all)."""
+    for i in range(3):
+        with open(root / "envs" / "notes" / f"pad{i}.bin", "wb") as f:
+            f.truncate(MAX_FILE_BYTES)
+
+
 MUTATIONS: list[Callable[[Path, random.Random], None]] = [
     edit_code,
     touch_code,
@@ -234,6 +250,8 @@ MUTATIONS: list[Callable[[Path, random.Random], None]] = [
     plant_pyc_beside,
     deep_tree,
     fifo,
+    hard_link,
+    sparse_files,
 ]
 # what must stay in-process and unchanged (data and records, a cache nobody reads); every other mutation drops trust
 HARMLESS = {edit_scenario, edit_report, plant_pyc}
@@ -294,6 +312,68 @@ def test_the_bytes_hashed_are_the_bytes_compiled(project: Path) -> None:
     finally:
         sys.modules.pop("envfactory_envs.notes", None)
     assert snap.sha256 != code_hash(folder)
+
+
+@pytest.mark.parametrize("when", ["import", "call"])
+def test_a_module_beside_env_py_is_never_imported(project: Path, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """`from envs.notes import helper` (the working folder on sys.path, as with `python -m envfactory.cli`): the
+    import system would read helper.py again after the hash, and a planted unchecked `.pyc` of it first."""
+    folder = project / "envs" / "notes"
+    (folder / "helper.py").write_text("def word() -> str:\n    return 'trusted'\n", encoding="utf-8")
+    importer = "import importlib\n"
+    if when == "import":
+        importer += "helper = importlib.import_module('envs.notes.helper')\n"
+        body = "return helper.word()"
+    else:
+        body = "return importlib.import_module('envs.notes.helper').word()"
+    source = code(GOOD).replace("class Note(Record):", importer + "\n\nclass Note(Record):")
+    (folder / "env.py").write_text(source.replace('return "trusted"', body), encoding="utf-8")
+    trust(project / "configs" / "trusted.json", "notes", folder)
+    evil = project.parent / "outside" / "helper.py"
+    evil.parent.mkdir(exist_ok=True)
+    evil.write_text("def word() -> str:\n    return 'changed'\n", encoding="utf-8")
+    cfile = folder / "__pycache__" / f"helper.{sys.implementation.cache_tag}.pyc"
+    cfile.parent.mkdir()
+    unchecked = py_compile.PycInvalidationMode.UNCHECKED_HASH
+    py_compile.compile(str(evil), cfile=str(cfile), dfile=str(folder / "helper.py"), invalidation_mode=unchecked)
+    monkeypatch.syspath_prepend(str(project))
+    try:
+        assert is_trusted(project / "configs" / "trusted.json", "notes", folder)
+        now = outcome(project)
+        if when == "import":
+            assert now == "refused"
+            with pytest.raises(EnvLoadError, match="in an environment folder"):
+                EnvPool(settings(project)).get("notes")
+        else:
+            assert now.startswith("ran:") and EVIL not in now and GOOD not in now
+            env = EnvPool(settings(project)).get("notes")
+            rec = env.session({}).call("answer", {})
+            assert rec.error is not None and "in an environment folder" in rec.error.message, rec
+    finally:
+        for name in [m for m in sys.modules if m == "envs" or m.startswith(("envs.", "envfactory_envs.notes"))]:
+            sys.modules.pop(name, None)
+
+
+def test_what_is_trusted_is_what_was_reviewed(project: Path) -> None:
+    """Between a person's review and `envs trust`, something rewrites env.py (an EnvGen run on the same name,
+    another user): `--expect` with the hash `--show` printed at review time refuses the folder as it is now."""
+    from tests.test_terminal_safety import run_main
+
+    trust_file = project / "configs" / "trusted.json"
+    before = trust_file.read_text(encoding="utf-8")
+    code_, shown, _ = run_main(project, "envs", "trust", "notes", "--show")
+    assert code_ == 0 and "env.py" in shown and "metadata.json" in shown and "default.json" not in shown
+    reviewed = shown.split("--expect ")[1].split(")")[0]
+    assert code_hash(project / "envs" / "notes").startswith(reviewed) and trust_file.read_text("utf-8") == before
+    (project / "envs" / "notes" / "env.py").write_text(code(EVIL), encoding="utf-8")
+    code_, _, err = run_main(project, "envs", "trust", "notes", "--expect", reviewed)
+    assert code_ != 0 and "not the" in err and "review them again" in err and "Traceback" not in err, err
+    assert outcome(project) == "untrusted"
+    with pytest.raises(TrustError, match="hex digits"):
+        trust(trust_file, "notes", project / "envs" / "notes", expect="abc")
+    now = code_hash(project / "envs" / "notes")
+    assert run_main(project, "envs", "trust", "notes", "--expect", now[:16])[0] == 0
+    assert outcome(project) == f"ran:{EVIL}"
 
 
 # ---- reads never leave the folder ----------------------------------------------------------------
@@ -357,6 +437,62 @@ def test_a_link_at_every_place_is_refused_by_every_reader(tmp_path: Path, secret
         read_json_object(folder, rel.get(where, where))
 
 
+def test_a_hard_link_to_a_host_file_is_never_read(project: Path, secret: Path) -> None:
+    """A second name for a root-only file outside the folder (what a tarball or `cp -al` can carry): the
+    parent would read the file itself, whatever its name."""
+    folder = project / "envs" / "notes"
+    env = load_env_folder(folder)
+    try:
+        os.link(secret, folder / "scenarios" / "leak.json")
+        assert "leak" in env.scenario_names()
+        with pytest.raises(ScenarioError, match="hard link"):
+            env.session("leak")
+        with pytest.raises(FolderError, match="hard link"):
+            read_json_object(folder, "scenarios/leak.json")
+    finally:
+        sys.modules.pop("envfactory_envs.notes", None)
+    with pytest.raises(FolderError, match="hard link"):
+        snapshot(folder)
+    with pytest.raises(EnvLoadError, match="hard link"):
+        EnvPool(settings(project)).get("notes")
+
+
+def test_a_mount_inside_the_folder_is_never_read(project: Path, secret: Path) -> None:
+    """A host file bound over a scenario, a host folder over `scenarios/` (root only; the same file system keeps
+    the device number, so only the mount id tells)."""
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("binding a file needs root and mount(8)")
+    import subprocess
+
+    folder = project / "envs" / "notes"
+    (folder / "scenarios" / "bound.json").write_text("{}", encoding="utf-8")
+    bound = [folder / "scenarios" / "bound.json", folder / "scenarios" / "tests"]
+    done = []
+    try:
+        for where, target in zip(bound, [secret, secret.parent], strict=True):
+            if subprocess.run(["mount", "--bind", str(target), str(where)], capture_output=True).returncode:
+                pytest.skip("this machine allows no bind mount")
+            done.append(where)
+        assert "HOST SECRET" in (folder / "scenarios" / "bound.json").read_text(encoding="utf-8")
+        with pytest.raises(FolderError, match="mount point"):
+            read_json_object(folder, "scenarios/bound.json")
+        with pytest.raises(FolderError, match="mount point"):
+            read_json_object(folder, "scenarios/tests/secret.json")
+        with pytest.raises(FolderError, match="mount point"):
+            walk(folder)
+        assert not is_trusted(project / "configs" / "trusted.json", "notes", folder)
+    finally:
+        for where in reversed(done):
+            subprocess.run(["umount", str(where)], check=True)
+
+
+def test_a_folder_of_sparse_files_is_refused_before_it_is_held_in_memory(project: Path) -> None:
+    sparse_files(project, random.Random(0))
+    with pytest.raises(FolderError, match="in all"):
+        snapshot(project / "envs" / "notes")
+    assert outcome(project) == "untrusted"
+
+
 def test_export_refuses_a_folder_with_a_link(tmp_path: Path, secret: Path) -> None:
     from envfactory.hubs.export import HubExportError, export_package
 
@@ -369,6 +505,41 @@ def test_export_refuses_a_folder_with_a_link(tmp_path: Path, secret: Path) -> No
     assert "HOST SECRET" not in "".join(
         p.read_text(encoding="utf-8", errors="replace") for p in (tmp_path / "out").rglob("*") if p.is_file()
     )
+
+
+def test_envgen_never_writes_through_a_link(project: Path) -> None:
+    """A folder EnvGen may overwrite (it holds envgen.json) left with links where EnvGen writes: the code, a
+    scenario, the report. Writing the new environment must not write the host files they point to."""
+    from envfactory.envgen.checks import ExpectedCall, TestScenario
+    from envfactory.envgen.register import GeneratedEnvironment, write_environment
+
+    folder = project / "envs" / "notes"
+    meta = parse_metadata(json.loads((folder / "metadata.json").read_text(encoding="utf-8")), "metadata.json")
+    victims = {
+        rel: _outside(project, rel.replace("/", "_"), f"HOST FILE {rel}\n")
+        for rel in ("env.py", "scenarios/default.json", "scenarios/tests/s.json", "envgen.json")
+    }
+    for rel, victim in victims.items():
+        (folder / rel).unlink(missing_ok=True)
+        os.symlink(victim, folder / rel)
+    generated = GeneratedEnvironment(
+        metadata=meta,
+        code=code(EVIL),
+        scenarios=[TestScenario(name="s", initial_config={"notes": {}}, steps=[ExpectedCall(tool="answer")])],
+    )
+    write_environment(folder, generated)
+    for rel, victim in victims.items():
+        assert victim.read_text(encoding="utf-8") == f"HOST FILE {rel}\n", rel
+        assert not (folder / rel).is_symlink() and (folder / rel).is_file(), rel
+    assert (folder / "env.py").read_text(encoding="utf-8") == code(EVIL)
+    # the folder itself a link to a host folder: refused, nothing written there
+    elsewhere = project.parent / "outside" / "dir"
+    elsewhere.mkdir()
+    shutil.rmtree(folder)
+    os.symlink(elsewhere, folder)
+    with pytest.raises(OSError):
+        write_environment(folder, generated)
+    assert list(elsewhere.iterdir()) == []
 
 
 def test_deep_trees_and_long_names_are_one_line_errors(tmp_path: Path) -> None:

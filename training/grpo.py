@@ -35,7 +35,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.reward import RewardSettings, ToolUseReward
 from training.environment import EnvironmentRegistry, EnvironmentSetupError, use_exact_tool_schemas
 from training.loading import TokenizerSetup, load_model_and_tokenizer, resolve_model
-from training.runconfig import ConfigError, RunConfig, trainer_arguments
+from training.runconfig import ConfigError, RunConfig, trainer_arguments, trainer_error
 from training.runner import TrainResult, cli_main, load_dataset_rows, train_and_save
 
 if TYPE_CHECKING:
@@ -75,13 +75,7 @@ class GRPOParts:
 
 
 def load_grpo_dataset(config: RunConfig, registry: EnvironmentRegistry) -> Dataset:
-    dataset = load_dataset_rows(config)
-    missing = [c for c in REQUIRED_COLUMNS if c not in dataset.column_names]
-    if missing:
-        raise ConfigError(
-            f"{config.data}: not a TRL GRPO export (missing columns: {', '.join(missing)}); "
-            "run `envfactory export RUN --format trl-grpo --out DIR`"
-        )
+    dataset = load_dataset_rows(config, REQUIRED_COLUMNS, "trl-grpo")
     try:
         return registry.add_environment_column(dataset)
     except EnvironmentSetupError as e:
@@ -111,8 +105,8 @@ def build_trainer(
     arguments = trainer_arguments(config)
     try:
         args = GRPOConfig(**arguments)
-    except TypeError as e:
-        raise ConfigError(f"trainer: {e}") from None
+    except (TypeError, ValueError) as e:  # an unknown field; bf16 without a GPU (`--profile cpu` is the CPU run)
+        raise ConfigError(f"trainer: {trainer_error(e)}") from None
     setup: TokenizerSetup | None = None
     if model is None or tokenizer is None:
         if args.beta != 0.0 and resolve_model(config.model).is_gguf:

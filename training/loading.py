@@ -117,7 +117,22 @@ def resolve_model(spec: str | Path) -> ModelSource:
         if not path.is_file():
             raise FileNotFoundError(f"no GGUF file at {path}")
         return ModelSource(str(path.resolve().parent), path.name)
-    return ModelSource(str(path) if path.exists() else text)
+    if path.exists():
+        return ModelSource(str(path))
+    if path.is_absolute() or text.startswith((".", "~")) or text.count("/") != 1 or not _in_hub_cache(text):
+        # never a hub download at run time: a model is a local folder, a GGUF file, or one the cache holds
+        raise FileNotFoundError(
+            f"model {text}: no such folder or GGUF file, and not a model in the local Hugging Face cache (runs are"
+            " offline; see training/README.md for the models that are)"
+        )
+    return ModelSource(text)
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json")
+    return isinstance(found, str)
 
 
 def _file_key(path: Path) -> str:

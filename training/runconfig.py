@@ -159,3 +159,11 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
         "trainer": {"max_steps": args.max_steps} if args.max_steps is not None else None,
     }
     return deep_merge(out, {k: v for k, v in flags.items() if v is not None})
+
+
+def trainer_error(e: Exception) -> str:
+    """A trainer config's error as one line, with the fix when it is the usual one (bf16 asked of a CPU)."""
+    first = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if "bf16" in first:
+        first += " (on a machine without a GPU, add --profile cpu)"
+    return first

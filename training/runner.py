@@ -7,6 +7,7 @@ log; a config error prints one line and exits 1.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import logging
 import math
@@ -50,10 +51,63 @@ class TrainResult(BaseModel):
         return bool(self.losses) and all(math.isfinite(x) for x in self.losses)
 
 
-def load_dataset_rows(config: RunConfig) -> Dataset:
-    from datasets import load_dataset
+MAX_ROW_BYTES = 64 * 1024 * 1024  # one exported row: a long conversation with its tool list, far below this
 
-    dataset = load_dataset("json", data_files=str(dataset_file(config.data)), split="train")
+
+def first_row_columns(path: Path) -> list[str]:
+    """The keys of the file's first row, read without loading the rest; a file that is not JSON lines of objects
+    is a `ConfigError` naming it."""
+    from envfactory.inputs import InputError, parse_json
+
+    with path.open("rb") as f:
+        line = b""
+        while not line.strip():
+            line = f.readline(MAX_ROW_BYTES + 1)
+            if not line:
+                raise ConfigError(f"{path}: the dataset is empty")
+    if len(line) > MAX_ROW_BYTES:
+        raise ConfigError(f"{path}: line 1 is over {MAX_ROW_BYTES} bytes: not an exported dataset")
+    try:
+        row = parse_json(line, f"{path}:1")
+    except InputError as e:
+        raise ConfigError(f"not a JSON-lines dataset: {e}") from None
+    if not isinstance(row, dict):
+        raise ConfigError(f"{path}: not a JSON-lines dataset: line 1 is not a JSON object")
+    return [str(k) for k in row]
+
+
+TRAIN_MODULES = ("torch", "transformers", "datasets", "trl")
+
+
+def require_train_extra() -> None:
+    """The training stack is the `train` extra (not in `make demo`'s lean install): missing, one line, not a
+    `ModuleNotFoundError` traceback from the middle of an import."""
+    missing = [m for m in TRAIN_MODULES if importlib.util.find_spec(m) is None]
+    if missing:
+        raise ConfigError(
+            f"training needs {', '.join(missing)}, not installed here: pip install -e '.[train]' (or `make setup`)"
+        )
+
+
+def load_dataset_rows(config: RunConfig, required: tuple[str, ...] = (), export: str = "") -> Dataset:
+    """The rows of the config's data file; `required` columns missing is a `ConfigError` naming the export that
+    makes them (an SFT run pointed at a GRPO export, say), caught here rather than as a KeyError inside TRL."""
+    import datasets
+
+    path = dataset_file(config.data)
+    columns = first_row_columns(path)  # checked before the loader runs: its errors are log lines and tracebacks
+    missing = [c for c in required if c not in columns]
+    if missing:
+        hint = f"; run `envfactory export RUN --format {export} --out DIR`" if export else ""
+        raise ConfigError(
+            f"{config.data}: not a {export or 'training'} export (missing columns: {', '.join(missing)}; it has "
+            f"{', '.join(columns)}){hint}"
+        )
+    datasets.disable_progress_bars()  # "Generating train split" for a local file: noise, not progress
+    try:
+        dataset = datasets.load_dataset("json", data_files=str(path), split="train")
+    except Exception as e:  # a later row that is not JSON: datasets raises its own classes
+        raise ConfigError(f"{path}: not a JSON-lines dataset: {str(e).splitlines()[0] or type(e).__name__}") from None
     if config.max_samples is not None:
         dataset = dataset.select(range(min(config.max_samples, len(dataset))))
     if len(dataset) == 0:
@@ -124,10 +178,14 @@ def cli_main(
     offline_defaults()
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
+        require_train_extra()
         config = load_run_config(config_cls, args.config, args.profile, overrides_from(args))
+        from training.loading import resolve_model
+
+        resolve_model(config.model)  # a model that is not here: one line before the data and trainer are built
         result = run(config)
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ConfigError, OSError) as e:  # OSError: a model folder or file that cannot be read (one line, too)
+        print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 1
     print_log(result, title)
     return 0

@@ -29,6 +29,7 @@ from training.runconfig import (
     ConfigError,
     RunConfig,
     trainer_arguments,
+    trainer_error,
 )
 from training.runner import TrainResult, cli_main, load_dataset_rows, train_and_save
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("training.sft")
 
+REQUIRED_COLUMNS = ("prompt", "completion")  # TRL's prompt-completion format, as `export --format trl-sft` writes
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "sft.yaml"
 
 
@@ -56,13 +58,13 @@ def build_trainer(
     """An `SFTTrainer` for the config (a model and tokenizer may be passed in, already prepared)."""
     from trl import SFTConfig, SFTTrainer
 
-    dataset = dataset if dataset is not None else load_dataset_rows(config)
+    dataset = dataset if dataset is not None else load_dataset_rows(config, REQUIRED_COLUMNS, "trl-sft")
     arguments = trainer_arguments(config)
     arguments.setdefault("assistant_only_loss", True)
     try:
         args = SFTConfig(**arguments)
-    except TypeError as e:
-        raise ConfigError(f"trainer: {e}") from None
+    except (TypeError, ValueError) as e:  # an unknown field; bf16 without a GPU (`--profile cpu` is the CPU run)
+        raise ConfigError(f"trainer: {trainer_error(e)}") from None
     setup: TokenizerSetup | None = None
     if model is None or tokenizer is None:
         model, tokenizer, setup = load_model_and_tokenizer(config.model, config.dtype, config.chat_template)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from collections.abc import Iterable
+from pathlib import Path
+
+import typer
 
 from envfactory.env.metadata import ENV_NAME, ENV_NAME_MAX
 from envfactory.errors import EnvFactoryError
@@ -25,3 +31,82 @@ def env_name(name: str) -> str:
 def env_names(names: Iterable[str] | None) -> list[str]:
     """Each of `names` checked by `env_name` (none: an empty list)."""
     return [env_name(n) for n in names or []]
+
+
+def _create_probe(folder: Path, shown: Path, option: str) -> None:
+    """Create and remove a file in `folder`: the one test of writability that also holds for root, for read-only
+    mounts and for /proc (where `os.access` says yes and every create fails)."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".envfactory-probe-", dir=folder)
+    except OSError as e:
+        raise EnvFactoryError(f"{option} {shorten(str(shown))}: cannot write there: {e.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _missing_chain(path: Path) -> tuple[Path, list[Path]]:
+    """The nearest existing ancestor of `path` and the folders below it that do not exist yet (outermost first)."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists() and not current.is_symlink():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    return current, missing[::-1]
+
+
+def output_dir(path: Path, option: str = "--out") -> Path:
+    """`path` if the command can write a folder there: an existing folder it can write into, or one it can
+    create. Checked by doing it (the folders made for the check are removed again), so an output that is a
+    file, a place under a file, or an unwritable place is one line before any work, and nothing is left."""
+    path = path.expanduser()
+    if path.exists() and not path.is_dir():
+        raise EnvFactoryError(f"{option} {shorten(str(path))} is a file: {option} names a folder to write into")
+    anchor, missing = _missing_chain(path)
+    if not anchor.is_dir():
+        raise EnvFactoryError(f"{option} {shorten(str(path))}: {shorten(str(anchor))} is not a folder")
+    made: list[Path] = []
+    try:
+        for folder in missing:
+            try:
+                folder.mkdir()
+            except OSError as e:
+                raise EnvFactoryError(
+                    f"{option} {shorten(str(path))}: cannot create {shorten(str(folder))}: {e.strerror}"
+                ) from None
+            made.append(folder)
+        _create_probe(path, path, option)
+    finally:
+        for folder in reversed(made):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+    return path
+
+
+def output_file(path: Path, option: str = "--out") -> Path:
+    """`path` if the command can write a file there (its folder is created when missing): a folder, or a place
+    the file cannot be created, is one line before any work."""
+    path = path.expanduser()
+    if path.is_dir():
+        raise EnvFactoryError(f"{option} {shorten(str(path))} is a folder: {option} names a file to write")
+    if path.exists() and not path.is_file():
+        raise EnvFactoryError(f"{option} {shorten(str(path))} is not a regular file")
+    output_dir(path.parent, option=f"{option} {shorten(str(path))}: its folder")
+    return path
+
+
+def _option_name(param: typer.CallbackParam) -> str:
+    return param.opts[-1] if param.opts else f"<{param.name}>"
+
+
+def out_dir_option(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """A typer callback: `output_dir` for an option naming a folder to write (None passes)."""
+    return None if value is None else output_dir(value, option=_option_name(param))
+
+
+def out_file_option(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """A typer callback: `output_file` for an option naming a file to write ('-' is stdout; None passes)."""
+    if value is None or str(value) == "-":
+        return value
+    return output_file(value, option=_option_name(param))

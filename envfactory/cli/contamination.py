@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from envfactory.cli.args import out_file_option
 from envfactory.errors import EnvFactoryError
 from envfactory.eval.items import load_conversations
 from envfactory.inputs import write_atomic
@@ -26,7 +27,9 @@ def contamination(
     source: Annotated[Path, typer.Argument(help="a synth run's folder, or a conversations JSONL file")],
     against: Annotated[str, typer.Option(help="the benchmark: bfcl")] = "bfcl",
     n: Annotated[int, typer.Option(min=3, help="word n-gram length")] = 8,
-    json_out: Annotated[Path | None, typer.Option("--json", help="also write the report here")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="also write the report here", callback=out_file_option)
+    ] = None,
 ) -> None:
     """Exact matches and n-gram overlap of requests, shared tool names, shared argument values."""
     if against != "bfcl":
@@ -39,6 +42,8 @@ def contamination(
     conversations = load_conversations(source)
     if source.is_dir() and (source / "heldout.jsonl").is_file():
         conversations += load_conversations(source, "heldout")
+    if not conversations:
+        raise EnvFactoryError(f"{source}: nothing to check: it holds no conversation")
     report = check(conversations, n=n)
     table = Table("measure", "value", title=f"overlap with BFCL multi-turn ({report.benchmark_requests} user messages)")
     table.add_row("our requests", str(report.requests))

@@ -3,9 +3,10 @@
     envfactory eval .envfactory/synth/run --out .envfactory/eval/run1 --attempts 4 [--concurrency 4]
 
 SOURCE is a synth run's folder or a JSONL file of conversations; the model is the `eval` role's
-(`ENVFACTORY_LLM_ROLES__EVAL__PROVIDER=openai|local|scripted`, else the default model). Attempts go
-to DIR/attempts.jsonl as they finish (rerun the same command to resume), then DIR/summary.json, a
-table, and DIR/eval.png.
+(`ENVFACTORY_LLM_ROLES__EVAL__PROVIDER=openai|local|scripted`, else the default model). DIR/settings.json
+records what shapes the results (model, sampling, tools, mode, attempts, budgets, the data's sha256); attempts
+go to DIR/attempts.jsonl as they finish (rerun the same command to resume: a rerun with other settings is
+refused, naming them), then DIR/summary.json, a table, and DIR/eval.png.
 """
 
 from __future__ import annotations
@@ -21,14 +22,18 @@ from langchain_core.language_models import BaseChatModel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envfactory.cli.args import out_dir_option
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits
-from envfactory.eval.bfcl import SUITES, bfcl_attempt, bfcl_items
-from envfactory.eval.items import items_from_conversations, load_conversations
+from envfactory.eval.bfcl import SUITES, bfcl_attempt, bfcl_items, suite_files
+from envfactory.eval.items import EvalSourceError, items_from_conversations, load_conversations
 from envfactory.eval.run import (
+    ATTEMPTS,
     FAILURES,
+    SUMMARY,
     AttemptRecord,
+    EvalData,
     EvalRunError,
     EvalSettings,
     EvalSummary,
@@ -36,10 +41,14 @@ from envfactory.eval.run import (
     HasId,
     Runner,
     TurnRunner,
+    check_settings,
     run_eval,
 )
 from envfactory.executor import executor_from
-from envfactory.llm.models import chat_model
+from envfactory.export.errors import ExportError
+from envfactory.export.files import conversations_file
+from envfactory.llm.models import chat_model, check_configured
+from envfactory.run_settings import SETTINGS_FILE, file_sha256, model_identity
 from envfactory.tasks.batch import HELDOUT
 from envfactory.terminal import SafeConsole, safe
 
@@ -54,7 +63,7 @@ err = SafeConsole(stderr=True)
 
 @app.callback(invoke_without_command=True)
 def evaluate(
-    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)")],
+    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)", callback=out_dir_option)],
     source: Annotated[Path | None, typer.Argument(help="a synth run's folder, or a conversations file")] = None,
     suite: Annotated[str | None, typer.Option(help=f"an imported suite instead of SOURCE: {', '.join(SUITES)}")] = None,
     split: Annotated[
@@ -64,8 +73,13 @@ def evaluate(
     concurrency: Annotated[int, typer.Option(min=1, help="attempts at once")] = 1,
     limit: Annotated[int | None, typer.Option(min=1, help="the first N turns only")] = None,
     max_steps: Annotated[int, typer.Option(min=1, help="model steps per attempt")] = 8,
-    tools: Annotated[str, typer.Option(help="direct (the turn's tools) or meta (SynthAPI's meta-tools)")] = "direct",
-    mode: Annotated[str, typer.Option(help="turn (ground-truth history, then the request) or conversation")] = "turn",
+    tools: Annotated[
+        str | None, typer.Option(help="direct (the turn's tools; the default) or meta (SynthAPI's meta-tools)")
+    ] = None,
+    mode: Annotated[
+        str | None,
+        typer.Option(help="turn (ground-truth history, then the request; the default) or conversation"),
+    ] = None,
     timeout: Annotated[float, typer.Option(min=0.001, help="seconds per attempt")] = 300.0,
     executor: Annotated[str, typer.Option(help="local (threads here) or ray (workers on a Ray cluster)")] = "local",
     ray_address: Annotated[
@@ -75,36 +89,48 @@ def evaluate(
 ) -> None:
     """Run (or resume) an evaluation and print its summary."""
     settings = get_settings()
-    if tools not in ("direct", "meta"):
+    check_configured(("eval",), settings)  # no model: one line now, not a table of zeros after every item failed
+    if tools not in (None, "direct", "meta"):
         raise EvalRunError(f"--tools is direct or meta, not '{tools}'")
+    if mode not in (None, "turn", "conversation"):
+        raise EvalRunError(f"--mode is turn or conversation, not '{mode}'")
+    clash = [f"--tools {tools}"] * (suite is not None and tools == "meta") + [f"--mode {mode}"] * (
+        suite is not None and mode == "turn"
+    )
+    if clash:
+        raise EvalRunError(f"--suite plays BFCL's entries whole, with BFCL's own tools: drop {' and '.join(clash)}")
     limits = AgentLimits(max_steps=max_steps, timeout_s=timeout, tools="meta" if tools == "meta" else "direct")
-    config = EvalSettings(attempts=attempts, concurrency=concurrency, limit=limit, limits=limits)
+    data, chosen = _data(source, suite, split)
+    config = EvalSettings(
+        attempts=attempts,
+        concurrency=concurrency,
+        limit=limit,
+        limits=limits,
+        mode="conversation" if suite is not None or mode == "conversation" else "turn",
+        model=model_identity(settings, "eval"),
+        data=data,
+        context={
+            "source": str(source.resolve()) if source is not None else f"suite {suite}",
+            "base_url": settings.llm_for("eval").base_url,
+        },
+    )
+    check_settings(out_dir, config, write=False)  # a resume made otherwise: refused before anything is read
     items: Sequence[HasId]
     runner: Runner[Any]
     if suite is not None:
-        if source is not None:
-            raise EvalRunError("give either SOURCE (a synth run or a conversations file) or --suite, not both")
-        if suite not in SUITES:
-            raise EvalRunError(f"unknown suite '{suite}'; suites: {', '.join(SUITES)}")
         items = bfcl_items(suite)
 
         def play(model: BaseChatModel, item: Any, k: int) -> AttemptRecord:
             return bfcl_attempt(model, item, k, limits)
 
         runner = play
-    elif source is not None:
+    else:
+        assert source is not None  # _data refused neither
         pool = EnvPool(settings)
-        chosen = split or ("heldout" if source.is_dir() and (source / HELDOUT).is_file() else "train")
-        if chosen not in ("train", "heldout"):
-            raise EvalRunError(f"--split is train or heldout, not '{chosen}'")
         conversations = load_conversations(source, "heldout" if chosen == "heldout" else "train")
-        if mode not in ("turn", "conversation"):
-            raise EvalRunError(f"--mode is turn or conversation, not '{mode}'")
-        items = items_from_conversations(conversations, pool, "conversation" if mode == "conversation" else "turn")
+        items = items_from_conversations(conversations, pool, config.mode)
         err.print(f"evaluating the {chosen} split of {safe(source)}: {len(items)} verified turns", highlight=False)
         runner = cast(Runner[Any], TurnRunner(settings, limits, pool))
-    else:
-        raise EvalRunError("give SOURCE (a synth run's folder or a conversations file) or --suite NAME")
     total = len(items[:limit] if limit else items) * attempts
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
@@ -133,7 +159,30 @@ def evaluate(
         )
     out.print(summary_table(summary))
     plot_summary(summary, out_dir / "eval.png")
-    out.print(f"written to {safe(out_dir)} (attempts.jsonl, summary.json, eval.png)", highlight=False)
+    out.print(f"written to {safe(out_dir)} ({SETTINGS_FILE}, {ATTEMPTS}, {SUMMARY}, eval.png)", highlight=False)
+
+
+def _data(source: Path | None, suite: str | None, split: str | None) -> tuple[EvalData, str]:
+    """What is evaluated, with its sha256 (the file(s) the items are read from), and the split chosen."""
+    if suite is not None:
+        if source is not None:
+            raise EvalRunError("give either SOURCE (a synth run or a conversations file) or --suite, not both")
+        if suite not in SUITES:
+            raise EvalRunError(f"unknown suite '{suite}'; suites: {', '.join(SUITES)}")
+        return EvalData(source="suite", suite=suite, sha256=file_sha256(suite_files(suite))), "suite"
+    if source is None:
+        raise EvalRunError("give SOURCE (a synth run's folder or a conversations file) or --suite NAME")
+    chosen = split or ("heldout" if source.is_dir() and (source / HELDOUT).is_file() else "train")
+    if chosen not in ("train", "heldout"):
+        raise EvalRunError(f"--split is train or heldout, not '{chosen}'")
+    try:
+        path = conversations_file(source, "heldout" if chosen == "heldout" else "train")
+    except ExportError as e:
+        raise EvalSourceError(str(e)) from None
+    kind = "run" if source.is_dir() else "file"
+    return EvalData(
+        source=kind, split="heldout" if chosen == "heldout" else "train", sha256=file_sha256([path])
+    ), chosen
 
 
 def _row(table: Table, name: str, g: Group) -> None:

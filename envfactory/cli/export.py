@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from envfactory.cli.args import out_dir_option
 from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
@@ -41,7 +42,7 @@ class UserCalls(StrEnum):
 def export(
     source: Annotated[Path, typer.Argument(help="a synth run folder (its conversations.jsonl) or a JSONL file")],
     fmt: Annotated[Format, typer.Option("--format", help="trl-sft | trl-grpo | llamafactory | verl")],
-    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder", callback=out_dir_option)],
     per: Annotated[Per, typer.Option(help="SFT samples: one per valid turn, or one per conversation")] = Per.turn,
     keep_thinking: Annotated[bool, typer.Option("--keep-thinking", help="keep <think> traces")] = False,
     system: Annotated[str | None, typer.Option(help="a system message for every sample")] = None,
@@ -52,15 +53,23 @@ def export(
         bool, typer.Option("--include-interactive", help="RL: also turns where the user spoke again mid-turn")
     ] = False,
 ) -> None:
-    """Write train.jsonl (TRL; LlamaFactory + dataset_info.json) or train.parquet (VeRL), and export.json."""
+    """Write train.jsonl (TRL; LlamaFactory + dataset_info.json) or train.parquet (VeRL), and export.json (what was
+    exported, how, and a sha256 of the source file)."""
     from envfactory.config import get_settings
     from envfactory.env.pool import EnvPool
-    from envfactory.export.export import export_conversations
-    from envfactory.export.files import training_conversations
+    from envfactory.export.errors import ExportError
+    from envfactory.export.export import ExportSource, check_earlier, export_conversations
+    from envfactory.export.files import conversations_file, training_conversations
     from envfactory.export.options import ExportOptions
     from envfactory.export.tools_schema import catalog_for
+    from envfactory.run_settings import file_sha256
 
+    check_earlier(out_dir, fmt.value)  # before the source is read
     conversations = training_conversations(source)
+    if not conversations:  # nothing to train on: said before anything is written
+        raise ExportError(f"{source}: nothing to export: it holds no conversation")
+    path = conversations_file(source)
+    origin = ExportSource(path=str(path.resolve()), sha256=file_sha256([path]))
     pool = EnvPool(get_settings())
     catalog = catalog_for(pool, conversations)
     options = ExportOptions(
@@ -70,7 +79,7 @@ def export(
         user_calls=user_calls.value,
         include_interactive=include_interactive,
     )
-    report = export_conversations(conversations, fmt.value, out_dir, catalog, options)
+    report = export_conversations(conversations, fmt.value, out_dir, catalog, options, origin)
     out.print(
         f"{report.format}: {report.samples} samples from {report.conversations} conversations ({report.turns} turns; "
         f"{report.skipped_turns} turns skipped, {report.skipped_rows} rows skipped, "

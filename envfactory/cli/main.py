@@ -5,6 +5,7 @@ What it prints that it did not write (names, messages, metadata, tool output) go
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 import traceback
@@ -15,14 +16,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from envfactory.cli.args import env_name, env_names
+from envfactory.cli.args import env_name, env_names, out_dir_option
 from envfactory.cli.corpus import app as corpus_app
 from envfactory.cli.mcp import app as mcp_app
 from envfactory.cli.prompts import app as prompts_app
 from envfactory.config import get_settings
 from envfactory.env.metadata import dump_metadata
 from envfactory.env.pool import EnvPool, derived_metadata
-from envfactory.envgen.validate import missing_registered, runs_as, source_of, sync_registry, validate_env
+from envfactory.envgen.validate import missing_registered, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import parse_json, write_atomic
 from envfactory.terminal import SafeConsole, print_json, safe, visible
@@ -66,19 +67,20 @@ def config_option(value: str | None) -> str | Path | None:
 def envs_list(
     native_only: Annotated[bool, typer.Option("--native", help="only the bundled folders under envs/")] = False,
 ) -> None:
-    """List the environments: domain, tools (write tools), scenarios, source."""
+    """List the environments: domain, tools (write tools), scenarios, source, how each runs.
+
+    Read from each folder's metadata.json and scenario files: nothing is built, no code runs (an
+    environment whose code or plan does not load is found by `envs validate`)."""
     pool = _pool()
     table = Table("name", "domain", "tools", "write", "scenarios", "source", "runs")
     for name in pool.names(include_imported=not native_only):
         try:
-            env = pool.get(name)
-        except EnvFactoryError as e:
-            table.add_row(safe(name), "[red]broken[/red]", "", "", "", safe(str(e)[:60]), "")
+            e = pool.entry(name)
+        except EnvFactoryError as exc:
+            table.add_row(safe(name), "[red]broken[/red]", "", "", "", safe(str(exc)[:60]), "")
             continue
-        m = env.metadata
-        writes = sum(t.kind == "write" for t in m.tools)
-        scenarios = ", ".join(env.scenario_names())
-        cells = (name, m.domain, str(len(m.tools)), str(writes), scenarios, source_of(env), runs_as(env))
+        scenarios = ", ".join(e.scenarios)
+        cells = (name, e.domain, str(e.tools), str(e.write_tools), scenarios, e.source, e.runs)
         table.add_row(*map(safe, cells))
     out.print(table)
 
@@ -92,7 +94,9 @@ class HubFormatOption(StrEnum):
 def envs_export(
     names: Annotated[list[str] | None, typer.Argument(help="environments (default: those the tasks use)")] = None,
     fmt: Annotated[HubFormatOption, typer.Option("--format", help="openenv | verifiers")] = HubFormatOption.openenv,
-    out_dir: Annotated[Path, typer.Option("--out", help="the package folder to write")] = Path("export"),
+    out_dir: Annotated[Path, typer.Option("--out", help="the package folder to write", callback=out_dir_option)] = Path(
+        "export"
+    ),
     tasks: Annotated[
         Path | None, typer.Option("--tasks", help="a synth run folder (or conversations JSONL): its turns become tasks")
     ] = None,
@@ -111,6 +115,8 @@ def envs_export(
     records = []
     if tasks is not None:
         conversations = training_conversations(tasks)
+        if not conversations:
+            raise HubExportError(f"--tasks {tasks}: no conversation in it: nothing to make tasks of")
         catalog = catalog_for(pool, conversations)
         records = [r for c in conversations for r in convert_to_rl_data(c, catalog)]
     chosen = env_names(names)
@@ -140,6 +146,8 @@ def envs_validate(
 
     pool = _pool()
     names = [env_name(name)] if name is not None else pool.names()
+    if name is not None and name not in pool.names():
+        raise EnvFactoryError(f"no environment '{name}'; see `envfactory envs list`")
     reports = [validate_env(pool, n) for n in names]
     if health:
         settings = HealthSettings(calls=pool.settings.health_calls)
@@ -214,21 +222,38 @@ def envs_trust(
     name: str,
     revoke: Annotated[bool, typer.Option("--revoke", help="forget the trust: the code runs sandboxed again")] = False,
     note: Annotated[str, typer.Option(help="who reviewed it, and why it is trusted")] = "",
+    show: Annotated[
+        bool, typer.Option("--show", help="print the files trust covers and their hash; trust nothing")
+    ] = False,
+    expect: Annotated[
+        str | None,
+        typer.Option(help="the hash --show printed for the files you reviewed: refused if they changed since"),
+    ] = None,
 ) -> None:
-    """After reviewing envs/NAME, let its code run in-process (unsandboxed); any later change to a file undoes it."""
+    """After reviewing envs/NAME, let its code run in-process (unsandboxed); any later change to a file undoes it.
+
+    Review with `--show` first and trust with `--expect HASH`: what is trusted is then what was reviewed."""
     from envfactory.env import trust as trust_store
 
     settings = get_settings()
     folder = settings.envs_path / env_name(name)
     if not (folder / "env.py").is_file():
         raise EnvFactoryError(f"no environment folder '{name}' in {settings.envs_path}")
+    if show:
+        snap = trust_store.snapshot(folder)
+        table = Table("file", "bytes", "sha256")
+        for rel, data in sorted(snap.files.items()):
+            table.add_row(safe(rel), f"{len(data):,}", hashlib.sha256(data).hexdigest()[:16])
+        out.print(table)
+        out.print(f"{name}: sha256 {snap.sha256} (trust it with --expect {snap.sha256[:16]})", soft_wrap=True)
+        return
     if revoke:
         was = trust_store.revoke(settings.trust_file, name)
         out.print(
             f"{name}: {'no longer trusted' if was else 'was not trusted'}; its code runs sandboxed", soft_wrap=True
         )
         return
-    entry = trust_store.trust(settings.trust_file, name, folder, note)
+    entry = trust_store.trust(settings.trust_file, name, folder, note, expect=expect)
     out.print(
         f"{name}: trusted (sha256 {entry.sha256[:16]}…) in {safe(settings.trust_file)}; it now runs in-process",
         soft_wrap=True,
@@ -295,22 +320,22 @@ def hub_serve(
     app_name: Annotated[list[str] | None, typer.Option("--app", help="serve only these apps (repeatable)")] = None,
 ) -> None:
     """Serve the pool through SynthAPI's meta-tools; a session picks its task with ?task=ID or envfactory_load_task."""
-    from envfactory.serve.hub_server import serve_hub
+    from envfactory.serve.hub_server import build_hub_server
 
     settings = get_settings()
     apps = env_names(app_name) if app_name is not None else None
+    server = build_hub_server(  # tasks and apps checked here: an error comes before "serving ..."
+        EnvPool(settings),
+        tasks,
+        apps=apps,
+        default_task=task,
+        host=host or settings.http_host,
+        port=port or settings.http_port,
+    )
     if transport is Transport.http:
         address = f"{host or settings.http_host}:{port or settings.http_port}"
         err.print(f"serving the hub on http://{safe(address)}/mcp", highlight=False)
-    serve_hub(
-        EnvPool(settings),
-        tasks,
-        "streamable-http" if transport is Transport.http else "stdio",
-        host or settings.http_host,
-        port or settings.http_port,
-        default_task=task,
-        apps=apps,
-    )
+    server.run(transport="streamable-http" if transport is Transport.http else "stdio")
 
 
 @app.command("call")

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from envfactory.cli.args import env_names
+from envfactory.cli.args import env_names, out_file_option
 from envfactory.config import get_settings
 from envfactory.inputs import write_atomic
 from envfactory.serve.affinity import AffinityError, BalancerSettings, haproxy_config
@@ -26,7 +26,10 @@ def config(
     client: Annotated[str, typer.Option(help=f"the client's format: {', '.join(CLIENTS)}")] = "generic",
     hub: Annotated[bool, typer.Option(help="add the meta-tool hub (the whole pool behind list_apps/...)")] = False,
     url: Annotated[str | None, typer.Option(help="a running HTTP server's URL (…/mcp) instead of stdio")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="write it to this file instead of printing it")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="write it to this file instead of printing it", callback=out_file_option),
+    ] = None,
 ) -> None:
     """Print (or write) a ready MCP client configuration: absolute interpreter, ENVFACTORY_ROOT set."""
     names = env_names(name) or None
@@ -44,7 +47,10 @@ def haproxy(
     bind: Annotated[str, typer.Option(help="host:port the balancer listens on")] = "127.0.0.1:8765",
     idle_s: Annotated[int, typer.Option(help="forget a session's server after this many seconds unused")] = 1800,
     stats_socket: Annotated[str | None, typer.Option(help="a Unix socket for HAProxy's runtime API")] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="write it to this file instead of printing it")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="write it to this file instead of printing it", callback=out_file_option),
+    ] = None,
 ) -> None:
     """Print (or write) an HAProxy configuration: several `serve --transport http` processes behind one port,
     each MCP session sticky to the process that opened it."""

@@ -17,6 +17,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
+from envfactory.cli.args import out_file_option
 from envfactory.scaling.budget import CompositionLimits, suggest_compositions
 from envfactory.scaling.errors import ScalingError
 from envfactory.scaling.fit import HoldoutReport, LawFit, evaluate_holdout, fit_law
@@ -96,8 +97,13 @@ def fit_cmd(
     proxy: Annotated[
         Proxy, typer.Option("--proxy", help="compute when the table has no compute column: N·D or N")
     ] = Proxy.nd,
-    plot: Annotated[Path | None, typer.Option("--plot", help="write the fit and extrapolation figure (PNG)")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the whole report (JSON)")] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option("--plot", help="write the fit and extrapolation figure (PNG)", callback=out_file_option),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="write the whole report (JSON)", callback=out_file_option)
+    ] = None,
     model: ModelOption = None,
     seed: SeedOption = 0,
     restarts: RestartsOption = 8,
@@ -225,7 +231,9 @@ def add_cmd(
 
 @app.command("simulate")
 def simulate_cmd(
-    out_path: Annotated[Path, typer.Option("--out", help="table to write: .csv, .jsonl or .json")],
+    out_path: Annotated[
+        Path, typer.Option("--out", help="table to write: .csv, .jsonl or .json", callback=out_file_option)
+    ],
     c0: Annotated[float, typer.Option("--c0", help="c₀")] = DEFAULT_PARAMS.c0,
     ca: Annotated[float, typer.Option("--ca", help="c_a")] = DEFAULT_PARAMS.ca,
     b0: Annotated[float, typer.Option("--b0", help="b₀")] = DEFAULT_PARAMS.b0,

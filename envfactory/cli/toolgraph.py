@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from envfactory.cli.args import env_name, env_names
+from envfactory.cli.args import env_name, env_names, out_file_option
 from envfactory.config import Settings, get_settings
 from envfactory.terminal import SafeConsole, json_text, safe, visible
 from envfactory.toolgraph.errors import ToolGraphError
@@ -45,8 +45,11 @@ def parse_length(text: str) -> tuple[int, int]:
 
 @app.command("build")
 def build(
-    out_path: Annotated[Path | None, typer.Option("--out", help="where to write the graph (default: data dir)")] = None,
-    graphml: Annotated[Path | None, typer.Option(help="also export GraphML here")] = None,
+    out_path: Annotated[
+        Path | None,
+        typer.Option("--out", help="where to write the graph (default: data dir)", callback=out_file_option),
+    ] = None,
+    graphml: Annotated[Path | None, typer.Option(help="also export GraphML here", callback=out_file_option)] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="only these environments (repeatable)")] = None,
     no_llm: Annotated[bool, typer.Option("--no-llm", help="heuristic classification, no refinement")] = False,
     threshold: Annotated[float | None, typer.Option(help="build_edge_threshold (default 0.85)")] = None,
@@ -121,7 +124,8 @@ def show(
     env: str,
     graph_file: GraphOption = None,
     html: Annotated[
-        Path | None, typer.Option(help="write the HTML view here (default <data dir>/toolgraph/ENV.html)")
+        Path | None,
+        typer.Option(help="write the HTML view here (default <data dir>/toolgraph/ENV.html)", callback=out_file_option),
     ] = None,
 ) -> None:
     """One environment: its tools' inputs (user-provided or from which tools) and dependencies; writes an HTML view."""
@@ -158,7 +162,11 @@ def sample(
     seed: Annotated[int, typer.Option(help="seed: the same seed and graph give the same chains")] = 0,
     out_path: Annotated[
         Path | None,
-        typer.Option("--out", help="JSONL file, '-' for stdout (default <data dir>/toolgraph/chains.jsonl)"),
+        typer.Option(
+            "--out",
+            help="JSONL file, '-' for stdout (default <data dir>/toolgraph/chains.jsonl)",
+            callback=out_file_option,
+        ),
     ] = None,
     graph_file: GraphOption = None,
 ) -> None:
@@ -168,6 +176,11 @@ def sample(
     settings = get_settings()
     graph = _load(settings, graph_file)
     chains = TopologySampler(graph).sample(n, parse_length(length), seed=seed)
+    if not chains:  # nothing written: an empty file would pass for a result
+        raise ToolGraphError(
+            f"no chain of length {length} can be sampled from this graph (its longest dependency chains are shorter;"
+            " try a smaller --length)"
+        )
     lines = "".join(c.model_dump_json() + "\n" for c in chains)
     if out_path is not None and str(out_path) == "-":
         sys.stdout.write(json_text(lines))  # a JSON string's DEL or C1 character as a JSON escape: the same JSON
@@ -182,7 +195,7 @@ def sample(
 
 @app.command("export")
 def export(
-    graphml: Annotated[Path, typer.Option(help="GraphML file to write")],
+    graphml: Annotated[Path, typer.Option(help="GraphML file to write", callback=out_file_option)],
     graph_file: GraphOption = None,
 ) -> None:
     """Export the graph as GraphML (every attribute, user_provided included)."""

@@ -31,7 +31,7 @@ from envfactory.config import Settings
 from envfactory.env.compiled import PLAN_FILE, CompiledEnvironment, CompiledPlan
 from envfactory.env.metadata import Domain, dump_metadata
 from envfactory.env.pool import EnvPool, load_compiled_folder
-from envfactory.envgen.health import HealthSettings, check_health
+from envfactory.envgen.health import HealthReport, HealthSettings, check_health
 from envfactory.envgen.openapi import OpenAPIError, identifier, load_openapi
 from envfactory.errors import EnvFactoryError
 from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
@@ -117,6 +117,20 @@ def _usable(plan: CompiledPlan) -> bool:
     return writes and any(o.id_param is not None or o.parents for o in plan.operations)
 
 
+def gate_plan(plan: CompiledPlan, staging: Path, settings: BuildSettings) -> HealthReport:
+    """The gate a compiled plan passes before it joins a pool: its scenarios made, its folder written at
+    `staging` (replaced), loaded as the pool loads it, and every `envs health` dimension checked. Raises
+    `ScenarioGenerationError` when no initial state can be made, `EnvFactoryError` when the folder does not
+    load; EnvGen's Test Agent judges a revised plan with it too (`envfactory.compiler.draft`)."""
+    scenarios = generate_scenarios(plan, settings.scenarios)
+    if staging.exists():
+        shutil.rmtree(staging)
+    write_compiled(staging, plan, scenarios)
+    env = load_compiled_folder(staging)
+    pool = EnvPool(Settings(root=staging.parent, envs_dir=staging.parent, bfcl=False))
+    return check_health(env, settings.health, pool)
+
+
 def build_one(job: SpecJob, out: Path, settings: BuildSettings) -> BuildReport:
     """Compile `job`'s spec into `out/<name>` if it passes the gate; the report says what happened."""
     result = build_unit(job, settings)
@@ -150,12 +164,8 @@ def _build(job: SpecJob, tmp: Path, settings: BuildSettings) -> BuildResult:
         report.writes = sum(o.spec.kind == "write" for o in plan.operations)
         report.resources = len(plan.resources)
         report.skipped, report.skip_reasons = len(skipped), _skip_reasons(skipped)
-        scenarios = generate_scenarios(plan, settings.scenarios)
         staging = tmp / job.name
-        write_compiled(staging, plan, scenarios)
-        env = load_compiled_folder(staging)
-        pool = EnvPool(Settings(root=tmp, envs_dir=tmp, bfcl=False))
-        health = check_health(env, settings.health, pool)
+        health = gate_plan(plan, staging, settings)
         report.failing = health.failing
         if health.healthy:
             report.status, report.usable = "healthy", _usable(plan)

@@ -558,6 +558,23 @@ def _create_required(ops: list[Operation], record: dict[str, Any]) -> list[str]:
     return sorted(set.intersection(*sets) & set(record["properties"]))
 
 
+def output_schema(semantics: Semantics, id_field: str, props: dict[str, Any]) -> dict[str, Any]:
+    """What a tool of these semantics returns: the record, a list of records, or what a delete says."""
+    record_out = {"type": "object", "properties": props}
+    if semantics == "list":
+        return {"type": "array", "items": record_out}
+    if semantics == "delete":
+        return {
+            "type": "object",
+            "properties": {
+                "deleted": {"type": "boolean"},
+                id_field: props[id_field],
+                "also_deleted": {"type": "object", "description": "records filed under it, deleted with it, by kind"},
+            },
+        }
+    return record_out
+
+
 def _operations(
     c: _Compiler,
     d: _Draft,
@@ -680,20 +697,7 @@ def _operation(
     elif body.get("required") and body_required:
         c.skip(o.method, o.route, "it requires a request body the compiler cannot honour")
         return None
-    record_out = {"type": "object", "properties": props}
-    if semantics == "list":
-        output: dict[str, Any] = {"type": "array", "items": record_out}
-    elif semantics == "delete":
-        output = {
-            "type": "object",
-            "properties": {
-                "deleted": {"type": "boolean"},
-                res.id_field: props[res.id_field],
-                "also_deleted": {"type": "object", "description": "records filed under it, deleted with it, by kind"},
-            },
-        }
-    else:
-        output = record_out
+    output = output_schema(semantics, res.id_field, props)
     op_id = o.op.get("operationId")
     base = identifier(op_id, "op") if isinstance(op_id, str) and op_id.strip() else ""
     base = (base or identifier(f"{o.method} {re.sub(r'[{}]', '', o.route)}", "op"))[:64]

@@ -23,12 +23,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from jsonschema import Draft202012Validator, FormatChecker
+from jsonschema import Draft202012Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from envfactory.env.diff import StateDiff, diff_states
 from envfactory.env.environment import BaseEnvironment, contract_problems
+from envfactory.env.json_schema import timed_validator
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, ToolSpec
 from envfactory.env.state import DEFAULT_CLOCK, Change
 from envfactory.env.tools import ArgumentError, ArgumentProblem
@@ -144,7 +145,9 @@ class CompiledPlan(BaseModel):
 
 
 def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
-    return Draft202012Validator(schema, format_checker=FormatChecker())
+    """A validator for a plan's schema: its patterns come from a spec (or a hand-edited compiled.json) and run
+    in this process, so they are matched under a time limit (`envfactory.env.json_schema`)."""
+    return timed_validator(schema)
 
 
 def schema_problems(validator: Draft202012Validator, value: Any, root: str) -> list[ArgumentProblem]:

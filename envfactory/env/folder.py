@@ -4,9 +4,12 @@ Every read of an environment folder's files — its code, metadata, scenarios, a
 through here. Paths are opened one component at a time relative to the folder (`openat` with
 `O_NOFOLLOW`), so a symbolic link anywhere inside — `env.py`, a scenario, `scenarios/` itself, the
 folder itself — is refused, never followed: nothing in an environment's folder can make the parent read
-a file outside it. Only regular files are read (a FIFO or a device is refused at once), each bounded in
-size; walks are bounded in depth, in entries and in name length, and iterative, so a 1,000-deep tree or
-a 300-character name is a one-line `FolderError`, not a traceback.
+a file outside it. A hard link (a file with another name, anywhere on the file system: a root-only file
+linked in) and a mount inside the folder (a host file or folder bound over one of its paths) are refused
+the same way: a file is read only if the folder is its one name and it lies on the folder's own mount.
+Only regular files are read (a FIFO or a device is refused at once), each bounded in size; walks are
+bounded in depth, in entries and in name length, and iterative, so a 1,000-deep tree or a 300-character
+name is a one-line `FolderError`, not a traceback.
 
 `walk()` lists a folder's files once, refusing what it must; `read_files()` takes their bytes. Trust
 (`envfactory.env.trust`) hashes those bytes and the loader compiles the very same bytes.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import os
 import stat
 from collections.abc import Iterator
@@ -36,6 +40,7 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEX
 
 
 _NO_LINKS = "links in an environment folder are refused (copy the file in)"
+_NO_MOUNTS = "a mount inside an environment folder is refused (copy the files in)"
 
 
 class FolderError(EnvLoadError):
@@ -73,6 +78,27 @@ def _why(e: OSError, where: str, what: str) -> FolderError:
     return FolderError(f"{where}: cannot open the {what}: {e.strerror or e}")
 
 
+def mount_id(fd: int) -> int | None:
+    """The id of the mount `fd` lies on (`/proc/self/fdinfo`), or None where the kernel does not say.
+
+    `st_dev` would not do: a bind mount from the same file system keeps it, and overlayfs reports the
+    layer's device for files."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as f:
+            for line in f.read(4096).splitlines():
+                if line.startswith(b"mnt_id:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _same_mount(root: int | None, fd: int, where: str) -> None:
+    """Refuse `fd` (just opened below the folder) if it lies on another mount than the folder (`root`)."""
+    if root is not None and mount_id(fd) not in (root, None):
+        raise FolderError(f"{where} is a mount point: {_NO_MOUNTS}")
+
+
 @contextlib.contextmanager
 def _open_root(folder: Path) -> Iterator[int]:
     """The folder itself, opened without following a link in its last component."""
@@ -93,12 +119,15 @@ def _open_dir(folder: Path, parts: list[str]) -> Iterator[int]:
     try:
         with _open_root(folder) as root:
             current = root
+            mount = mount_id(root) if parts else None
             for i, part in enumerate(parts):
+                where = str(folder.joinpath(*parts[: i + 1]))
                 try:
                     current = os.open(part, _DIR_FLAGS, dir_fd=current)
                 except OSError as e:
-                    raise _why(e, str(folder.joinpath(*parts[: i + 1])), "folder") from None
+                    raise _why(e, where, "folder") from None
                 fds.append(current)
+                _same_mount(mount, current, where)
             yield current
     finally:
         for fd in fds:
@@ -109,6 +138,8 @@ def _read_fd(fd: int, where: str, max_bytes: int, what: str) -> bytes:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise FolderError(f"{where}: the {what} is not a regular file")
+    if st.st_nlink != 1:  # another name of the same file: possibly outside the folder, possibly root's
+        raise FolderError(f"{where} is a hard link ({st.st_nlink} names for one file): {_NO_LINKS}")
     if st.st_size > max_bytes:
         raise FolderError(f"{where}: the {what} is {st.st_size} bytes, over the {max_bytes}-byte limit")
     data = read_bounded(fd, max_bytes)
@@ -123,6 +154,7 @@ def _read_at(dir_fd: int, name: str, where: str, max_bytes: int, what: str) -> b
     except OSError as e:
         raise _why(e, where, what) from None
     try:
+        _same_mount(mount_id(dir_fd), fd, where)
         return _read_fd(fd, where, max_bytes, what)
     except OSError as e:
         raise FolderError(f"{where}: cannot read the {what}: {e.strerror or e}") from None
@@ -188,6 +220,11 @@ def list_names(folder: Path, rel_dir: str, suffix: str) -> list[str]:
         return []
 
 
+def _names(entry: os.DirEntry[str]) -> int:
+    """How many names the regular file `entry` has (its hard links); 0 for anything else."""
+    return entry.stat(follow_symlinks=False).st_nlink if entry.is_file(follow_symlinks=False) else 0
+
+
 def walk(
     folder: Path,
     *,
@@ -197,27 +234,27 @@ def walk(
 ) -> list[str]:
     """Every regular file below `folder` as a sorted relative POSIX path; `skip_dirs` are not entered.
 
-    Refuses (`FolderError`, one line naming the path) a link anywhere, anything that is neither a
-    regular file nor a folder, a tree deeper than `max_depth` or with more than `max_entries` entries.
+    Refuses (`FolderError`, one line naming the path) a link anywhere (symbolic or hard), a mount, anything
+    that is neither a regular file nor a folder, a tree deeper than `max_depth` or with more than
+    `max_entries` entries.
     Iterative: no recursion on a hostile tree."""
     files: list[str] = []
     entries = 0
     with _open_root(folder) as root:
+        mount = mount_id(root)
         stack: list[tuple[int, tuple[str, ...]]] = [(os.dup(root), ())]
         try:
             while stack:
                 fd, prefix = stack.pop()
                 try:
-                    with os.scandir(fd) as it:
-                        listed = [
-                            (e.name, e.is_symlink(), e.is_dir(follow_symlinks=False), e.is_file(follow_symlinks=False))
-                            for e in it
-                        ]
+                    with os.scandir(fd) as it:  # no more entries than could still be allowed are listed
+                        listed = list(itertools.islice(it, max_entries - entries + 1))
                 except OSError as e:
                     os.close(fd)
                     raise _why(e, str(folder.joinpath(*prefix)), "folder") from None
                 try:
-                    for name, is_link, is_dir, is_file in listed:
+                    for entry in listed:
+                        name = entry.name
                         entries += 1
                         rel = (*prefix, name)
                         where = str(folder.joinpath(*rel))
@@ -225,9 +262,9 @@ def walk(
                             raise FolderError(f"{folder}: more than {max_entries} files and folders")
                         if len(name.encode("utf-8", "surrogateescape")) > MAX_NAME_BYTES:
                             raise FolderError(f"{_shown(where)}: a name is longer than {MAX_NAME_BYTES} bytes")
-                        if is_link:
+                        if entry.is_symlink():
                             raise FolderError(f"{where} is a symbolic link: {_NO_LINKS}")
-                        if is_dir:
+                        if entry.is_dir(follow_symlinks=False):
                             if name in skip_dirs:
                                 continue
                             if len(rel) >= max_depth:
@@ -237,8 +274,16 @@ def walk(
                             except OSError as e:
                                 raise _why(e, where, "folder") from None
                             stack.append((sub, rel))
-                        elif is_file:
+                            _same_mount(mount, sub, where)
+                            continue
+                        try:
+                            names = _names(entry)
+                        except OSError as e:
+                            raise _why(e, where, "file") from None
+                        if names == 1:
                             files.append("/".join(rel))
+                        elif names > 1:
+                            raise FolderError(f"{where} is a hard link ({names} names for one file): {_NO_LINKS}")
                         else:
                             raise FolderError(f"{where}: not a regular file or a folder (a FIFO, socket or device)")
                 finally:

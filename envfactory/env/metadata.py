@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -20,6 +20,7 @@ ToolKind = Literal["read", "write"]
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_NAME_MAX = 64  # an environment's name is a folder name, a module name and part of file names
 ENV_NAME = re.compile(rf"[A-Za-z_][A-Za-z0-9_]{{0,{ENV_NAME_MAX - 1}}}")
+M = TypeVar("M", bound=BaseModel)
 _JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 
 
@@ -74,8 +75,8 @@ class ToolSpec(BaseModel):
         return list(self.input_schema.get("required", []))
 
 
-class EnvMetadata(BaseModel):
-    """Metadata of one environment, as stored in `envs/<name>/metadata.json`."""
+class _EnvHead(BaseModel):
+    """The fields of an environment's metadata besides its tools."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -84,7 +85,6 @@ class EnvMetadata(BaseModel):
     domain: Domain
     version: str = "1"
     source: str | None = Field(default=None, description="where it came from: hand-written, bfcl:<class>, envgen")
-    tools: list[ToolSpec] = Field(min_length=1)
 
     @field_validator("name")
     @classmethod
@@ -96,6 +96,12 @@ class EnvMetadata(BaseModel):
                 f" (letters, digits, underscore; at most {ENV_NAME_MAX} characters)"
             )
         return v
+
+
+class EnvMetadata(_EnvHead):
+    """Metadata of one environment, as stored in `envs/<name>/metadata.json`."""
+
+    tools: list[ToolSpec] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _unique_tools(self) -> EnvMetadata:
@@ -117,6 +123,32 @@ class EnvMetadata(BaseModel):
         return [t.name for t in self.tools]
 
 
+class _ToolHead(BaseModel):
+    """A tool as a listing reads it: its name and kind (its schemas are checked when the environment is built)."""
+
+    name: str
+    kind: ToolKind
+
+
+class _MetadataHead(_EnvHead):
+    tools: list[_ToolHead] = Field(min_length=1)
+
+
+class MetadataSummary(_EnvHead):
+    """What a listing shows of an environment's metadata: its fields and how many tools (write tools) it has.
+
+    Read from `metadata.json` without validating every tool's schemas (`summarize_metadata`): listing a
+    pool of hundreds of environments, some with megabytes of schemas, costs a parse, not a build."""
+
+    tools: int
+    write_tools: int
+
+    @classmethod
+    def of(cls, meta: EnvMetadata) -> MetadataSummary:
+        head = meta.model_dump(exclude={"tools"})
+        return cls(**head, tools=len(meta.tools), write_tools=sum(t.kind == "write" for t in meta.tools))
+
+
 def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
     """Render a pydantic error location with tool names instead of list indices where possible."""
     parts: list[str] = []
@@ -133,17 +165,34 @@ def _field_path(loc: tuple[int | str, ...], data: Any) -> str:
     return "".join(parts) or "<root>"
 
 
-def parse_metadata(data: Any, source: str = "<metadata>") -> EnvMetadata:
-    """Validate a metadata object; errors name the source, the field and the problem."""
+def _validated(model: type[M], data: Any, source: str) -> M:
     if not isinstance(data, dict):
         raise MetadataError(source, "<root>", f"expected a JSON object, got {type(data).__name__}")
     try:
-        return EnvMetadata.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
         more = f" (and {e.error_count() - 1} more problems)" if e.error_count() > 1 else ""
         raise MetadataError(source, _field_path(tuple(err["loc"]), data), msg + more) from None
+
+
+def parse_metadata(data: Any, source: str = "<metadata>") -> EnvMetadata:
+    """Validate a metadata object; errors name the source, the field and the problem."""
+    return _validated(EnvMetadata, data, source)
+
+
+def summarize_metadata(data: Any, source: str = "<metadata>") -> MetadataSummary:
+    """A metadata object's summary: its fields checked as `parse_metadata` checks them, each tool's name and
+    kind, nothing of its schemas (so a listing does not pay for them; the build checks them all)."""
+    head = _validated(_MetadataHead, data, source)
+    seen: set[str] = set()
+    for t in head.tools:
+        if t.name in seen:
+            raise MetadataError(source, "tools", f"tool '{t.name}' is defined twice")
+        seen.add(t.name)
+    fields = head.model_dump(exclude={"tools"})
+    return MetadataSummary(**fields, tools=len(head.tools), write_tools=sum(t.kind == "write" for t in head.tools))
 
 
 def load_metadata(path: str | Path) -> EnvMetadata:
@@ -156,6 +205,10 @@ def load_metadata(path: str | Path) -> EnvMetadata:
     return parse_metadata(data, str(p))
 
 
+def metadata_json(meta: EnvMetadata) -> str:
+    """`metadata.json`'s text."""
+    return json.dumps(meta.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
+
+
 def dump_metadata(meta: EnvMetadata, path: str | Path) -> None:
-    text = json.dumps(meta.model_dump(mode="json", exclude_none=True), indent=2) + "\n"
-    write_atomic(Path(path), text)
+    write_atomic(Path(path), metadata_json(meta))

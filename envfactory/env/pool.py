@@ -1,29 +1,47 @@
-"""The environment pool: folders under `envs/` plus imported suites (BFCL multi-turn).
+"""The environment pool: folders under `envs/`, compiled environments (`compiled_dir`), imported suites (BFCL).
 
 A folder whose code a person has trusted (`configs/trusted.json`, `envfactory envs trust NAME`)
 is imported in-process, the fast path. Any other folder — what EnvGen wrote, what someone copied
 in, a bundled environment edited since it was trusted — is untrusted: it loads as a
-`SandboxedEnvironment`, whose code runs only in OS-sandboxed workers.
+`SandboxedEnvironment`, whose code runs only in OS-sandboxed workers. A compiled environment is data
+(`compiled.json`) this project's code interprets: no code of its own, so no trust and no sandbox.
+
+The pool is lazy. Listing it (`names`, `entry`: name, domain, tool counts, scenarios, how it runs) reads
+folder names and each `metadata.json`'s summary, and builds nothing; an environment is built on its
+first `get`. Built compiled environments are kept in a least-recently-used cache bounded by count and by
+the size of their files (`Settings.pool_cache_envs`, `pool_cache_mb`), so a run that touches a pool of
+hundreds stays bounded in memory: an evicted one is built again from its folder when next asked for
+(sessions already holding it keep it). Python environments (few, with modules and sandbox workers) and
+imported suites stay built once loaded.
 """
 
 from __future__ import annotations
 
 import functools
 import linecache
+import os
 import sys
 import threading
 import types
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+from pydantic_core import from_json
 
 from envfactory.config import Settings, get_settings
 from envfactory.env.compiled import PLAN_FILE, CompiledEnvironment, load_plan
 from envfactory.env.environment import BaseEnvironment, Environment
+from envfactory.env.folder import FolderError, list_names, parse_json_object, read_bytes, read_json_object
 from envfactory.env.folder import exists as folder_exists
-from envfactory.env.folder import parse_json_object, read_json_object
-from envfactory.env.metadata import EnvMetadata, parse_metadata
+from envfactory.env.import_guard import guard_folder
+from envfactory.env.metadata import Domain, EnvMetadata, MetadataSummary, parse_metadata, summarize_metadata
 from envfactory.env.trust import CODE_FILE, METADATA_FILE, CodeSnapshot, code_hash, is_trusted, pinned, snapshot
 from envfactory.errors import EnvFactoryError, EnvLoadError, EnvNotFoundError
+
+ENVGEN_RECORD = "envgen.json"  # EnvGen's record in a folder it wrote
 
 
 def _metadata(snap: CodeSnapshot) -> EnvMetadata:
@@ -34,22 +52,57 @@ def _metadata(snap: CodeSnapshot) -> EnvMetadata:
     return parse_metadata(parse_json_object(snap.metadata, where, "metadata file"), where)
 
 
+def _load_compiled(folder: Path) -> tuple[CompiledEnvironment, int]:
+    """A compiled environment and the bytes of the files it was built from (its weight in the pool's cache)."""
+    folder = folder.absolute()
+    plan_bytes = read_bytes(folder, PLAN_FILE, what="compiled plan")
+    where = str(folder / PLAN_FILE)
+    plan = load_plan(parse_json_object(plan_bytes, where, "compiled plan"), where)
+    if plan.name != folder.name:
+        raise EnvLoadError(f"{where}: names the environment '{plan.name}' but its folder is '{folder.name}'")
+    env = CompiledEnvironment(plan, folder)
+    meta_bytes = read_bytes(folder, METADATA_FILE, what="metadata file")
+    where = str(folder / METADATA_FILE)
+    env.attach_metadata(parse_metadata(parse_json_object(meta_bytes, where, "metadata file"), where), where)
+    return env, len(plan_bytes) + len(meta_bytes)
+
+
 def load_compiled_folder(folder: Path) -> CompiledEnvironment:
     """A compiled environment: its plan (`compiled.json`) interpreted in-process, checked against `metadata.json`."""
-    folder = folder.absolute()
-    plan = load_plan(read_json_object(folder, PLAN_FILE, what="compiled plan"), str(folder / PLAN_FILE))
-    if plan.name != folder.name:
-        raise EnvLoadError(
-            f"{folder / PLAN_FILE}: names the environment '{plan.name}' but its folder is '{folder.name}'"
-        )
-    env = CompiledEnvironment(plan, folder)
-    env.attach_metadata(read_metadata(folder), str(folder / METADATA_FILE))
-    return env
+    return _load_compiled(folder)[0]
 
 
 def read_metadata(folder: Path) -> EnvMetadata:
     """An environment folder's `metadata.json` alone (no code runs), read without following a link."""
     return parse_metadata(read_json_object(folder, METADATA_FILE, what="metadata file"), str(folder / METADATA_FILE))
+
+
+def read_summary(folder: Path) -> MetadataSummary:
+    """The summary of a folder's `metadata.json` (`summarize_metadata`): no code runs, no schema is validated.
+
+    The bytes come through the folder reader (no link followed, bounded in size); pydantic-core parses
+    them, in Rust with its own nesting limit, and only the top-level fields and each tool's name and kind
+    are looked at, so a listing does not walk megabytes of schemas. Building the environment parses and
+    checks the whole file."""
+    where = str(folder / METADATA_FILE)
+    data = read_bytes(folder, METADATA_FILE, what="metadata file")
+    try:
+        value = from_json(data)
+    except ValueError as e:
+        raise FolderError(f"{where}: invalid JSON: {e}") from None
+    summary = summarize_metadata(value, where)
+    if summary.name != folder.name:
+        raise EnvLoadError(f"{where}: names the environment '{summary.name}' but its folder is '{folder.name}'")
+    return summary
+
+
+def source_label(source: str | None, folder: Path | None) -> str:
+    """Where an environment came from, for tables: its metadata's word, else what its folder says."""
+    if source:
+        return source
+    if folder is None:
+        return "imported"
+    return "envgen" if folder_exists(folder, ENVGEN_RECORD) else "hand-written"
 
 
 def _source(snap: CodeSnapshot) -> str:
@@ -67,8 +120,9 @@ def load_env_folder(folder: Path, *, with_metadata: bool = True, snap: CodeSnaps
     Only for trusted code: `EnvPool` calls it for folders pinned in the trust file, with the snapshot
     whose hash it compared (`snap`), so the bytes compiled are the bytes that were hashed; anything else
     goes through `load_untrusted_folder`. The module is compiled from those bytes — no bytecode cache
-    is read or written. `with_metadata=False` skips metadata.json (to write it from the code). Whatever
-    the module raises, `SystemExit` included, is this environment's failure.
+    is read or written — and nothing else in the pool folder can be imported (`import_guard`).
+    `with_metadata=False` skips metadata.json (to write it from the code). Whatever the module raises,
+    `SystemExit` included, is this environment's failure.
     """
     folder = folder.absolute()
     snap = snap or snapshot(folder)
@@ -82,6 +136,7 @@ def load_env_folder(folder: Path, *, with_metadata: bool = True, snap: CodeSnaps
     linecache.cache[str(code_path)] = (len(source), None, source.splitlines(True), str(code_path))
     # registered before running: pydantic resolves the module's annotations through sys.modules
     sys.modules[mod_name] = module
+    guard_folder(folder.parent)  # nothing else in the pool folder is imported: it would run unhashed bytes
     try:
         exec(compile(source, str(code_path), "exec", dont_inherit=True), module.__dict__)
     except EnvFactoryError:
@@ -151,10 +206,51 @@ def _is_compiled(folder: Path) -> bool:
 
 
 def _digest(folder: Path) -> str | None:
+    """What a failed load is remembered by: a code folder's hash; a compiled folder's files' identity and
+    times (no trust to check, and hashing a large plan on every build would read it twice)."""
     try:
-        return code_hash(folder) if folder_exists(folder, CODE_FILE) or folder_exists(folder, PLAN_FILE) else None
-    except EnvFactoryError:
+        if _is_compiled(folder):
+            stats = []
+            for rel in (PLAN_FILE, METADATA_FILE):
+                st = os.stat(folder / rel, follow_symlinks=False)
+                stats.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+            return "compiled:" + ",".join(stats)
+        return code_hash(folder) if folder_exists(folder, CODE_FILE) else None
+    except (EnvFactoryError, OSError):
         return None
+
+
+def _known(names: list[str], limit: int = 20) -> str:
+    """Names for an error message: the first `limit`, and how many more."""
+    if not names:
+        return "none"
+    more = f" and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+class PoolEntry(BaseModel):
+    """One environment as a listing shows it, known without building it."""
+
+    name: str
+    kind: Literal["python", "compiled", "imported"]
+    description: str
+    domain: Domain
+    source: str  # a label: the metadata's source, else imported / envgen / hand-written
+    tools: int
+    write_tools: int
+    scenarios: list[str]
+    runs: Literal["in-process", "sandboxed"]
+
+
+class PoolStats(BaseModel):
+    """What the pool has built and keeps: the numbers its cache bound is checked against."""
+
+    builds: int  # environments built (loaded) by this pool, rebuilds after eviction included
+    evictions: int  # compiled environments dropped from the cache
+    resident: int  # compiled environments built and kept
+    resident_bytes: int  # the bytes of their files (compiled.json + metadata.json)
+    max_envs: int
+    max_bytes: int
 
 
 @functools.cache
@@ -171,23 +267,38 @@ def imported_suites() -> dict[str, Callable[[], dict[str, Callable[[], BaseEnvir
 
 
 class EnvPool:
-    """Lazily loads environments by name; each is loaded once per pool."""
+    """Lazily loads environments by name. Python and imported environments are loaded once per pool;
+    compiled ones are kept in an LRU cache bounded by `settings.pool_cache_envs` and `pool_cache_mb`."""
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
-        self._cache: dict[str, BaseEnvironment] = {}
+        self._kept: dict[str, BaseEnvironment] = {}  # Python and imported environments: never evicted
+        self._lru: OrderedDict[str, tuple[CompiledEnvironment, int]] = OrderedDict()  # name -> (env, bytes)
+        self._lru_bytes = 0
+        self._builds = 0
+        self._evictions = 0
         self._imported: dict[str, Callable[[], BaseEnvironment]] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the caches and counters (held briefly, never while loading)
         self._name_locks: dict[str, threading.Lock] = {}  # one load per name at a time; others go on
-        self._failed: dict[str, tuple[str, EnvFactoryError]] = {}  # name -> (code hash, why): not retried
+        self._failed: dict[str, tuple[str, EnvFactoryError]] = {}  # name -> (files' digest, why): not retried
 
     @property
     def folder(self) -> Path:
         return self.settings.envs_path
 
+    @property
+    def max_envs(self) -> int:
+        return self.settings.pool_cache_envs
+
+    @property
+    def max_bytes(self) -> int:
+        return int(self.settings.pool_cache_mb * 1024 * 1024)
+
     def _folders(self) -> list[Path]:
         """Where environment folders live: the pool folder, then the compiled environments' folder (if set)."""
         extra = self.settings.compiled_dir
+        if extra is not None and not extra.is_dir():  # a typo in ENVFACTORY_COMPILED_DIR: said, not an empty pool
+            raise EnvFactoryError(f"the compiled environments' folder {extra} does not exist (ENVFACTORY_COMPILED_DIR)")
         return [self.folder] + ([extra] if extra is not None and extra != self.folder else [])
 
     def folder_of(self, name: str) -> Path | None:
@@ -233,46 +344,111 @@ class EnvPool:
         folder = self.folder_of(name)
         if folder is None:
             return name in self.imported_factories()
-        if self.compiled(name):
+        if _is_compiled(folder):
             return True
         return is_trusted(self.settings.trust_file, name, folder)
 
+    def entry(self, name: str) -> PoolEntry:
+        """What a listing shows of `name`, without building a folder's environment (no code runs, no sandbox
+        starts): its `metadata.json`'s summary, its scenario files, and whether it would run in-process.
+        An imported suite's environment is built (they are few, and their metadata comes from their code)."""
+        folder = self.folder_of(name)
+        if folder is None:
+            env = self.get(name)
+            summary = MetadataSummary.of(env.metadata)
+            kind: Literal["python", "compiled", "imported"] = "imported"
+            scenarios = env.scenario_names()
+            sandboxed = env.blocking_io
+        else:
+            summary = read_summary(folder)
+            kind = "compiled" if _is_compiled(folder) else "python"
+            scenarios = list_names(folder, "scenarios", ".json")
+            sandboxed = kind == "python" and not is_trusted(self.settings.trust_file, name, folder)
+        return PoolEntry(
+            name=name,
+            kind=kind,
+            description=summary.description,
+            domain=summary.domain,
+            source=source_label(summary.source, folder),
+            tools=summary.tools,
+            write_tools=summary.write_tools,
+            scenarios=scenarios,
+            runs="sandboxed" if sandboxed else "in-process",
+        )
+
+    def stats(self) -> PoolStats:
+        with self._lock:
+            return PoolStats(
+                builds=self._builds,
+                evictions=self._evictions,
+                resident=len(self._lru),
+                resident_bytes=self._lru_bytes,
+                max_envs=self.max_envs,
+                max_bytes=self.max_bytes,
+            )
+
+    def _cached(self, name: str) -> BaseEnvironment | None:
+        with self._lock:
+            kept = self._kept.get(name)
+            if kept is not None:
+                return kept
+            hit = self._lru.get(name)
+            if hit is None:
+                return None
+            self._lru.move_to_end(name)
+            return hit[0]
+
     def get(self, name: str) -> BaseEnvironment:
-        env = self._cache.get(name)
+        env = self._cached(name)
         if env is not None:
             return env
         with self._lock:
             lock = self._name_locks.setdefault(name, threading.Lock())
         with lock:
-            if name in self._cache:
-                return self._cache[name]
+            env = self._cached(name)
+            if env is not None:
+                return env
             folder = self.folder_of(name)
             digest = _digest(folder) if folder is not None else None
             failed = self._failed.get(name)
             if failed is not None and digest is not None and failed[0] == digest:
-                raise failed[1]  # the same code failed to load: not waited for again
+                raise failed[1]  # the same files failed to load: not waited for again
             try:
-                return self._load(name)
+                return self._load(name, folder)
             except EnvFactoryError as e:
                 if digest is not None:
                     self._failed[name] = (digest, e)
                 raise
 
-    def _load(self, name: str) -> BaseEnvironment:
-        folder = self.folder_of(name)
+    def _load(self, name: str, folder: Path | None) -> BaseEnvironment:
         if folder is not None and _is_compiled(folder):
-            env: BaseEnvironment = load_compiled_folder(folder)
-        elif folder is not None:
+            compiled, weight = _load_compiled(folder)
+            self._keep_compiled(name, compiled, weight)
+            return compiled
+        if folder is not None:
             snap = snapshot(folder)  # read once: what is hashed here is what is compiled or sent to the sandbox
             if pinned(self.settings.trust_file, name) == snap.sha256:
-                env = load_env_folder(folder, snap=snap)
+                env: BaseEnvironment = load_env_folder(folder, snap=snap)
             else:
                 env = load_untrusted_folder(folder, self.settings, snap)
         elif name in self.imported_factories():
             env = self.imported_factories()[name]()
         else:
-            known = ", ".join(self.names()) or "none"
             shown = name if len(name) <= 80 else name[:77] + "..."
-            raise EnvNotFoundError(f"no environment {shown!r} in {self.folder} (known: {known})")
-        self._cache[name] = env
+            raise EnvNotFoundError(f"no environment {shown!r} in {self.folder} (known: {_known(self.names())})")
+        with self._lock:
+            self._kept[name] = env
+            self._builds += 1
         return env
+
+    def _keep_compiled(self, name: str, env: CompiledEnvironment, weight: int) -> None:
+        """Cache a built compiled environment, then evict the least recently used ones over either bound
+        (the newest stays, even alone over the byte bound: it is in use)."""
+        with self._lock:
+            self._builds += 1
+            self._lru[name] = (env, weight)
+            self._lru_bytes += weight
+            while len(self._lru) > 1 and (len(self._lru) > self.max_envs or self._lru_bytes > self.max_bytes):
+                _, (_, gone) = self._lru.popitem(last=False)
+                self._lru_bytes -= gone
+                self._evictions += 1

@@ -20,9 +20,13 @@ way, before the limit can strike a call.
 **Judged is served: canaries.** A worker cannot tell a served session from the EnvGen round that
 judged its code by its limits, process or requests (`envfactory.envgen.checks.sandbox_round` says
 what is made the same, and what cannot be: a served worker is older, has used more CPU, made more
-calls and forks). So served workers are re-checked: each replays a *canary* — a judged session (a
-passed scenario of the round, with its results and final state, from the folder's `envgen.json`),
-or else one of the pool's own first sessions as it was first answered — as an ordinary session (a
+calls and forks; a round sends a session's calls back to back, a client thinks between them). So
+served workers are re-checked: each replays *canaries* — a judged session (a passed scenario of the
+round, with its results and final state, from the folder's `envgen.json`) and a served session as it
+was answered (the pool's first sessions, then about one in `SAMPLE_ONE_IN`; up to `MAX_RECORDED_CALLS`
+calls from its start or, from a state dump, from a random later call of it), replayed back to back as a
+fresh session: code right only at a round's pace, or only for a session's first calls, answers the
+replay otherwise) — as ordinary sessions (a
 fork as real ones are, the same calls, a dump at the end), when it starts and then about every
 `sandbox_canary_calls` calls and `sandbox_canary_s` seconds, at random points; `integrity` (the
 round's tampering check) is asked of it at random points too. A canary that comes out differently,
@@ -61,7 +65,9 @@ from envfactory.env.tools import ArgumentError, ArgumentProblem
 from envfactory.errors import ContractError, EnvFactoryError, EnvLoadError, ScenarioError
 
 MAX_JUDGED = 8  # judged sessions taken from envgen.json
-MAX_RECORDED = 4  # the pool's first sessions kept as canaries where no judged ones exist (and beside them)
+MAX_RECORDED = 4  # the pool's first sessions kept as canaries (beside the judged ones, if any)
+MAX_SAMPLED = 4  # later served sessions kept as canaries: the newest samples, each replacing the oldest
+SAMPLE_ONE_IN = 8  # after the first ones, about one served session in this many is recorded
 MAX_RECORDED_CALLS = 10  # calls kept of each
 MAX_REFERENCE_BYTES = 256 * 1024  # a recorded session bigger than this (config and results) is not kept
 CANARY_BUDGET_S = 0.25  # the most the kept calls of a recorded session took (and a quarter of a call limit)
@@ -102,6 +108,9 @@ class PoolSettings:
         self.canary_s = canary_s
 
 
+_SERIALS = itertools.count(1)
+
+
 class _Reference:
     """A session a canary replays: `judged` (a passed scenario of the round that judged the code) or
     recorded (one of the pool's first sessions, as first answered, on worker `generation`)."""
@@ -115,9 +124,12 @@ class _Reference:
         judged: bool,
         generation: int = 0,
         final_digest: str | None = None,
+        sampled: bool = False,
     ) -> None:
         self.label, self.config, self.source = label, config, source
         self.judged, self.generation, self.final_digest = judged, generation, final_digest
+        self.sampled = sampled  # recorded at random later on (not one of the pool's first sessions)
+        self.serial = next(_SERIALS)  # what a worker remembers having replayed
         self.calls: list[tuple[str, dict[str, Any], bool, str | None, Any]] = []
         self.size = 0
         self.took = 0.0  # what its kept calls took when first answered
@@ -135,7 +147,7 @@ class _Pooled:
         self.sessions = 0
         self.closed: list[int] = []  # appended from finalizers: list.append is atomic
         self.retired = False  # closed near its CPU limit: its sessions move, a call cut short is retried
-        self.seen: set[int] = set()  # references replayed here (id)
+        self.seen: set[int] = set()  # references replayed here (serial)
         self.calls_left = 0  # calls until its next canary
         self.canary_at = 0.0  # monotonic time of its next canary
         self.integrity_left = 0  # calls until its next integrity check
@@ -161,6 +173,7 @@ class WorkerPool:
         self.key: tuple[str, str] | None = None
         self.unhealthy: str | None = None  # why this code is no longer served
         self.references: list[_Reference] = []
+        self._recorded = 0  # served sessions recorded so far
         self._rng = random.Random()  # seeded from the system: the code cannot predict when a canary comes
 
     # ---- health ----------------------------------------------------------------------------------
@@ -291,9 +304,13 @@ class WorkerPool:
             self.references.append(ref)
 
     def recording(self, config: dict[str, Any] | None, source: str, generation: int) -> _Reference | None:
-        """A reference recorded from a real session, where the code's judged sessions are not known (no
-        `envgen.json`: a folder copied in by hand, a candidate's health check), while fewer than `MAX_RECORDED`."""
-        if any(r.judged for r in self.references) or len(self.references) >= MAX_RECORDED:
+        """A reference recorded from a real session as it is answered: each of the pool's first `MAX_RECORDED`
+        sessions, then about one in `SAMPLE_ONE_IN` (the newest `MAX_SAMPLED` of those kept) — judged sessions
+        or not. A canary replays its calls back to back, as a round sends them, so code that answers a round
+        (or a judged canary) right and a client who thinks between calls otherwise shows itself."""
+        recorded = [r for r in self.references if not r.judged]
+        first = len(recorded) < MAX_RECORDED
+        if not first and self._rng.randrange(SAMPLE_ONE_IN):
             return None
         try:
             text = json.dumps(config)
@@ -301,9 +318,51 @@ class WorkerPool:
             return None
         if len(text) > MAX_REFERENCE_BYTES:
             return None
-        ref = _Reference(f"#{len(self.references) + 1}", json.loads(text), source, judged=False, generation=generation)
+        self._recorded += 1
+        ref = _Reference(
+            f"#{self._recorded}", json.loads(text), source, judged=False, generation=generation, sampled=not first
+        )
         ref.size = len(text)
+        sampled = [r for r in recorded if r.sampled]
+        if not first and len(sampled) >= MAX_SAMPLED:
+            self.references.remove(sampled[0])
         self.references.append(ref)
+        return ref
+
+    def recording_again(
+        self, old: _Reference | None, state: dict[str, Any], source: str, generation: int, at: int
+    ) -> _Reference | None:
+        """A sampled session's recording started again at its call `at`, from its state then (a dump): `old`,
+        its earlier window, is replaced. The window's start is a random call of the session (see
+        `SandboxedSession.call`), and a canary replays it as a fresh session: code right only for a session's
+        first calls answers the replay otherwise. One of the pool's first sessions keeps its window from the
+        start (those are replayed oldest first): the later window is added beside it."""
+        try:
+            text = json.dumps(state)
+        except (TypeError, ValueError):
+            return None
+        if len(text) > MAX_REFERENCE_BYTES:
+            return None
+        self._recorded += 1
+        ref = _Reference(
+            f"#{self._recorded} (from call {at + 1})",
+            json.loads(text),
+            source,
+            judged=False,
+            generation=generation,
+            sampled=True,
+        )
+        ref.size = len(text)
+        refs = self.references
+        if old is not None and old.sampled and old in refs:
+            with contextlib.suppress(ValueError, IndexError):
+                refs[refs.index(old)] = ref
+                return ref
+        sampled = [r for r in refs if r.sampled and not r.judged]
+        if len(sampled) >= MAX_SAMPLED:
+            with contextlib.suppress(ValueError):
+                refs.remove(sampled[0])
+        refs.append(ref)
         return ref
 
     def record(self, ref: _Reference, tool: str, args: dict[str, Any], answer: CallAnswer, took: float) -> bool:
@@ -362,29 +421,37 @@ class WorkerPool:
             shown = ", ".join(str(c)[:100] for c in changed[:3])
             self.mark_unhealthy(f"the code changed the runtime it runs in, while serving: {shown}")
 
-    def _pick(self, worker: _Pooled) -> _Reference | None:
-        """A judged session (one this worker has not replayed first); where none is known, a recorded one —
-        recorded on another worker where there is one, and half the time the oldest: the first sessions
-        were answered before anything that keys on age or counts could have drifted."""
+    def _picks(self, worker: _Pooled) -> list[_Reference]:
+        """What one canary replays: a judged session (one this worker has not replayed first), and a recorded
+        one — one this worker has not replayed yet, else half the time the oldest (the first sessions were
+        answered before anything that keys on age or counts could have drifted) — recorded on another worker
+        where there is one. A recorded session may have been recorded wrong (code that had already drifted):
+        it never stands in for a judged one; it is what catches code that answers the back-to-back calls of
+        a round and a canary right, and a client's calls otherwise."""
         refs = [r for r in self.references if r.calls]
+        picks: list[_Reference] = []
         judged = [r for r in refs if r.judged]
         if judged:
-            fresh = [r for r in judged if id(r) not in worker.seen]
-            return self._rng.choice(fresh or judged)
-        recorded = [r for r in refs if r.generation != worker.generation] or refs
-        if not recorded:
-            return None
-        return recorded[0] if self._rng.random() < 0.5 else self._rng.choice(recorded)
+            fresh = [r for r in judged if r.serial not in worker.seen]
+            picks.append(self._rng.choice(fresh or judged))
+        recorded = [r for r in refs if not r.judged]
+        recorded = [r for r in recorded if r.generation != worker.generation] or recorded
+        if recorded:
+            fresh = [r for r in recorded if r.serial not in worker.seen]
+            if fresh:
+                picks.append(self._rng.choice(fresh))
+            else:
+                picks.append(recorded[0] if self._rng.random() < 0.5 else self._rng.choice(recorded))
+        return picks
 
     def _canary(self, worker: _Pooled) -> None:
-        ref = self._pick(worker)
-        if ref is None:
-            return
-        worker.seen.add(id(ref))
-        self.canaries += 1
-        why = self._replay(worker, ref)
-        if why is not None:
-            self.mark_unhealthy(f"a canary ({ref.describe()}, replayed as an ordinary session) {why}")
+        for ref in self._picks(worker):
+            worker.seen.add(ref.serial)
+            self.canaries += 1
+            why = self._replay(worker, ref)
+            if why is not None:
+                self.mark_unhealthy(f"a canary ({ref.describe()}, replayed as an ordinary session) {why}")
+                return
 
     def _replay(self, worker: _Pooled, ref: _Reference) -> str | None:
         """`ref` replayed on `worker` as a real session is served: why it came out differently, or None."""
@@ -578,10 +645,12 @@ class SandboxedSession(Session):
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self.broken: str | None = None
         self.restored = 0
-        self._ref: _Reference | None = None  # this session recorded as a canary reference (the pool's first ones)
+        self._ref: _Reference | None = None  # this session recorded as a canary reference
+        self._sampled: bool = False
         self._bind(replay=False)
         assert self._worker is not None
         self._ref = env.pool.recording(self.config, self.source, self._worker.generation)
+        self._sampled = self._ref is not None  # recorded: a later window of its calls may be recorded too
 
     # ---- where the state lives -------------------------------------------------------------
     def _unbind(self) -> None:
@@ -654,6 +723,7 @@ class SandboxedSession(Session):
         self.history.clear()
         self.broken = None
         self._ref = None
+        self._sampled = False
 
     def dump(self) -> dict[str, Any]:
         if self.env.pool.unhealthy is not None:
@@ -681,6 +751,9 @@ class SandboxedSession(Session):
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=pool.refusal()))
         if self.broken is not None:
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=self.broken))
+        n = len(self.history)
+        if self._sampled and n and pool._rng.randrange(n + 1) == 0:
+            self._record_again(n)  # the window recorded starts at a random call of the session (1/(n+1) here)
         for attempt in (1, 2):
             worker: _Pooled | None = None
             try:
@@ -721,6 +794,18 @@ class SandboxedSession(Session):
             if self._replay_s > self.env.pool.settings.call_timeout_s / 2:
                 self._checkpoint()
         return self._record(tool, args, result=answer.result, error=error, diff=answer.diff, changes=answer.changes)
+
+    def _record_again(self, at: int) -> None:
+        """Start this recorded session's recording again here, from its state now (a dump the code sees: code
+        that answers right after a dump is not caught this way)."""
+        try:
+            state = self.dump()
+            generation = self._live().generation
+        except ScenarioError:
+            return
+        ref = self.env.pool.recording_again(self._ref, state, self.source, generation, at)
+        if ref is not None:
+            self._ref = ref
 
     def _died(self, tool: str, args: dict[str, Any], e: Exception) -> CallRecord:
         self._unbind()  # restored on a fresh worker with the next request

@@ -23,10 +23,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from envfactory.env.folder import read_bytes, walk
+from envfactory.env.folder import FolderError, read_bytes, walk
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import MAX_CODE_BYTES, MAX_FILE_BYTES, InputError, read_json_model, write_atomic
 
+MAX_SNAPSHOT_BYTES = 2 * MAX_FILE_BYTES  # every hashed file of a folder together (the largest compiled: ~35 MB)
 _NOT_HASHED_DIRS = frozenset({"scenarios"})
 _NOT_HASHED_FILES = frozenset({"envgen.json"})
 CODE_FILE = "env.py"
@@ -78,14 +79,20 @@ def _digest(files: dict[str, bytes]) -> str:
 
 
 def snapshot(folder: Path) -> CodeSnapshot:
-    """Read `folder`'s hashed files once and hash them (`FolderError` for a link, a special file, a deep tree).
+    """Read `folder`'s hashed files once and hash them (`FolderError` for a link, a special file, a deep tree,
+    more than `MAX_SNAPSHOT_BYTES` in all).
 
-    The whole folder is walked, scenarios included, so a link anywhere refuses it."""
+    The whole folder is walked, scenarios included, so a link anywhere refuses it. The total is bounded: a
+    folder of thousands of sparse 64 MB files (kilobytes on disk) would otherwise be held in memory whole."""
     rels = [rel for rel in walk(folder) if is_hashed(rel)]
     limit = {CODE_FILE: MAX_CODE_BYTES}
-    files = {
-        rel: read_bytes(folder, rel, max_bytes=limit.get(rel, MAX_FILE_BYTES), what="environment file") for rel in rels
-    }
+    files: dict[str, bytes] = {}
+    total = 0
+    for rel in rels:
+        files[rel] = read_bytes(folder, rel, max_bytes=limit.get(rel, MAX_FILE_BYTES), what="environment file")
+        total += len(files[rel])
+        if total > MAX_SNAPSHOT_BYTES:
+            raise FolderError(f"{folder}: its files (scenarios aside) hold over {MAX_SNAPSHOT_BYTES} bytes in all")
     return CodeSnapshot(folder=folder, files=files, sha256=_digest(files))
 
 
@@ -123,14 +130,28 @@ def pinned(path: Path, name: str) -> str | None:
     return entry.sha256 if entry is not None else None
 
 
-def trust(path: Path, name: str, folder: Path, note: str = "") -> TrustedEnv:
-    """Pin `folder`'s current code as trusted under `name`."""
+MIN_EXPECT = 12  # hex digits of a reviewed hash given to `trust(expect=...)`
+
+
+def trust(path: Path, name: str, folder: Path, note: str = "", expect: str | None = None) -> TrustedEnv:
+    """Pin `folder`'s current code as trusted under `name`.
+
+    `expect`: the hash (at least its first `MIN_EXPECT` hex digits) of the files the person reviewed, as
+    `envs trust NAME --show` printed it: a folder changed between the review and this call (an EnvGen run
+    rewriting it, someone editing it) is then refused instead of trusted as it is now."""
+    if expect is not None and (len(expect) < MIN_EXPECT or any(c not in "0123456789abcdef" for c in expect.lower())):
+        raise TrustError(f"--expect takes the reviewed sha256 (at least {MIN_EXPECT} hex digits)")
     try:
         snap = snapshot(folder)
     except EnvFactoryError as e:
         raise TrustError(f"cannot trust '{name}': {e}") from None
     if snap.code is None:
         raise TrustError(f"{folder}: no env.py to trust")
+    if expect is not None and not snap.sha256.startswith(expect.lower()):
+        raise TrustError(
+            f"cannot trust '{name}': its files now hash to {snap.sha256[:16]}…, not the {expect[:16]}… reviewed; "
+            "something changed them since: review them again (envs trust NAME --show)"
+        )
     data = load_trust(path)
     entry = TrustedEnv(sha256=snap.sha256, trusted_at=datetime.now(UTC).isoformat(timespec="seconds"), note=note)
     data.environments[name] = entry

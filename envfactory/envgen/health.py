@@ -41,6 +41,7 @@ from envfactory.config import Settings
 from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.diff import state_part
 from envfactory.env.environment import BaseEnvironment, Environment, contract_problems
+from envfactory.env.json_schema import timed_validator
 from envfactory.env.metadata import EnvMetadata, dump_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.env.sandboxed import WorkerPool, release_pool
@@ -293,7 +294,9 @@ class _Checker:
                 self.schema_errors[tool] = None
             except SchemaError as e:
                 self.schema_errors[tool] = e
-        return None if self.schema_errors[tool] is not None else Draft202012Validator(schema)
+        if self.schema_errors[tool] is not None:
+            return None
+        return timed_validator(schema, formats=False)  # an untrusted environment's patterns, matched here
 
     def _writes(self, configs: list[tuple[str, dict[str, Any]]]) -> None:
         """Every write tool succeeds and changes the state somewhere: in the agent-like sequences, or else

@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from envfactory.env.environment import BaseEnvironment
-from envfactory.env.pool import EnvPool
+from envfactory.env.pool import EnvPool, source_label
 from envfactory.envgen.registry import ServerEntry, load_registry, registry_lock, save_registry
 from envfactory.errors import EnvFactoryError
 
@@ -29,11 +29,7 @@ class EnvReport(BaseModel):
 
 def source_of(env: BaseEnvironment) -> str:
     """Where an environment came from, for tables: its metadata's word, else what its folder says."""
-    if env.metadata.source:
-        return env.metadata.source
-    if env.folder is None:
-        return "imported"
-    return "envgen" if (env.folder / "envgen.json").is_file() else "hand-written"
+    return source_label(env.metadata.source, env.folder)
 
 
 def runs_as(env: BaseEnvironment) -> str:

@@ -11,6 +11,7 @@ form the answer that `envfactory.suites.bfcl.judge.judge_entry` scores: success 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
@@ -20,7 +21,7 @@ from pydantic import BaseModel
 from envfactory.eval.agent import AgentLimits, calls_message, invoke, read_reply
 from envfactory.eval.run import AttemptRecord
 from envfactory.suites.bfcl.adapter import environment
-from envfactory.suites.bfcl.entries import BFCLEntry, load_entries
+from envfactory.suites.bfcl.entries import BFCLEntry, entry_files, load_entries
 from envfactory.suites.bfcl.judge import Answer, BFCLExecutor, judge_entry, long_context_of
 from envfactory.suites.bfcl.suites import MULTI_TURN_CATEGORIES
 
@@ -36,6 +37,11 @@ class BFCLItem(BaseModel):
 
 def bfcl_items(suite: str) -> list[BFCLItem]:
     return [BFCLItem(id=e.id, entry=e) for e in load_entries(SUITES[suite])]
+
+
+def suite_files(suite: str) -> list[Path]:
+    """The files a suite's items come from (what its data fingerprint is taken of)."""
+    return entry_files(SUITES[suite])
 
 
 def _spec(class_name: str, tool: str) -> dict[str, Any]:

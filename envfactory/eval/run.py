@@ -3,7 +3,12 @@
 Each attempt is one line of `attempts.jsonl` in the output folder, appended and fsync'ed by the one
 writer as it finishes; a rerun with the same folder skips the (item, attempt) pairs already there (a
 torn last line from a kill is cut off first), so a killed run loses at most the attempts in flight and
-never duplicates one. `summary.json` (and the returned `EvalSummary`) holds the success rate, the mean
+never duplicates one. Before the first attempt the folder gets `settings.json` (`envfactory.run_settings`):
+the model and its sampling, the tools and conversation modes, k, the budgets and a sha256 of the data; a
+rerun made otherwise is refused before any attempt, naming what differs, so one table never mixes two ways
+of making attempts. Every attempt record carries its tools mode, mode and model too.
+
+`summary.json` (and the returned `EvalSummary`) holds the success rate, the mean
 reward and its parts, pass@k and pass^k for k = 1 … attempts, and the same per environment, per chain
 length and per kind of turn (read / write / mixed).
 """
@@ -15,7 +20,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
@@ -30,6 +35,7 @@ from envfactory.eval.score import score_attempt
 from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, write_atomic
 from envfactory.reward import CompositeReward
+from envfactory.run_settings import ModelIdentity, RunRecord, check_resume, has_lines, record_or_check
 
 ATTEMPTS = "attempts.jsonl"
 SUMMARY = "summary.json"
@@ -40,11 +46,47 @@ class EvalRunError(EnvFactoryError):
     """The evaluation cannot run or resume (the message says why)."""
 
 
+EvalMode = Literal["turn", "conversation"]
+
+
+class EvalData(BaseModel):
+    """What is evaluated: a synth run's split, a conversations file or an imported suite, and its sha256."""
+
+    source: Literal["run", "file", "suite"]
+    split: Literal["train", "heldout"] | None = None
+    suite: str | None = None
+    sha256: str = Field(description="of the file(s) the items are read from")
+
+
 class EvalSettings(BaseModel):
     attempts: int = Field(default=1, ge=1, description="attempts per item (k of pass@k / pass^k)")
     concurrency: int = Field(default=1, ge=1, description="attempts at once")
     limit: int | None = Field(default=None, ge=1, description="the first N items only")
     limits: AgentLimits = Field(default_factory=AgentLimits)
+    mode: EvalMode = Field(
+        default="turn", description="turn: each verified turn after the ground-truth history; conversation: whole"
+    )
+    model: ModelIdentity | None = Field(
+        default=None, description="the model as configured; None: a caller's factory, named by its class"
+    )
+    data: EvalData | None = Field(default=None, description="what is evaluated; None: not said (items in memory)")
+    context: dict[str, Any] = Field(
+        default_factory=dict, description="recorded with the settings, never compared (the source's path...)"
+    )
+
+    def recorded(self) -> RunRecord:
+        """What `settings.json` holds: the settings a resume must match (concurrency and limit are not among
+        them: they change how many attempts run at once and which, not how one is made)."""
+        shaping = {
+            "model": self.model.model_dump() if self.model is not None else None,
+            "tools": self.limits.tools,
+            "mode": self.mode,
+            "attempts": self.attempts,
+            "max_steps": self.limits.max_steps,
+            "timeout_s": self.limits.timeout_s,
+            "data": self.data.model_dump() if self.data is not None else None,
+        }
+        return RunRecord(command="eval", settings=shaping, context={**self.context, "limit": self.limit})
 
 
 class AttemptRecord(BaseModel):
@@ -67,6 +109,9 @@ class AttemptRecord(BaseModel):
     env: str
     kind: str
     chain_length: int
+    tools: Literal["direct", "meta"] | None = Field(default=None, description="how it was made: set by run_eval")
+    mode: EvalMode | None = None
+    model: str | None = Field(default=None, description="provider:model, or the model's class")
 
 
 class Group(BaseModel):
@@ -86,6 +131,7 @@ class EvalSummary(Group):
     by_env: dict[str, Group]
     by_chain_length: dict[str, Group]
     by_kind: dict[str, Group]
+    settings: dict[str, Any] | None = Field(default=None, description="what made the attempts (settings.json's)")
 
 
 ModelFactory = Callable[[], BaseChatModel]
@@ -157,21 +203,34 @@ def turn_runner(pool: EnvPool, limits: AgentLimits) -> Runner[EvalItem]:
     return TurnRunner(pool.settings, limits, pool)
 
 
+class Made(BaseModel):
+    """How attempts are made, stamped on each record: tools mode, mode, model (None: named by its class)."""
+
+    tools: Literal["direct", "meta"]
+    mode: EvalMode
+    model: str | None
+
+
 class Attempts(Shipped, Generic[Item]):
-    """One job = (item, attempt index): the runner with this thread's model client (one per worker thread)."""
+    """One job = (item, attempt index): the runner with this thread's model client (one per worker thread),
+    its record stamped with how it was made."""
 
-    shipped = ("model", "runner")
+    shipped = ("model", "runner", "made")
 
-    def __init__(self, model: ModelFactory, runner: Runner[Item]) -> None:
+    def __init__(self, model: ModelFactory, runner: Runner[Item], made: Made) -> None:
         self.model = model
         self.runner = runner
+        self.made = made
         self._models: dict[int, BaseChatModel] = {}
 
     def __call__(self, job: tuple[Item, int]) -> AttemptRecord:
         me = threading.get_ident()
         if me not in self._models:
             self._models[me] = self.model()
-        return self.runner(self._models[me], job[0], job[1])
+        client = self._models[me]
+        record = self.runner(client, job[0], job[1])
+        name = self.made.model or f"{type(client).__name__}:{getattr(client, 'model_name', None) or '-'}"
+        return record.model_copy(update={"tools": self.made.tools, "mode": self.made.mode, "model": name})
 
 
 class Failure(BaseModel):
@@ -194,17 +253,19 @@ def run_eval(
 ) -> EvalSummary:
     """Run the attempts not yet in `out` (on `executor`, default: `concurrency` local threads), then write and
     return the summary over every attempt there. An attempt whose runner raised or whose worker was lost is
-    not an attempt: it goes to failures.jsonl with the reason, and the next run tries it again."""
+    not an attempt: it goes to failures.jsonl with the reason, and the next run tries it again. A resume made
+    with other settings than `out` recorded is refused first (`RunSettingsError`), before any attempt."""
     items = items[: settings.limit] if settings.limit else items
     if not items:
         raise EvalRunError("nothing to evaluate: the source holds no item")
-    out.mkdir(parents=True, exist_ok=True)
+    check_settings(out, settings)
     records = done_attempts(out)  # the log is read once: then each new attempt is written and kept
     done = {(r.item, r.attempt) for r in records}
     todo = [(item, k) for item in items for k in range(settings.attempts) if (item.id, k) not in done]
     writer = JsonlAppender(out / ATTEMPTS)
     failures = JsonlAppender(out / FAILURES)
-    for job, result in (executor or LocalExecutor(settings.concurrency)).map(Attempts(model, runner), todo):
+    made = Made(tools=settings.limits.tools, mode=settings.mode, model=settings.model.label if settings.model else None)
+    for job, result in (executor or LocalExecutor(settings.concurrency)).map(Attempts(model, runner, made), todo):
         if not isinstance(result, AttemptRecord):
             why = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
             failures.write(Failure(item=job[0].id, attempt=job[1], reason=why[:1000]).model_dump_json())
@@ -215,9 +276,21 @@ def run_eval(
             progress(result)
     wanted = {item.id for item in items}
     asked = [r for r in records if r.item in wanted and r.attempt < settings.attempts]
-    summary = summarize(asked, settings.attempts)
+    summary = summarize(asked, settings.attempts).model_copy(update={"settings": settings.recorded().settings})
     write_atomic(out / SUMMARY, summary.model_dump_json(indent=2) + "\n")
     return summary
+
+
+def check_settings(out: Path, settings: EvalSettings, *, write: bool = True) -> None:
+    """Refuse a resume into `out` made otherwise than its attempts were (one line naming what differs), or into
+    a folder whose attempts recorded no settings; with `write`, record the settings in a run that has none."""
+    if out.exists() and not out.is_dir():
+        raise EvalRunError(f"{out} is a file: --out names the folder the results go to")
+    holds = has_lines(out / ATTEMPTS)
+    if write:
+        record_or_check(out, settings.recorded(), holds_results=holds)
+    else:
+        check_resume(out, settings.recorded(), holds_results=holds)
 
 
 def _group(records: list[AttemptRecord], k_max: int) -> Group:

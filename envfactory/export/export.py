@@ -1,13 +1,21 @@
-"""One export: conversations → samples → the files of one format, with counts."""
+"""One export: conversations → samples → the files of one format, with counts, and what made them.
+
+`export.json` records the format, the options, the source and a sha256 of its file, and the version: what the
+rows were made from and how. An export into a folder holding an earlier export of another format is refused
+before anything is written: the earlier format's files (`dataset_info.json`, `train.parquet`) would stay beside
+the new ones, and a trainer pointed at the folder would read a mix. The same format again replaces it.
+"""
 
 from __future__ import annotations
 
 import json
+from importlib.metadata import version
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from envfactory.export.errors import ExportError
 from envfactory.export.options import ExportOptions
 from envfactory.export.rl import convert_to_rl_data
 from envfactory.export.sft import convert_to_sft_data
@@ -17,6 +25,15 @@ from envfactory.tasks.models import Conversation
 ExportFormat = Literal["trl-sft", "trl-grpo", "llamafactory", "verl"]
 FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
 SUMMARY = "export.json"
+
+
+class ExportSource(BaseModel):
+    """The file the conversations were read from, and a sha256 of its bytes (the data fingerprint)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    sha256: str
 
 
 class ExportReport(BaseModel):
@@ -33,6 +50,24 @@ class ExportReport(BaseModel):
     skipped_rows: int  # LlamaFactory: samples whose roles cannot alternate
     failed_calls_removed: int  # failed assistant calls in the input, none of which is exported
     files: list[Path]
+    source: ExportSource | None = Field(default=None, description="the conversations file exported, if a file")
+    envfactory_version: str = Field(default_factory=lambda: version("envfactory"))
+
+
+def check_earlier(out: Path, fmt: ExportFormat) -> None:
+    """Refuse an export into a folder that holds an earlier export of another format (see the module)."""
+    earlier = out / SUMMARY
+    if not earlier.is_file():
+        return
+    try:
+        was = json.loads(earlier.read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        was = None
+    if was != fmt:
+        raise ExportError(
+            f"{out} holds an earlier {was or 'unreadable'} export; a {fmt} one would leave its files beside the new "
+            "ones: choose another --out (or empty this one)"
+        )
 
 
 def export_conversations(
@@ -41,9 +76,12 @@ def export_conversations(
     out: Path,
     catalog: Catalog,
     options: ExportOptions | None = None,
+    source: ExportSource | None = None,
 ) -> ExportReport:
-    """Convert and write; the data files and `export.json` go to `out`."""
+    """Convert and write; the data files and `export.json` go to `out` (refused first when `out` holds an earlier
+    export of another format)."""
     options = options or ExportOptions()
+    check_earlier(out, fmt)
     out.mkdir(parents=True, exist_ok=True)
     turns = sum(len(c.nodes) for c in conversations)
     skipped_rows = 0
@@ -81,6 +119,7 @@ def export_conversations(
         skipped_rows=skipped_rows,
         failed_calls_removed=removed,
         files=files,
+        source=source,
     )
     (out / SUMMARY).write_text(json.dumps(report.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
     return report

@@ -65,7 +65,7 @@ def load_conversations(source: Path, split: Split = "train") -> list[Conversatio
         if data.endswith(b"\n") or e.start < tail:  # a bad byte in a whole line: not a torn write
             raise ExportError(f"{path}: not valid UTF-8 (byte {e.start})") from None
         text = data[:tail].decode("utf-8")  # a torn last line cut mid-character: skipped
-    lines = text.splitlines()
+    lines = text.split("\n")  # not splitlines(): U+2028, U+0085... are characters inside a JSON string
     conversations: list[Conversation] = []
     for n, line in enumerate(lines, 1):
         if not line.strip():

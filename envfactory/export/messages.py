@@ -5,6 +5,11 @@ with `arguments` a dict — what transformers' chat templates and TRL expect (`t
 template; TRL's own tool-calling checks pass dicts). A `tool` message carries the tool's `name` and the
 result as JSON text. `reasoning_content` is the field transformers aliases `thinking`/`reasoning` to and
 Qwen-style templates render as a `<think>` block.
+
+No field is ever written as `null`: an unset field is left out (`wire`). OpenAI-compatible servers differ in what
+they take, and some refuse a null outright — llama.cpp's server answers `"tool_calls": null`, `"content": null`
+beside calls, or a null call id with HTTP 500. `openai()` is the message as such a server takes it: the same,
+with each call's `arguments` a JSON string (the wire form; a dict is refused too).
 """
 
 from __future__ import annotations
@@ -45,6 +50,13 @@ class ChatMessage(BaseModel):
     def wire(self) -> dict[str, Any]:
         """The message as a plain dict, unset fields left out (what a JSONL row holds)."""
         return self.model_dump(mode="json", exclude_none=True)
+
+    def openai(self) -> dict[str, Any]:
+        """The message as an OpenAI-compatible server takes it: `wire()` with each call's arguments JSON text."""
+        message = self.wire()
+        for call in message.get("tool_calls", []):
+            call["function"]["arguments"] = json.dumps(call["function"]["arguments"], ensure_ascii=False)
+        return message
 
 
 def result_text(result: Any) -> str:

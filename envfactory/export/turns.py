@@ -3,6 +3,7 @@
 - **failed tool calls are removed**, with their results; when every call of a step failed, the assistant words
   that only announced them go too (as QueryGen's filter does);
 - an assistant text directly followed by a tool-call step is one message: text plus `tool_calls`;
+- every call has an id (its own, else its result's, else `n<turn>s<step>c<k>`) and its tool message names it;
 - `Step.thinking` becomes `reasoning_content` when `keep_thinking` is on (rendered as a `<think>` block);
 - **user-side tool calls** (`Node.user_calls`, conversational variant) are environment dynamics, not assistant
   actions: never assistant `tool_calls`. With `user_calls="describe"` a short note of what the user did and
@@ -128,21 +129,20 @@ def turn_messages(node: Node, namer: ToolNamer, options: ExportOptions, wording:
             kept = [(c, r) for c, r in pairs if r is not None and r.ok]
             dropped += len(pairs) - len(kept)
             if kept:
+                # every call has an id, and its result names it: a server refuses a call without one
+                ids = [c.id or r.call_id or f"n{node.index}s{i}c{k}" for k, (c, r) in enumerate(kept)]
                 calls = [
                     ChatToolCall(
-                        id=c.id, function=FunctionCall(name=namer.name(c.server, c.name), arguments=c.arguments)
+                        id=cid, function=FunctionCall(name=namer.name(c.server, c.name), arguments=c.arguments)
                     )
-                    for c, _ in kept
+                    for cid, (c, _) in zip(ids, kept, strict=True)
                 ]
                 messages.append(assistant(pending, calls))
                 messages += [
                     ChatMessage(
-                        role="tool",
-                        name=namer.name(c.server, c.name),
-                        content=result_text(r.result),
-                        tool_call_id=c.id or r.call_id,
+                        role="tool", name=namer.name(c.server, c.name), content=result_text(r.result), tool_call_id=cid
                     )
-                    for c, r in kept
+                    for cid, (c, r) in zip(ids, kept, strict=True)
                 ]
                 kept_calls += [c for c, _ in kept]
             pending = None  # words that only announced failed calls go with them

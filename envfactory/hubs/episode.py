@@ -41,7 +41,8 @@ class Task(BaseModel):
 
     @property
     def prompt(self) -> list[dict[str, Any]]:
-        return [m.model_dump(exclude_none=True) for m in self.record.prompt]
+        """The chat messages as an OpenAI-compatible server takes them (no null field, arguments as JSON text)."""
+        return [m.openai() for m in self.record.prompt]
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -52,10 +53,15 @@ def task_id(record: RLSample) -> str:
     return f"{record.extra_info.conversation_id}#{record.extra_info.turn}"
 
 
+def tasks_jsonl(tasks: list[Task]) -> str:
+    """The package's `tasks.jsonl`: one task a line, unset fields left out (no null anywhere but in the data)."""
+    return "".join(t.model_dump_json(exclude_none=True) + "\n" for t in tasks)
+
+
 def load_tasks(path: Path) -> list[Task]:
     """The tasks of an exported package (`tasks.jsonl`: one `Task` a line)."""
     tasks = []
-    for n, line in enumerate(read_text(path, what="tasks file").splitlines(), 1):
+    for n, line in enumerate(read_text(path, what="tasks file").split("\n"), 1):  # U+2028 is not a line end
         if not line.strip():
             continue
         try:

@@ -20,7 +20,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.trust import code_hash, pinned, trust
 from envfactory.errors import EnvFactoryError
 from envfactory.export.rl import RLSample
-from envfactory.hubs.episode import Task, task_id
+from envfactory.hubs.episode import Task, task_id, tasks_jsonl
 from envfactory.hubs.package import MANIFEST_FILE, TASKS_FILE, Manifest
 from envfactory.inputs import write_atomic
 
@@ -181,7 +181,7 @@ def _write_package(
         if pinned(pool.settings.trust_file, env_name) == code_hash(copy):  # what was copied is what was trusted
             trust(trust_file, env_name, copy, note="trusted where it was exported")
     data.mkdir(parents=True, exist_ok=True)
-    write_atomic(data / TASKS_FILE, "".join(t.model_dump_json() + "\n" for t in tasks))
+    write_atomic(data / TASKS_FILE, tasks_jsonl(tasks))
     description = f"EnvFactory environments {', '.join(names)} with {len(tasks)} tasks"
     files = (
         _openenv_files(module, name, description) if fmt == "openenv" else _verifiers_files(module, name, description)

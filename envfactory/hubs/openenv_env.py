@@ -8,8 +8,10 @@ initial state — so rollouts never share state. Actions and observations are Op
 the composite reward (the verifier's final-state match and the trajectory match, less the length penalty)
 GRPO trains with; the episode is done after `max_calls` calls.
 
-`reset(task_id=...)` picks a task (else `seed` picks one, else the first); the package's `tasks()` lists them
-with their prompts and tool lists.
+`reset(task_id=...)` picks a task (else `seed` picks one, else the first) and returns its tools as `list_tools`
+does (OpenEnv's `MCPToolClient` reads a reset's `tools` as MCP tools), with the task's id and prompt beside them
+(in the raw observation; the MCP client keeps only the tools). The package's `tasks()` lists the tasks with their
+prompts and tool lists.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from openenv.core.env_server.mcp_types import (
 from openenv.core.env_server.types import Observation, State
 from pydantic import Field
 
-from envfactory.hubs.episode import TaskEpisode
+from envfactory.hubs.episode import Task, TaskEpisode
 from envfactory.hubs.package import PackageData, package_data
 
 DEFAULT_MAX_CALLS = 32
@@ -48,12 +50,24 @@ class EpisodeState(State):
     environments: dict[str, Any] = Field(default_factory=dict)
 
 
-class TaskObservation(Observation):
-    """What `reset` returns: the task's id, its prompt (chat messages) and tool list (OpenAI format)."""
+class TaskObservation(ListToolsObservation):
+    """What `reset` returns: the task's tools (as `list_tools` gives them, so OpenEnv's MCP client reads them),
+    its id and its prompt (chat messages as an OpenAI-compatible server takes them)."""
 
     task_id: str
     prompt: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
+
+
+def mcp_tools(task: Task) -> list[Tool]:
+    """The task's tool list as MCP tools (name, description, input schema)."""
+    return [
+        Tool(
+            name=t["function"]["name"],
+            description=t["function"].get("description", ""),
+            input_schema=t["function"].get("parameters", {"type": "object"}),
+        )
+        for t in task.tools
+    ]
 
 
 class EnvFactoryEnvironment(Environment[Any, Any, EpisodeState]):
@@ -77,7 +91,7 @@ class EnvFactoryEnvironment(Environment[Any, Any, EpisodeState]):
         task = self.data.task(task_id, seed)
         self.episode = self.data.episode(task)
         self._state = EpisodeState(episode_id=episode_id or str(uuid4()), task_id=task.id)
-        return TaskObservation(task_id=task.id, prompt=task.prompt, tools=task.tools, reward=0.0, done=False)
+        return TaskObservation(task_id=task.id, prompt=task.prompt, tools=mcp_tools(task), reward=0.0, done=False)
 
     def step(self, action: Any, timeout_s: float | None = None, **_: Any) -> Observation:
         if self.episode is None:
@@ -85,15 +99,7 @@ class EnvFactoryEnvironment(Environment[Any, Any, EpisodeState]):
         episode = self.episode
         assert episode is not None
         if isinstance(action, ListToolsAction):
-            tools = [
-                Tool(
-                    name=t["function"]["name"],
-                    description=t["function"].get("description", ""),
-                    input_schema=t["function"].get("parameters", {"type": "object"}),
-                )
-                for t in episode.task.tools
-            ]
-            return ListToolsObservation(tools=tools, reward=self._state.reward, done=False)
+            return ListToolsObservation(tools=mcp_tools(episode.task), reward=self._state.reward, done=False)
         if not isinstance(action, CallToolAction):
             raise ValueError(f"this environment takes call_tool and list_tools actions, not {type(action).__name__}")
         outcome = episode.call(action.tool_name, dict(action.arguments))

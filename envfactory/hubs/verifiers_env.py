@@ -2,10 +2,19 @@
 
 `make_environment` builds a `verifiers.MultiTurnEnv` (the classic API, verifiers 0.3.x: see the README for why
 not 0.4) whose dataset rows are the package's tasks (`prompt` = the task's chat messages, `info` = its id and
-tool list in verifiers' `tool_defs` form). Each rollout gets its own `TaskEpisode` in `setup_state` — the
-task's environments forked at its initial state — and its tool calls run there; the rubric's reward is the
-composite reward of the rollout's completion against the task's record (what GRPO trains with), with the
-verifier's state match and the trajectory match as metrics.
+tool list in verifiers' `tool_defs` form). Both columns are `datasets` `Json` features, so each row keeps its
+own shape: Arrow would otherwise merge every row's structs into one, padding each message with the others'
+fields as nulls (`"tool_calls": null` on every user message), each call's arguments with every other tool's
+parameters and each tool's schema with every other tool's properties, all as nulls.
+
+A model request leaves out the null fields verifiers 0.3's chat client writes into every assistant message
+without calls (`"tool_calls": null`, `"reasoning_content": null`): llama.cpp's OpenAI-compatible server answers
+a history holding one with HTTP 500, which verifiers records as an aborted rollout with reward 0.
+
+Each rollout gets its own `TaskEpisode` in `setup_state` — the task's environments forked at its initial
+state — and its tool calls run there; the rubric's reward is the composite reward of the rollout's completion
+against the task's record (what GRPO trains with), with the verifier's state match and the trajectory match as
+metrics.
 
 Not `vf.ToolEnv`: it builds schemas from Python functions through openai-agents, whose top-level module
 `agents` is also this project's agents package; our tools already have their JSON schemas.
@@ -18,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import verifiers as vf
-from datasets import Dataset
+from datasets import Dataset, Features, Json, List
 from verifiers.legacy.types import ToolMessage
 
 from envfactory.hubs.episode import Task, TaskEpisode
@@ -43,17 +52,60 @@ def _as_dict(message: Any) -> Any:
     return message.model_dump(exclude_none=True) if hasattr(message, "model_dump") else message
 
 
+ROWS = Features({"prompt": List(Json()), "info": Json()})  # every row exactly as written (see the module)
+
+
+def dataset_rows(tasks: list[Task]) -> Dataset:
+    """The tasks as verifiers' dataset: `prompt` (the chat messages) and `info` (the id and tool list)."""
+    rows = [{"prompt": t.prompt, "info": {"task_id": t.id, "tool_defs": _tool_defs(t)}} for t in tasks]
+    return Dataset.from_list(rows, features=ROWS)
+
+
+def _without_nulls(message: Any) -> Any:
+    """A request message with its null fields (and its calls' null fields) left out."""
+    if not isinstance(message, dict):
+        return message
+    out = {k: v for k, v in message.items() if v is not None}
+    if isinstance(out.get("tool_calls"), list):
+        out["tool_calls"] = [_without_nulls(c) for c in out["tool_calls"]]
+    return out
+
+
+class NullFreeClient:
+    """A verifiers client whose requests carry no null message field (see the module); all else is the client's.
+
+    `get_response` is the client class's own, run with this object as `self`, so the prompt goes through
+    `to_native_prompt` below and everything else (the request, the response's parsing) through the client."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+    async def to_native_prompt(self, messages: Any) -> tuple[Any, dict[str, Any]]:
+        native, extra = await self._client.to_native_prompt(messages)
+        return [_without_nulls(m) for m in native], extra
+
+    async def get_response(self, *args: Any, **kwargs: Any) -> Any:
+        return await type(self._client).get_response(self, *args, **kwargs)
+
+
 class EnvFactoryEnv(vf.MultiTurnEnv):
     """The package's tasks as a verifiers environment: one `TaskEpisode` per rollout (see the module)."""
 
     def __init__(self, data: PackageData, **kwargs: Any) -> None:
         self.data = data
-        rows = [{"prompt": t.prompt, "info": {"task_id": t.id, "tool_defs": _tool_defs(t)}} for t in data.tasks]
         rubric = vf.Rubric(funcs=[self.envfactory_reward], weights=[1.0])
         rubric.add_metric(self.verifier_state_match)
         rubric.add_metric(self.trajectory_match)
         kwargs.setdefault("max_turns", DEFAULT_MAX_TURNS)
-        super().__init__(dataset=Dataset.from_list(rows), rubric=rubric, **kwargs)
+        super().__init__(dataset=dataset_rows(data.tasks), rubric=rubric, **kwargs)
+
+    async def get_model_response(self, state: vf.State, prompt: vf.Messages, client: Any = None, **kwargs: Any) -> Any:
+        """The model's reply, asked through a `NullFreeClient` (see the module)."""
+        chosen = client if client is not None else state["client"]
+        return await super().get_model_response(state, prompt, client=NullFreeClient(chosen), **kwargs)
 
     async def setup_state(self, state: vf.State) -> vf.State:
         task = self.data.task(state["info"]["task_id"])

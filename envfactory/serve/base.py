@@ -1,14 +1,16 @@
 """What every EnvFactory MCP server shares: one held object per MCP session, and the HTTP hardening.
 
 `SessionServer` is FastMCP with one object held per MCP session (an environment `Session`, a hub
-episode), keyed weakly on the SDK's `ServerSession` (each `initialize` over streamable HTTP, or the
-one stdio connection), so a session's state is freed when its client goes away. A connection may
-choose how its object starts (a query parameter or a header: a scenario, a task); the server's
-default applies otherwise. Calls that may block (a sandboxed worker, a large request, a control tool, a
-session whose calls turned out slow) run off the event loop, one at a time per MCP session, in order,
-under thread limiters of their own (one per app in the hub), so one slow session or app never stalls
-the others. A served session keeps only its newest call records (`ServeLimits.history_*`). Subclasses
-list their tools and answer a call (`dispatch`); nothing else is theirs to repeat.
+episode), keyed weakly on the SDK's transport of the session (each `initialize` over streamable HTTP;
+for the one stdio connection, its `ServerSession`), so a session's state is freed when its client goes
+away. A connection may choose how its object starts (a query parameter or a header: a scenario, a
+task); the server's default applies otherwise. Only cheap in-process calls run on the event loop; calls
+that may block or cost (a sandboxed worker, a large request, a control tool, a session whose calls were
+expensive) run on worker threads, one at a time per MCP session, in order, under thread limiters of
+their own (one per app in the hub) that lend their threads in fair order (`envfactory.serve.fair`), so
+one slow session, app or flooding client never stalls the others. A served session keeps only its
+newest call records (`ServeLimits.history_*`). Subclasses list their tools and answer a call
+(`dispatch`); nothing else is theirs to repeat.
 
 Also here: the middleware that refuses bad HTTP bodies before the SDK parses them (`BoundedJSONBody`),
 the session budget (`SessionBudget`), the 405 for the standalone GET stream, the filter for the SDK's
@@ -22,9 +24,11 @@ import contextlib
 import json
 import logging
 import math
-import time
+import re
 import weakref
 from abc import abstractmethod
+from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -35,11 +39,13 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_ID_HEADER
 from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
+from pydantic import PrivateAttr
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from envfactory.inputs import MAX_DEPTH, InputError, parse_json
+from envfactory.serve.fair import FairLimiter, OffLoop, Stopwatch, Turn
 from envfactory.serve.http import guard_event_loop, harden_logging, serve_http, uvicorn_config
 from envfactory.serve.limits import SDK_MAX_BODY_BYTES, CallRing, LogBudget, ServeLimits, resident_mb
 
@@ -235,14 +241,16 @@ class FastToolCalls:
 
     The SDK routes every request of a session through memory streams to the session's task, validates
     it twice with pydantic and answers through a per-request stream: ~3/4 of a server's time per call
-    (profiled: the environment's own dispatch is ~8 %). A tool call of a session this server already
-    holds an object for has nothing more to negotiate, so this layer answers it the way the SDK
-    would (same checks, same JSON-RPC body and headers) from the same `SessionServer.answer`.
+    (profiled: the environment's own dispatch is ~8 %), and validates a large request on the event
+    loop (~20 ms for a 250 KB reset config). A tool call of an open session (its `initialize` answered)
+    has nothing more to negotiate, so this layer answers it the way the SDK would (same checks, same
+    JSON-RPC body and headers) from the same `SessionServer.answer`, keyed on the same transport; a
+    session's first call starts its object from the connection's choice, as through the SDK.
 
-    Anything else — the session's first call (which chooses its initial state), other methods, batches,
-    notifications, an SSE-mode server, a request the SDK would refuse (unknown or ended session, bad
-    headers, a protocol version it does not speak, DNS-rebinding checks failing, an authenticated user,
-    an oversized body) — goes on to the SDK unchanged, which answers it as before.
+    Anything else — other methods, batches, notifications, an SSE-mode server, a request the SDK would
+    refuse (unknown or ended session, bad headers, a protocol version it does not speak, DNS-rebinding
+    checks failing, an authenticated user, an oversized body) — goes on to the SDK unchanged, which
+    answers it as before.
     """
 
     def __init__(self, app: Any, server: SessionServer[Any]) -> None:
@@ -265,31 +273,33 @@ class FastToolCalls:
             return
         message, size = parsed
         session = self._eligible(scope, message, size)
-        if session is None or await self.security.validate_request(Request(scope), is_post=True) is not None:
+        request = Request(scope)
+        if session is None or await self.security.validate_request(request, is_post=True) is not None:
             await self.app(scope, receive, send)
             return
-        session_id, key, transport = session
+        session_id, transport = session
         params = message["params"]
         arguments = params.get("arguments")
+        server = self.server
+        choice = server.choice_for(transport, request)
         self._hold(transport)  # this request holds the session, as the SDK's would
-        try:
-            result = await self.server.answer(key, self.server.default_choice, params["name"], arguments or {}, size)
+        try:  # the body comes encoded from where the call ran (a large answer: off the loop, as its call's work)
+            result, content = await server.respond(
+                transport, choice, params["name"], arguments or {}, size, message["id"]
+            )
         except Exception as e:  # what the SDK's handler makes of a raising tool
             result = types.CallToolResult(content=[types.TextContent(type="text", text=str(e))], isError=True)
+            content = None
         self._hold(transport)  # and its idle time starts again when the answer leaves
-        if answer_bytes(result) <= self.server.limits.inline_body_bytes:
+        if content is None:
             content = _response_body(message["id"], result)
-        else:  # a large answer is encoded on a worker thread, with the session's other work
-            content = await anyio.to_thread.run_sync(
-                _response_body, message["id"], result, limiter=self.server.encode_limiter
-            )
         self.answered += 1
         headers = {"content-type": "application/json", MCP_SESSION_ID_HEADER: session_id}
         await Response(content, 200, headers)(scope, receive, send)
 
-    def _eligible(self, scope: Any, message: Any, size: int) -> tuple[str, Any, Any] | None:
-        """(session id, held key, SDK transport) when the SDK would serve this tools/call as an ordinary
-        one of an open, initialized session of ours; None sends the request on to the SDK."""
+    def _eligible(self, scope: Any, message: Any, size: int) -> tuple[str, Any] | None:
+        """(session id, SDK transport: the session's held key) when the SDK would serve this tools/call as
+        an ordinary one of an open, initialized session of ours; None sends the request on to the SDK."""
         if not (
             isinstance(message, dict)
             and message.get("jsonrpc") == "2.0"
@@ -316,19 +326,36 @@ class FastToolCalls:
         manager = self.server.session_manager
         if size > manager.max_request_body_size:
             return None
-        transport = getattr(manager, "_server_instances", {}).get(session_id)  # mcp 1.30: the open sessions
-        key = self.server.key_of(session_id)
+        transport = self.server.transport_of(session_id)
         if (
             transport is None
-            or key is None
             or transport.is_terminated
             or (transport.idle_scope is not None and transport.idle_scope.cancel_called)
         ):
             return None
-        return session_id, key, transport
+        return session_id, transport
+
+
+class Answer(types.CallToolResult):
+    """A tool's result as `tool_result` makes it, holding its structured content as JSON too (the text content,
+    encoded once): the response body reuses it instead of encoding the same data a second time."""
+
+    _structured_json: str | None = PrivateAttr(default=None)
 
 
 def _response_body(request_id: Any, result: types.CallToolResult) -> bytes:
+    """The JSON-RPC response body of a tool call, as the SDK writes it (equal as JSON); an `Answer`'s structured
+    content is spliced in from its text, not encoded again (a 150 KB answer: ~2 ms instead of ~20 under load)."""
+    structured = result._structured_json if isinstance(result, Answer) else None
+    if structured is not None and len(result.content) == 1 and isinstance(text := result.content[0], types.TextContent):
+        head = {"jsonrpc": "2.0", "id": request_id}
+        content = [text.model_dump(by_alias=True, mode="json", exclude_none=True)]
+        dump = partial(json.dumps, ensure_ascii=False, separators=(",", ":"))
+        meta = "" if result.meta is None else f'"_meta":{dump(result.meta)},'
+        return (
+            f'{dump(head)[:-1]},"result":{{{meta}"content":{dump(content)},'
+            f'"structuredContent":{structured},"isError":{dump(result.isError)}}}}}'
+        ).encode()
     body = {
         "jsonrpc": "2.0",
         "id": request_id,
@@ -337,14 +364,26 @@ def _response_body(request_id: Any, result: types.CallToolResult) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+def _timed_body(request_id: Any, result: types.CallToolResult) -> tuple[bytes, float]:
+    """`_response_body` on a worker thread, and what it cost (CPU and blocked seconds)."""
+    watch = Stopwatch()
+    body = _response_body(request_id, result)
+    return body, sum(watch.stop())
+
+
 def tool_result(payload: Any, *, wrap: bool, error: bool = False) -> types.CallToolResult:
     text = json.dumps(payload, ensure_ascii=False)
     structured = None if error else ({"result": payload} if wrap else payload)
     if structured is not None and not isinstance(structured, dict):
         structured = None
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=text)], structuredContent=structured, isError=error
-    )
+    result = Answer(content=[types.TextContent(type="text", text=text)], structuredContent=structured, isError=error)
+    if structured is not None and not _NOT_JSON.search(text):  # the text is the structured content's JSON
+        result._structured_json = f'{{"result":{text}}}' if wrap else text
+    return result
+
+
+# what json.dumps writes for floats JSON has not (the SDK's encoder writes null): such a text is not reused
+_NOT_JSON = re.compile(r"NaN|Infinity")
 
 
 class SessionServer(FastMCP, Generic[H]):
@@ -398,11 +437,8 @@ class SessionServer(FastMCP, Generic[H]):
         self._held: weakref.WeakKeyDictionary[Any, H] = weakref.WeakKeyDictionary()
         self._locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
         self._rings: weakref.WeakKeyDictionary[Any, CallRing] = weakref.WeakKeyDictionary()
-        self._slow: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
-        self._limiters: dict[str, _Limiter] = {}
-        self.encode_limiter = anyio.CapacityLimiter(limits.parse_threads)  # large answers, encoded off the loop
-        # streamable HTTP: MCP session id -> the SDK's session object our held objects are keyed on
-        self._keys: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self._off_loop = OffLoop(limits.inline_cpu_s, limits.inline_call_s)
+        self._limiters: dict[str, FairLimiter] = {}
         self.fast: FastToolCalls | None = None
         self.evicted = 0  # idle sessions ended to make room for new ones
 
@@ -484,10 +520,11 @@ class SessionServer(FastMCP, Generic[H]):
                 best, best_since = (session_id, transport), since
         return best
 
-    def key_of(self, session_id: str) -> Any:
-        """The held key of the HTTP session `session_id`, once a call of it went through the SDK (else None)."""
-        key = self._keys.get(session_id)
-        return key if key is not None and key in self._held else None
+    def transport_of(self, session_id: str | None) -> Any:
+        """The SDK's transport of the open streamable-HTTP session `session_id` (None if there is none): the key
+        its held object, lock and history are kept under, whichever path (the SDK or the fast one) a call takes."""
+        open_ = self._open_sessions()
+        return open_.get(session_id) if open_ is not None and session_id else None
 
     @property
     def open_held(self) -> int:
@@ -496,7 +533,15 @@ class SessionServer(FastMCP, Generic[H]):
 
     def connection_choice(self) -> Any:
         """What this request's connection chose (`?<choice_param>=` or the `choice_header`), else the default."""
-        request = self.get_context().request_context.request
+        return self.choice_of(self.get_context().request_context.request)
+
+    def choice_for(self, key: Any, request: Any) -> Any:
+        """The choice a call of session `key` over `request` starts the session's object from: the connection's
+        for its first call (the one that creates it), the default after (it is not used again)."""
+        return self.default_choice if key in self._held else self.choice_of(request)
+
+    def choice_of(self, request: Any) -> Any:
+        """What an HTTP request chose (`?<choice_param>=` or the `choice_header`), else the default."""
         if request is not None and hasattr(request, "query_params"):
             chosen = request.query_params.get(self.choice_param) or request.headers.get(self.choice_header)
             if chosen:
@@ -511,18 +556,22 @@ class SessionServer(FastMCP, Generic[H]):
         return value
 
     def request_key(self) -> Any:
-        return self.get_context().request_context.session
+        """This request's session key: its streamable-HTTP transport, else (stdio) the SDK's session object.
+        Both live as long as the session and are referenced weakly here."""
+        context = self.get_context().request_context
+        request = context.request
+        if request is not None and hasattr(request, "headers"):
+            transport = self.transport_of(request.headers.get(MCP_SESSION_ID_HEADER))
+            if transport is not None:
+                return transport
+        return context.session
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> types.CallToolResult:  # type: ignore[override]
         key = self.request_key()
-        # the connection's choice matters only to a session's first call (it starts the held object)
-        choice = self.connection_choice() if key not in self._held else self.default_choice
         request = self.get_context().request_context.request
+        choice = self.choice_for(key, request)
         size = 0
         if request is not None and hasattr(request, "headers"):
-            session_id = request.headers.get(MCP_SESSION_ID_HEADER)
-            if session_id:
-                self._keys[session_id] = key
             declared = request.headers.get("content-length") or ""
             size = int(declared) if declared.isdigit() else 0
         return await self.answer(key, choice, name, arguments if isinstance(arguments, dict) else {}, size)
@@ -530,46 +579,102 @@ class SessionServer(FastMCP, Generic[H]):
     async def answer(
         self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int = 0
     ) -> types.CallToolResult:
-        """One tool call of session `key` (`size`: its request's bytes). In-process calls of a session run on
-        the event loop while they are small and quick; anything else (a blocking environment, a large
-        request, a control tool, a session whose calls turned out slow) runs on a worker thread under the
-        call's limiters, one call at a time per session, in order."""
+        """One tool call of session `key` (`size`: its request's bytes); see `respond`."""
+        result, _ = await self.respond(key, choice, name, args, size)
+        return result
+
+    async def respond(
+        self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int = 0, request_id: Any = None
+    ) -> tuple[types.CallToolResult, bytes | None]:
+        """One tool call of session `key` (`size`: its request's bytes), and with a `request_id` its JSON-RPC
+        response body, encoded where the call ran (a large answer's encoding is part of its call's work).
+
+        In-process calls of a session run on the event loop while they are cheap (`OffLoop`: its recent
+        calls used at most `inline_cpu_s` of CPU and were not blocked over `inline_call_s`); anything else (a
+        blocking environment, a large request, a control tool, a session whose calls were expensive) runs on a
+        worker thread under the call's fair limiters (`FairLimiter`: a session's call waits behind no more
+        than the calls holding a thread when every other waiting session used more), one call at a time per
+        session, in order."""
         lock = self._locks.get(key)
+        first = key not in self._held
+        in_process = name not in self.offloaded_tools and self.in_process(key, name, args)
         if (
-            not self.blocking
+            in_process
             and (lock is None or not lock.locked())
             and size <= self.limits.inline_body_bytes
-            and name not in self.offloaded_tools
-            and key not in self._slow
+            and key not in self._off_loop
         ):
-            started = time.perf_counter()
+            watch = Stopwatch()
             try:
-                return self.dispatch(key, choice, name, args, size)
+                result = self.dispatch(key, choice, name, args, size)
             finally:
-                if time.perf_counter() - started > self.limits.inline_call_s:
-                    self._slow[key] = True
+                self.ran(key, name, args, *watch.stop(), inline=True)
+            if request_id is None or answer_bytes(result) <= self.limits.inline_body_bytes:
+                return result, None if request_id is None else _response_body(request_id, result)
+            async with self._slots(key, choice, name, args, size, first) as (threads, turns):  # a large answer
+                encoded, spent = await anyio.to_thread.run_sync(_timed_body, request_id, result, limiter=threads)
+                for turn in turns:
+                    turn.cost = spent
+            return result, encoded
         if lock is None:
             lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock:
-            limiters = [self._limiter(k) for k in sorted(set(self.limiter_keys(key, choice, name, args)))]
-            for limiter in limiters:
-                if limiter.total_tokens != (wide := self.limiter_capacity(limiter.name)):
-                    limiter.total_tokens = wide  # what the app turned out to be (in-process or blocking)
-            async with contextlib.AsyncExitStack() as held:
-                for limiter in limiters[:-1]:  # in sorted order: two calls never wait on each other's
-                    await held.enter_async_context(limiter.limiter)
-                return await anyio.to_thread.run_sync(
-                    self.dispatch, key, choice, name, args, size, limiter=limiters[-1].limiter
-                )
+        async with lock, self._slots(key, choice, name, args, size, first) as (threads, turns):
+            result, cpu, blocked, cost, body = await anyio.to_thread.run_sync(
+                self._run, key, choice, name, args, size, request_id, limiter=threads
+            )
+            for turn in turns:
+                turn.cost = cost
+        if in_process:
+            self.ran(key, name, args, cpu, blocked, inline=False)
+        elif name not in self.offloaded_tools and self.in_process(key, name, args):
+            # the call that made it in-process (a hub episode's first call of an app: its fork) says what the
+            # session's calls cost, not what the tool's do
+            self._off_loop.ran(key, cpu, blocked, inline=False)
+        return result, body
+
+    def in_process(self, key: Any, name: str, args: dict[str, Any]) -> bool:
+        """Whether this call of session `key` runs in-process code only (no sandboxed worker, nothing to load):
+        then it may run on the event loop while the session's calls are cheap."""
+        return not self.blocking
+
+    def ran(self, key: Any, name: str, args: dict[str, Any], cpu: float, blocked: float, *, inline: bool) -> None:
+        """An in-process call of session `key` used `cpu` seconds of CPU and was blocked `blocked` seconds, on the
+        event loop (`inline`) or on a thread: `OffLoop` learns whether the session's next calls may run inline."""
+        self._off_loop.ran(key, cpu, blocked, inline=inline)
+
+    @contextlib.asynccontextmanager
+    async def _slots(
+        self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int, first: bool
+    ) -> AsyncIterator[tuple[anyio.CapacityLimiter, list[Turn]]]:
+        """Hold a slot of each of the call's limiters (in sorted order: two calls never wait on each other's);
+        yields the thread limiter to run it under, and the turns to charge its cost to."""
+        limiters = [self._limiter(k) for k in sorted(set(self.limiter_keys(key, choice, name, args)))]
+        for limiter in limiters:
+            if limiter.total_tokens != (wide := self.limiter_capacity(limiter.name)):
+                limiter.total_tokens = wide  # what the app turned out to be (in-process or blocking)
+        async with contextlib.AsyncExitStack() as held:
+            turns = [await held.enter_async_context(limiter.slot(key, size, first=first)) for limiter in limiters]
+            yield limiters[-1].threads, turns
+
+    def _run(
+        self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int, request_id: Any
+    ) -> tuple[types.CallToolResult, float, float, float, bytes | None]:
+        """A call on a worker thread: its result, the CPU it used and the time it was blocked, what the call
+        and its encoding cost together (CPU and blocked: not the time it waited for the GIL), and its body."""
+        watch = Stopwatch()
+        result = self.dispatch(key, choice, name, args, size)
+        cpu, blocked = watch.stop()
+        body = None if request_id is None else _response_body(request_id, result)
+        return result, cpu, blocked, sum(watch.stop()), body
 
     def mark_slow(self, key: Any) -> None:
-        """Run session `key`'s later calls off the event loop (its calls are, or may be, slow)."""
-        self._slow[key] = True
+        """Run session `key`'s next calls off the event loop (they may be expensive: e.g. it loaded a large state)."""
+        self._off_loop.strike(key)
 
-    def _limiter(self, name: str) -> _Limiter:
+    def _limiter(self, name: str) -> FairLimiter:
         limiter = self._limiters.get(name)
         if limiter is None:
-            limiter = self._limiters[name] = _Limiter(name, self.limiter_capacity(name))
+            limiter = self._limiters[name] = FairLimiter(name, self.limiter_capacity(name))
         return limiter
 
     def limiter_keys(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> list[str]:
@@ -618,22 +723,6 @@ class SessionServer(FastMCP, Generic[H]):
     ) -> types.CallToolResult:
         """Answer one tool call of MCP session `key` (on a worker thread when `blocking`); `size` is the request's
         bytes (0 if unknown)."""
-
-
-class _Limiter:
-    """A named `anyio.CapacityLimiter` (anyio's class cannot be subclassed portably)."""
-
-    def __init__(self, name: str, tokens: int) -> None:
-        self.name = name
-        self.limiter = anyio.CapacityLimiter(tokens)
-
-    @property
-    def total_tokens(self) -> float:
-        return self.limiter.total_tokens
-
-    @total_tokens.setter
-    def total_tokens(self, value: float) -> None:
-        self.limiter.total_tokens = value
 
 
 def answer_bytes(result: types.CallToolResult) -> int:

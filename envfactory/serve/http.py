@@ -4,8 +4,11 @@
   request's headers within `header_timeout_s` of opening (or of its last response) and in at most
   `max_header_bytes`, else it is closed (431 when too large). uvicorn alone has no such timer: a
   connection that never finishes its headers stays open for ever. A connection opened while
-  `connection_cap` connections are open gets a 503 (a JSON-RPC error body) for each request; the
-  connections already open, and so the sessions using them, are served as before.
+  `connection_cap` connections are open first makes room: the connection that has been sending its
+  request (headers or body) or waiting idle the longest, for more than `stall_s`, is closed for it —
+  one client's slow bodies or idle connections cannot keep every later client out. Only when none is
+  stalled does the new connection get a 503 (a JSON-RPC error body) for each request; the connections
+  already open, and so the sessions using them, are served as before.
 - `guard_event_loop`: the loop's exception handler never raises and logs resource exhaustion (an
   `accept()` failing with EMFILE, asyncio then retries a second later) in one line without a
   traceback. Before it, the default handler logged through Rich, whose handler imports a module to
@@ -24,6 +27,7 @@ import json
 import logging
 import os
 import socket
+import sys
 from typing import Any
 
 import uvicorn
@@ -72,13 +76,17 @@ class GuardedHTTP(_BaseHTTP):
     max_header_bytes: int = 64 * 1024
     cap: int = 1024  # connections past it get a 503 for their request, and one second to send it
     hard_cap: int = 1056  # connections past it are answered 503 and closed at once: descriptors stay free
+    stall_s: float = 1.0  # at the cap, a connection still sending its request (or idle) this long may make room
     closed_late = 0  # connections closed for not sending their headers in time (all instances)
     refused = 0  # connections over the cap
+    evicted = 0  # stalled connections closed to make room for a new one at the cap
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._timer: asyncio.TimerHandle | None = None
         open_ = len(self.connections)
+        if open_ > self.cap and self._make_room():
+            open_ -= 1
         if open_ > self.cap:
             type(self).refused += 1
             message = f"the server is at its connection limit ({self.cap} open connections); try again later"
@@ -91,8 +99,37 @@ class GuardedHTTP(_BaseHTTP):
             return
         self._arm()
 
+    def _stalled_since(self) -> float | None:
+        """Since when this connection has been sending the request it is on (or idle before its next), or None."""
+        since = getattr(self, "_since", None)
+        if since is None or self.transport is None or self.transport.is_closing():
+            return None
+        cycle = self.cycle
+        if self._waiting_for_headers() or (cycle is not None and cycle.more_body and not cycle.response_started):
+            return float(since)
+        return None
+
+    def _make_room(self) -> bool:
+        """Close the connection stalled longest (past `stall_s`) for this one; False if none is."""
+        latest = self.loop.time() - self.stall_s
+        victim: GuardedHTTP | None = None
+        oldest = latest
+        for other in list(self.connections):
+            if not isinstance(other, GuardedHTTP) or other is self:
+                continue
+            since = other._stalled_since()
+            if since is not None and since <= oldest:
+                victim, oldest = other, since
+        if victim is None:
+            return False
+        type(self).evicted += 1
+        victim._disarm()
+        victim.transport.close()
+        return True
+
     def _arm(self, timeout_s: float | None = None) -> None:
         self._disarm()
+        self._since = self.loop.time()  # the request (or the wait for it) began
         self._armed_cycle = self.cycle
         self._header_bytes = 0
         self._timer = self.loop.call_later(timeout_s or self.header_timeout_s, self._headers_late)
@@ -143,6 +180,7 @@ def guarded_protocol(limits: ServeLimits, cap: int) -> type[GuardedHTTP]:
         "max_header_bytes": limits.max_header_bytes,
         "cap": cap,
         "hard_cap": cap + max(8, limits.fd_reserve // 2),
+        "stall_s": limits.stall_s,
     }
     return type("GuardedHTTP", (GuardedHTTP,), attributes)
 
@@ -260,4 +298,7 @@ async def serve_http(app: Any, *, host: str, port: int, limits: ServeLimits, log
     gc.collect()
     gc.freeze()
     gc.set_threshold(*limits.gc_thresholds)
+    # the event loop waits for the GIL after each of its system calls while a worker thread runs a CPU-bound
+    # call: the switch interval is the most each such wait can take
+    sys.setswitchinterval(limits.switch_interval_s)
     await server.serve()

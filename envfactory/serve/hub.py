@@ -382,13 +382,11 @@ class Hub:
 
     # ---- the catalogue meta-tools ----------------------------------------------------------------
     def list_apps(self) -> list[AppInfo]:
-        if self._app_infos is None:
+        if self._app_infos is None:  # from each app's metadata.json: listing builds no environment
             infos = []
             for name in self.apps:
-                meta = self.pool.get(name).metadata
-                infos.append(
-                    AppInfo(name=name, description=meta.description, domain=meta.domain, num_tools=len(meta.tools))
-                )
+                e = self.pool.entry(name)
+                infos.append(AppInfo(name=name, description=e.description, domain=e.domain, num_tools=e.tools))
             self._app_infos = infos
         return list(self._app_infos)
 

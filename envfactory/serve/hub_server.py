@@ -3,7 +3,7 @@
 An agent connected here sees `list_apps`, `list_tools`, `get_tool_documentation`, `call_tool` and
 `complete_task` (see `envfactory.serve.hub` for why `call_tool` is the fifth) instead of every tool
 schema of every app. Each MCP session (each `initialize` over streamable HTTP, or the one stdio
-connection) gets its own `HubEpisode`, keyed weakly on the SDK's session object like
+connection) gets its own `HubEpisode`, keyed weakly on the SDK's session transport like
 `EnvMCPServer` does: its own `Session` per app, its own task, its own verdict.
 
 Task: the server's default task (`default_task`, e.g. for stdio), overridden per session by the
@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
+from envfactory.serve.fair import OffLoop
 from envfactory.serve.hub import (
     CALL_TOOL,
     COMPLETE_TASK,
@@ -127,6 +128,7 @@ class HubMCPServer(SessionServer[HubEpisode]):
         self.hub = hub
         self._apps = frozenset(hub.apps)
         self._inprocess: dict[str, bool] = {}  # app -> its calls run in this process (learnt from its sessions)
+        self._tools_off_loop = OffLoop(self.limits.inline_cpu_s, self.limits.inline_call_s, weak=False)
         self.default_task = default_task
 
     @property
@@ -154,6 +156,28 @@ class HubMCPServer(SessionServer[HubEpisode]):
     def limiter_capacity(self, name: str) -> int:
         app = name.removeprefix("app:")
         return self.limits.cpu_threads if self._inprocess.get(app) else self.limits.app_threads
+
+    def in_process(self, key: Any, name: str, args: dict[str, Any]) -> bool:
+        """A `call_tool` of an in-process app the session's episode already holds a session of (nothing to fork
+        or load): it may run on the event loop while the session's calls, and that tool's, are cheap. Before,
+        every hub call queued for its app's thread."""
+        if name != CALL_TOOL:
+            return False
+        app, episode = args.get("app"), self._held.get(key)
+        return (
+            isinstance(app, str)
+            and self._inprocess.get(app, False)
+            and episode is not None
+            and not episode.ended
+            and app in episode.sessions
+            and _tool_key(args) not in self._tools_off_loop
+        )
+
+    def ran(self, key: Any, name: str, args: dict[str, Any], cpu: float, blocked: float, *, inline: bool) -> None:
+        """As for any session, and for the app's tool: one that was expensive for a session leaves the loop for all
+        (each new session of a client would otherwise run one expensive call there, e.g. a sleeping tool)."""
+        super().ran(key, name, args, cpu, blocked, inline=inline)
+        self._tools_off_loop.ran(_tool_key(args), cpu, blocked, inline=inline)
 
     def _apps_of(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> set[str]:
         known = self._apps
@@ -244,6 +268,11 @@ class HubMCPServer(SessionServer[HubEpisode]):
         return result
 
 
+def _tool_key(args: dict[str, Any]) -> str:
+    """An app's tool, as `OffLoop` knows it (a call_tool's arguments)."""
+    return f"{args.get('app')}/{args.get('tool')}"
+
+
 def build_hub_server(
     pool: EnvPool,
     tasks_path: str | Path | None = None,
@@ -251,8 +280,20 @@ def build_hub_server(
     apps: list[str] | None = None,
     **kwargs: Any,
 ) -> HubMCPServer:
-    """A hub server over `pool` with the tasks of `tasks_path` (a JSONL file of Conversations or Tasks)."""
-    tasks = load_tasks(tasks_path) if tasks_path is not None else None
+    """A hub server over `pool` with the tasks of `tasks_path`: a JSONL file of Conversations or Tasks, or a synth
+    run's folder (its training split, as `export` and `eval` read it). A file with no task is an error."""
+    from envfactory.tasks.batch import CONVERSATIONS
+
+    tasks = None
+    if tasks_path is not None:
+        path = Path(tasks_path)
+        if path.is_dir():
+            path = path / CONVERSATIONS
+            if not path.is_file():
+                raise HubError("invalid_tasks_file", f"{tasks_path} has no {CONVERSATIONS}: give a synth run folder")
+        tasks = load_tasks(path)
+        if not tasks:
+            raise HubError("invalid_tasks_file", f"{path}: no task in it: nothing to serve")
     return HubMCPServer(Hub(pool, tasks, apps=apps), **kwargs)
 
 

@@ -51,6 +51,12 @@ class ServeLimits(BaseSettings):
     max_connections: int = Field(
         default=1024, ge=1, description="open connections; later ones are answered 503 (capped by the fd limit)"
     )
+    stall_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="at the connection cap, a connection still sending its request (or idle) this long is closed "
+        "to make room for a new one",
+    )
     fd_reserve: int = Field(
         default=64, ge=0, description="file descriptors kept free for sessions, workers and logs (lowers the cap)"
     )
@@ -70,8 +76,24 @@ class ServeLimits(BaseSettings):
         description="the collector's thresholds in a server: sessions' states are many objects, and CPython's default "
         "(700, 10, 10) ran full collections that stopped every thread for 30-250 ms under load",
     )
+    switch_interval_s: float = Field(
+        default=0.0005,
+        gt=0,
+        description="how long a thread holding the GIL may keep it while another waits (sys.setswitchinterval) in "
+        "a server: CPython's 5 ms let a worker thread's CPU-bound call hold the event loop 5 ms at each of its "
+        "waits for the GIL",
+    )
+    inline_cpu_s: float = Field(
+        default=0.002,
+        gt=0,
+        description="a session whose in-process call used more CPU runs its next calls off the event loop (calls "
+        "on the loop run in arrival order, so only cheap ones may: the others wait in fair order for a thread)",
+    )
     inline_call_s: float = Field(
-        default=0.02, gt=0, description="a session whose in-process call took longer runs its later calls off the loop"
+        default=0.02,
+        gt=0,
+        description="a session whose in-process call was blocked longer (a sleep, I/O) runs its next calls off "
+        "the event loop",
     )
 
     # ---- sessions and memory -----------------------------------------------------------------------

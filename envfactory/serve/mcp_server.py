@@ -2,7 +2,7 @@
 
 The EnvFactory paper's servers hold one global state per process, so every client of a process
 shares it. Here each MCP session (each `initialize` over streamable HTTP, or the one stdio
-connection) gets its own `Session`, keyed weakly on the SDK's `ServerSession` object: many isolated
+connection) gets its own `Session`, keyed weakly on the SDK's transport of the session: many isolated
 conversations per process, and a session's state is freed when the client goes away.
 
 Initial config: the server's default (`--scenario`), overridden per session by the `scenario`
@@ -148,7 +148,7 @@ class EnvMCPServer(SessionServer[Session]):
                 session.reset(config)
                 self.forget(key)
                 if size > self.limits.inline_body_bytes:
-                    self.mark_slow(key)  # calls on a state this large may be slow: off the event loop from now on
+                    self.mark_slow(key)  # calls on a state this large may be expensive: off the loop while they are
                 return tool_result({"reset": True, "source": session.source}, wrap=False)
             if self.control_tools and name == STATE_TOOL:
                 return tool_result(session.dump(), wrap=False)

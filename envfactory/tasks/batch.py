@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
@@ -34,6 +33,10 @@ from envfactory.toolgraph.sampler import ToolChain, TopologySampler
 CONVERSATIONS = "conversations.jsonl"  # the training split: what export reads
 HELDOUT = "heldout.jsonl"  # the held-out split: for evaluation only, never exported
 DROPPED = "dropped.jsonl"
+
+
+class SynthError(EnvFactoryError):
+    """A batch ran but produced nothing to train on."""
 
 
 class SynthConfigError(EnvFactoryError):
@@ -81,6 +84,10 @@ class SynthConfig(BaseModel):
     )
     plot: bool = True
 
+    def folder(self, root: Path) -> Path:
+        """The output folder (`out`; a relative one under the project root)."""
+        return self.out if self.out.is_absolute() else root / self.out
+
     @model_validator(mode="after")
     def _lengths(self) -> SynthConfig:
         lo, hi = self.chain_length
@@ -94,9 +101,14 @@ class SynthConfig(BaseModel):
 
 def load_config(path: Path) -> SynthConfig:
     try:
-        data = read_yaml(path) or {}
+        data = read_yaml(path)
     except InputError as e:
         raise SynthConfigError(f"synth config {e}") from None
+    if data is None:  # an empty file is a mistake (a wrong path, a truncated copy), not "all defaults"
+        raise SynthConfigError(
+            f"synth config {path} is empty: give at least `mode` and `envs` (see examples/synth.yaml), or `{{}}` for"
+            " every default"
+        )
     if not isinstance(data, dict):
         raise SynthConfigError(f"synth config {path}: expected a mapping of settings, got {type(data).__name__}")
     try:
@@ -129,12 +141,15 @@ class Plan(BaseModel):
 
 
 def choose_envs(config: SynthConfig, pool: EnvPool) -> list[str]:
-    # Python environments with a state model, and compiled ones (known from their folder, loaded when used)
-    native = [n for n in pool.native_names() if pool.compiled(n) or isinstance(pool.get(n), Environment)]
+    # Python environments with a state model (trusted code runs in-process as an `Environment`), and compiled
+    # ones: known from their folders, built when a unit uses them
+    native = [n for n in pool.native_names() if pool.trusted(n)]
     envs = config.envs or native
-    unknown = [e for e in envs if e not in pool.names()]
+    known = pool.names()
+    listed = set(known)
+    unknown = [e for e in envs if e not in listed]
     if unknown:
-        raise SynthConfigError(f"unknown environment(s) {unknown}; the pool has: {', '.join(pool.names())}")
+        raise SynthConfigError(f"unknown environment(s) {unknown}; the pool has: {', '.join(known)}")
     if config.apps is not None and config.apps < len(envs):
         envs = sorted(random.Random(stable_seed(config.seed, "apps")).sample(sorted(envs), config.apps))
     return list(envs)

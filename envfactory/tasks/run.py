@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -18,10 +19,14 @@ from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
 from envfactory.llm.models import process_usage, usage_table
 from envfactory.tasks.batch import (
+    CONVERSATIONS,
+    DROPPED,
+    HELDOUT,
     BatchSummary,
     Plan,
     SynthConfig,
     SynthConfigError,
+    SynthError,
     Unit,
     UnitRunner,
     load_conversations,
@@ -109,7 +114,7 @@ def run_batch(
     out = console or SafeConsole()
     err = SafeConsole(stderr=True) if console is None else console
     pool = EnvPool(settings)
-    outdir = config.out if config.out.is_absolute() else settings.root / config.out
+    outdir = config.folder(settings.root)
     usage_before = process_usage().report()
     graph = tool_graph(settings, config, err=err)
     plan: Plan = plan_units(config, pool, graph)
@@ -163,7 +168,24 @@ def run_batch(
         out.print(usage_table(usage))
         record["llm_usage"] = [row.model_dump() for row in usage]
     (outdir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+    _say_where(out, outdir, summary, stats.conversations)
     return summary
+
+
+def _say_where(out: Console, outdir: Path, summary: BatchSummary, conversations: int) -> None:
+    """The files that hold the run's results, last, so they are what the user sees; a run that kept nothing
+    is an error (after its summary and drop reasons are written: they say why)."""
+    files = [(CONVERSATIONS, "the training split (what `envfactory export` reads)")]
+    if summary.heldout:
+        files.append((HELDOUT, "the held-out split (for `envfactory eval`)"))
+    files += [(DROPPED, "one line per dropped unit: its code and reason"), ("summary.json", "counts and settings")]
+    for name, what in files:
+        if (outdir / name).is_file():
+            out.print(f"  {safe(outdir / name)}: {what}", highlight=False, soft_wrap=True)
+    held = outdir / HELDOUT
+    if conversations == 0 and not (held.is_file() and held.stat().st_size > 0):  # the folder, resumed runs too
+        reasons = ", ".join(f"{code} {n}" for code, n in summary.dropped_by_code.items()) or "none ran"
+        raise SynthError(f"no conversation was kept ({reasons}); the reasons are in {outdir / DROPPED}")
 
 
 class Composition(BaseModel):

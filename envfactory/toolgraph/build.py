@@ -1,9 +1,11 @@
 """Build the tool graph: parameters → embeddings → similarity pairs → user_provided → edges → LLM refinement.
 
 1. every tool's input and output parameters (`params`);
-2. each distinct parameter text embedded once (through the caller's embedder, normally the chromadb
-   `EmbeddingCache`), in batches so a progress bar can follow;
-3. all output → input pairs above the threshold in one vectorized pass (`similarity.similar_pairs`);
+2. the name/type half of every output → input score (`similarity.SimilarityPlan`): which pairs a
+   cosine could still lift over the threshold, and so which texts need an embedding at all;
+3. each of those distinct parameter texts embedded once (through the caller's embedder, normally the
+   `EmbeddingCache` over an ONNX `Embedder`), in batches so a progress bar can follow, then the pairs
+   above the threshold scored in one vectorized pass (`SimilarityPlan.pairs`);
 4. `user_provided` for every input: the heuristic, grounded (`classify`, `grounding`), then the LLM
    per environment when a model is given (`llm_classify`), which wins wherever it answers;
 5. edges: every pair inside an environment; a pair across environments only per
@@ -38,7 +40,7 @@ from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, out
 from envfactory.toolgraph.refine import RefineReport, refine_env
 from envfactory.toolgraph.schema_edges import add_schema_edges
 from envfactory.toolgraph.settings import ToolGraphSettings
-from envfactory.toolgraph.similarity import Pairs, similar_pairs
+from envfactory.toolgraph.similarity import Pairs, SimilarityPlan, codes
 
 ProgressFn = Callable[[int, int], None]
 # A build's progress: (phase, done, total) — embedding, then the LLM's classification and refinement per environment.
@@ -57,6 +59,9 @@ class BuildTimings(BaseModel):
     schema_s: float = 0.0
     refine_s: float = 0.0
     total_s: float = 0.0
+    # CPU seconds of the process (all its threads): what a busy machine's wall clock hides
+    embed_cpu_s: float = 0.0
+    cpu_s: float = 0.0
 
 
 class BuildReport(BaseModel):
@@ -68,7 +73,8 @@ class BuildReport(BaseModel):
     tools: int
     inputs: int
     outputs: int
-    texts: int  # distinct parameter texts (each embedded once)
+    texts: int  # distinct parameter texts
+    texts_needed: int = 0  # of them, texts of parameters some pair could relate: the only ones embedded
     embedded: int | None = None  # texts the model actually ran on (cache misses), when the embedder counts
     key_pairs_scored: int = 0  # cells of the key-level similarity matrix
     candidate_pairs: int = 0  # output → input pairs above the threshold
@@ -124,16 +130,13 @@ def _best_producer(
     """Per input, the best score of a same-environment output that could actually produce it: a producer
     that itself requires an input of the same name does not count (`view_cart(customer_id)` returns
     `customer_id`, but cannot be what first gives it). -inf where there is none."""
-    required: dict[str, set[str]] = defaultdict(set)
-    for p in inputs:
-        if p.required:
-            required[p.tool].add(p.name)
-    pairs_here = zip(pairs.out_idx[rows].tolist(), pairs.in_idx[rows].tolist(), strict=True)
-    circular = np.fromiter(
-        (inputs[i].name in required[outputs[o].tool] for o, i in pairs_here),
-        dtype=bool,
-        count=len(rows),
-    )
+    tool_out, tool_in = codes([p.tool for p in outputs], [p.tool for p in inputs])
+    (name_in,) = codes([p.name for p in inputs])
+    # (tool, input name) of every required input, as one integer per pair
+    width = int(name_in.max()) + 1 if len(name_in) else 1
+    required = np.fromiter((p.required for p in inputs), dtype=bool, count=len(inputs))
+    required_keys = np.unique(tool_in[required] * width + name_in[required])
+    circular = np.isin(tool_out[pairs.out_idx[rows]] * width + name_in[pairs.in_idx[rows]], required_keys)
     rows = rows[~circular]
     best = np.full(len(inputs), -np.inf, dtype=np.float32)
     np.maximum.at(best, pairs.in_idx[rows], pairs.score[rows])
@@ -157,7 +160,7 @@ def build_tool_graph(
     settings = settings or ToolGraphSettings()
     if model is not None and library is None:
         raise ToolGraphError("an LLM needs the prompt library (prompts/toolgraph/*.yaml) to classify and refine")
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     timings = BuildTimings()
 
     # 1. parameters
@@ -168,23 +171,36 @@ def build_tool_graph(
         seen.add(s.tool_id)
     inputs = [p for s in sources for p in input_params(s)]
     outputs = [p for s in sources for p in output_params(s)]
-    texts = sorted({p.text for p in inputs} | {p.text for p in outputs})
     timings.extract_s = time.perf_counter() - t_start
 
-    # 2. embeddings
+    # 2. what could pair, before any embedding
     t = time.perf_counter()
-    misses_before = getattr(embedder, "misses", None)
-    emb = embed_texts(embedder, texts, settings.embed_batch, lambda done, total: report_phase(EMBED_PHASE, done, total))
-    misses_after = getattr(embedder, "misses", None)
-    timings.embed_s = time.perf_counter() - t
-
-    # 3. similarity
-    t = time.perf_counter()
-    pairs = similar_pairs(outputs, inputs, texts, emb, settings)
-    env_out = np.array([p.env for p in outputs], dtype=object)
-    env_in = np.array([p.env for p in inputs], dtype=object)
-    same_env = env_out[pairs.out_idx] == env_in[pairs.in_idx] if len(pairs) else np.zeros(0, dtype=bool)
+    plan = SimilarityPlan(outputs, inputs, settings)
+    texts, needed = plan.texts, np.nonzero(plan.needed)[0]
     timings.similarity_s = time.perf_counter() - t
+
+    # 3. embeddings of the texts that could pair, then the pairs
+    t, cpu = time.perf_counter(), time.process_time()
+    misses_before = getattr(embedder, "misses", None)
+    will_embed = getattr(embedder, "will_embed", None)
+    if will_embed is not None:  # lets the embedder pick its runtime for the amount (see `Embedder`)
+        will_embed([texts[k] for k in needed])
+    vectors = embed_texts(
+        embedder,
+        [texts[k] for k in needed],
+        settings.embed_batch,
+        lambda done, total: report_phase(EMBED_PHASE, done, total),
+    )
+    misses_after = getattr(embedder, "misses", None)
+    emb = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)  # rows of texts no pair reads stay zero
+    emb[needed] = vectors
+    timings.embed_s, timings.embed_cpu_s = time.perf_counter() - t, time.process_time() - cpu
+
+    t = time.perf_counter()
+    pairs = plan.pairs(emb)
+    env_out, env_in = codes([p.env for p in outputs], [p.env for p in inputs])
+    same_env = env_out[pairs.out_idx] == env_in[pairs.in_idx] if len(pairs) else np.zeros(0, dtype=bool)
+    timings.similarity_s += time.perf_counter() - t
 
     # 4. user_provided
     t = time.perf_counter()
@@ -285,7 +301,7 @@ def build_tool_graph(
             )
             report_phase(REFINE_PHASE, done, len(envs))
     timings.refine_s = time.perf_counter() - t
-    timings.total_s = time.perf_counter() - t_start
+    timings.total_s, timings.cpu_s = time.perf_counter() - t_start, time.process_time() - cpu_start
 
     report = BuildReport(
         embedding_model=embedder.model_name,
@@ -295,6 +311,7 @@ def build_tool_graph(
         inputs=len(inputs),
         outputs=len(outputs),
         texts=len(texts),
+        texts_needed=len(needed),
         embedded=(misses_after - misses_before)
         if isinstance(misses_before, int) and isinstance(misses_after, int)
         else None,
@@ -328,7 +345,7 @@ def build_pool_graph(
     from envfactory.llm.models import chat_model, process_usage
     from envfactory.llm.prompts import library_from_settings
     from envfactory.toolgraph.collect import pool_sources
-    from envfactory.toolgraph.settings import cache_path
+    from envfactory.toolgraph.settings import cache_path, onnx_path
 
     tg = ToolGraphSettings()
     if threshold is not None:
@@ -340,7 +357,12 @@ def build_pool_graph(
     usage = process_usage()  # the build's calls and structured asks, counted under its role like the agents'
     model = chat_model(tg.llm_role, settings, usage=usage) if use_llm else None
     library = library_from_settings(settings) if use_llm else None
-    embedder = EmbeddingCache(cache_path(settings), Embedder(settings.embedding_model, batch_size=128))
+    base = Embedder(
+        settings.embedding_model, batch_size=128, backend=tg.embed_backend, cache_dir=onnx_path(settings),
+        threads=tg.embed_threads, quiet_fallback="embed_backend" not in tg.model_fields_set,
+        export_min_texts=tg.onnx_export_min_texts,
+    )  # fmt: skip
+    embedder = EmbeddingCache(cache_path(settings), base)
     return build_tool_graph(
         sources, embedder, tg, model=model, library=library, retries=settings.structured_retries, progress=progress,
         usage=usage,

@@ -8,6 +8,7 @@ underscores, non-alphanumerics and case changes, lower-cased, and plural tokens 
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 _SPLIT = re.compile(r"[^A-Za-z0-9]+")
 # lower→Upper, Upper→Upper+lower ("HTTPServer" → HTTP Server), letter↔digit
@@ -36,6 +37,8 @@ _TOOL_TAIL = frozenset({"by", "for", "with", "from", "in", "of", "on"})
 _TOOL_TRAILING = frozenset({"detail", "details", "info"})
 
 _NOT_PLURAL = ("ss", "us", "is", "ous", "ics")
+# names repeat across a pool's tools (tens of thousands of them in a compiled pool): each is split once
+_CACHE = 1 << 17
 
 
 def singular(token: str) -> str:
@@ -58,18 +61,28 @@ def snake_case(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()
 
 
-def split_words(name: str) -> list[str]:
-    """`fanSpeed` → [fan, speed]; `HotelSummary` → [hotel, summary]; `cityA` → [city, a]; lower case."""
+@lru_cache(maxsize=_CACHE)
+def _split_words(name: str) -> tuple[str, ...]:
     words: list[str] = []
     name = name.replace("IDs", "Ids")  # `BookingIDs`: a plural acronym, not I + Ds
     for part in _SPLIT.split(name):
         words.extend(w.lower() for w in _CAMEL.split(part) if w)
-    return words
+    return tuple(words)
+
+
+def split_words(name: str) -> list[str]:
+    """`fanSpeed` → [fan, speed]; `HotelSummary` → [hotel, summary]; `cityA` → [city, a]; lower case."""
+    return list(_split_words(name))
+
+
+@lru_cache(maxsize=_CACHE)
+def _tokens(name: str) -> tuple[str, ...]:
+    return tuple(singular(w) if w != "ids" else "id" for w in _split_words(name))
 
 
 def tokens(name: str) -> list[str]:
     """The name's words, singular, in order (`ids` and `id` are one token; `id` itself stays `id`)."""
-    return [singular(w) if w != "ids" else "id" for w in split_words(name)]
+    return list(_tokens(name))
 
 
 def unqualified(name: str) -> list[str]:

@@ -251,9 +251,19 @@ def _phrases(text: str) -> tuple[Words, ...]:
     return tuple(phrases)
 
 
-def _kinds_of_words(words: Sequence[str], measures_only: bool = False) -> set[str]:
+def _kinds_of_words(words: Words, measures_only: bool = False) -> set[str]:
+    return set(_word_kinds(words, measures_only))
+
+
+@lru_cache(maxsize=_CACHE)
+def _word_kinds(words: Words, measures_only: bool) -> frozenset[str]:
+    """The kinds the words name; a tool's description is read for each of its vague inputs: once is enough."""
     kinds = {_WORD_KIND[w] for w in words if w in _WORD_KIND}
-    return {k for k in kinds if k in _MEASURE_KINDS or k.startswith("unit:")} if measures_only else kinds
+    return (
+        frozenset(k for k in kinds if k in _MEASURE_KINDS or k.startswith("unit:"))
+        if measures_only
+        else frozenset(kinds)
+    )
 
 
 def _kinds_of_name(core: Sequence[str]) -> set[str]:
@@ -265,7 +275,7 @@ def _kinds_of_name(core: Sequence[str]) -> set[str]:
     if head in _WORD_KIND:
         return {_WORD_KIND[head]}
     if head in REFERENCE | MEASURE:
-        return _kinds_of_words(core[:-1])
+        return _kinds_of_words(tuple(core[:-1]))
     return set()
 
 

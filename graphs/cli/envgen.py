@@ -6,6 +6,7 @@ loads this sub-app only when its name is on the command line.
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,10 +15,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envfactory.config import get_settings
-from envfactory.env.metadata import DOMAINS
+from envfactory.config import Role, Settings, get_settings
+from envfactory.env.metadata import DOMAINS, load_metadata
 from envfactory.errors import EnvFactoryError
 from envfactory.executor import WorkerLost, executor_from
+from envfactory.inputs import write_atomic
+from envfactory.llm.models import check_configured
 from envfactory.terminal import SafeConsole, safe
 from envfactory_agents.common import process_usage
 from envfactory_agents.search import EnvGenRequest
@@ -30,14 +33,53 @@ out = SafeConsole()  # what a run recorded (names, a model's failure text, check
 NODES = ("search", "code", "test", "revise", "register", "reject")
 
 
-def _context(prompt: list[str], budget: int | None, threshold: float | None) -> EnvGenContext:
+def _context(prompt: list[str], budget: int | None, threshold: float | None, draft: bool = True) -> EnvGenContext:
     overrides: dict[str, str] = {}
     for item in prompt:
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise EnvFactoryError(f"--prompt takes NAME=FILE (e.g. code/generate=my_prompt.yaml), got '{item}'")
         overrides[name] = value
-    return EnvGenContext(prompt_overrides=overrides, revision_budget=budget, pass_threshold=threshold)
+    return EnvGenContext(prompt_overrides=overrides, revision_budget=budget, pass_threshold=threshold, draft=draft)
+
+
+def _preflight(requests: list[EnvGenRequest], ctx: EnvGenContext, settings: Settings) -> None:
+    """Everything the user handed us, read and checked before a thread starts: a bad metadata or OpenAPI file,
+    a prompt override that is missing or does not render, or no model for a role the runs need is one line
+    (exit 1) here, not a "failed" row per attempt after a new thread was opened for it."""
+    from envfactory.envgen.openapi import openapi_to_metadata
+    from envfactory.llm.prompts import library_from_settings
+
+    for r in requests:
+        if r.metadata_path:
+            load_metadata(r.metadata_path)
+        elif r.openapi_path:
+            openapi_to_metadata(Path(r.openapi_path), name=r.name, domain=r.domain or "utilities")
+    library_from_settings(settings, overrides=ctx.prompt_overrides or None)
+    roles: list[Role] = ["code", "test"]
+    if any(r.mode == "search" for r in requests):
+        roles.append("search")
+    check_configured(roles, settings)
+
+
+def _keep_failed(rows: list[dict[str, Any]], settings: Settings, saver: Any) -> None:
+    """A failed run's last code and reports, written where the user can read them (they lived only in the
+    checkpoint: a node that raised leaves its row with the error alone); the row's output names the folder."""
+    graph = build(saver)
+    for original in rows:
+        if original.get("status") != "failed" or original.get("output"):
+            continue
+        saved = graph.get_state({"configurable": {"thread_id": original["thread"]}}).values or {}
+        r = {**saved, **original}  # the row's status and failure are the run's last word
+        if not (r.get("code") or r.get("report")):
+            continue
+        folder = settings.data_path / "envgen" / "failed" / str(r["thread"])
+        folder.mkdir(parents=True, exist_ok=True)
+        if r.get("code"):
+            write_atomic(folder / "env.py", str(r["code"]))
+        record = {k: r.get(k) for k in ("request", "metadata", "failure", "revision", "report", "reports")}
+        write_atomic(folder / "report.json", json.dumps(record, indent=2, default=str) + "\n")
+        original["output"] = str(folder)
 
 
 def _check_nodes(names: list[str]) -> list[str]:
@@ -91,6 +133,14 @@ def run(
     prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE; repeatable")] = None,
     budget: Annotated[int | None, typer.Option(help="revision budget (default from settings)")] = None,
     threshold: Annotated[float | None, typer.Option(help="pass threshold (default from settings)")] = None,
+    draft: Annotated[
+        bool,
+        typer.Option(
+            "--draft/--no-draft",
+            help="a spec that compiles (--openapi, --corpus): revise its compiled plan, as data (default); "
+            "--no-draft: write env.py from its metadata",
+        ),
+    ] = True,
 ) -> None:
     """Generate environments: search (or metadata/OpenAPI/a corpus spec) → code → test ⇄ revise → register | reject."""
     if domain is not None and domain not in DOMAINS:
@@ -106,12 +156,13 @@ def run(
         requests = [EnvGenRequest(domain=domain, hint=hint) for _ in range(n)]
     if thread_id and len(requests) > 1:
         raise EnvFactoryError("--thread-id names one run; it cannot be used with several environments")
-    ctx = _context(prompt or [], budget, threshold)
+    ctx = _context(prompt or [], budget, threshold, draft)
     stops = _check_nodes(interrupt_before or [])
+    settings = get_settings()
+    _preflight(requests, ctx, settings)
     threads = [thread_id] if thread_id else [f"envgen-{uuid.uuid4().hex[:10]}" for _ in requests]
     rows: list[dict[str, Any]] = []
     runs_on = executor_from(executor, ray_address, workers, concurrency)
-    settings = get_settings()
     with (
         open_checkpointer(settings) as saver,
         Progress(
@@ -128,7 +179,18 @@ def run(
                 why = result.reason if isinstance(result, WorkerLost) else str(result)
                 rows.append({"thread": thread, "status": "failed", "failure": why})
             progress.advance(task)
+        _keep_failed(rows, settings, saver)
     _summary(sorted(rows, key=lambda r: threads.index(r["thread"])))
+    _exit_status(rows)
+
+
+def _exit_status(rows: list[dict[str, Any]]) -> None:
+    """Nothing registered and nothing left to resume: the command made nothing, so it exits non-zero."""
+    if rows and not any(
+        r.get("status") == "registered" or str(r.get("status", "")).startswith("interrupted") for r in rows
+    ):
+        statuses = ", ".join(sorted({str(r.get("status")) for r in rows}))
+        raise EnvFactoryError(f"no environment was registered ({statuses}); see the output / failure column above")
 
 
 @app.command("resume")
@@ -138,6 +200,9 @@ def resume(
     prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE")] = None,
     budget: Annotated[int | None, typer.Option(help="revision budget")] = None,
     threshold: Annotated[float | None, typer.Option(help="pass threshold")] = None,
+    draft: Annotated[
+        bool, typer.Option("--draft/--no-draft", help="as for `run`, when the code step is still to come")
+    ] = True,
 ) -> None:
     """Continue a thread from its last checkpoint (after an interrupt or a crash)."""
     with open_checkpointer(get_settings()) as saver:
@@ -145,15 +210,17 @@ def resume(
         cfg: Any = {"configurable": {"thread_id": thread}}
         snap = graph.get_state(cfg)
         if not snap.values:
-            raise EnvFactoryError(f"no checkpoint for thread '{thread}' (see `envfactory envgen history`)")
+            raise EnvFactoryError(f"no checkpoint for thread '{thread}' (`envfactory envgen threads` lists them)")
         if not snap.next:
             out.print(f"thread {safe(thread)} has finished: {safe(snap.values.get('status'))}", highlight=False)
             _summary([{"thread": thread, **snap.values}])
             return
         row = run_one(
-            saver, thread, None, _context(prompt or [], budget, threshold), _check_nodes(interrupt_before or [])
+            saver, thread, None, _context(prompt or [], budget, threshold, draft), _check_nodes(interrupt_before or [])
         )
+        _keep_failed([row], get_settings(), saver)
     _summary([row])
+    _exit_status([row])
 
 
 @app.command("history")
@@ -163,7 +230,7 @@ def history(thread: str) -> None:
         graph = build(saver)
         snaps = list(graph.get_state_history({"configurable": {"thread_id": thread}}))
     if not snaps:
-        raise EnvFactoryError(f"no checkpoint for thread '{thread}'")
+        raise EnvFactoryError(f"no checkpoint for thread '{thread}' (`envfactory envgen threads` lists them)")
     table = Table("step", "ran", "next", "revision", "status", "tests passed", "checkpoint")
     previous: tuple[str, ...] = ()
     for snap in reversed(snaps):  # oldest first: what ran at a step is what was next before it
@@ -181,4 +248,36 @@ def history(thread: str) -> None:
             safe(str(snap.config["configurable"].get("checkpoint_id", ""))[:13]),
         )
         previous = tuple(snap.next)
+    out.print(table)
+
+
+@app.command("threads")
+def threads_cmd() -> None:
+    """Every EnvGen thread in the checkpointer, newest first: its environment, status and what is next."""
+    with open_checkpointer(get_settings()) as saver:
+        graph = build(saver)
+        latest: dict[str, str] = {}  # thread -> its newest checkpoint id (ids sort by time)
+        for item in saver.list(None):
+            thread = str(item.config["configurable"].get("thread_id", ""))
+            checkpoint = str(item.config["configurable"].get("checkpoint_id", ""))
+            if checkpoint > latest.get(thread, ""):
+                latest[thread] = checkpoint
+        table = Table("thread", "environment", "status", "next", "revision", "output / failure")
+        for thread in sorted(latest, key=lambda t: latest[t], reverse=True):
+            snap = graph.get_state({"configurable": {"thread_id": thread}})
+            values = snap.values or {}
+            status = values.get("status", "")
+            if snap.next:
+                status = f"interrupted before {', '.join(snap.next)}"
+            table.add_row(
+                safe(thread),
+                safe((values.get("metadata") or {}).get("name", "")),
+                safe(status),
+                safe(", ".join(snap.next)),
+                safe(values.get("revision", "")),
+                safe(values.get("output") or values.get("failure") or ""),
+            )
+    if not latest:
+        out.print("no EnvGen threads yet: start one with `envfactory envgen run`", highlight=False)
+        return
     out.print(table)

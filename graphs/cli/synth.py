@@ -10,11 +10,16 @@ from typing import Annotated
 
 import typer
 
+from envfactory.cli.args import out_dir_option
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
+from envfactory.errors import EnvFactoryError
 from envfactory.executor import executor_from
+from envfactory.llm.models import check_configured
+from envfactory.querygen.records import QUERY_ROLE, SOLVER_ROLE, USER_ROLE
 from envfactory.tasks.batch import load_config
 from envfactory.tasks.run import run_batch
+from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.terminal import SafeConsole
 
 app = typer.Typer(add_completion=False, help="Synthesize verified multi-turn conversations in a batch.")
@@ -25,7 +30,9 @@ err = SafeConsole(stderr=True)
 @app.callback(invoke_without_command=True)
 def synth(
     config: Annotated[Path, typer.Option("--config", help="YAML/JSON: mode, envs, A, T, S, D, seed, out, ...")],
-    out_dir: Annotated[Path | None, typer.Option("--out", help="output folder (overrides the config's)")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="output folder (overrides the config's)", callback=out_dir_option)
+    ] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="units at once (overrides the config's)")] = None,
     executor: Annotated[str, typer.Option(help="local (threads here) or ray (workers on a Ray cluster)")] = "local",
     ray_address: Annotated[
@@ -35,7 +42,8 @@ def synth(
         int | None, typer.Option(min=1, help="ray: worker processes (default: the cluster's CPUs)")
     ] = None,
 ) -> None:
-    """Run (or resume) a batch: conversations.jsonl, dropped.jsonl, summary.json, stats.png in the output folder."""
+    """Run (or resume) a batch: settings.json, conversations.jsonl, dropped.jsonl, summary.json, stats.png in the
+    output folder (a resume with other settings is refused, naming them)."""
     cfg = load_config(config)
     update: dict[str, object] = {}
     if out_dir is not None:
@@ -46,10 +54,18 @@ def synth(
     settings = get_settings()
     runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
     if cfg.mode == "offline":
+        record_synth_settings(cfg, settings, config)  # what shapes the run; a resume made otherwise stops here
         run_batch(cfg, settings, console=out, executor=runs_on)
         return
-    from graphs.checkpoint import open_checkpointer
-    from graphs.querygen.batch import QueryGenRunner
+    check_configured((QUERY_ROLE, SOLVER_ROLE, USER_ROLE), settings)  # before any work, not once per unit
+    try:
+        from graphs.checkpoint import open_checkpointer
+        from graphs.querygen.batch import QueryGenRunner
+    except ModuleNotFoundError as e:
+        raise EnvFactoryError(
+            f"synth in llm mode needs {e.name}, which is not installed: pip install -e '.[graphs]'"
+        ) from None
 
     with open_checkpointer(settings) as saver:  # one saver per process, shared by the batch's threads
+        record_synth_settings(cfg, settings, config)
         run_batch(cfg, settings, QueryGenRunner(settings, cfg, EnvPool(settings), saver), out, runs_on)

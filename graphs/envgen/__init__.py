@@ -4,6 +4,8 @@ A checkpointed LangGraph state machine. `build(checkpointer)` is for the CLI and
 default, run with `durability="sync"` so a killed process resumes mid-loop); `graph` is the
 checkpointer-free export for `langgraph.json` / LangGraph Studio. Every node is a thin wrapper over
 an agent in `envfactory_agents/`; every failure is a state (`status: failed` + `failure`), routed to END.
+A spec that compiles (a corpus entry, an OpenAPI file) is revised as a compiled plan (`plan`: data, judged by
+the compiled environments' gate) instead of written as code; `nodes` says how.
 
 Modules: `state` (state, context, shared readers), `nodes`, `graph` (routing, `build`, `graph`).
 """

@@ -20,6 +20,8 @@ class EnvGenState(TypedDict, total=False):
     metadata: dict[str, Any] | None  # EnvMetadata
     search: dict[str, Any] | None  # SearchReport
     code: str | None
+    plan: dict[str, Any] | None  # CompiledPlan: the candidate, when the Code Agent revises a compiled draft
+    draft: dict[str, Any] | None  # Draft.record(): the spec's compiled draft (or why none), the gate's verdict on it
     scenarios: list[dict[str, Any]]  # TestScenario, written once by the Test Agent, kept across revisions
     report: dict[str, Any] | None  # the latest ErrorReport
     reports: Annotated[list[dict[str, Any]], operator.add]  # every round's ErrorReport
@@ -37,6 +39,7 @@ class EnvGenContext:
     revision_budget: int | None = None
     pass_threshold: float | None = None
     n_scenarios: int = 4
+    draft: bool = True  # a spec that compiles (corpus entry, OpenAPI file): revise its compiled plan, write no code
     settings: Any = None  # Settings (typed Any: Studio builds a JSON schema of the context); default: the process's
 
 

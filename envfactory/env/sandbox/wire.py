@@ -17,6 +17,8 @@ import struct
 import time
 from typing import Any
 
+from envfactory.inputs import parse_int
+
 _HEADER = struct.Struct(">I")
 
 
@@ -69,7 +71,8 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # one instance: json.loads(**kw) builds one per call
+# one instance (json.loads(**kw) builds one per call); long integer literals refused before they are converted
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_int=parse_int)
 
 
 def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000, max_values: int = 2_000_000) -> Any:

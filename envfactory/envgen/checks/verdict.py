@@ -11,6 +11,7 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
+from envfactory.env.json_schema import timed_validator
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox import (
     JudgedCall,
@@ -177,7 +178,7 @@ def _precheck(metadata: EnvMetadata, scenario: TestScenario) -> str | None:
         given = {k: v for k, v in step.args.items() if v is not None or k in spec.required}
         try:
             error = jsonschema.exceptions.best_match(
-                jsonschema.Draft202012Validator(spec.input_schema).iter_errors(given)
+                timed_validator(spec.input_schema, formats=False).iter_errors(given)
             )
         except Exception:  # SchemaError, an unresolvable $ref...: an odd metadata schema is not the scenario's fault
             continue

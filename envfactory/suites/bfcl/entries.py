@@ -3,6 +3,7 @@ which involved class runs a call."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,10 +50,16 @@ class BFCLEntry(BaseModel):
         }
 
 
+def entry_files(category: str = "multi_turn_base") -> list[Path]:
+    """The files a category's entries are read from: the entries, then their ground truth where there is one."""
+    name = f"{_version_prefix()}_{category}.json"
+    answers = data_dir() / "possible_answer" / name
+    return [data_dir() / name, *([answers] if answers.exists() else [])]
+
+
 def load_entries(category: str = "multi_turn_base") -> list[BFCLEntry]:
     """BFCL's entries of a multi-turn category (e.g. `multi_turn_base`) joined with their ground truth."""
-    name = f"{_version_prefix()}_{category}.json"
-    entries = read_jsonl(data_dir() / name)
-    answers_path = data_dir() / "possible_answer" / name
-    answers = {a["id"]: a.get("ground_truth", []) for a in read_jsonl(answers_path)} if answers_path.exists() else {}
+    files = entry_files(category)
+    entries = read_jsonl(files[0])
+    answers = {a["id"]: a.get("ground_truth", []) for a in read_jsonl(files[1])} if len(files) > 1 else {}
     return [BFCLEntry.model_validate({**e, "ground_truth": answers.get(e["id"], [])}) for e in entries]

@@ -1,0 +1,76 @@
+"""No module is imported from an environment folder into this process.
+
+Trusted environment code runs in-process from the very bytes that were hashed (`envfactory.env.trust`),
+compiled with no bytecode cache. A module it imported from its folder — `from envs.notes import helper`
+works wherever the working folder is on `sys.path`, as with `python -m envfactory.cli` — would be read
+again by the import system after the hash, and from `__pycache__/` first: bytes that no trust pinned (a
+planted unchecked-hash `.pyc` of `helper` ran, as root, while the folder stayed trusted). So once an
+environment has been loaded in-process, its pool folder is closed to the import system: a module or
+package found there is refused with an `ImportError`, whoever imports it and whenever (at import or in a
+tool). Environment code is one file; the sandbox, where untrusted code is judged, allows no such import
+either, so code that needs one could not have passed a round.
+
+A module found elsewhere on `sys.path` is Python's own business (the interpreter's and the project's
+installation are trusted as a whole).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+
+class _PoolFolderGuard(importlib.abc.MetaPathFinder):
+    """First on `sys.meta_path`: refuses a module the path finder would load from a guarded folder."""
+
+    def __init__(self) -> None:
+        self.folders: frozenset[str] = frozenset()
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if not self.folders:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None:
+            return None
+        places = [spec.origin] if spec.origin and spec.has_location else []
+        places += list(spec.submodule_search_locations or [])
+        for place in places:
+            real = os.path.realpath(place)
+            for folder in self.folders:
+                if real == folder or real.startswith(folder + os.sep):
+                    raise ImportError(
+                        f"module {fullname!r} is in an environment folder ({place}): environment code is one "
+                        "file (env.py) run from the bytes that were hashed; nothing else in the folder is imported",
+                        name=fullname,
+                    )
+        return None  # the ordinary finders go on
+
+
+_GUARD = _PoolFolderGuard()
+_LOCK = threading.Lock()
+
+
+def guard_folder(folder: Path) -> None:
+    """Refuse, from now on in this process, every import of a module found in `folder` (a pool folder)."""
+    real = os.path.realpath(folder)
+    with _LOCK:
+        if real not in _GUARD.folders:
+            _GUARD.folders = _GUARD.folders | {real}
+        if not sys.meta_path or sys.meta_path[0] is not _GUARD:
+            if _GUARD in sys.meta_path:
+                sys.meta_path.remove(_GUARD)
+            sys.meta_path.insert(0, _GUARD)
+    importlib.invalidate_caches()
+
+
+def guarded_folders() -> frozenset[str]:
+    """The folders closed to the import system in this process (real paths)."""
+    return _GUARD.folders

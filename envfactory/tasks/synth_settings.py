@@ -1,0 +1,44 @@
+"""What shapes a synth run's conversations, recorded in its folder (`settings.json`, `envfactory.run_settings`).
+
+Compared on a resume: the config less what only says where and how fast (`out`, `concurrency`, `plot`), and in
+llm mode each QueryGen role's model and sampling. Recorded, not compared: the config file and the tool graph
+with their sha256s (the graph may be built by the run itself, so the first run cannot fingerprint it in advance).
+A resume into the same folder with other settings would write units of another plan, or of another model, beside
+those already there: it is refused before any unit runs, naming what differs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from envfactory.config import Settings
+from envfactory.querygen.records import QUERY_ROLE, SOLVER_ROLE, USER_ROLE
+from envfactory.run_settings import RunRecord, file_sha256, has_lines, model_identity, record_or_check
+from envfactory.tasks.batch import CONVERSATIONS, DROPPED, HELDOUT, SynthConfig
+from envfactory.toolgraph.settings import graph_path
+
+NOT_SHAPING = {"out", "concurrency", "plot"}
+
+
+def synth_record(config: SynthConfig, settings: Settings, config_file: Path | None = None) -> RunRecord:
+    shaping: dict[str, Any] = config.model_dump(mode="json", exclude=NOT_SHAPING)
+    if config.mode == "llm":
+        shaping["models"] = {r: model_identity(settings, r).model_dump() for r in (QUERY_ROLE, SOLVER_ROLE, USER_ROLE)}
+    graph = config.graph or graph_path(settings)
+    graph = graph if graph.is_absolute() else settings.root / graph
+    context: dict[str, Any] = {"tool_graph": str(graph)}
+    if graph.is_file():
+        context["tool_graph_sha256"] = file_sha256([graph])
+    if config_file is not None:
+        context |= {"config": str(config_file.resolve()), "config_sha256": file_sha256([config_file])}
+    return RunRecord(command="synth", settings=shaping, context=context)
+
+
+def record_synth_settings(config: SynthConfig, settings: Settings, config_file: Path | None = None) -> Path:
+    """Before any unit runs: record the run's settings in its folder, or refuse a resume made otherwise.
+    Returns the folder."""
+    folder = config.folder(settings.root)
+    holds = any(has_lines(folder / name) for name in (CONVERSATIONS, HELDOUT, DROPPED))
+    record_or_check(folder, synth_record(config, settings, config_file), holds_results=holds)
+    return folder

@@ -1,0 +1,278 @@
+"""A checked promise for every command: each class of user mistake is one line, a non-zero exit, and nothing
+half-written — and every command of the CLI (and each training script) is walked here, so a new command without
+its mistakes listed fails `test_every_command_is_walked`.
+
+The classes: a missing path, a path of the wrong kind (a folder for a file, a file for a folder), an output in a
+place that cannot hold it (/proc), bad JSON / YAML, an empty input, an unknown name, no model configured, and a
+command that would produce nothing. The commands run in-process (`envfactory.cli.main.main`), so the walk takes
+seconds, not a subprocess start per case.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+
+cli = importlib.import_module("envfactory.cli.main")  # the module (the package's `main` is its function)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# what needs a synth run (made once, below), the scratch files, and a place nothing can be created in
+RUN, T, NOWHERE = "{run}", "{tmp}", "/proc/envfactory-nowhere/x"
+
+
+SCRIPTED = {"ENVFACTORY_LLM__PROVIDER": "scripted", "ENVFACTORY_LLM__SCRIPT": "{script}"}  # a model is configured
+
+
+def case(argv: str, needle: str, **env: str) -> tuple[str, str, dict[str, str]]:
+    return argv, needle, env
+
+
+# (the command line, words the one error line must hold, environment variables for the case)
+CASES: list[tuple[str, str, dict[str, str]]] = [
+    case("serve nosuch", "no environment 'nosuch'"),
+    case("serve hotels --scenario nosuch", "no scenario 'nosuch'"),
+    case("serve hotels --scenario {tmp}/bad.json", "invalid JSON"),
+    case("call nosuch get_hotel", "no environment 'nosuch'"),
+    case("call hotels get_hotel --args {bad", "invalid JSON"),
+    case("call hotels get_hotel --args {} --state {tmp}/bad.json", "invalid JSON"),
+    case("call hotels get_hotel --args {} --state {tmp}/adir", "not a regular file"),
+    case("call hotels get_hotel --args {} --state /proc/envfactory-nowhere/s.json", "does not exist"),
+    case("call hotels get_hotel --args {} --scenario {tmp}/nope.json", "no such"),
+    case("envs list --native", "does not exist", ENVFACTORY_COMPILED_DIR="{tmp}/nope"),
+    case("envs export hotels --out {tmp}/afile", "is a file"),
+    case("envs export hotels --out /proc/envfactory-nowhere/x", "cannot create"),
+    case("envs export hotels --tasks {tmp}/nope.jsonl --out {tmp}/o", "does not exist"),
+    case("envs export --tasks {tmp}/empty.jsonl --out {tmp}/o", "no conversation in it"),
+    case("envs export nosuch --out {tmp}/o", "nosuch"),
+    case("envs validate nosuch", "nosuch"),
+    case("envs health nosuch", "no environment 'nosuch'"),
+    case("envs trust nosuch", "nosuch"),
+    case("envs metadata nosuch", "nosuch"),
+    case("hub serve --tasks {tmp}/nope.jsonl", "no such tasks file"),
+    case("hub serve --tasks {tmp}/empty.jsonl", "no task in it"),
+    case("hub serve --tasks {tmp}/adir", "has no conversations.jsonl"),
+    case("hub serve --tasks {tmp}/bad.json", "invalid JSON"),
+    case("hub serve --app nosuch", "nosuch"),
+    case("prompts show nosuch", "unknown prompt 'nosuch'"),
+    case("prompts show code/generate --set {tmp}/nope.yaml", ""),
+    case("mcp config nosuch", "nosuch"),
+    case("mcp config hotels --client nosuch", "unknown client 'nosuch'"),
+    case("mcp config hotels --out {tmp}/adir", "is a folder"),
+    case("mcp haproxy --backend nonsense", "bad balancer settings"),
+    case("mcp haproxy --backend 127.0.0.1:1 --out /proc/envfactory-nowhere/x", "cannot"),
+    case("corpus fetch --tarball {tmp}/nope.tgz", "nope.tgz"),
+    case("corpus fetch --tarball {tmp}/bad.json", "bad.json"),
+    case("corpus list", "not fetched yet"),
+    case("corpus show apis.guru", "not fetched yet"),
+    case("corpus index", "not fetched yet"),
+    case("corpus search pets", "not fetched yet"),
+    case("corpus gaps", "not fetched yet"),
+    case("corpus compile --out {tmp}/afile", "is a file"),
+    case("corpus compile --out {tmp}/o", "not fetched yet"),
+    case("envgen run --metadata {tmp}/nope.json", "no such metadata file"),
+    case("envgen run --metadata {tmp}/bad.json", "invalid JSON"),
+    case("envgen run --metadata {tmp}/adir", "not a regular file"),
+    case("envgen run --openapi {tmp}/bad.json", "not valid JSON"),
+    case("envgen run --metadata {meta} --prompt code/generate={tmp}/nope.yaml", "does not exist"),
+    case("envgen run --metadata {meta} --prompt nosuch/prompt={tmp}/bad.yaml", "unknown prompt 'nosuch/prompt'"),
+    case("envgen run --metadata {meta}", "no LLM is configured for role 'code'"),
+    case("envgen resume nosuch", "envgen threads"),
+    case("envgen history nosuch", "no checkpoint for thread 'nosuch'"),
+    case("graph build --out {tmp}/adir", "is a folder"),
+    case("graph build --out /proc/envfactory-nowhere/g.json", "cannot"),
+    case("graph stats --graph {tmp}/nope.json", "no tool graph"),
+    case("graph stats --graph {tmp}/bad.json", "invalid JSON"),
+    case("graph show hotels --graph {tmp}/bad.json", "invalid JSON"),
+    case("graph sample --graph {tmp}/bad.json", "invalid JSON"),
+    case("graph sample --out {tmp}/adir", "is a folder"),
+    case("graph sample --length 40..30", "MIN <= MAX"),
+    case("graph export --graphml {tmp}/adir", "is a folder"),
+    case("scaling fit {tmp}/nope.csv", "no such file"),
+    case("scaling fit {tmp}/bad.json", "not valid JSON"),
+    case("scaling fit {tmp}/empty.jsonl", ""),
+    case("scaling suggest {tmp}/nope.csv --budget 100", "no such file"),
+    case("scaling add {tmp}/t.csv --run {tmp}/nope --eval {tmp}/nope", "nope"),
+    case("scaling simulate --out {tmp}/adir", "is a folder"),
+    case("synth --config {tmp}/nope.yaml", "no such file"),
+    case("synth --config {tmp}/bad.yaml", "invalid YAML"),
+    case("synth --config {tmp}/empty.jsonl", "is empty"),
+    case("synth --config {tmp}/adir", "not a regular file"),
+    case("synth --config {tmp}/llm.yaml", "no LLM is configured for role 'query'"),
+    case("synth --config {tmp}/offline.yaml --out {tmp}/afile", "is a file"),
+    case("export {run} --format trl-sft --out {tmp}/afile", "is a file"),
+    case("export {run} --format trl-sft --out /proc/envfactory-nowhere/x", "cannot create"),
+    case("export {tmp}/nope --format trl-sft --out {tmp}/o", "does not exist"),
+    case("export {tmp}/empty.jsonl --format trl-sft --out {tmp}/o", "nothing to export"),
+    case("export {tmp}/bad.json --format trl-sft --out {tmp}/o", "invalid JSON"),
+    case("export {tmp}/adir --format verl --out {tmp}/o", "has no conversations.jsonl"),
+    case("eval {run} --out {tmp}/o", "no LLM is configured for role 'eval'"),
+    case("eval {run} --out {tmp}/afile", "is a file"),
+    case("eval {tmp}/nope --out {tmp}/o", "does not exist", **SCRIPTED),
+    case("eval --suite nosuch --out {tmp}/o", "unknown suite 'nosuch'", **SCRIPTED),
+    case("contamination {tmp}/nope", "does not exist"),
+    case("contamination {tmp}/empty.jsonl", "no conversation"),
+    case("contamination {run} --json {tmp}/adir", "is a folder"),
+]
+
+# commands whose only input is the pool and settings: nothing a user types can be wrong beyond --help
+NO_USER_INPUT = {"demo", "prompts list", "envgen threads"}
+
+TRAINING_CASES: list[tuple[str, list[str], str]] = [
+    ("sft", ["--model", "/nonexistent/model", "--data", "{sft}"], "no such folder"),
+    ("sft", ["--profile", "cpu", "--data", "{grpo}"], "missing columns: completion"),
+    ("sft", ["--profile", "cpu", "--data", "{tmp}/bad.json"], "not a JSON-lines dataset"),
+    ("sft", ["--config", "{tmp}/nope.yaml"], "nope.yaml"),
+    ("grpo", ["--profile", "cpu", "--data", "{sft}"], "missing columns"),
+    ("grpo", ["--model", "/nonexistent/model", "--data", "{grpo}"], "no such folder"),
+]
+
+
+@functools.cache
+def command_paths() -> frozenset[str]:
+    """Every leaf command of the CLI, the plugin sub-apps included ("envs export", "synth", ...)."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group="envfactory.cli"):
+        cli.app.add_typer(ep.load(), name=ep.name)
+    found: set[str] = set()
+
+    def walk(command: object, prefix: list[str]) -> None:
+        subs = getattr(command, "commands", None)
+        if subs:
+            for name, sub in subs.items():
+                walk(sub, [*prefix, name])
+        else:
+            found.add(" ".join(prefix))
+
+    walk(typer.main.get_command(cli.app), [])
+    return frozenset(found)
+
+
+def covered(argv: str) -> str:
+    """The command an argv runs: the longest known command path that starts it."""
+    words = argv.split()
+    known = command_paths()
+    for n in (2, 1):
+        if " ".join(words[:n]) in known:
+            return " ".join(words[:n])
+    raise AssertionError(f"no command for {argv!r}")
+
+
+def test_every_command_is_walked() -> None:
+    walked = {covered(argv) for argv, _, _ in CASES} | NO_USER_INPUT
+    assert command_paths() - walked == set(), "commands without their mistakes in CASES"
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A project with one environment, the mistake files, a tiny real synth run and its two exports."""
+    base = tmp_path_factory.mktemp("mistakes")
+    project, tmp = base / "project", base / "tmp"
+    shutil.copytree(ROOT / "envs" / "hotels", project / "envs" / "hotels")
+    shutil.copytree(ROOT / "prompts", project / "prompts")
+    shutil.copytree(ROOT / "configs", project / "configs")  # the trust pins: offline synth runs trusted code
+    tmp.mkdir()
+    (tmp / "afile").write_text("x\n")
+    (tmp / "adir").mkdir()
+    (tmp / "bad.json").write_text("{bad\n")
+    (tmp / "bad.yaml").write_text("a: [\n")
+    (tmp / "empty.jsonl").write_text("")
+    (tmp / "llm.yaml").write_text("mode: llm\nenvs: [hotels]\n")
+    (tmp / "offline.yaml").write_text("mode: offline\nenvs: [hotels]\n")
+    (tmp / "script.json").write_text("[]\n")
+    meta = json.loads((ROOT / "envs" / "hotels" / "metadata.json").read_text())
+    meta["name"] = "inns"
+    (tmp / "meta.json").write_text(json.dumps(meta))
+    values = {"tmp": str(tmp), "project": str(project), "meta": str(tmp / "meta.json")}
+    values["script"] = str(tmp / "script.json")
+    with pytest.MonkeyPatch.context() as mp:
+        _environment(mp, values)
+        run = base / "run"
+        (tmp / "run.yaml").write_text(f"mode: offline\nenvs: [hotels]\nT: 6\nS: 1\nout: {run}\nplot: false\n")
+        for argv in (f"synth --config {tmp}/run.yaml", f"export {run} --format trl-sft --out {base}/sft"):
+            code, output = invoke(argv.split())
+            assert code == 0, output
+        code, output = invoke(f"export {run} --format trl-grpo --out {base}/grpo".split())
+        assert code == 0, output
+    values |= {"run": str(run), "sft": str(base / "sft"), "grpo": str(base / "grpo")}
+    yield values
+
+
+def _environment(mp: pytest.MonkeyPatch, values: dict[str, str]) -> None:
+    mp.setenv("ENVFACTORY_ROOT", values["project"])
+    mp.setenv("ENVFACTORY_BFCL", "false")
+    mp.setenv("COLUMNS", "200")
+    for name in ("ENVFACTORY_LLM__PROVIDER", "ENVFACTORY_COMPILED_DIR", "ENVFACTORY_DATA_DIR"):
+        mp.delenv(name, raising=False)
+
+
+def invoke(argv: list[str]) -> tuple[int, str]:
+    """`envfactory ARGV` in this process: its exit code and everything it printed (stdout and stderr)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    saved = sys.argv
+    sys.argv = ["envfactory", *argv]
+    code = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            cli.main()
+    except SystemExit as e:
+        code = int(e.code or 0) if not isinstance(e.code, str) else 1
+    finally:
+        sys.argv = saved
+    return code, err.getvalue() + out.getvalue()
+
+
+def files_under(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*")}
+
+
+def fill(text: str, values: dict[str, str]) -> str:
+    for key, value in values.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+@pytest.mark.parametrize(("argv", "needle", "env"), CASES, ids=[c[0] for c in CASES])
+def test_a_mistake_is_one_line_and_leaves_nothing(
+    scratch: dict[str, str], monkeypatch: pytest.MonkeyPatch, argv: str, needle: str, env: dict[str, str]
+) -> None:
+    _environment(monkeypatch, scratch)
+    for name, value in env.items():
+        monkeypatch.setenv(name, fill(value, scratch))
+    tmp = Path(scratch["tmp"])
+    before = files_under(tmp)
+    args = [fill(word, scratch) for word in argv.split()]
+    code, output = invoke(args)
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert code != 0, output
+    assert "Traceback" not in output, output
+    assert len(lines) == 1 and lines[0].startswith("error:"), output
+    assert fill(needle, scratch) in lines[0], output
+    assert files_under(tmp) == before, "a mistake left something behind"
+
+
+@pytest.mark.parametrize(("script", "argv", "needle"), TRAINING_CASES, ids=[" ".join(c[1]) for c in TRAINING_CASES])
+def test_a_training_mistake_is_one_line(
+    scratch: dict[str, str], capsys: pytest.CaptureFixture[str], script: str, argv: list[str], needle: str
+) -> None:
+    pytest.importorskip("trl")
+    module = importlib.import_module(f"training.{script}")
+    code = module.main([fill(a, scratch) for a in argv] + ["--output", f"{scratch['tmp']}/never"])
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip() and not line.startswith(("INFO", "WARNING"))]
+    assert code == 1, captured
+    assert "Traceback" not in captured.err
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], captured.err
+    assert not Path(scratch["tmp"], "never").exists()
