@@ -14,6 +14,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Role = Literal["search", "code", "test", "query", "user", "solver", "eval"]
 ROLES: tuple[Role, ...] = ("search", "code", "test", "query", "user", "solver", "eval")
+QUERYGEN_ROLES: tuple[Role, ...] = ("query", "solver", "user")  # the roles a synth run in llm mode plays
 
 
 def _project_root() -> Path:

@@ -210,7 +210,8 @@ def test_an_evaluation_on_ray_records_what_a_local_one_does(plan: Plan, settings
 
 def test_envgen_batch_on_ray_registers_and_records_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`envfactory envgen run --executor ray`: the driver starts its own local instance; the worker opens its own
-    checkpointer and pool; two environments register, a broken request is a failed row, the batch goes on."""
+    checkpointer and pool; two environments register, a request whose model runs out of replies is a failed row,
+    the batch goes on. (A malformed metadata file is the user's mistake: refused before any run starts.)"""
     from tests.envgen_helpers import METADATA, SCENARIOS, code, fenced, setup_project
 
     broken = tmp_path / "broken_metadata.json"
@@ -218,15 +219,20 @@ def test_envgen_batch_on_ray_registers_and_records_failures(tmp_path: Path, monk
     root = setup_project(
         tmp_path, monkeypatch, {"code/generate": [fenced(code("good"))] * 2, "test/scenarios": [SCENARIOS] * 2}
     )
-    args = ["envgen", "run", "--metadata", str(METADATA), "--metadata", str(METADATA), "--metadata", str(broken)]
-    res = subprocess.run(
-        [sys.executable, "-m", "envfactory.cli", *args, "--executor", "ray", "--workers", "1"],
+    command = [sys.executable, "-m", "envfactory.cli", "envgen", "run", "--executor", "ray", "--workers", "1"]
+    refused = subprocess.run(
+        [*command, "--metadata", str(METADATA), "--metadata", str(broken)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "250"}, cwd=ROOT,
     )  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
+    assert refused.returncode != 0 and "broken_metadata.json" in refused.stderr and "Traceback" not in refused.stderr
+    assert "envgen-" not in refused.stdout  # no run started
+    res = subprocess.run(
+        [*command, *["--metadata", str(METADATA)] * 3],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "250"}, cwd=ROOT,
+    )  # fmt: skip
     rows = [line for line in res.stdout.splitlines() if "envgen-" in line]
-    assert len(rows) == 3 and sum("registered" in r for r in rows) == 2, res.stdout
-    assert [r for r in rows if "failed" in r and "broken_metadata.json" in r]
+    assert len(rows) == 3 and sum("registered" in r for r in rows) == 2, res.stdout + res.stderr[-3000:]
+    assert sum("failed" in r for r in rows) == 1, res.stdout
     assert (root / ".envfactory" / "checkpoints.sqlite").is_file()  # written by the worker, on this machine
 
 

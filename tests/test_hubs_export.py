@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from envfactory.cli.main import app
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
+from envfactory.errors import EnvFactoryError
 from envfactory.hubs.episode import Task, load_tasks
 from envfactory.hubs.export import HubExportError
 from envfactory.reward.scorer import CompositeReward
@@ -328,12 +329,16 @@ def test_export_errors_are_actionable(run: Path, tmp_path: Path) -> None:
         (["envs", "export", "nope", "--out", str(tmp_path / "a")], "no environment folder"),
         (["envs", "export", "hotels", "--name", "Bad-Name", "--out", str(tmp_path / "b")], "package name"),
         (["envs", "export", "flights", "--tasks", str(run), "--out", str(tmp_path / "c")], "none of the"),
-        (["envs", "export", "hotels", "--out", str(tmp_path / "full" / "keep.txt")], "is a file"),
-        (["envs", "export", "hotels", "--out", str(tmp_path / "full" / "keep.txt" / "under")], "cannot write"),
     ]
     for args, message in cases:
         result = CliRunner().invoke(app, args)
         assert isinstance(result.exception, HubExportError) and message in str(result.exception), (args, result)
+    for args, message in [  # refused by the CLI's --out check (envfactory.cli.args) before the export starts
+        (["envs", "export", "hotels", "--out", str(tmp_path / "full" / "keep.txt")], "is a file"),
+        (["envs", "export", "hotels", "--out", str(tmp_path / "full" / "keep.txt" / "under")], "is not a folder"),
+    ]:
+        result = CliRunner().invoke(app, args)
+        assert isinstance(result.exception, EnvFactoryError) and message in str(result.exception), (args, result)
     assert (tmp_path / "full" / "keep.txt").read_text() == "mine"
 
 

@@ -236,6 +236,55 @@ def test_slow_bodies_at_the_connection_cap_cannot_keep_new_clients_out(project: 
     _no_traceback(log)
 
 
+def _post_on(sock: socket.socket, payload: dict[str, Any]) -> int:
+    """POST `payload` to /mcp on an open keep-alive socket; the answer's status (its body read off the socket)."""
+    body = json.dumps(payload).encode()
+    host = f"127.0.0.1:{sock.getpeername()[1]}"
+    head = (
+        b"POST /mcp HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\n"
+        b"accept: application/json, text/event-stream\r\ncontent-length: %d\r\n\r\n" % (host.encode(), len(body))
+    )
+    sock.sendall(head + body)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection"
+        data += chunk
+    headers, rest = data.split(b"\r\n\r\n", 1)
+    lines = headers.decode("latin-1").split("\r\n")
+    length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return int(lines[0].split()[1])
+
+
+def test_a_flood_at_the_connection_cap_never_closes_an_answered_keep_alive_connection(project: Path) -> None:
+    """A session's kept-alive connection, answered and idle past the stall time, is not the one a flood of
+    silent connections at the cap closes to make room: the silent ones make room for each other."""
+    env = {"ENVFACTORY_SERVE_MAX_CONNECTIONS": "64"}
+    with serve_process(project, "serve", "hotels", env=env) as (url, proc, log):
+        port = int(url.split(":")[2].split("/")[0])
+        kept = socket.create_connection(("127.0.0.1", port), timeout=10)
+        assert _post_on(kept, INIT) == 200
+        silent: list[socket.socket] = []
+        until = time.monotonic() + 2.5  # past the 1 s stall time, inside the 5 s keep-alive
+        while time.monotonic() < until:
+            for i, sock in enumerate(silent):
+                if _closed(sock):
+                    sock.close()
+                    silent[i] = socket.create_connection(("127.0.0.1", port), timeout=5)
+            while len(silent) < 100:
+                silent.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(0.2)
+        assert not _closed(kept)
+        assert _post_on(kept, INIT) == 200  # the same connection, answered again
+        kept.close()
+        for sock in silent:
+            sock.close()
+        assert proc.poll() is None
+    _no_traceback(log)
+
+
 def _nofile(n: int) -> Any:
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))

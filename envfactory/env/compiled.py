@@ -269,8 +269,10 @@ class CompiledEnvironment(BaseEnvironment):
         checked = to_json(state)
         size = len(raw) + len(checked)
         while self._checked and (len(self._checked) >= _CHECKED_CONFIGS or self._checked_bytes + size > _CHECKED_BYTES):
-            oldest = next(iter(self._checked))
-            self._checked_bytes -= len(oldest) + len(self._checked.pop(oldest))
+            oldest = next(iter(self._checked), b"")
+            dropped = self._checked.pop(oldest, None)
+            if dropped is not None:  # (another thread may have dropped it first)
+                self._checked_bytes -= len(oldest) + len(dropped)
         self._checked[raw] = checked
         self._checked_bytes += size
         return state

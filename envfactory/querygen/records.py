@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envfactory.config import Role, Settings
+from envfactory.config import QUERYGEN_ROLES, Role, Settings
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.tasks.models import PlannedCall, States, Step, ToolCall, ToolResult
 
@@ -80,7 +80,7 @@ USER_ROLE: Role = "user"
 def model_names(settings: Settings) -> dict[str, str]:
     """role → the model that played it, for a conversation's provenance."""
     out: dict[str, str] = {}
-    for role in (QUERY_ROLE, SOLVER_ROLE, USER_ROLE):
+    for role in QUERYGEN_ROLES:
         cfg = settings.llm_for(role)
         if cfg.provider == "scripted":
             out[role] = f"scripted:{cfg.script.name if cfg.script else '?'}"

@@ -5,8 +5,10 @@
   `max_header_bytes`, else it is closed (431 when too large). uvicorn alone has no such timer: a
   connection that never finishes its headers stays open for ever. A connection opened while
   `connection_cap` connections are open first makes room: the connection that has been sending its
-  request (headers or body) or waiting idle the longest, for more than `stall_s`, is closed for it —
-  one client's slow bodies or idle connections cannot keep every later client out. Only when none is
+  request (headers or body), or waiting for its first request, the longest, for more than `stall_s`,
+  is closed for it — one client's slow bodies or silent connections cannot keep every later client
+  out. A kept-alive connection that has been answered is a session's: it is never closed to make room
+  (it closes itself after `keep_alive_s` idle), so a flood cannot cut an open session off. Only when none is
   stalled does the new connection get a 503 (a JSON-RPC error body) for each request; the connections
   already open, and so the sessions using them, are served as before.
 - `guard_event_loop`: the loop's exception handler never raises and logs resource exhaustion (an
@@ -100,12 +102,19 @@ class GuardedHTTP(_BaseHTTP):
         self._arm()
 
     def _stalled_since(self) -> float | None:
-        """Since when this connection has been sending the request it is on (or idle before its next), or None."""
+        """Since when this connection has been sending the request it is on (or waiting for its first), or None.
+
+        An answered connection that has sent nothing of its next request is a session's kept-alive one: None
+        (one that trickles its next request's headers is stalled since its last answer).
+        """
         since = getattr(self, "_since", None)
         if since is None or self.transport is None or self.transport.is_closing():
             return None
         cycle = self.cycle
-        if self._waiting_for_headers() or (cycle is not None and cycle.more_body and not cycle.response_started):
+        if self._waiting_for_headers():
+            idle = getattr(self, "_answered", False) and not getattr(self, "_header_bytes", 0)
+            return None if idle else float(since)
+        if cycle is not None and cycle.more_body and not cycle.response_started:
             return float(since)
         return None
 
@@ -164,6 +173,7 @@ class GuardedHTTP(_BaseHTTP):
 
     def on_response_complete(self) -> None:
         before = self.cycle
+        self._answered = True
         super().on_response_complete()
         if not self.transport.is_closing() and self.cycle is before:
             self._arm()  # the next request's headers are due within the timeout too

@@ -54,8 +54,8 @@ class ServeLimits(BaseSettings):
     stall_s: float = Field(
         default=1.0,
         gt=0,
-        description="at the connection cap, a connection still sending its request (or idle) this long is closed "
-        "to make room for a new one",
+        description="at the connection cap, a connection still sending its request (or silent since it opened) "
+        "this long is closed to make room for a new one; an answered, idle keep-alive connection never is",
     )
     fd_reserve: int = Field(
         default=64, ge=0, description="file descriptors kept free for sessions, workers and logs (lowers the cap)"

@@ -157,6 +157,7 @@ class _PiStar:
         self.turn_of: list[int] = []  # the turn of every executed call (inserted lookups join their consumer's)
         self.at: list[int] = []  # chain position → position among the executed calls
         self.learned: dict[tuple[str, str], tuple[float, float]] = {}  # (tool, parameter) → bounds it stated
+        self._views: dict[str, dict[str, dict[str, dict[str, Any]]]] | None = None  # records while a call is bound
         self.core_all = {i for env in core.values() for ids in env.values() for i in ids}
         self._plan_targets()
 
@@ -278,15 +279,13 @@ class _PiStar:
         input named after it, or one whose description names it ("assigned to this agent")."""
         if not pname.endswith("_id"):
             return True
-        owner = next(
-            (c for s in self.episode.sessions.values() for c, r in _records(s.dump()).items() if value in r), None
-        )
+        owner = next((c for e in self.episode.sessions for c, r in self._records_of(e).items() if value in r), None)
         if owner is None:
             return True
         noun = singular(owner)
         if pname[:-3] == noun or pname[:-3].endswith(noun) or noun.endswith("_" + pname[:-3]):
             return True
-        colls = {c for s in self.episode.sessions.values() for c in _records(s.dump())}
+        colls = {c for e in self.episode.sessions for c in self._records_of(e)}
         if collection_for(colls, pname) is not None:  # the input names another collection: not this one
             return False
         # an input named otherwise (`assignee_id`) takes a record its description names, unless that is
@@ -303,7 +302,7 @@ class _PiStar:
         (`prefer`), then the most recent; `shift` moves along that order on retries."""
         environment = self.pool.get(env)
         assert isinstance(environment, CompiledEnvironment)
-        state = self.episode.sessions[env].dump()
+        state = self._records_of(env)
         members = state.get(coll, {})
         linking = {f for r in environment.plan.resources for f, o in links(environment, r.name).items() if o == coll}
         id_field = environment.resources[coll].id_field
@@ -335,7 +334,7 @@ class _PiStar:
         """An id for `pname` from any earlier result of the conversation (the chain's target first, then
         the most recent): the booking made two turns ago, the account listed before, one of a paper's
         `author_ids`; `shift` moves along that order on retries."""
-        colls = _records(self.episode.sessions[env].dump()) if env in self.episode.sessions else {}
+        colls = self._records_of(env) if env in self.episode.sessions else {}
         coll = collection_for(colls, pname)
         members = set(colls.get(coll or "", {}))
         wanted = self.targets.get((env, coll or ""))
@@ -362,8 +361,8 @@ class _PiStar:
 
     def _some_id(self, noun: str) -> str | None:
         """An id of a record of collection `<noun>s` in any environment of the chain (core records first)."""
-        for env, session in self.episode.sessions.items():
-            for coll, records in _records(session.dump()).items():
+        for env in self.episode.sessions:
+            for coll, records in self._records_of(env).items():
                 if singular(coll) == noun:
                     core = [i for i in self.core.get(env, {}).get(coll, []) if i in records]
                     return self.rng.choice(sorted(core or records))
@@ -371,7 +370,7 @@ class _PiStar:
 
     def _target(self, env: str, names: list[str], new: bool) -> tuple[str, dict[str, Any]] | None:
         """The collection covering most of `names` (fields, or `x_id` of collection `xs`) and its target record."""
-        colls = _records(self.episode.sessions[env].dump())
+        colls = self._records_of(env)
         names = [self._fields.get(n, n) for n in names]
         best, best_score = None, 0
         for coll, records in colls.items():
@@ -395,19 +394,14 @@ class _PiStar:
         (a payee's owner is an account holder), so a new record keeps it rather than making one up."""
         if not isinstance(value, str) or not value:
             return False
-        for other, records in _records(self.episode.sessions[env].dump()).items():
+        for other, records in self._records_of(env).items():
             if other != coll and any(value in r.values() for r in records.values()):
                 return True
         return False
 
     def _field_values(self, env: str, field: str) -> list[Any]:
         """Values of a field of that name in the environment's records (the shape a new value should have)."""
-        return [
-            r[field]
-            for records in _records(self.episode.sessions[env].dump()).values()
-            for r in records.values()
-            if field in r
-        ]
+        return [r[field] for records in self._records_of(env).values() for r in records.values() if field in r]
 
     def _returned(self, env: str, output: dict[str, Any] | None, tool: str | None = None) -> str | None:
         """The collection the tool's output is records of (a record or a list of them): a compiled tool's
@@ -420,7 +414,7 @@ class _PiStar:
         if "id" not in keys:
             return None
         best: tuple[int, str] | None = None
-        for coll, records in _records(self.episode.sessions[env].dump()).items():
+        for coll, records in self._records_of(env).items():
             fields = _fields_of(records)
             if keys <= fields | {"id"}:
                 extra = len(fields - keys)
@@ -459,7 +453,7 @@ class _PiStar:
                 )
                 continue
             if pname in say or self.settings.ids_from_state:
-                state = self.episode.sessions[env].dump()
+                state = self._records_of(env)
                 records = state.get(coll, {})
                 id_field = environment.resources[coll].id_field
                 fitting = [
@@ -487,7 +481,7 @@ class _PiStar:
         op = operation(environment, tool)
         if op is None or not op.scopes:
             return
-        state = self.episode.sessions[environment.name].dump()
+        state = self._records_of(environment.name)
         named = [(op.id_param, op.resource)] if op.id_param is not None else []
         anchor = next(
             (
@@ -506,12 +500,30 @@ class _PiStar:
                 path = f"{resource}.{id_key(record.get(environment.resources[resource].id_field))}.{field}"
                 bindings.append(Binding(parameter=arg, source="state", value=record[field], path=path))
 
+    def _records_of(self, env: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """The records of `env`'s session now, by collection: read once per binding of a call (nothing runs while
+        a call is bound, and binding reads them dozens of times), else from a fresh dump."""
+        if self._views is None:
+            return _records(self.episode.sessions[env].dump())
+        view = self._views.get(env)
+        if view is None:
+            view = self._views[env] = _records(self.episode.sessions[env].dump())
+        return view
+
     def _bind(
         self, qualified: str, inputs: list[InputSource], attempt: int, say: set[str] | None = None
     ) -> tuple[ToolCall, list[Binding]]:
         """One call's arguments (see the module's rules); `say`: id inputs no tool finds, which the user says
-        (ids of their own records)."""
-        say = say or set()
+        (ids of their own records). The session's records are read once while the call is bound."""
+        self._views = {}
+        try:
+            return self._bind_call(qualified, inputs, attempt, say or set())
+        finally:
+            self._views = None
+
+    def _bind_call(
+        self, qualified: str, inputs: list[InputSource], attempt: int, say: set[str]
+    ) -> tuple[ToolCall, list[Binding]]:
         how = _ATTEMPTS[min(attempt, len(_ATTEMPTS) - 1)]
         env, name = qualified.split(".", 1)
         spec = self.pool.get(env).metadata.tool(name)
@@ -569,7 +581,7 @@ class _PiStar:
                     )
                 elif self.settings.ids_from_state or pname in say:
                     # reachability checks, or an id no tool finds: the user's own record, which they name
-                    colls = _records(self.episode.sessions[env].dump())
+                    colls = self._records_of(env)
                     coll = collection_for(colls, pname)
                     ids = sorted(colls.get(coll or "", {}))
                     if ids:
@@ -594,7 +606,7 @@ class _PiStar:
             # a lookup searches for the record the conversation is about: its inputs come from that record
             looked_for = self._returned(env, spec.output_schema, name)
             chosen = self.targets.get((env, looked_for or ""))
-            records = _records(self.episode.sessions[env].dump()).get(looked_for or "", {})
+            records = self._records_of(env).get(looked_for or "", {})
             if looked_for is not None and chosen in records:
                 target = (looked_for, {"id": chosen, **records[chosen]})
         # a write returning a record of collection C creates or changes a C: its values are new, not

@@ -12,8 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from envfactory.config import Settings
-from envfactory.querygen.records import QUERY_ROLE, SOLVER_ROLE, USER_ROLE
+from envfactory.config import QUERYGEN_ROLES, Settings
 from envfactory.run_settings import RunRecord, file_sha256, has_lines, model_identity, record_or_check
 from envfactory.tasks.batch import CONVERSATIONS, DROPPED, HELDOUT, SynthConfig
 from envfactory.toolgraph.settings import graph_path
@@ -24,7 +23,7 @@ NOT_SHAPING = {"out", "concurrency", "plot"}
 def synth_record(config: SynthConfig, settings: Settings, config_file: Path | None = None) -> RunRecord:
     shaping: dict[str, Any] = config.model_dump(mode="json", exclude=NOT_SHAPING)
     if config.mode == "llm":
-        shaping["models"] = {r: model_identity(settings, r).model_dump() for r in (QUERY_ROLE, SOLVER_ROLE, USER_ROLE)}
+        shaping["models"] = {r: model_identity(settings, r).model_dump() for r in QUERYGEN_ROLES}
     graph = config.graph or graph_path(settings)
     graph = graph if graph.is_absolute() else settings.root / graph
     context: dict[str, Any] = {"tool_graph": str(graph)}
