@@ -241,6 +241,23 @@ def link_references(env: CompiledEnvironment, state: dict[str, Any], rng: random
                     continue  # an integer id in a field of another type: leave the field as made
                 if not schema_problems(validator_for(props[field]), value, field):
                     record[field] = value
+    _inherit_scopes(env, state)
+
+
+def _inherit_scopes(env: CompiledEnvironment, state: dict[str, Any]) -> None:
+    """A record keeps the namespace of the record it is filed under (parents first, so down the whole chain): a
+    scope that is also a reference (a card's `board_id`, when the board is a namespace of lists and cards) was
+    linked to a record on its own above, and a card on another board than its list sits nowhere a call finds it
+    (listing the list's cards on its board misses it)."""
+    for r in _ordered(env.plan):
+        if r.parent is None or r.parent_field is None or not r.scope_fields:
+            continue
+        owners: dict[str, Any] = state[r.parent]
+        for record in state[r.name].values():
+            owner = owners.get(str(record.get(r.parent_field)))
+            for field in r.scope_fields:
+                if owner is not None and field in owner:
+                    record[field] = owner[field]
 
 
 def compiled_initial_state(
