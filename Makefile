@@ -5,6 +5,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXTERNAL_STAMP := $(VENV)/.external-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
+# `make test` runs the suite on one pytest-xdist worker per core plus one: many tests wait on a server, a
+# sandbox or a subprocess, so a worker over the cores keeps them busy (WORKERS=0: in this process)
+WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 
 .PHONY: setup setup-external demo test test-external lint typecheck pytest bench clean system test-system
 
@@ -68,7 +71,7 @@ typecheck: setup
 	$(BIN)/mypy
 
 pytest: setup
-	$(BIN)/python -m pytest -q -m "not external"
+	$(BIN)/python -m pytest -q -m "not external" -n $(WORKERS)
 
 test: lint typecheck pytest
 

@@ -1,12 +1,16 @@
-"""Shared fixtures: the real bundled pool and its tool graph (real MiniLM embeddings), built once per test run, and
-llama.cpp's OpenAI-compatible server on SmolLM2, started once per test run by the first test that asks for it."""
+"""Shared fixtures: the real bundled pool and its tool graph (real MiniLM embeddings), built once per test run (once
+for all pytest-xdist workers), and llama.cpp's OpenAI-compatible server on SmolLM2, started once per test run by
+the first test that asks for it."""
 
 from __future__ import annotations
 
+import os
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
@@ -33,8 +37,20 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingCache:
 
 
 @pytest.fixture(scope="session")
-def built(sources: list[ToolSource], cache: EmbeddingCache) -> tuple[ToolGraph, BuildReport]:
-    return build_tool_graph(sources, cache, ToolGraphSettings())
+def built(
+    sources: list[ToolSource], cache: EmbeddingCache, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[ToolGraph, BuildReport]:
+    """Built once per run: under pytest-xdist the first worker builds it and the others read its pickle."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build_tool_graph(sources, cache, ToolGraphSettings())
+    shared = tmp_path_factory.getbasetemp().parent / "pool-tool-graph.pickle"
+    with FileLock(f"{shared}.lock"):
+        if shared.is_file():
+            out: tuple[ToolGraph, BuildReport] = pickle.loads(shared.read_bytes())
+            return out
+        out = build_tool_graph(sources, cache, ToolGraphSettings())
+        shared.write_bytes(pickle.dumps(out))
+        return out
 
 
 @pytest.fixture(scope="session")

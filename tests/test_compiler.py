@@ -476,22 +476,27 @@ def _outcome(out: Path) -> tuple[list[dict[str, Any]], dict[str, bytes]]:
     return rows, files
 
 
-def test_worker_processes_and_ray_build_what_one_process_builds(built: Path, tmp_path: Path) -> None:
-    """The same records and byte-identical environments from a batch run here, in worker processes, and on
-    Ray workers (a real local instance): units build in their own process and the driver writes."""
-    ray = pytest.importorskip("ray")
+def test_worker_processes_build_what_one_process_builds(built: Path, tmp_path: Path) -> None:
+    """The same records and byte-identical environments from a batch run here and in worker processes: units
+    build in their own process and the driver writes."""
     expected = _outcome(built)
     assert expected[0] and any(name.endswith("compiled.json") for name in expected[1])
     processes = tmp_path / "processes"
     list(build_many(_jobs(), processes, QUICK, ProcessExecutor(processes=2)))
     assert _outcome(processes) == expected
+
+
+@pytest.mark.external  # a Ray instance: `make test-external`
+def test_ray_workers_build_what_one_process_builds(built: Path, tmp_path: Path) -> None:
+    """The same on Ray workers (a real local instance), each unit's CPU seconds recorded."""
+    ray = pytest.importorskip("ray")
     on_ray = tmp_path / "ray"
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         list(build_many(_jobs(), on_ray, QUICK, RayExecutor(ExecutorSettings(kind="ray", workers=2))))
     finally:
         ray.shutdown()
-    assert _outcome(on_ray) == expected
+    assert _outcome(on_ray) == _outcome(built)
     assert all(r.cpu_seconds > 0 for r in read_reports(on_ray) if r.status == "healthy")
 
 

@@ -19,19 +19,74 @@ Modules, one concept each:
   `envfactory.suites.bfcl.flows`).
 """
 
-from envfactory.toolgraph.build import BuildReport, BuildTimings, build_tool_graph, embed_texts
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# `classify` is also a module's name: once that module is imported the package's `classify` would be the module,
+# so the function is bound here, at once (the module is light)
 from envfactory.toolgraph.classify import Verdict, classify
-from envfactory.toolgraph.collect import env_sources, pool_sources
-from envfactory.toolgraph.errors import ToolGraphError
-from envfactory.toolgraph.graph import GraphStats, ToolGraph
-from envfactory.toolgraph.html import render_env_html
-from envfactory.toolgraph.io import FORMAT_VERSION, export_graphml, load_graph, save_graph
-from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, output_params
-from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain, TopologySampler, split_turns
-from envfactory.toolgraph.schema_edges import add_schema_edges, schema_pairs
-from envfactory.toolgraph.settings import ToolGraphSettings, cache_path, graph_path
-from envfactory.toolgraph.similarity import naive_pairs, similar_pairs
-from envfactory.toolgraph.synthetic import synthetic_sources
+
+if TYPE_CHECKING:
+    from envfactory.toolgraph.build import BuildReport, BuildTimings, build_tool_graph, embed_texts
+    from envfactory.toolgraph.collect import env_sources, pool_sources
+    from envfactory.toolgraph.errors import ToolGraphError
+    from envfactory.toolgraph.graph import GraphStats, ToolGraph
+    from envfactory.toolgraph.html import render_env_html
+    from envfactory.toolgraph.io import FORMAT_VERSION, export_graphml, load_graph, save_graph
+    from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, output_params
+    from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain, TopologySampler, split_turns
+    from envfactory.toolgraph.schema_edges import add_schema_edges, schema_pairs
+    from envfactory.toolgraph.settings import ToolGraphSettings, cache_path, graph_path
+    from envfactory.toolgraph.similarity import naive_pairs, similar_pairs
+    from envfactory.toolgraph.synthetic import synthetic_sources
+
+# The rest imported when first named: the build pulls numpy, the embedding stack and the LLM clients (about a second),
+# which `names`, `settings` or `sampler` alone (the corpus reader, synthesis) never need.
+_WHERE: dict[str, str] = {
+    "BuildReport": "envfactory.toolgraph.build",
+    "BuildTimings": "envfactory.toolgraph.build",
+    "ChainStep": "envfactory.toolgraph.sampler",
+    "FORMAT_VERSION": "envfactory.toolgraph.io",
+    "GraphStats": "envfactory.toolgraph.graph",
+    "InputSource": "envfactory.toolgraph.sampler",
+    "ParamSpec": "envfactory.toolgraph.params",
+    "ToolChain": "envfactory.toolgraph.sampler",
+    "ToolGraph": "envfactory.toolgraph.graph",
+    "ToolGraphError": "envfactory.toolgraph.errors",
+    "ToolGraphSettings": "envfactory.toolgraph.settings",
+    "ToolSource": "envfactory.toolgraph.params",
+    "TopologySampler": "envfactory.toolgraph.sampler",
+    "add_schema_edges": "envfactory.toolgraph.schema_edges",
+    "build_tool_graph": "envfactory.toolgraph.build",
+    "cache_path": "envfactory.toolgraph.settings",
+    "embed_texts": "envfactory.toolgraph.build",
+    "env_sources": "envfactory.toolgraph.collect",
+    "export_graphml": "envfactory.toolgraph.io",
+    "graph_path": "envfactory.toolgraph.settings",
+    "input_params": "envfactory.toolgraph.params",
+    "load_graph": "envfactory.toolgraph.io",
+    "naive_pairs": "envfactory.toolgraph.similarity",
+    "output_params": "envfactory.toolgraph.params",
+    "pool_sources": "envfactory.toolgraph.collect",
+    "render_env_html": "envfactory.toolgraph.html",
+    "save_graph": "envfactory.toolgraph.io",
+    "schema_pairs": "envfactory.toolgraph.schema_edges",
+    "similar_pairs": "envfactory.toolgraph.similarity",
+    "split_turns": "envfactory.toolgraph.sampler",
+    "synthetic_sources": "envfactory.toolgraph.synthetic",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'envfactory.toolgraph' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "FORMAT_VERSION",
