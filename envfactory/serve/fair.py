@@ -226,12 +226,13 @@ class OffLoop:
 
     Calls on the loop run in arrival order and cannot be interrupted, so only cheap ones may run there: a
     call on the loop that used over `cpu_s` of CPU or was blocked over `blocked_s` (`Stopwatch`) was
-    expensive. Its session runs its next 2**k calls on a thread (in fair order, `FairLimiter`), k being how
-    often it was caught so (`strike`, also for what is known in advance, such as a large state loaded); an
-    expensive call on a thread starts that count over, a cheap one counts down. A session that alternates
-    cheap and expensive calls to get the loop is off it for ever longer; one caught by chance (a collection,
-    a wait for the GIL while the thread holding it was preempted) is back after two calls, and each run of
-    16 * 2**k cheap calls on the loop forgives one strike, so chance strikes do not pile up over a long session.
+    expensive. Caught so a k-th time (`strike`; k >= 2: the first is let go, as chance strikes are common: a
+    collection, a wait for the GIL while the thread holding it was preempted), a session runs its next 2**k
+    calls on a thread (in fair order, `FairLimiter`); an expensive call on a thread starts that count over,
+    a cheap one counts down, and each run of 16 * 2**k cheap calls on the loop forgives one strike, so chance
+    strikes do not pile up over a long session. A session that alternates cheap and expensive calls to get the
+    loop is off it for ever longer. What is known in advance to be expensive (a large state loaded) sends the
+    session's next calls off the loop at once (`expect`).
     On a thread, blocked time counts only over `thread_blocked_s` (10 x `blocked_s` by default): there it
     mostly is the GIL held by a thread the OS preempted, which says nothing of the call.
 
@@ -260,11 +261,17 @@ class OffLoop:
         return mark is not None and mark[1] > 0
 
     def strike(self, key: Any) -> None:
-        """Session `key` ran an expensive call on the loop, or is about to (its next calls leave it)."""
+        """Session `key` ran an expensive call on the loop: from the second time on, its next calls leave it."""
         mark = self._marks.setdefault(key, [0, 0, 0])
         mark[0] += 1
-        mark[1] = min(self.most, 1 << mark[0])
+        mark[1] = min(self.most, 1 << mark[0]) if mark[0] > 1 else 0
         mark[2] = 0
+
+    def expect(self, key: Any) -> None:
+        """Session `key`'s calls will be expensive (e.g. it loaded a large state): its next ones leave the loop."""
+        mark = self._marks.setdefault(key, [0, 0, 0])
+        mark[0] = max(mark[0], 1)
+        mark[1] = max(mark[1], min(self.most, 1 << mark[0]))
 
     def ran(self, key: Any, cpu: float, blocked: float, *, inline: bool) -> None:
         """Session `key`'s call used `cpu` seconds of CPU and was blocked `blocked` seconds, on the loop (`inline`)
