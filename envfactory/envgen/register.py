@@ -26,7 +26,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.trust import CODE_FILE
 from envfactory.envgen.checks import TestScenario
 from envfactory.envgen.health import HealthSettings, gate
-from envfactory.envgen.registry import registry_lock
+from envfactory.env.registry import registry_lock
 from envfactory.envgen.validate import sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 
