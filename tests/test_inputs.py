@@ -269,7 +269,7 @@ def test_a_failed_write_in_process_keeps_the_old_file(tmp_path: Path, monkeypatc
 
 
 def _tasks(p: Path) -> Any:
-    from envfactory.serve.hub import load_tasks
+    from envfactory.metatools import load_tasks
 
     return load_tasks(p)
 
@@ -434,7 +434,7 @@ def test_registry_messages_keep_their_advice(tmp_path: Path) -> None:
 
 
 def test_a_deep_jsonl_line_names_its_line(tmp_path: Path) -> None:
-    from envfactory.serve.hub import HubError, load_tasks
+    from envfactory.metatools import HubError, load_tasks
     from envfactory.tasks.batch import SynthConfigError, read_jsonl
 
     path = tmp_path / "conversations.jsonl"

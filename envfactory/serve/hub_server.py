@@ -1,7 +1,7 @@
 """Serve the SynthAPI meta-tool hub over MCP: the whole pool behind five meta-tools, one episode per MCP session.
 
 An agent connected here sees `list_apps`, `list_tools`, `get_tool_documentation`, `call_tool` and
-`complete_task` (see `envfactory.serve.hub` for why `call_tool` is the fifth) instead of every tool
+`complete_task` (see `envfactory.metatools` for why `call_tool` is the fifth) instead of every tool
 schema of every app. Each MCP session (each `initialize` over streamable HTTP, or the one stdio
 connection) gets its own `HubEpisode`, keyed weakly on the SDK's session transport like
 `EnvMCPServer` does: its own `Session` per app, its own task, its own verdict.
@@ -23,9 +23,7 @@ from pydantic import ValidationError
 
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
-from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
-from envfactory.serve.fair import OffLoop
-from envfactory.serve.hub import (
+from envfactory.metatools import (
     CALL_TOOL,
     COMPLETE_TASK,
     GET_TOOL_DOC,
@@ -37,6 +35,8 @@ from envfactory.serve.hub import (
     TaskLoaded,
     load_tasks,
 )
+from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
+from envfactory.serve.fair import OffLoop
 from envfactory.serve.limits import ServeLimits, drop
 from envfactory.tasks.models import Task
 
