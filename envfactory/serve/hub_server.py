@@ -39,6 +39,7 @@ from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_
 from envfactory.serve.fair import OffLoop
 from envfactory.serve.limits import ServeLimits, drop
 from envfactory.tasks.models import Task
+from envfactory.tasks.run_folder import CONVERSATIONS
 
 LOAD_TASK_TOOL = "envfactory_load_task"
 TASK_HEADER = "x-envfactory-task"
@@ -282,8 +283,6 @@ def build_hub_server(
 ) -> HubMCPServer:
     """A hub server over `pool` with the tasks of `tasks_path`: a JSONL file of Conversations or Tasks, or a synth
     run's folder (its training split, as `export` and `eval` read it). A file with no task is an error."""
-    from envfactory.tasks.batch import CONVERSATIONS
-
     tasks = None
     if tasks_path is not None:
         path = Path(tasks_path)
