@@ -27,8 +27,8 @@ from envfactory.eval.items import EvalItem
 from envfactory.eval.toolset import Toolset, tool_message
 from envfactory.llm.models import message_text, setting_var, stopped_at_cap
 from envfactory.llm.thinking import strip_thinking
+from envfactory.metatools import CALL_TOOL, COMPLETE_TASK, META_TOOLS, Hub
 from envfactory.reward.tool_calls import parse_tool_calls
-from envfactory.serve.hub import CALL_TOOL, COMPLETE_TASK, META_TOOLS, Hub
 from envfactory.tasks.episode import Episode
 from envfactory.tasks.models import States, StateVerifier, Task, ToolCall, ToolResult
 
