@@ -354,6 +354,41 @@ def test_a_module_beside_env_py_is_never_imported(project: Path, monkeypatch: py
             sys.modules.pop(name, None)
 
 
+@pytest.mark.parametrize("module", ["envs.notes.helper", "helper_elsewhere", "sqlite3.dump"])
+def test_environment_code_imports_only_what_the_sandbox_allows(
+    project: Path, monkeypatch: pytest.MonkeyPatch, module: str
+) -> None:
+    """With the working folder elsewhere, `envs.notes.helper` is the working folder's file, in no environment
+    folder: trusted code asking for it (or any module the sandbox would refuse) gets an error, not that code."""
+    work = project.parent / "work"
+    (work / "envs" / "notes").mkdir(parents=True)
+    for path in (work / "envs" / "notes" / "helper.py", work / "helper_elsewhere.py"):
+        path.write_text(f"def word() -> str:\n    return {EVIL!r}\n", encoding="utf-8")
+    folder = project / "envs" / "notes"
+    source = code(GOOD).replace("class Note(Record):", "import importlib\n\n\nclass Note(Record):")
+    body = f"return str(getattr(importlib.import_module({module!r}), 'word', lambda: 'loaded')())"
+    (folder / "env.py").write_text(source.replace('return "trusted"', body), encoding="utf-8")
+    trust(project / "configs" / "trusted.json", "notes", folder)
+    monkeypatch.syspath_prepend(str(work))
+    try:
+        env = EnvPool(settings(project)).get("notes")
+        rec = env.session({}).call("answer", {})
+        assert rec.error is not None and "imports only what the sandbox allows" in rec.error.message, rec
+        assert module not in sys.modules
+        import json as allowed  # an allowed module is still found, and other code imports what it likes
+
+        assert importlib_import(module.split(".")[0]) is not None and allowed.dumps(1) == "1"
+    finally:
+        for name in [m for m in sys.modules if m.startswith(("envs", "helper_elsewhere", "envfactory_envs.notes"))]:
+            sys.modules.pop(name, None)
+
+
+def importlib_import(name: str) -> object:
+    import importlib
+
+    return importlib.import_module(name)
+
+
 def test_what_is_trusted_is_what_was_reviewed(project: Path) -> None:
     """Between a person's review and `envs trust`, something rewrites env.py (an EnvGen run on the same name,
     another user): `--expect` with the hash `--show` printed at review time refuses the folder as it is now."""

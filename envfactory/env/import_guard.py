@@ -10,8 +10,12 @@ package found there is refused with an `ImportError`, whoever imports it and whe
 tool). Environment code is one file; the sandbox, where untrusted code is judged, allows no such import
 either, so code that needs one could not have passed a round.
 
-A module found elsewhere on `sys.path` is Python's own business (the interpreter's and the project's
-installation are trusted as a whole).
+Environment code itself imports only what the sandbox allows (`sandbox.policy.ALLOWED_MODULES`): a
+module it asks the import system for that is not on that list is refused, wherever it would be found —
+the working folder included (`from envs.notes import helper` with the working folder elsewhere would
+load that folder's `envs/`, bytes no one trusted). This is a filter, not a wall: a module some other
+code already imported comes from `sys.modules` without a search. What other modules import is
+Python's own business (the interpreter's and the project's installation are trusted as a whole).
 """
 
 from __future__ import annotations
@@ -24,6 +28,26 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+
+from envfactory.env.sandbox.policy import ALLOWED_MODULES
+
+ENV_MODULE_PREFIX = "envfactory_envs."  # the module names environment code runs under (`pool.load_env_folder`)
+
+
+def _allowed(fullname: str) -> bool:
+    parts = fullname.split(".")
+    return any(".".join(parts[:i]) in ALLOWED_MODULES for i in range(1, len(parts) + 1))
+
+
+def _importer() -> str:
+    """The module whose code asked for this import: the first frame outside the import machinery."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        if not (name == "importlib" or name.startswith("importlib.") or name == "_frozen_importlib"):
+            return name
+        frame = frame.f_back  # type: ignore[assignment]
+    return ""
 
 
 class _PoolFolderGuard(importlib.abc.MetaPathFinder):
@@ -38,10 +62,8 @@ class _PoolFolderGuard(importlib.abc.MetaPathFinder):
         if not self.folders:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is None:
-            return None
-        places = [spec.origin] if spec.origin and spec.has_location else []
-        places += list(spec.submodule_search_locations or [])
+        places = [spec.origin] if spec is not None and spec.origin and spec.has_location else []
+        places += list(spec.submodule_search_locations or []) if spec is not None else []
         for place in places:
             real = os.path.realpath(place)
             for folder in self.folders:
@@ -51,6 +73,12 @@ class _PoolFolderGuard(importlib.abc.MetaPathFinder):
                         "file (env.py) run from the bytes that were hashed; nothing else in the folder is imported",
                         name=fullname,
                     )
+        if _importer().startswith(ENV_MODULE_PREFIX) and not _allowed(fullname):
+            raise ImportError(
+                f"environment code imports only what the sandbox allows, not {fullname!r} (allowed: "
+                f"{', '.join(sorted(ALLOWED_MODULES))})",
+                name=fullname,
+            )
         return None  # the ordinary finders go on
 
 
