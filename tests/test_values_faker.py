@@ -1,0 +1,55 @@
+"""`ValueMaker` draws from one Faker per thread with its own random stream: the values are those of a Faker
+built and seeded for each maker (as before the sharing), whatever order makers on one thread take turns in."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from typing import Any
+
+from faker import Faker
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envfactory.tasks.values import ValueMaker
+
+NAMES = ["email", "phone", "guest_name", "name", "city", "country", "address", "title", "notes", "code", "word"]
+CLOCK = datetime(2026, 5, 1, 9, 0)
+
+
+class OwnFaker(ValueMaker):
+    """The maker as it was: a Faker of its own, built and seeded with the same draw."""
+
+    def __init__(self, rng: random.Random, clock: datetime) -> None:
+        super().__init__(rng, clock)
+        self._own = Faker()
+        self._own.seed_instance(self.faker_seed)
+
+    @property
+    def faker(self) -> Faker:
+        return self._own
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seeds=st.lists(st.integers(0, 2**31), min_size=1, max_size=4),
+    turns=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(NAMES)), min_size=1, max_size=30),
+)
+def test_shared_faker_gives_each_maker_its_own_values(seeds: list[int], turns: list[tuple[int, str]]) -> None:
+    shared = [ValueMaker(random.Random(s), CLOCK) for s in seeds]
+    alone = [OwnFaker(random.Random(s), CLOCK) for s in seeds]
+    got: list[Any] = []
+    want: list[Any] = []
+    for who, name in turns:
+        i = who % len(seeds)
+        got.append(shared[i].make(name, {"type": "string"}))
+        want.append(alone[i].make(name, {"type": "string"}))
+    assert got == want
+
+
+def test_a_maker_seeded_alike_repeats_its_values_and_another_seed_differs() -> None:
+    def values(seed: int) -> list[Any]:
+        maker = ValueMaker(random.Random(seed), CLOCK)
+        return [maker.make(n, {"type": "string"}) for n in NAMES * 3]
+
+    assert values(7) == values(7) and values(7) != values(8)
