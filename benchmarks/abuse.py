@@ -17,7 +17,9 @@ process (its own interpreter) runs for `--window` seconds:
 - big histories (hub): the same through the hub (each session loads a task whose hotels start from
   that state, then searches with call_tool), where every call runs on the app's thread, the
   well-behaved session's too;
-- descriptor flood: the server runs with 512 file descriptors, the abuser holds 800 idle connections.
+- descriptor flood: the server runs with 512 file descriptors, the abuser holds 800 idle connections;
+- control: a busy core: a process spinning on one core for 16 s that sends nothing (on a shared 2-core
+  machine, the part of a row's slowdown that is the machine's, not the server's).
 
 The table gives p50/p99 of the session's calls alone and under abuse, the target (p99 under abuse at
 most 3x alone), whether the server was alive after, and what the abuser saw. Bounded: every loop stops
@@ -269,6 +271,16 @@ def abuse_histories_hub(url: str, seconds: float, out: Any) -> None:
     abuse_histories(url, seconds, out, hub=True)
 
 
+def burn_cpu(url: str, seconds: float, out: Any) -> None:
+    """The control: a process busy on one core that never talks to the server (what the machine's own contention
+    costs the well-behaved session, next to what the abusers' work in the server costs it)."""
+    deadline = time.monotonic() + seconds
+    spins = 0
+    while time.monotonic() < deadline:
+        spins += 1
+    out.put(f"{spins:,} spins on one core, no request")
+
+
 def abuse_descriptors(url: str, seconds: float, out: Any) -> None:
     port = int(url.split(":")[2].split("/")[0])
     held: list[socket.socket] = []
@@ -293,6 +305,7 @@ ABUSES: dict[str, tuple[Any, str, dict[str, Any]]] = {
     "big histories": (abuse_histories, "serve", {"window": 16.0}),  # time for the 40 calls of each session
     "big histories (hub)": (abuse_histories_hub, "hub", {"window": 16.0}),
     "descriptor flood": (abuse_descriptors, "serve", {"nofile": 512}),
+    "control: a busy core": (burn_cpu, "serve", {"window": 16.0}),
 }
 
 

@@ -16,7 +16,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from envfactory.env.pool import EnvPool
-from envfactory.serve.hub import META_TOOLS, Hub, HubError, load_tasks
+from envfactory.metatools import META_TOOLS, Hub, HubError, load_tasks
 from envfactory.serve.hub_server import LOAD_TASK_TOOL, build_hub_server
 from envfactory.serve.mcp_server import STATE_TOOL
 from envfactory.tasks.models import (

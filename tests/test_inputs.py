@@ -269,7 +269,7 @@ def test_a_failed_write_in_process_keeps_the_old_file(tmp_path: Path, monkeypatc
 
 
 def _tasks(p: Path) -> Any:
-    from envfactory.serve.hub import load_tasks
+    from envfactory.metatools import load_tasks
 
     return load_tasks(p)
 
@@ -287,7 +287,7 @@ def _state(p: Path) -> Any:
 
 
 def _registry(p: Path) -> Any:
-    from envfactory.envgen.registry import load_registry
+    from envfactory.env.registry import load_registry
 
     return load_registry(p)
 
@@ -412,7 +412,7 @@ def test_invalid_utf8_is_a_one_line_error(tmp_path: Path, name: str, load: Calla
 
 
 def test_registry_messages_keep_their_advice(tmp_path: Path) -> None:
-    from envfactory.envgen.registry import Registry, RegistryError, load_registry, save_registry
+    from envfactory.env.registry import Registry, RegistryError, load_registry, save_registry
 
     path = tmp_path / "mcp_server.json"
     path.write_bytes(b'{"mcpServers": {"caf\xe9": {}}}')
@@ -434,7 +434,7 @@ def test_registry_messages_keep_their_advice(tmp_path: Path) -> None:
 
 
 def test_a_deep_jsonl_line_names_its_line(tmp_path: Path) -> None:
-    from envfactory.serve.hub import HubError, load_tasks
+    from envfactory.metatools import HubError, load_tasks
     from envfactory.tasks.batch import SynthConfigError, read_jsonl
 
     path = tmp_path / "conversations.jsonl"

@@ -3,7 +3,10 @@
 - `envfactory/` (the library) never imports LangGraph, `envfactory_agents/`, `graphs/` or `training/`;
 - `envfactory_agents/` never imports `graphs/`;
 - no import cycle between `envfactory/`'s subpackages (and top-level modules), counting every import,
-  also those inside functions.
+  also those inside functions;
+- inside the library, a lower layer never imports a higher one (`LIBRARY_RULES`): the runtime and serving
+  never import the generator (`envgen/`), rewards never import export, evaluation and the meta-tools never
+  import a server (`serve/`), and what reads a run folder never imports the batch runner that writes it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import sys
 from pathlib import Path
 
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,6 +73,47 @@ def test_the_library_imports_no_agents_graphs_training_or_langgraph() -> None:
 
 def test_agents_never_import_graphs() -> None:
     assert _offending("envfactory_agents", ("graphs",)) == []
+
+
+def _importing(top: str, modules: tuple[str, ...]) -> list[str]:
+    """Every import under `top` of one of `modules` or of anything inside it (`envfactory.serve` matches
+    `envfactory.serve.base`, not `envfactory.server`)."""
+    return [
+        f"{p.relative_to(ROOT)} imports {name}"
+        for p in _files(top)
+        for name in sorted(_imports(p))
+        if any(name == m or name.startswith(f"{m}.") for m in modules)
+    ]
+
+
+BATCH_RUNNER = ("envfactory.tasks.batch", "envfactory.tasks.run")
+
+# (the importing folder, the modules it never imports, why): each was once broken and moved (docs/development.md)
+LIBRARY_RULES: list[tuple[str, tuple[str, ...], str]] = [
+    ("envfactory/env", ("envfactory.envgen",), "the runtime sits below the generator (the registry: env.registry)"),
+    ("envfactory/serve", ("envfactory.envgen",), "serving runs environments; it never generates or judges them"),
+    ("envfactory/reward", ("envfactory.export",), "export sits above rewards (the demo's table: cli.reward_sanity)"),
+    ("envfactory/eval", ("envfactory.serve",), "evaluation runs the hub in process (envfactory.metatools)"),
+    ("envfactory/metatools", ("envfactory.serve",), "the meta-tools sit below the server that serves them"),
+    ("envfactory/export", BATCH_RUNNER, "export reads a run folder (tasks.run_folder), never the batch runner"),
+    ("envfactory/reward", BATCH_RUNNER, "rewards read records, never the batch runner"),
+    ("envfactory/eval", BATCH_RUNNER, "evaluation reads a run folder (tasks.run_folder), never the batch runner"),
+    ("envfactory/serve", BATCH_RUNNER, "the hub server reads a run folder (tasks.run_folder), never the batch runner"),
+    ("envfactory/metatools", BATCH_RUNNER, "the meta-tools read a tasks file, never the batch runner"),
+]
+
+
+def test_the_rules_see_an_import_of_a_module_and_of_what_is_inside_it_and_nothing_else() -> None:
+    assert _importing("envfactory/cli", ("envfactory.cli.reward_sanity",))  # cli/demo.py imports it
+    assert _importing("envfactory/serve", ("envfactory.metatools",))  # hub_server.py imports it
+    assert _importing("envfactory/eval", ("envfactory.env",))  # `from envfactory.env.pool import EnvPool`
+    assert _importing("envfactory/eval", ("envfactory.en", "envfactory.env.poo")) == []  # a prefix is not a module
+    assert all(p.is_dir() for p in (ROOT / top for top, _, _ in LIBRARY_RULES))  # a moved folder fails loudly
+
+
+@pytest.mark.parametrize(("top", "modules", "why"), LIBRARY_RULES, ids=[f"{r[0]}-{r[1][0]}" for r in LIBRARY_RULES])
+def test_a_lower_layer_never_imports_a_higher_one(top: str, modules: tuple[str, ...], why: str) -> None:
+    assert _importing(top, modules) == [], why
 
 
 def _unit(module: str) -> str | None:

@@ -11,7 +11,7 @@ from envfactory.config import Settings
 from envfactory.env import DOMAINS, Environment
 from envfactory.env.metadata import ToolSpec
 from envfactory.env.pool import EnvPool
-from envfactory.envgen.registry import Registry
+from envfactory.env.registry import Registry
 from envfactory.envgen.validate import sync_registry, validate_env
 
 ROOT = Path(__file__).resolve().parent.parent

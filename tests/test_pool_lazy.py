@@ -26,7 +26,7 @@ from envfactory.env.pool import EnvPool, read_metadata, read_summary
 from envfactory.env.session import Session
 from envfactory.envgen.openapi import load_openapi
 from envfactory.errors import EnvLoadError, MetadataError
-from envfactory.serve.hub import Hub
+from envfactory.metatools import Hub
 from envfactory.tasks.batch import SynthConfig, choose_envs
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -10,13 +10,13 @@ import pytest
 from rich.console import Console
 
 from envfactory.cli.demo import export_demo
+from envfactory.cli.reward_sanity import KINDS, completions, reward_sanity
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.export import FORMATS, convert_to_rl_data
 from envfactory.export.tools_schema import catalog_for
 from envfactory.reward import CompositeReward
-from envfactory.reward.sanity import KINDS, completions, reward_sanity
 from envfactory.tasks.batch import SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
 from envfactory.toolgraph import ToolGraph, save_graph

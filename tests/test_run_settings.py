@@ -31,8 +31,9 @@ from envfactory.run_settings import (
     differences,
     record_or_check,
 )
-from envfactory.tasks.batch import CONVERSATIONS, SynthConfig, Unit, run_units
+from envfactory.tasks.batch import SynthConfig, Unit, run_units
 from envfactory.tasks.run import offline_runner
+from envfactory.tasks.run_folder import CONVERSATIONS
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.io import save_graph

@@ -28,7 +28,7 @@ from envfactory.config import Settings
 from envfactory.env import Environment, State
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
-from envfactory.serve.hub import Hub
+from envfactory.metatools import Hub
 from envfactory.serve.hub_server import HubMCPServer
 from envfactory.serve.limits import ServeLimits
 from envfactory.serve.mcp_server import RESET_TOOL, EnvMCPServer

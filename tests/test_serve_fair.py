@@ -250,27 +250,37 @@ def _run(off: OffLoop, key: Session, calls: list[bool]) -> int:
     return on_loop
 
 
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.booleans(), min_size=1, max_size=400))
-def test_expensive_calls_run_on_the_loop_a_logarithmic_number_of_times(calls: list[bool]) -> None:
-    """However a session mixes cheap and expensive calls, at most about log2(calls) expensive ones run on the loop."""
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.booleans(), min_size=1, max_size=600))
+def test_a_session_gets_the_loop_for_few_expensive_calls_however_it_mixes_them(calls: list[bool]) -> None:
+    """However a session mixes cheap and expensive calls, few expensive ones run on the loop: about log2(calls),
+    plus two for each 2 * 16 cheap calls on the loop that forgave a strike (a rate it cannot raise)."""
     on_loop = _run(OffLoop(cpu_s=0.002, blocked_s=0.02), Session(), calls)
-    assert on_loop <= 1 + math.log2(len(calls)), (on_loop, len(calls))
+    assert on_loop <= 2 + math.log2(len(calls)) + len(calls) / OffLoop.FORGIVE, (on_loop, len(calls))
 
 
-def test_a_session_caught_once_by_chance_is_back_on_the_loop_after_two_calls() -> None:
+def test_a_session_caught_by_chance_stays_on_the_loop_and_a_loaded_one_leaves_it() -> None:
     off = OffLoop(cpu_s=0.002, blocked_s=0.02)
     key = Session()
-    off.ran(key, 0.0001, 0.5, inline=True)  # blocked (its thread was preempted, a collection ran...)
-    assert key in off and Session() not in off
-    off.ran(key, *CHEAP, inline=False)
-    assert key in off
-    off.ran(key, *CHEAP, inline=False)
+    off.ran(key, 0.0001, 0.5, inline=True)  # blocked once (a collection ran, the GIL's holder was preempted...)
+    assert key not in off  # let go
+    off.ran(key, 0.0001, 0.5, inline=True)  # twice: its next four calls leave the loop
+    for _ in range(4):
+        assert key in off
+        off.ran(key, *CHEAP, inline=False)
+    assert key not in off
+    for _ in range(OffLoop.FORGIVE << 2):  # a long run of cheap calls on the loop forgives a strike ...
+        off.ran(key, *CHEAP, inline=True)
+    off.ran(key, 0.0001, 0.5, inline=True)  # ... so the next one costs four calls again, not eight
+    for _ in range(4):
+        off.ran(key, *CHEAP, inline=False)
+    assert key not in off
+    off.ran(key, 0.0001, 0.05, inline=False)  # 50 ms blocked on a thread: the GIL's holder was preempted
     assert key not in off
     alternating = [i % 2 == 1 for i in range(256)]  # cheap, expensive, cheap, ...
-    assert _run(OffLoop(cpu_s=0.002, blocked_s=0.02), Session(), alternating) <= 8
+    assert _run(OffLoop(cpu_s=0.002, blocked_s=0.02), Session(), alternating) <= 9
     loaded = Session()
-    off.strike(loaded)  # e.g. it loaded a large state: off the loop before its first call, while its calls cost
+    off.expect(loaded)  # it loaded a large state: off the loop before its first call, while its calls cost
     assert _run(off, loaded, [True] * 50) == 0
 
 

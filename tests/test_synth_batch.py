@@ -17,8 +17,6 @@ import yaml
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.tasks.batch import (
-    CONVERSATIONS,
-    DROPPED,
     SynthConfig,
     SynthConfigError,
     Unit,
@@ -29,6 +27,7 @@ from envfactory.tasks.batch import (
     run_units,
     summarize,
 )
+from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED
 from envfactory.tasks.stats import dataset_stats, plot_stats
 from envfactory.tasks.synth import UnitOutcome, synthesize_offline
 from envfactory.toolgraph import ToolGraph, save_graph

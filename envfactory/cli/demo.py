@@ -25,11 +25,11 @@ from mcp.types import TextContent
 from rich.console import Console
 from rich.table import Table
 
+from envfactory.cli.reward_sanity import SanityReport, reward_sanity
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.validate import EnvReport, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
-from envfactory.reward.sanity import SanityReport, reward_sanity
 from envfactory.serve.net import free_port
 from envfactory.tasks.batch import BatchSummary, SynthConfig, load_conversations
 from envfactory.tasks.quality import PAPER_STEPS_PER_TURN, PAPER_TURNS_PER_CONVERSATION, QualityFigures, measure

@@ -1,4 +1,4 @@
-"""Environment runtime: metadata, state database, tools, sessions, MCP serving, registry."""
+"""Environment runtime: metadata, state database, tools, sessions, the pool, the registry of verified environments."""
 
 from envfactory.env.diff import StateDiff, diff_states
 from envfactory.env.environment import BaseEnvironment, Environment, contract_problems

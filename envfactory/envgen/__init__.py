@@ -6,7 +6,9 @@
 - `checks`: the judge: test scenarios, schema-derived checks, the sandboxed validation round
   (`checks.sandbox_round`) and the verdict;
 - `health`: the environment contract's invariants, measured by running an environment;
-- `validate`, `registry`: `envs validate` and `configs/mcp_server.json`.
+- `validate`: `envs validate`, and keeping `configs/mcp_server.json` in step with the pool (the registry's
+  format is the runtime's, `envfactory.env.registry`: serving reads it too);
+- `register`: write and register a generated environment.
 
 Nothing here calls a model; the agents (`envfactory_agents/`) and the graph (`graphs/envgen/`) do.
 """

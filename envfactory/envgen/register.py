@@ -23,10 +23,10 @@ from envfactory.env.compiled import PLAN_FILE
 from envfactory.env.folder import FolderError, write_files
 from envfactory.env.metadata import ENV_NAME, ENV_NAME_MAX, EnvMetadata, metadata_json
 from envfactory.env.pool import EnvPool
+from envfactory.env.registry import registry_lock
 from envfactory.env.trust import CODE_FILE
 from envfactory.envgen.checks import TestScenario
 from envfactory.envgen.health import HealthSettings, gate
-from envfactory.envgen.registry import registry_lock
 from envfactory.envgen.validate import sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool, source_label
-from envfactory.envgen.registry import ServerEntry, load_registry, registry_lock, save_registry
+from envfactory.env.registry import ServerEntry, load_registry, registry_lock, save_registry
 from envfactory.errors import EnvFactoryError
 
 

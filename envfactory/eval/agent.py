@@ -28,8 +28,8 @@ from envfactory.eval.toolset import Toolset, tool_message
 from envfactory.llm.messages import message_text, stopped_at_cap
 from envfactory.llm.models import setting_var
 from envfactory.llm.thinking import strip_thinking
+from envfactory.metatools import CALL_TOOL, COMPLETE_TASK, META_TOOLS, Hub
 from envfactory.reward.tool_calls import parse_tool_calls
-from envfactory.serve.hub import CALL_TOOL, COMPLETE_TASK, META_TOOLS, Hub
 from envfactory.tasks.episode import Episode
 from envfactory.tasks.models import States, StateVerifier, Task, ToolCall, ToolResult
 

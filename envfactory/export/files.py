@@ -11,8 +11,8 @@ from pydantic import BaseModel, ValidationError
 from envfactory.errors import first_error
 from envfactory.export.errors import ExportError
 from envfactory.inputs import InputError, parse_json, read_file_bytes, read_json
-from envfactory.tasks.batch import CONVERSATIONS, HELDOUT
 from envfactory.tasks.models import Conversation
+from envfactory.tasks.run_folder import CONVERSATIONS, HELDOUT, SUMMARY
 
 MAX_JSONL_BYTES = 2 * 1024**3  # a large synth run, bounded
 Split = Literal["train", "heldout"]
@@ -36,7 +36,7 @@ def training_conversations(source: Path) -> list[Conversation]:
     if path.name == HELDOUT:
         raise ExportError(f"{path} is a run's held-out split, kept for evaluation: export never emits it")
     conversations = load_conversations(path)
-    held = _heldout_ids(path.parent / "summary.json")
+    held = _heldout_ids(path.parent / SUMMARY)
     return [c for c in conversations if c.id not in held]
 
 

@@ -669,7 +669,7 @@ class SessionServer(FastMCP, Generic[H]):
 
     def mark_slow(self, key: Any) -> None:
         """Run session `key`'s next calls off the event loop (they may be expensive: e.g. it loaded a large state)."""
-        self._off_loop.strike(key)
+        self._off_loop.expect(key)
 
     def _limiter(self, name: str) -> FairLimiter:
         limiter = self._limiters.get(name)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from envfactory.config import Settings
-from envfactory.envgen.registry import load_registry
+from envfactory.env.registry import load_registry
 from envfactory.errors import EnvFactoryError
 
 Client = Literal["claude-desktop", "cursor", "vscode", "inspector", "generic"]

@@ -222,22 +222,37 @@ def run_queue_s() -> float:
 
 
 class OffLoop:
-    """Which sessions' in-process calls must leave the event loop.
+    """Which in-process calls must leave the event loop.
 
     Calls on the loop run in arrival order and cannot be interrupted, so only cheap ones may run there: a
-    call that used over `cpu_s` of CPU or was blocked over `blocked_s` (`Stopwatch`) is expensive. A
-    session whose call was expensive runs its next calls on a thread (in fair order, `FairLimiter`) until
-    they turn cheap again: each expensive call sends the next 2**k calls there, k being how often the session
-    was caught running an expensive call on the loop (`strike`, also for what is known in advance, such as a
-    large state loaded). A session caught once by chance (a collection, a preempted thread) is back on the loop
-    after two calls; one that alternates cheap and expensive calls to get the loop runs a number of expensive
-    calls there that grows with the log of its calls, not with their number. Keys are sessions (held weakly),
-    or with `weak=False` names, such as a hub app's tools: a client that opens a new session for each
-    expensive call then gets the loop once per tool, not once per session."""
+    call on the loop that used over `cpu_s` of CPU or was blocked over `blocked_s` (`Stopwatch`) was
+    expensive. Caught so a k-th time (`strike`; k >= 2: the first is let go, as chance strikes are common: a
+    collection, a wait for the GIL while the thread holding it was preempted), a session runs its next 2**k
+    calls on a thread (in fair order, `FairLimiter`); an expensive call on a thread starts that count over,
+    a cheap one counts down, and each run of 16 * 2**k cheap calls on the loop forgives one strike, so chance
+    strikes do not pile up over a long session. A session that alternates cheap and expensive calls to get the
+    loop is off it for ever longer. What is known in advance to be expensive (a large state loaded) sends the
+    session's next calls off the loop at once (`expect`).
+    On a thread, blocked time counts only over `thread_blocked_s` (10 x `blocked_s` by default): there it
+    mostly is the GIL held by a thread the OS preempted, which says nothing of the call.
 
-    def __init__(self, cpu_s: float, blocked_s: float, most: int = 1 << 16, *, weak: bool = True) -> None:
+    Keys are sessions (held weakly), or with `weak=False` names, such as a hub app's tools: a client that opens
+    a new session for each expensive call then gets the loop once per tool, not once per session."""
+
+    FORGIVE = 16  # cheap calls on the loop, times 2**k, that forgive one strike
+
+    def __init__(
+        self,
+        cpu_s: float,
+        blocked_s: float,
+        most: int = 1 << 16,
+        *,
+        thread_blocked_s: float | None = None,
+        weak: bool = True,
+    ) -> None:
         self.cpu_s, self.blocked_s, self.most = cpu_s, blocked_s, most
-        # [strikes, calls left off the loop] per key
+        self.thread_blocked_s = 10 * blocked_s if thread_blocked_s is None else thread_blocked_s
+        # [strikes, calls left off the loop, cheap calls on the loop since the last strike] per key
         self._marks: MutableMapping[Any, list[int]] = weakref.WeakKeyDictionary() if weak else {}
 
     def __contains__(self, key: Any) -> bool:
@@ -246,20 +261,33 @@ class OffLoop:
         return mark is not None and mark[1] > 0
 
     def strike(self, key: Any) -> None:
-        """Session `key` ran an expensive call on the loop, or is about to (its next calls leave it)."""
-        mark = self._marks.setdefault(key, [0, 0])
+        """Session `key` ran an expensive call on the loop: from the second time on, its next calls leave it."""
+        mark = self._marks.setdefault(key, [0, 0, 0])
         mark[0] += 1
-        mark[1] = min(self.most, 1 << mark[0])
+        mark[1] = min(self.most, 1 << mark[0]) if mark[0] > 1 else 0
+        mark[2] = 0
+
+    def expect(self, key: Any) -> None:
+        """Session `key`'s calls will be expensive (e.g. it loaded a large state): its next ones leave the loop."""
+        mark = self._marks.setdefault(key, [0, 0, 0])
+        mark[0] = max(mark[0], 1)
+        mark[1] = max(mark[1], min(self.most, 1 << mark[0]))
 
     def ran(self, key: Any, cpu: float, blocked: float, *, inline: bool) -> None:
         """Session `key`'s call used `cpu` seconds of CPU and was blocked `blocked` seconds, on the loop (`inline`)
         or not."""
         mark = self._marks.get(key)
-        if cpu <= self.cpu_s and blocked <= self.blocked_s:  # cheap: one call nearer the loop again
-            if mark is not None and mark[1] > 0:
-                mark[1] -= 1
-        elif inline:
-            self.strike(key)
-        else:  # expensive off the loop too: its countdown starts over
-            mark = self._marks.setdefault(key, [0, 0])
-            mark[1] = min(self.most, 1 << mark[0])
+        if cpu > self.cpu_s or blocked > (self.blocked_s if inline else self.thread_blocked_s):
+            if inline:
+                self.strike(key)
+            else:  # expensive off the loop too: its count starts over
+                mark = self._marks.setdefault(key, [0, 0, 0])
+                mark[1] = min(self.most, 1 << mark[0])
+        elif mark is not None:  # cheap
+            if not inline:
+                mark[1] = max(0, mark[1] - 1)
+            elif mark[0] > 0:
+                mark[2] += 1
+                if mark[2] >= self.FORGIVE << mark[0]:
+                    mark[0] -= 1
+                    mark[2] = 0

@@ -1,7 +1,7 @@
 """Serve the SynthAPI meta-tool hub over MCP: the whole pool behind five meta-tools, one episode per MCP session.
 
 An agent connected here sees `list_apps`, `list_tools`, `get_tool_documentation`, `call_tool` and
-`complete_task` (see `envfactory.serve.hub` for why `call_tool` is the fifth) instead of every tool
+`complete_task` (see `envfactory.metatools` for why `call_tool` is the fifth) instead of every tool
 schema of every app. Each MCP session (each `initialize` over streamable HTTP, or the one stdio
 connection) gets its own `HubEpisode`, keyed weakly on the SDK's session transport like
 `EnvMCPServer` does: its own `Session` per app, its own task, its own verdict.
@@ -23,9 +23,7 @@ from pydantic import ValidationError
 
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
-from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
-from envfactory.serve.fair import OffLoop
-from envfactory.serve.hub import (
+from envfactory.metatools import (
     CALL_TOOL,
     COMPLETE_TASK,
     GET_TOOL_DOC,
@@ -37,8 +35,11 @@ from envfactory.serve.hub import (
     TaskLoaded,
     load_tasks,
 )
+from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
+from envfactory.serve.fair import OffLoop
 from envfactory.serve.limits import ServeLimits, drop
 from envfactory.tasks.models import Task
+from envfactory.tasks.run_folder import CONVERSATIONS
 
 LOAD_TASK_TOOL = "envfactory_load_task"
 TASK_HEADER = "x-envfactory-task"
@@ -282,8 +283,6 @@ def build_hub_server(
 ) -> HubMCPServer:
     """A hub server over `pool` with the tasks of `tasks_path`: a JSONL file of Conversations or Tasks, or a synth
     run's folder (its training split, as `export` and `eval` read it). A file with no task is an error."""
-    from envfactory.tasks.batch import CONVERSATIONS
-
     tasks = None
     if tasks_path is not None:
         path = Path(tasks_path)

@@ -26,13 +26,10 @@ from envfactory.errors import EnvFactoryError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, read_yaml
 from envfactory.tasks.models import Conversation
+from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT
 from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler
-
-CONVERSATIONS = "conversations.jsonl"  # the training split: what export reads
-HELDOUT = "heldout.jsonl"  # the held-out split: for evaluation only, never exported
-DROPPED = "dropped.jsonl"
 
 
 class SynthError(EnvFactoryError):

@@ -19,9 +19,6 @@ from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
 from envfactory.llm.usage import process_usage, usage_table
 from envfactory.tasks.batch import (
-    CONVERSATIONS,
-    DROPPED,
-    HELDOUT,
     BatchSummary,
     Plan,
     SynthConfig,
@@ -34,6 +31,7 @@ from envfactory.tasks.batch import (
     run_units,
     summarize,
 )
+from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
 from envfactory.tasks.stats import dataset_stats, plot_stats, stats_table
 from envfactory.tasks.synth import UnitOutcome, synthesize_offline
 from envfactory.terminal import SafeConsole, safe
@@ -167,7 +165,7 @@ def run_batch(
     if usage:
         out.print(usage_table(usage))
         record["llm_usage"] = [row.model_dump() for row in usage]
-    (outdir / "summary.json").write_text(json.dumps(record, indent=2) + "\n")
+    (outdir / SUMMARY).write_text(json.dumps(record, indent=2) + "\n")
     _say_where(out, outdir, summary, stats.conversations)
     return summary
 
@@ -178,7 +176,7 @@ def _say_where(out: Console, outdir: Path, summary: BatchSummary, conversations:
     files = [(CONVERSATIONS, "the training split (what `envfactory export` reads)")]
     if summary.heldout:
         files.append((HELDOUT, "the held-out split (for `envfactory eval`)"))
-    files += [(DROPPED, "one line per dropped unit: its code and reason"), ("summary.json", "counts and settings")]
+    files += [(DROPPED, "one line per dropped unit: its code and reason"), (SUMMARY, "counts and settings")]
     for name, what in files:
         if (outdir / name).is_file():
             out.print(f"  {safe(outdir / name)}: {what}", highlight=False, soft_wrap=True)

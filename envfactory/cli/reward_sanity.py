@@ -1,4 +1,4 @@
-"""A reward sanity check on real RL records: the ground truth must score 1.0, and a redundant call, a wrong
+"""The demo's reward sanity check on real RL records: the ground truth must score 1.0, and a redundant call, a wrong
 argument and an empty completion must score less, in that order (what `make demo` prints).
 
 The four completions are made from the record itself, in the Qwen/Hermes `<tool_call>` format a policy

@@ -1,0 +1,54 @@
+"""The hub's tasks file: a JSONL file of `Conversation` records (their `.task`) or bare `Task` records."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from envfactory.errors import first_error
+from envfactory.inputs import InputError, parse_json, read_text
+from envfactory.metatools.protocol import HubError
+from envfactory.tasks.models import Conversation, Task
+
+MAX_TASKS_BYTES = 2 * 1024**3  # a synth run's conversations.jsonl can serve as the tasks file: large, but bounded
+
+
+def load_tasks(path: str | Path) -> dict[str, Task]:
+    """Read a JSONL file of `Conversation` records (their `.task`) or bare `Task` records, keyed by task id.
+
+    Blank lines are skipped; a line that is not JSON, not a record, or repeats a task id is an error
+    naming the file and the line.
+    """
+    p = Path(path)
+    try:
+        text = read_text(p, max_bytes=MAX_TASKS_BYTES, what="tasks file")
+    except InputError as e:
+        raise HubError("invalid_tasks_file", str(e)) from None
+    tasks: dict[str, Task] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{p}: line {lineno}"
+        try:
+            data = parse_json(line, where)
+        except InputError as e:
+            raise HubError("invalid_tasks_file", str(e)) from None
+        if not isinstance(data, dict):
+            raise HubError("invalid_tasks_file", f"{where}: expected a JSON object (a Conversation or a Task)")
+        is_conversation = "task" in data and "nodes" in data
+        try:
+            task = Conversation.model_validate(data).task if is_conversation else Task.model_validate(data)
+        except ValidationError as e:
+            kind = "Conversation" if is_conversation else "Task"
+            raise HubError("invalid_tasks_file", f"{where}: not a valid {kind} record: {_first_error(e)}") from None
+        if task.id in tasks:
+            raise HubError("invalid_tasks_file", f"{where}: task id '{task.id}' appears twice")
+        tasks[task.id] = task
+    return tasks
+
+
+def _first_error(e: ValidationError) -> str:
+    loc, msg = first_error(e, "<root>")
+    more = f" (and {e.error_count() - 1} more problems)" if e.error_count() > 1 else ""
+    return f"{loc}: {msg}{more}"
