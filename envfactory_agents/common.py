@@ -11,9 +11,11 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
 from envfactory.config import Role, Settings, get_settings
-from envfactory.llm.models import LLMRequestRefused, chat_model, process_usage
+from envfactory.llm.errors import LLMRequestRefused
+from envfactory.llm.models import chat_model
 from envfactory.llm.prompts import PromptLibrary, library_from_settings
 from envfactory.llm.structured import Expect, Structured, ask
+from envfactory.llm.usage import process_usage
 
 V = TypeVar("V")
 

@@ -16,7 +16,7 @@ from langchain_core.runnables import RunnableConfig
 
 from envfactory.env.pool import EnvPool
 from envfactory.eval.toolset import UNKNOWN_SERVER, Toolset, history_messages, tool_message
-from envfactory.llm.models import message_text
+from envfactory.llm.messages import message_text
 from envfactory.llm.thinking import split_thinking
 from envfactory.querygen.records import SOLVER_ROLE, Branch, SolveTask, UserCall, step_calls
 from envfactory.querygen.select import matcher_for, turn_goal_reached

@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from envfactory.env.pool import EnvPool
-from envfactory.llm.models import message_text
+from envfactory.llm.messages import message_text
 from envfactory.llm.thinking import strip_thinking
 from envfactory.querygen.records import USER_ROLE, SolveTask
 from envfactory.tasks.models import Step, ToolCall, ToolResult

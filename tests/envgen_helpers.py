@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from envfactory.config import get_settings
-from envfactory.llm.models import reset_scripted_models
+from envfactory.llm.scripted import reset_scripted_models
 from envfactory_agents.common import reset_model_cache
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import EnvGenContext, build

@@ -19,7 +19,7 @@ from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem, EvalSourceError, items_from_conversations, load_conversations
 from envfactory.eval.run import ATTEMPTS, EvalSettings, Runner, done_attempts, run_eval, turn_runner
 from envfactory.eval.score import score_attempt
-from envfactory.llm.models import ScriptedChatModel
+from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.reward import CompositeReward
 from envfactory.tasks.batch import SynthConfig
 from envfactory.tasks.run import run_batch

@@ -21,7 +21,7 @@ pytest.importorskip("bfcl_eval")
 
 from envfactory.eval.agent import AgentLimits
 from envfactory.eval.bfcl import SUITES, BFCLItem, bfcl_attempt, bfcl_items, play_entry
-from envfactory.llm.models import ScriptedChatModel
+from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.suites.bfcl import available, parse_call
 from envfactory.suites.bfcl.adapter import environment
 from envfactory.suites.bfcl.entries import BFCLEntry, route

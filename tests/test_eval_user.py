@@ -24,7 +24,7 @@ from envfactory.eval.score import score_attempt
 from envfactory.export.options import ExportOptions
 from envfactory.export.rl import convert_to_rl_data
 from envfactory.export.tools_schema import catalog_for
-from envfactory.llm.models import ScriptedChatModel
+from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.reward import CompositeReward
 from envfactory.tasks.batch import SynthConfig
 from envfactory.tasks.models import Conversation

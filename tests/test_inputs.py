@@ -305,7 +305,7 @@ def _prompt(p: Path) -> Any:
 
 
 def _script(p: Path) -> Any:
-    from envfactory.llm.models import load_script
+    from envfactory.llm.scripted import load_script
 
     return load_script(p)
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from envfactory.config import LLMSettings, Settings
-from envfactory.llm.models import UsageTracker, chat_model
+from envfactory.llm.models import chat_model
+from envfactory.llm.usage import UsageTracker
 
 # needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
 pytestmark = pytest.mark.external  # llama.cpp (the `local` extra, compiled from source) and the SmolLM2 file

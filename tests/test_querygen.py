@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from envfactory.env.pool import EnvPool
-from envfactory.llm.models import ScriptExhaustedError, reset_scripted_models
+from envfactory.llm.scripted import ScriptExhaustedError, reset_scripted_models
 from envfactory.querygen.records import PRESETS, QueryGenError, preset_config
 from envfactory.querygen.select import filter_branch
 from envfactory.tasks.episode import replay

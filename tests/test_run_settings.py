@@ -23,7 +23,7 @@ from envfactory.eval.agent import AgentLimits
 from envfactory.eval.items import items_from_conversations, load_conversations
 from envfactory.eval.run import ATTEMPTS, EvalSettings, done_attempts, run_eval, turn_runner
 from envfactory.export.errors import ExportError
-from envfactory.llm.models import ScriptedChatModel
+from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.run_settings import (
     SETTINGS_FILE,
     RunRecord,

@@ -16,7 +16,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits
 from envfactory.eval.items import items_from_conversations, load_conversations
 from envfactory.eval.run import EvalSettings, run_eval, turn_runner
-from envfactory.llm.models import ScriptedChatModel
+from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.scaling.table import load_table
 from envfactory.tasks.batch import SynthConfig
 from envfactory.tasks.run import run_batch

@@ -9,8 +9,8 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import BaseModel, Field
 
-from envfactory.llm.models import ScriptedChatModel, ScriptExhaustedError, UsageTracker
 from envfactory.llm.prompts import PROMPT_KEY, PromptLibrary
+from envfactory.llm.scripted import ScriptedChatModel, ScriptExhaustedError
 from envfactory.llm.structured import (
     ExtractionError,
     Structured,
@@ -20,6 +20,7 @@ from envfactory.llm.structured import (
     expect_model,
     extract_json,
 )
+from envfactory.llm.usage import UsageTracker
 
 ROOT = Path(__file__).resolve().parent.parent
 

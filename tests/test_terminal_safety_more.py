@@ -28,7 +28,7 @@ from rich.table import Table
 from envfactory.config import Settings, get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.hubs.export import HubExportError, export_package
-from envfactory.llm.models import RoleUsage, usage_table
+from envfactory.llm.usage import RoleUsage, usage_table
 from envfactory.tasks.batch import BatchSummary, Plan, SynthConfig
 from envfactory.tasks.models import (
     Conversation,

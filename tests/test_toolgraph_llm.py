@@ -9,9 +9,10 @@ import pytest
 
 from envfactory.env.pool import EnvPool
 from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder
-from envfactory.llm.models import ScriptedChatModel, UsageTracker
 from envfactory.llm.prompts import PromptLibrary
+from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.llm.structured import parse_reply
+from envfactory.llm.usage import UsageTracker
 from envfactory.toolgraph import ToolGraphError, ToolGraphSettings, ToolSource, build_tool_graph, env_sources
 from envfactory.toolgraph.build import CLASSIFY_PHASE, EMBED_PHASE, REFINE_PHASE
 from envfactory.toolgraph.llm_classify import UserProvidedAnswer

@@ -520,7 +520,8 @@ def test_a_checkpoint_is_evaluated_on_prompts_rendered_as_in_training(
 
 def test_an_unknown_or_missing_provider_is_a_clear_error(tmp_path: Path) -> None:
     from envfactory.config import LLMSettings, Settings
-    from envfactory.llm.models import LLMConfigError, _entry_point_model
+    from envfactory.llm.errors import LLMConfigError
+    from envfactory.llm.models import _entry_point_model
 
     with pytest.raises(LLMConfigError, match="not installed"):
         _entry_point_model("eval", LLMSettings.model_construct(provider="nope"), Settings(root=ROOT), [])  # type: ignore[arg-type]

@@ -55,7 +55,7 @@ def build(
     threshold: Annotated[float | None, typer.Option(help="build_edge_threshold (default 0.85)")] = None,
 ) -> None:
     """Build the graph over the pool (envs/ and BFCL's environments) and save it."""
-    from envfactory.llm.models import process_usage
+    from envfactory.llm.usage import process_usage
     from envfactory.progress import phase_bars
     from envfactory.toolgraph.build import build_pool_graph
     from envfactory.toolgraph.io import export_graphml, save_graph

@@ -25,7 +25,8 @@ from envfactory.config import Role
 from envfactory.env.pool import EnvPool
 from envfactory.eval.items import EvalItem
 from envfactory.eval.toolset import Toolset, tool_message
-from envfactory.llm.models import message_text, setting_var, stopped_at_cap
+from envfactory.llm.messages import message_text, stopped_at_cap
+from envfactory.llm.models import setting_var
 from envfactory.llm.thinking import strip_thinking
 from envfactory.metatools import CALL_TOOL, COMPLETE_TASK, META_TOOLS, Hub
 from envfactory.reward.tool_calls import parse_tool_calls

@@ -22,9 +22,10 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, Field, ValidationError
 
-from envfactory.llm.models import UsageTracker, message_text, stopped_at_cap
+from envfactory.llm.messages import message_text, stopped_at_cap
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.thinking import strip_thinking
+from envfactory.llm.usage import UsageTracker
 
 T = TypeVar("T", bound=BaseModel)
 V = TypeVar("V")

@@ -17,7 +17,7 @@ from rich.table import Table
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
-from envfactory.llm.models import process_usage, usage_table
+from envfactory.llm.usage import process_usage, usage_table
 from envfactory.tasks.batch import (
     BatchSummary,
     Plan,

@@ -29,8 +29,8 @@ from pydantic import BaseModel, Field
 
 from envfactory.config import Settings
 from envfactory.llm.embeddings import TextEmbedder
-from envfactory.llm.models import UsageTracker
 from envfactory.llm.prompts import PromptLibrary
+from envfactory.llm.usage import UsageTracker
 from envfactory.toolgraph.classify import Verdict, classify
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
@@ -342,8 +342,9 @@ def build_pool_graph(
     classifies and refines when one is configured (and `no_llm` is not set)."""
     from envfactory.env.pool import EnvPool
     from envfactory.llm.embeddings import Embedder, EmbeddingCache
-    from envfactory.llm.models import chat_model, process_usage
+    from envfactory.llm.models import chat_model
     from envfactory.llm.prompts import library_from_settings
+    from envfactory.llm.usage import process_usage
     from envfactory.toolgraph.collect import pool_sources
     from envfactory.toolgraph.settings import cache_path, onnx_path
 

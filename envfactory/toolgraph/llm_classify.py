@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
-from envfactory.llm.models import UsageTracker
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.structured import ask_structured
+from envfactory.llm.usage import UsageTracker
 from envfactory.toolgraph.classify import Verdict
 from envfactory.toolgraph.params import ParamSpec
 

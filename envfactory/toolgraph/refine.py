@@ -15,9 +15,9 @@ from typing import Literal
 from langchain_core.language_models import BaseChatModel
 from pydantic import BaseModel, Field
 
-from envfactory.llm.models import UsageTracker
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.structured import ask_structured
+from envfactory.llm.usage import UsageTracker
 from envfactory.toolgraph.graph import ToolGraph
 
 PROMPT = "toolgraph/refine"

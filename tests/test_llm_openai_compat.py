@@ -1,12 +1,11 @@
-"""Chat models per role: scripted replay, usage tracking, config errors, and the openai provider
-against a real OpenAI-compatible HTTP server on 127.0.0.1 (retries on 429/5xx, timeouts)."""
+"""The `openai` provider (`envfactory.llm.openai_compat`) against a real OpenAI-compatible HTTP server on 127.0.0.1:
+retries on 429/5xx, timeouts, refused requests, the token cap's field, the structured-answer form the server
+takes."""
 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
-import math
 import socket
 import threading
 import time
@@ -17,262 +16,26 @@ from typing import Any
 import pytest
 import uvicorn
 from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
-from pydantic import BaseModel
-from rich.console import Console
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from envfactory.config import LLMSettings, Settings
-from envfactory.llm.models import (
-    LLMCallError,
-    LLMConfigError,
-    LLMRequestRefused,
-    ScriptedChatModel,
-    ScriptExhaustedError,
-    UsageTracker,
-    _chat_result,
-    approx_tokens,
-    chat_model,
-    reset_scripted_models,
-)
+from envfactory.config import Settings
+from envfactory.llm.errors import LLMCallError, LLMConfigError, LLMRequestRefused
+from envfactory.llm.models import chat_model
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.structured import ask_structured, expect_model
+from envfactory.llm.usage import UsageTracker
+from tests.llm_helpers import Person, named, settings_with
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def settings_with(tmp_path: Path, **llm: Any) -> Settings:
-    return Settings(root=tmp_path, llm=LLMSettings(**llm))
-
-
-def named(prompt: str, text: str = "go") -> list[HumanMessage]:
-    """A conversation as `Prompt.render` makes it: the first message carries the prompt name."""
-    return [HumanMessage(content=text, additional_kwargs={"prompt": prompt})]
-
-
-# ---- scripted ------------------------------------------------------------------------------------
-
-
-def test_scripted_in_order_then_exhausted() -> None:
-    model = ScriptedChatModel(script=["one", "two"])
-    assert model.invoke("a").content == "one"
-    assert model.invoke([HumanMessage("b")]).content == "two"
-    assert model.remaining() == {"*": 0}
-    with pytest.raises(ScriptExhaustedError) as e:
-        model.invoke("c")
-    msg = str(e.value)
-    assert "inline script" in msg and "2 scripted responses" in msg and "call 3" in msg
-    assert [c.index for c in model.calls] == [0, 1]
-
-
-def test_scripted_keyed_by_prompt_name(tmp_path: Path) -> None:
-    folder = tmp_path / "prompts"
-    for name in ("ask", "other"):
-        (folder / "demo").mkdir(parents=True, exist_ok=True)
-        (folder / "demo" / f"{name}.yaml").write_text(
-            f"description: d\nvariables: [q]\nmessages:\n  - role: system\n    content: {name}\n"
-            "  - role: user\n    content: '{q}'\n"
-        )
-    lib = PromptLibrary(folder)
-    model = ScriptedChatModel(script={"demo/ask": ["ask-1", "ask-2"], "demo/other": ["other-1"], "*": ["any-1"]})
-    assert model.invoke(lib.get("demo/ask").render(q="x")).content == "ask-1"
-    assert model.invoke(lib.get("demo/other").render(q="x")).content == "other-1"
-    assert model.invoke(lib.get("demo/ask").render(q="y")).content == "ask-2"
-    assert model.invoke("no prompt name").content == "any-1"  # "*" serves unnamed calls
-    assert [c.prompt for c in model.calls] == ["demo/ask", "demo/other", "demo/ask", None]
-    with pytest.raises(ScriptExhaustedError, match=r"prompt 'demo/ask' has 2 scripted responses and call 3"):
-        model.invoke(lib.get("demo/ask").render(q="z"))
-
-    strict = ScriptedChatModel(script={"demo/ask": ["x"]})
-    with pytest.raises(ScriptExhaustedError, match=r"no responses scripted for prompt 'demo/other'.*demo/ask"):
-        strict.invoke(named("demo/other"))
-
-
-def test_scripted_tool_calls_from_yaml_file(tmp_path: Path) -> None:
-    script = tmp_path / "solver.yaml"
-    script.write_text(
-        """
-solver/step:
-  - content: Let me look that up.
-    tool_calls:
-      - {name: find_hotel, args: {city: Lisbon}, id: call_a}
-      - {name: find_hotel, args: {city: Porto}}
-  - The cheapest is in Porto.
-"""
-    )
-    model = chat_model("solver", settings_with(tmp_path, provider="scripted", script=script))
-
-    @tool
-    def find_hotel(city: str) -> str:
-        """Find hotels in a city."""
-        return city
-
-    bound = model.bind_tools([find_hotel])
-    first = bound.invoke(named("solver/step"))
-    assert isinstance(first, AIMessage)
-    assert first.content == "Let me look that up."
-    assert [(c["name"], c["args"], c["id"]) for c in first.tool_calls] == [
-        ("find_hotel", {"city": "Lisbon"}, "call_a"),
-        ("find_hotel", {"city": "Porto"}, "call_0_1"),  # generated ids are deterministic
-    ]
-    second = bound.invoke([*named("solver/step"), first])
-    assert second.content == "The cheapest is in Porto." and second.tool_calls == []
-    assert isinstance(model, ScriptedChatModel)
-    assert model.bound_tools == ["find_hotel"]
-    assert [c.tools for c in model.calls] == [["find_hotel"], ["find_hotel"]]
-
-
-def test_script_file_json_and_errors(tmp_path: Path) -> None:
-    path = tmp_path / "s.json"
-    path.write_text(json.dumps(["a", {"content": "b"}]))
-    model = ScriptedChatModel.from_file(path)
-    assert [model.invoke("x").content for _ in range(2)] == ["a", "b"]
-
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("- content: x\n  tool_calls: [{args: {}}]\n")
-    with pytest.raises(LLMConfigError, match=r"script file .*bad\.yaml: .*tool_calls"):
-        chat_model("code", settings_with(tmp_path, provider="scripted", script=bad))
-    with pytest.raises(LLMConfigError, match=r"script file .*nope\.yaml does not exist"):
-        chat_model("code", settings_with(tmp_path, provider="scripted", script=tmp_path / "nope.yaml"))
-    with pytest.raises(LLMConfigError, match=r"ENVFACTORY_LLM__SCRIPT"):
-        chat_model("code", settings_with(tmp_path, provider="scripted"))
-
-
-def test_models_from_one_script_file_share_its_position(tmp_path: Path) -> None:
-    script = tmp_path / "s.yaml"
-    script.write_text("- r1\n- r2\n- r3\n")
-    settings = settings_with(tmp_path, provider="scripted", script=Path("s.yaml"))  # relative to the root
-    assert chat_model("code", settings).invoke("x").content == "r1"
-    assert chat_model("test", settings).invoke("x").content == "r2"  # a new model walks on, not back
-    reset_scripted_models()
-    assert chat_model("code", settings).invoke("x").content == "r1"
-
-
-def test_scripted_is_thread_safe() -> None:
-    n_threads, per_thread = 8, 25
-    model = ScriptedChatModel(script=[f"r{i}" for i in range(n_threads * per_thread)])
-    seen: list[str] = []
-    lock = threading.Lock()
-
-    def worker() -> None:
-        for _ in range(per_thread):
-            content = str(model.invoke("x").content)
-            with lock:
-                seen.append(content)
-
-    threads = [threading.Thread(target=worker) for _ in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(seen) == sorted(f"r{i}" for i in range(n_threads * per_thread))  # each exactly once
-    assert model.remaining() == {"*": 0}
-
-
-# ---- usage ---------------------------------------------------------------------------------------
-
-
-def test_usage_is_tracked_per_role(tmp_path: Path) -> None:
-    script = tmp_path / "s.yaml"
-    script.write_text(
-        "code/generate: [hello world]\ntest/scenarios: [{content: ok, tool_calls: [{name: f, args: {x: 1}}]}]\n"
-    )
-    settings = settings_with(tmp_path, provider="scripted", script=script)
-    usage = UsageTracker()
-    code, test = chat_model("code", settings, usage=usage), chat_model("test", settings, usage=usage)
-
-    reply = code.invoke(named("code/generate", "write the code please"))
-    assert reply.usage_metadata == {"input_tokens": 6, "output_tokens": 3, "total_tokens": 9}  # ceil(chars / 4)
-    asyncio.run(test.ainvoke(named("test/scenarios", "abcd")))
-    with pytest.raises(ScriptExhaustedError):
-        code.invoke(named("code/generate"))
-
-    rows = {r.role: r for r in usage.report()}
-    assert [r.role for r in usage.report()] == ["code", "test"]
-    assert (rows["code"].calls, rows["code"].errors) == (1, 1)
-    assert (rows["code"].input_tokens, rows["code"].output_tokens) == (6, 3)
-    tool_text = "ok" + json.dumps([{"name": "f", "args": {"x": 1}}])
-    assert (rows["test"].calls, rows["test"].input_tokens) == (1, 1)
-    assert rows["test"].output_tokens == approx_tokens(tool_text) == math.ceil(len(tool_text) / 4)
-    assert rows["test"].total_tokens == 1 + rows["test"].output_tokens
-
-    console = Console(record=True, width=120)
-    console.print(usage.table())
-    text = console.export_text()
-    assert "code" in text and "test" in text and "all" in text
-
-
-# ---- config errors -------------------------------------------------------------------------------
-
-
-def test_provider_none_explains_how_to_configure(tmp_path: Path) -> None:
-    with pytest.raises(LLMConfigError) as e:
-        chat_model("search", settings_with(tmp_path))
-    msg = str(e.value)
-    assert "no LLM is configured for role 'search'" in msg
-    assert "ENVFACTORY_LLM__PROVIDER" in msg and "ENVFACTORY_LLM_ROLES__SEARCH__PROVIDER" in msg
-
-
-def test_role_override_picks_the_provider(tmp_path: Path) -> None:
-    script = tmp_path / "s.yaml"
-    script.write_text("- coded\n")
-    settings = Settings(root=tmp_path, llm_roles={"code": LLMSettings(provider="scripted", script=script)})
-    assert chat_model("code", settings).invoke("x").content == "coded"
-    with pytest.raises(LLMConfigError, match="role 'user'"):
-        chat_model("user", settings)
-
-
-def test_local_provider_errors(tmp_path: Path) -> None:
-    with pytest.raises(LLMConfigError, match=r"needs a GGUF file: set ENVFACTORY_LLM__GGUF_PATH"):
-        chat_model("code", settings_with(tmp_path, provider="local"))
-    with pytest.raises(LLMConfigError, match=r"GGUF file .*missing\.gguf does not exist"):
-        chat_model("code", settings_with(tmp_path, provider="local", gguf_path=tmp_path / "missing.gguf"))
-    if importlib.util.find_spec("llama_cpp") is not None:
-        pytest.skip("llama-cpp-python is installed here: the missing-package error cannot be shown")
-    gguf = tmp_path / "model.gguf"
-    gguf.write_bytes(b"GGUF")
-    with pytest.raises(LLMConfigError, match=r"pip install 'envfactory\[local\]'"):
-        chat_model("code", settings_with(tmp_path, provider="local", gguf_path=gguf))
-
-
-def test_llama_cpp_response_conversion() -> None:
-    """What `Llama.create_chat_completion` returns becomes a LangChain message with tools and usage."""
-    result = _chat_result(
-        {
-            "model": "m.gguf",
-            "choices": [
-                {
-                    "message": {
-                        "role": "assistant",
-                        "content": None,
-                        "tool_calls": [
-                            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}},
-                            {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{bad"}},
-                        ],
-                    }
-                }
-            ],
-            "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7},
-        }
-    )
-    message = result.generations[0].message
-    assert isinstance(message, AIMessage)
-    assert message.content == ""
-    assert [(c["name"], c["args"], c["id"]) for c in message.tool_calls] == [("f", {"a": 1}, "c1")]
-    assert [c["name"] for c in message.invalid_tool_calls] == ["g"]
-    assert message.usage_metadata == {"input_tokens": 5, "output_tokens": 2, "total_tokens": 7}
 
 
 def test_openai_needs_an_endpoint_or_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(LLMConfigError, match=r"ENVFACTORY_LLM__BASE_URL"):
         chat_model("code", settings_with(tmp_path, provider="openai"))
-
-
-# ---- openai provider against a real local server -------------------------------------------------
 
 
 class FakeOpenAI:
@@ -489,20 +252,15 @@ def test_openai_unreachable_server_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_the_openai_provider_sends_a_call_only_assistant_message_with_text() -> None:
     """llama.cpp's server refuses `content: null` (HTTP 500); a history holding a call must still go through."""
-    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+    from langchain_core.messages import HumanMessage, ToolMessage
 
-    from envfactory.llm.models import _ChatOpenAI
+    from envfactory.llm.openai_compat import _ChatOpenAI
 
     model = _ChatOpenAI(envfactory_role="eval", model="m", base_url="http://127.0.0.1:9/v1", api_key="EMPTY")
     call = {"name": "search_hotels", "args": {"city": "Lisbon"}, "id": "c1", "type": "tool_call"}
     history = [HumanMessage("hotels?"), AIMessage(content="", tool_calls=[call]), ToolMessage("[]", tool_call_id="c1")]
     sent = model._get_request_payload(history)["messages"]
     assert sent[1]["role"] == "assistant" and sent[1]["content"] == "" and sent[1]["tool_calls"][0]["id"] == "c1"
-
-
-class Person(BaseModel):
-    name: str
-    age: int
 
 
 def test_structured_answers_ride_the_servers_response_format_and_settle_on_the_one_it_takes(
@@ -533,39 +291,3 @@ def test_structured_answers_ride_the_servers_response_format_and_settle_on_the_o
     pinned = chat_model("code", openai_settings(tmp_path, server, max_retries=0, response_format="none"))
     assert ask_structured(pinned, [HumanMessage("a person")], Person, library=library, retries=1, role="code").ok
     assert "response_format" not in server.requests[-1] and len(server.requests) == 8
-
-
-def test_usage_counts_structured_asks_their_repairs_and_unreadable_replies() -> None:
-    usage = UsageTracker()
-    usage.asked("code", 1, True)
-    usage.asked("code", 3, True, unreadable=2)
-    usage.asked("code", 3, False, unreadable=3)
-    usage.asked("test", 2, True, unreadable=0)  # a check refused the first answer, not its form
-    code, test = usage.report()
-    assert (code.structured, code.repaired, code.unanswered, code.unreadable) == (3, 1, 1, 5)
-    assert (test.structured, test.repaired, test.unanswered, test.unreadable) == (1, 1, 0, 0)
-    console = Console(width=200, record=True)
-    console.print(usage.table())
-    text = console.export_text()
-    assert "repaired" in text and "unreadable" in text
-    before = usage.report()  # one run's share of a shared tracker: what each role added since
-    assert usage.since(before) == []
-    usage.asked("test", 2, False, unreadable=2)
-    usage.add("user", calls=1, input_tokens=5)
-    grown = {r.role: r for r in usage.since(before)}
-    assert set(grown) == {"test", "user"}
-    assert (grown["test"].structured, grown["test"].unanswered, grown["test"].unreadable) == (1, 1, 2)
-    assert (grown["user"].calls, grown["user"].input_tokens, grown["user"].structured) == (1, 5, 0)
-
-
-def test_an_ask_given_a_tracker_counts_its_outcome_under_its_role(tmp_path: Path) -> None:
-    library = PromptLibrary(ROOT / "prompts")
-    model = ScriptedChatModel(script=["not json", '{"name": "Ana", "age": 31}', "no", "no"])
-    usage = UsageTracker()
-    first, second = (
-        ask_structured(model, [HumanMessage("a person")], Person, library=library, retries=1, usage=usage, role="x")
-        for _ in range(2)
-    )
-    assert first.ok and not second.ok
-    [row] = usage.report()
-    assert (row.role, row.structured, row.repaired, row.unanswered, row.unreadable) == ("x", 2, 1, 1, 3)
