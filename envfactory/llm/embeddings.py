@@ -102,9 +102,9 @@ def resolve_model(name: str) -> str:
 def load_model(name: str) -> Any:
     """The SentenceTransformer for `name`, loaded once per process (loading takes seconds)."""
     with _models_lock:
+        _force_offline()  # each time: something may have unset it since the model was loaded (a test's env undone)
         if name in _models:
             return _models[name]
-        _force_offline()
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError:
