@@ -80,7 +80,13 @@ class ExecutorSettings(BaseModel):
 
     kind: Literal["local", "ray"] = "local"
     concurrency: int = Field(default=2, ge=1, description="local: threads")
-    in_flight: int = Field(default=4, ge=1, description="ray: units queued per worker (hides the round trip)")
+    in_flight: int = Field(default=4, ge=1, description="ray: tasks queued per worker (hides the round trip)")
+    batch: int = Field(
+        default=16,
+        ge=1,
+        description="ray: most units in one task (a task costs milliseconds of scheduling; smaller batches when "
+        "there are too few units to keep every worker's queue full)",
+    )
     address: str | None = Field(
         default=None, description="ray: none starts a local instance; 'auto' (this node's cluster) or 'ray://host:port'"
     )
@@ -211,9 +217,14 @@ class _Worker:
         except Exception as e:  # returned, not raised: a unit's own failure is not a worker failure to retry
             return e
 
+    def run_many(self, jobs: list[Any]) -> list[Any]:
+        """Several units in one task: Ray's per-task cost (milliseconds) paid once for all of them."""
+        return [self.run(job) for job in jobs]
+
 
 class RayExecutor:
-    """Long-lived Ray actors, `in_flight` units queued on each; results come back to the driver as they finish."""
+    """Long-lived Ray actors, `in_flight` tasks queued on each, a task holding up to `batch` units (sized so that
+    every queue stays full to the end); results come back to the driver as each task finishes."""
 
     name = "ray"
 
@@ -265,12 +276,14 @@ class RayExecutor:
         n = min(self.workers(), max(1, len(jobs)))
         self.actors = [remote.remote(runner) for _ in range(n)]  # each worker unpickles its own copy
         todo = list(reversed(jobs))
-        pending: dict[Any, tuple[int, J]] = {}
+        pending: dict[Any, tuple[int, list[J]]] = {}
+        queued = n * self.settings.in_flight  # tasks waiting or running at once
 
         def submit(index: int) -> None:
             if todo:
-                job = todo.pop()
-                pending[self.actors[index].run.remote(job)] = (index, job)
+                size = max(1, min(self.settings.batch, len(todo) // queued))  # every queue kept full to the end
+                batch = [todo.pop() for _ in range(min(size, len(todo)))]
+                pending[self.actors[index].run_many.remote(batch)] = (index, batch)
 
         try:
             for index in range(n):
@@ -278,16 +291,17 @@ class RayExecutor:
                     submit(index)
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)
-                index, job = pending.pop(done[0])
-                result: Any
+                index, batch = pending.pop(done[0])
+                results: list[Any]
                 try:
-                    result = ray.get(done[0])
+                    results = ray.get(done[0])
                 except RayTaskError as e:  # raised inside the runner's process, not returned
-                    result = e.as_instanceof_cause()
+                    results = [e.as_instanceof_cause()] * len(batch)
                 except RayError as e:  # the worker died more often than `retries`
-                    result = WorkerLost(job, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
-                yield job, result
+                    why = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                    results = [WorkerLost(job, why) for job in batch]
                 submit(index)
+                yield from zip(batch, results, strict=True)
         finally:
             for actor in self.actors:
                 ray.kill(actor)

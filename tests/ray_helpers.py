@@ -26,3 +26,14 @@ class SlowRunner(OfflineRunner):
         (self.notes / str(os.getpid())).touch()
         time.sleep(self.delay)
         return super().__call__(unit)
+
+
+class TaskOf:
+    """Returns the Ray task that ran each job (units in one batch share it); a job of 13 raises."""
+
+    def __call__(self, job: int) -> tuple[int, str]:
+        import ray
+
+        if job % 13 == 0:
+            raise ValueError(f"job {job} fails")
+        return job, ray.get_runtime_context().get_task_id() or ""

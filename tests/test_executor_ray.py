@@ -257,3 +257,22 @@ def test_llm_mode_synth_on_a_ray_worker_uses_the_runs_settings(tmp_path: Path, m
     [conv] = load_conversations(out)
     assert conv.id == unit.key and conv.provenance.generator == "llm", read_jsonl(out / "dropped.jsonl")
     assert (tmp_path / "project" / ".envfactory" / "checkpoints.sqlite").is_file()  # the worker's checkpoints
+
+
+def test_units_travel_in_batches_and_each_comes_back_once_with_its_own_outcome() -> None:
+    """A task carries several units (Ray's per-task cost paid once for them), fewer at the end so every queue
+    stays full; each unit comes back once, a failing one as its exception, its batch-mates with their results."""
+    from tests.ray_helpers import TaskOf
+
+    jobs = list(range(1, 201))
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=2, in_flight=2, batch=16))
+    out = dict(executor.map(TaskOf(), jobs))
+    assert sorted(out) == jobs
+    failed = {j for j, r in out.items() if isinstance(r, ValueError)}
+    assert failed == {j for j in jobs if j % 13 == 0} and all(str(j) in str(out[j]) for j in failed)
+    tasks = [r[1] for j, r in out.items() if j not in failed]
+    assert all(r[0] == j for j, r in out.items() if j not in failed)
+    assert len(set(tasks)) <= len(jobs) // 4, len(set(tasks))  # batched: far fewer tasks than units
+    one = RayExecutor(ExecutorSettings(kind="ray", workers=2, batch=1))
+    singles = {r[1] for r in dict(one.map(TaskOf(), jobs[:20])).values() if isinstance(r, tuple)}
+    assert len(singles) == 19  # one task a unit (job 13 failed)
