@@ -19,17 +19,13 @@ from typing import Any
 import rstr
 from faker import Faker
 
-# Free text whose exact wording no reward should compare: these arguments are masked.
-FREE_TEXT = re.compile(r"(description|message|body|note|notes|comment|content|text|reason|review|summary|bio)$")
+from envfactory.words import is_free_text
+
 _MINUTES = re.compile(r"(minutes|duration|duration_min)$")
 _BOUND = re.compile(r"(\w+) must be between (-?[\d.]+) and (-?[\d.]+)")
 _IBAN = re.compile(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}")
 _CODE = re.compile(r"[A-Z0-9][A-Z0-9-]{0,9}")  # a seat, a flight number, a short code
 _SMALL_COUNT = re.compile(r"(nights|quantity|qty|count|guests|seats|people|party_size|size|tickets|passengers|days)$")
-
-
-def is_free_text(name: str) -> bool:
-    return bool(FREE_TEXT.search(name.lower()))
 
 
 class ValueMaker:
