@@ -6,7 +6,8 @@
   also those inside functions;
 - inside the library, a lower layer never imports a higher one (`LIBRARY_RULES`): the runtime and serving
   never import the generator (`envgen/`), rewards never import export, evaluation and the meta-tools never
-  import a server (`serve/`), and what reads a run folder never imports the batch runner that writes it.
+  import a server (`serve/`), and what reads a run folder never imports the batch runner that writes it;
+- the bottom modules every layer uses (`words.py`, `env/state_path.py`) import nothing of the library.
 """
 
 from __future__ import annotations
@@ -114,6 +115,15 @@ def test_the_rules_see_an_import_of_a_module_and_of_what_is_inside_it_and_nothin
 @pytest.mark.parametrize(("top", "modules", "why"), LIBRARY_RULES, ids=[f"{r[0]}-{r[1][0]}" for r in LIBRARY_RULES])
 def test_a_lower_layer_never_imports_a_higher_one(top: str, modules: tuple[str, ...], why: str) -> None:
     assert _importing(top, modules) == [], why
+
+
+# modules every layer may use, so they import nothing of the library themselves
+BOTTOM = ("envfactory/words.py", "envfactory/env/state_path.py")
+
+
+@pytest.mark.parametrize("path", BOTTOM)
+def test_the_bottom_modules_import_nothing_of_the_library(path: str) -> None:
+    assert [n for n in sorted(_imports(ROOT / path)) if n.split(".")[0] == "envfactory"] == []
 
 
 def _unit(module: str) -> str | None:

@@ -35,7 +35,7 @@ from envfactory.env.compiled import CompiledPlan, Operation, Resource, Semantics
 from envfactory.env.metadata import Domain, ToolSpec
 from envfactory.envgen.openapi import OpenAPIError, _Converter, identifier, snake_case
 from envfactory.errors import EnvFactoryError
-from envfactory.toolgraph.names import singular
+from envfactory.words import singular
 
 _LIMIT = frozenset({"limit", "per_page", "page_size", "pagesize", "max_results", "maxresults", "top", "size", "count"})
 _OFFSET = frozenset({"offset", "skip", "start", "start_index"})

@@ -24,7 +24,7 @@ from urllib.parse import unquote
 from envfactory.env.metadata import Domain, EnvMetadata, parse_metadata
 from envfactory.errors import MetadataError
 from envfactory.inputs import InputError, parse_json, parse_yaml, read_text
-from envfactory.toolgraph.names import snake_case
+from envfactory.words import snake_case
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 READ_METHODS = frozenset({"get", "head", "options", "trace"})

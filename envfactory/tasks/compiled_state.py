@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Resource, schema_problems, type_of, validator_for
 from envfactory.errors import EnvFactoryError
 from envfactory.tasks.values import ValueMaker, pattern_value
-from envfactory.toolgraph.names import singular, snake_case
+from envfactory.words import singular, snake_case
 
 _TRIES = 6
 

@@ -36,8 +36,9 @@ from envfactory.errors import EnvFactoryError
 from envfactory.inputs import InputError, read_yaml_model
 from envfactory.tasks.compiled_refs import id_arguments
 from envfactory.tasks.models import PlannedCall, ToolResult
-from envfactory.tasks.pi_star import LABEL_FIELDS, is_identity, label_of, singular
-from envfactory.tasks.spoken import DATE_STYLES, mentions, say, words
+from envfactory.tasks.pi_star import LABEL_FIELDS, is_identity, label_of
+from envfactory.tasks.spoken import DATE_STYLES, mentions, say
+from envfactory.words import singular, spoken_name
 
 WORDING_FILE = Path("template") / "conversation" / "en.yaml"
 PHRASINGS_FILE = Path("template") / "conversation" / "tools.yaml"
@@ -122,7 +123,7 @@ def spec_tools(env: BaseEnvironment) -> dict[str, SpecTool]:
 def record_noun(label: str) -> str:
     """What a person calls a record of a resource the spec named after an action on it (`/deleteSite`,
     `/list-pipelines`): the noun without the verb ("site", "pipeline"); other labels as they are."""
-    found = words(label).split()
+    found = spoken_name(label).split()
     while len(found) > 1 and found[0] in _ACTIONS:
         found = found[1:]
     return " ".join(found)
@@ -160,7 +161,7 @@ def load_wording(prompts_dir: Path) -> tuple[Wording, Phrasings]:
 
 def noun_of(parameter: str) -> str:
     """What an id input names, in words: `hotel_id` → hotel, `from_account_id` → account."""
-    noun = words(parameter.removesuffix("_ids").removesuffix("_id")) or "one"
+    noun = spoken_name(parameter.removesuffix("_ids").removesuffix("_id")) or "one"
     return re.sub(r"^(from|to|source|target|destination|origin|new|old|parent) ", "", noun)
 
 
@@ -385,7 +386,7 @@ class ConversationWriter:
         parameter's own words (`hotel_id` → hotel)."""
         rule = self.spec_tools.get(call.call.server, {}).get(call.call.name)
         label = rule.records.get(param) if rule is not None else None
-        return words(label) if label else noun_of(param)
+        return spoken_name(label) if label else noun_of(param)
 
     def _names_record(self, call: PlannedCall, param: str) -> bool:
         """Whether an input names a record by its id (a compiled tool says which; else its name does)."""
@@ -423,7 +424,7 @@ class ConversationWriter:
                 continue
             for pattern, form in self.wording.criteria.items():
                 if pattern == "*" or re.search(pattern, b.parameter):
-                    parts.append(form.format(name=words(b.parameter), value=said))
+                    parts.append(form.format(name=spoken_name(b.parameter), value=said))
                     break
         return " ".join(p for p in parts if p)
 
@@ -470,7 +471,7 @@ class ConversationWriter:
                 self._goal_says,
             )
             if detail is not None:
-                label, told = f"with {words(detail[0])} {say(detail[1], self.style)}", detail[0]
+                label, told = f"with {spoken_name(detail[0])} {say(detail[1], self.style)}", detail[0]
             # no name to put first: the noun says what it is ("the cluster with status ACTIVE")
             forms = self.wording.found_unnamed
         else:
@@ -493,7 +494,7 @@ class ConversationWriter:
                 return re.sub(r"\s+", " ", vague).strip()
             if not unique and detail is not None and detail[0] != told:
                 phrase += " " + self.rng.choice(self.wording.distinguish).format(
-                    field=words(detail[0]), value=say(detail[1], self.style)
+                    field=spoken_name(detail[0]), value=say(detail[1], self.style)
                 )
         return re.sub(r"\s+", " ", phrase).strip()
 
@@ -508,10 +509,12 @@ class ConversationWriter:
             noun=noun,
             nouns=_plural(noun),
             criteria=criteria,
-            field=words(field),
+            field=spoken_name(field),
             options=options,
         )
-        reply = self.rng.choice(self.wording.clarify_reply).format(field=words(field), value=say(detail[1], self.style))
+        reply = self.rng.choice(self.wording.clarify_reply).format(
+            field=spoken_name(field), value=say(detail[1], self.style)
+        )
         return after, re.sub(r"\s+", " ", question).strip(), reply
 
     @staticmethod
@@ -574,7 +577,7 @@ class ConversationWriter:
         rule = self.spec_tools.get(env, {}).get(tool)
         if rule is not None:
             return self._spec_text(call, values, rule, spec.description)
-        details = ", ".join(f"{words(k)} {v}" if not k.endswith("_id") else v for k, v in values.items() if v)
+        details = ", ".join(f"{spoken_name(k)} {v}" if not k.endswith("_id") else v for k, v in values.items() if v)
         forms = self.wording.fallback_question if call.kind == "read" else self.wording.fallback_request
         return self.rng.choice(forms).format(action=_action(spec.description), details=details).strip()
 
@@ -620,7 +623,7 @@ class ConversationWriter:
                 if b.source in ("state", "generated", "repeated") and not is_identity(b.parameter):
                     said = say(_named(b.value, turn.before.get(call.call.server) or {}), self.style)
                     if said and not mentions(text, said):
-                        missing.append(f"{words(b.parameter)} {said}")
+                        missing.append(f"{spoken_name(b.parameter)} {said}")
         if missing:
             text = text.rstrip(".?!") + " (" + "; ".join(dict.fromkeys(missing)) + ")"
         self.scopes_said |= scopes
@@ -642,7 +645,7 @@ class ConversationWriter:
         values it sets (a write) or filters by (a read), each named after its parameter."""
         w = self.wording
         ref = values.get(rule.id_param, "") if rule.id_param else ""
-        label = words(rule.label)
+        label = spoken_name(rule.label)
         forms = [f for f in w.spec_forms.get(rule.semantics, []) if "{ref}" not in f or ref]
         if label.split(" ", 1)[0] in _ACTIONS:  # a resource named after an action ("delete site"): no noun to use
             forms = [f for f in forms if "{label" not in f]
@@ -653,13 +656,13 @@ class ConversationWriter:
             target = say(rule.target) if rule.target is not None else ""
             clause = self.rng.choice(forms).format(label=label, labels=_plural(label), ref=ref, target=target)
         else:
-            clause = words(call.call.name) + (f" {ref}" if ref else "")
+            clause = spoken_name(call.call.name) + (f" {ref}" if ref else "")
         for parent in rule.parents:
             if values.get(parent):
                 clause += self.rng.choice(w.spec_scope).format(ref=values[parent])
         for scope in rule.scopes:  # a namespace by its name: "in resource group rg-ops"; once said, context
             if values.get(scope):
-                noun = re.sub(r" (id|name)$", "", words(scope))
+                noun = re.sub(r" (id|name)$", "", spoken_name(scope))
                 said = f"{scope}={values[scope]}" in self.scopes_said
                 ref = self.rng.choice(w.spec_scope_again if said else ["{noun} {value}"])
                 if ref:
@@ -682,7 +685,7 @@ class ConversationWriter:
         """One value a request sets or filters by, named after its parameter or, where the spec describes it
         in a few words, as the spec calls it ("the email address of the user ...")."""
         forms = self.wording.spec_value_described if phrase else self.wording.spec_value
-        return self.rng.choice(forms).format(name=words(parameter), phrase=phrase or "", value=value)
+        return self.rng.choice(forms).format(name=spoken_name(parameter), phrase=phrase or "", value=value)
 
     # ---- answers --------------------------------------------------------------------------------
 
@@ -697,7 +700,7 @@ class ConversationWriter:
         self.results.extend(turn.results)
         text = " ".join(p for p in parts if p)
         if fact is not None and say(fact[1]) not in text:
-            text = text.rstrip(".") + f" ({words(fact[0])}: {say(fact[1])})."
+            text = text.rstrip(".") + f" ({spoken_name(fact[0])}: {say(fact[1])})."
         return text
 
     def _report(self, call: PlannedCall, result: ToolResult, after: dict[str, Any], fact_field: str | None) -> str:
@@ -720,7 +723,7 @@ class ConversationWriter:
                 count=len(value), nouns=_plural(noun) if len(value) > 1 else noun, items=", ".join(items) + more
             )
         if isinstance(value, dict):
-            told = "; ".join(f"{words(k)} {say(v)}" for k, v in facts(value, 3, fact_field))
+            told = "; ".join(f"{spoken_name(k)} {say(v)}" for k, v in facts(value, 3, fact_field))
             labelled = label_of(value)
             if call.kind == "write":
                 if not value.get("id"):  # a result that is no record (a scene applied): what it says
@@ -744,7 +747,7 @@ def _short(item: Any) -> str:
         if labelled is not None:
             return labelled[1]
         shown = facts(item, 2)
-        return ", ".join(f"{words(k)} {say(v)}" for k, v in shown) or str(item.get("id", ""))
+        return ", ".join(f"{spoken_name(k)} {say(v)}" for k, v in shown) or str(item.get("id", ""))
     return say(item)
 
 
@@ -755,7 +758,7 @@ def _result_noun(tool: str, value: Any, state: dict[str, Any]) -> str:
     if isinstance(first, dict) and "id" in first:
         for coll, records in state.items():
             if isinstance(records, dict) and first["id"] in records:
-                return words(singular(coll))
+                return spoken_name(singular(coll))
     noun = tool.split("_")[-1] if "_" in tool else "result"
     return singular(noun)
 

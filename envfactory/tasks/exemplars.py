@@ -22,6 +22,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
+from envfactory.words import singular
+
 # what a field holds, as the value makers tell them apart (see `kind_of`)
 Kind = Literal[
     "model", "literal", "enum", "bool", "int", "float", "str", "datetime", "date", "time", "list", "dict", "any"
@@ -115,15 +117,6 @@ def time_gap(k: Kind, later: Any, earlier: Any) -> float:
     if k != "datetime":
         return float(gap.days)
     return gap.total_seconds() if isinstance(gap, timedelta) else float(gap)
-
-
-def singular(name: str) -> str:
-    """`hotels` → `hotel`, `categories` → `category`, `boxes` → `box`."""
-    if name.endswith("ies"):
-        return name[:-3] + "y"
-    if name.endswith(("ses", "xes")):
-        return name[:-2]
-    return name[:-1] if name.endswith("s") else name
 
 
 # ---- exemplars ------------------------------------------------------------------------------

@@ -70,8 +70,9 @@ from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.state import DEFAULT_CLOCK
 from envfactory.errors import ScenarioError, first_error
-from envfactory.tasks.exemplars import Exemplars, fields_of, singular
+from envfactory.tasks.exemplars import Exemplars, fields_of
 from envfactory.tasks.state_values import NO, Ctx, FieldGenerationError, Maker, slug
+from envfactory.words import singular
 
 
 class StateGenerationError(ScenarioError):

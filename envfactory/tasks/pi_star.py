@@ -50,8 +50,9 @@ from envfactory.tasks.compiled_refs import (
 )
 from envfactory.tasks.episode import Episode, result_of
 from envfactory.tasks.models import Binding, PlannedCall, States, ToolCall, ToolResult
-from envfactory.tasks.values import ValueMaker, fits, is_free_text, learned_bounds
+from envfactory.tasks.values import ValueMaker, fits, learned_bounds
 from envfactory.toolgraph.sampler import InputSource, ToolChain
+from envfactory.words import is_free_text, singular
 
 CoreIds = dict[str, dict[str, list[str]]]  # environment → collection → ids of core records
 
@@ -93,14 +94,6 @@ class PiStarOutcome(BaseModel):
     turn_final: list[States] = Field(default_factory=list)
     spans: list[tuple[int, int]] = Field(default_factory=list)  # [start, end) of each turn among `planned`
     failure: str | None = None
-
-
-def singular(word: str) -> str:
-    if word.endswith("ies"):
-        return word[:-3] + "y"
-    if word.endswith(("ses", "xes", "ches", "shes")):
-        return word[:-2]
-    return word[:-1] if word.endswith("s") else word
 
 
 def _records(dump: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:

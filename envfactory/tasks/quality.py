@@ -41,8 +41,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from envfactory.tasks.models import Conversation, ToolCall, ToolResult
-from envfactory.tasks.pi_star import IDENTITY, is_identity, singular
+from envfactory.tasks.pi_star import IDENTITY, is_identity
 from envfactory.tasks.spoken import renderings
+from envfactory.words import singular
 
 PAPER_TURNS_PER_CONVERSATION = 4.82
 PAPER_STEPS_PER_TURN = 3.29

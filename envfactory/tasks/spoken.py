@@ -11,10 +11,7 @@ import re
 from datetime import date
 from typing import Any
 
-
-def words(name: str) -> str:
-    return " ".join(re.sub(r"([a-z])([A-Z])", r"\1 \2", name).replace("_", " ").split()).lower()
-
+from envfactory.words import spoken_name
 
 _DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 _CLOCK = re.compile(r"(\d{2}):(\d{2})(:00)?")
@@ -54,7 +51,7 @@ def say(value: Any, style: int = 0) -> str:
     if isinstance(value, list):
         return ", ".join(say(v, style) for v in value) or "none"
     if isinstance(value, dict):
-        return ", ".join(f"{words(k)} {say(v, style)}" for k, v in value.items())
+        return ", ".join(f"{spoken_name(k)} {say(v, style)}" for k, v in value.items())
     text = str(value)
     if _DAY.fullmatch(text):
         return _day(text, style)

@@ -31,11 +31,11 @@ from envfactory.tasks.exemplars import (
     fields_of,
     kind_of,
     parse_value,
-    singular,
     time_gap,
     time_grid,
     unwrap,
 )
+from envfactory.words import is_long_text, singular
 
 if TYPE_CHECKING:
     from envfactory.tasks.initial_state import StateGenSettings
@@ -47,9 +47,6 @@ _PERSON_FIELD = re.compile(
     r"(_name)?$"
 )
 _PERSON_COLL = re.compile(r"(customer|agent|author|user|person|people|passenger|guest|employee|member|contact|staff)")
-_TEXT = re.compile(
-    r"(description|abstract|text|comment|subject|reason|message|note|notes|request|requests|bio|summary|body)$"
-)
 _MAGNITUDE = re.compile(r"(price|amount|balance|total|fee|fare|cost|refund|stock|salary|count|budget|revenue)")
 _PROVIDERS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"city"), "city"),
@@ -446,7 +443,7 @@ class Maker:
         words = sum(len(v.split()) for v in every) / len(every) if every else 2.0
         if low in ("name", "title") or low.endswith(("_name", "_title")):
             return self.unique_name(path, vals, words)
-        if _TEXT.search(low) and words >= 6:
+        if is_long_text(low) and words >= 6:
             return self.text(every, words)
         provider = next((getattr(fk, p) for rx, p in _PROVIDERS if rx.search(low)), None)
         distinct = self.ex.small_vocabulary(path)

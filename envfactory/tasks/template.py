@@ -21,6 +21,7 @@ from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import InputError, read_yaml_model
 from envfactory.tasks.models import PlannedCall
+from envfactory.words import spoken_name
 
 TEMPLATE_FILE = Path("template") / "query" / "en.yaml"
 
@@ -52,10 +53,6 @@ def load_template(prompts_dir: Path) -> QueryTemplate:
         raise TemplateError(f"query template {e}") from None
 
 
-def _words(name: str) -> str:
-    return " ".join(re.sub(r"([a-z])([A-Z])", r"\1 \2", name).replace("_", " ").split()).lower()
-
-
 def _action(description: str) -> str:
     """The first phrase of a description: up to the first period, comma, colon or semicolon; lower-cased start."""
     first = re.split(r"(?<=[a-z0-9\)])[.;:,](\s|$)|\n", description.strip(), maxsplit=1)[0].strip()
@@ -73,7 +70,7 @@ def _value(value: Any) -> str:
 
 
 def _noun(parameter: str) -> str:
-    return _words(parameter.removesuffix("_id").removesuffix("_ids")) or "one"
+    return spoken_name(parameter.removesuffix("_id").removesuffix("_ids")) or "one"
 
 
 class TemplateWriter:
@@ -90,10 +87,10 @@ class TemplateWriter:
             if b.source == "output":
                 phrase = self.t.from_first_result if (b.path or "").startswith("[0]") else self.t.from_earlier
                 parts.append(
-                    self.t.argument.format(name=_words(b.parameter), value=phrase.format(noun=_noun(b.parameter)))
+                    self.t.argument.format(name=spoken_name(b.parameter), value=phrase.format(noun=_noun(b.parameter)))
                 )
             else:
-                parts.append(self.t.argument.format(name=_words(b.parameter), value=_value(b.value)))
+                parts.append(self.t.argument.format(name=spoken_name(b.parameter), value=_value(b.value)))
         details = self.t.details.format(arguments=", ".join(parts)) if parts else ""
         return self.t.clause.format(action=_action(spec.description), details=details)
 
@@ -109,8 +106,8 @@ class TemplateWriter:
 
     def answer(self, calls: list[PlannedCall], fact: tuple[str, Any] | None) -> str:
         if fact is not None:
-            return self.t.answer_fact.format(field=_words(fact[0]), value=fact[1])
-        actions = ", ".join(_words(c.call.name) for c in calls)
+            return self.t.answer_fact.format(field=spoken_name(fact[0]), value=fact[1])
+        actions = ", ".join(spoken_name(c.call.name) for c in calls)
         return self.t.answer_done.format(actions=actions)
 
 

@@ -20,8 +20,8 @@ from typing import Any
 import rstr
 from faker import Faker
 
-# Free text whose exact wording no reward should compare: these arguments are masked.
-FREE_TEXT = re.compile(r"(description|message|body|note|notes|comment|content|text|reason|review|summary|bio)$")
+from envfactory.words import is_free_text
+
 _MINUTES = re.compile(r"(minutes|duration|duration_min)$")
 _BOUND = re.compile(r"(\w+) must be between (-?[\d.]+) and (-?[\d.]+)")
 _IBAN = re.compile(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}")
@@ -30,10 +30,6 @@ _SMALL_COUNT = re.compile(r"(nights|quantity|qty|count|guests|seats|people|party
 
 
 _FAKERS = threading.local()
-
-
-def is_free_text(name: str) -> bool:
-    return bool(FREE_TEXT.search(name.lower()))
 
 
 class ValueMaker:

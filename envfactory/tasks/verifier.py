@@ -12,17 +12,16 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from envfactory.env.diff import diff_states, state_part
+from envfactory.env.state_path import get_path
 from envfactory.tasks.models import Assertion, MaskSpec, States, StateVerifier, Verdict
 from envfactory.tasks.spoken import renderings
 
 MASKED = "<masked>"
 _MAX_REASONS = 8
-_INDEX = re.compile(r"\[(\d+)\]")
 
 
 def record_collections(dump: Mapping[str, Any]) -> list[str]:
@@ -101,34 +100,6 @@ def state_differences(
         + [f"unexpected {p}" for p in diff.added]
         + [f"different {p}" for p in diff.changed]
     )
-
-
-def get_path(data: Any, path: str) -> Any:
-    """The value at a dotted path with `[i]` indices (`bookings.BK-0001.status`, `[0].id`); KeyError if absent."""
-    node = data
-    for part in _split(path):
-        if isinstance(part, int):
-            if not isinstance(node, list) or not -len(node) <= part < len(node):
-                raise KeyError(path)
-            node = node[part]
-        else:
-            if not isinstance(node, dict) or part not in node:
-                raise KeyError(path)
-            node = node[part]
-    return node
-
-
-def _split(path: str) -> list[str | int]:
-    parts: list[str | int] = []
-    for chunk in path.split("."):
-        head = _INDEX.split(chunk)
-        # "a[0][1]" splits into ["a", "0", "", "1", ""]: names at even positions, indices at odd ones
-        for i, piece in enumerate(head):
-            if i % 2:
-                parts.append(int(piece))
-            elif piece:
-                parts.append(piece)
-    return parts
 
 
 def answer_forms(value: Any) -> list[str]:

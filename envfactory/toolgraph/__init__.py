@@ -3,7 +3,7 @@
 Modules, one concept each:
 
 - `settings`: `ToolGraphSettings` (threshold, weights, cross-environment policy, sampler constants);
-- `names`: parameter and record names as tokens (split, singular, qualifiers, record-id names);
+- (names as tokens — split, singular, qualifiers, record-id names — are `envfactory.words`, shared with synthesis);
 - `params`: `ToolSource` (a tool of the pool) and `ParamSpec` (an input or output parameter), with
   the rules that read outputs from output schemas or descriptions;
 - `collect`: the pool's tools as sources (with native tools' return type names);
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from envfactory.toolgraph.synthetic import synthetic_sources
 
 # The rest imported when first named: the build pulls numpy, the embedding stack and the LLM clients (about a second),
-# which `names`, `settings` or `sampler` alone (the corpus reader, synthesis) never need.
+# which `settings` or `sampler` alone (the corpus reader, synthesis) never need.
 _WHERE: dict[str, str] = {
     "BuildReport": "envfactory.toolgraph.build",
     "BuildTimings": "envfactory.toolgraph.build",

@@ -26,8 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from envfactory.toolgraph.names import tokens
 from envfactory.toolgraph.params import ParamSpec
+from envfactory.words import tokens
 
 VerdictSource = Literal["heuristic", "llm"]
 

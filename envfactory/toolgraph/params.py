@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfactory.env.metadata import ToolSpec
-from envfactory.toolgraph.names import record_id_names, record_words, snake, split_words, tokens, tool_noun, unqualified
+from envfactory.words import record_id_names, record_words, snake, split_words, tokens, tool_noun, unqualified
 
 Direction = Literal["input", "output"]
 Origin = Literal["schema", "record_id", "description"]

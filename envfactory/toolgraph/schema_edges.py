@@ -53,8 +53,8 @@ from functools import lru_cache
 from typing import Literal
 
 from envfactory.toolgraph.graph import PARAMETER, PARAMETER_RELATE, TOOL, TOOL_DEPEND, ToolGraph
-from envfactory.toolgraph.names import singular, split_words, tokens, tool_noun, unqualified
 from envfactory.toolgraph.params import ParamSpec
+from envfactory.words import singular, split_words, tokens, tool_noun, unqualified
 
 # Bump when the rules change: a graph saved with another version gets its schema edges redone on load.
 SCHEMA_RULES_VERSION = 1

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from envfactory.toolgraph.names import tokens
 from envfactory.toolgraph.params import ParamSpec
 from envfactory.toolgraph.settings import ToolGraphSettings
+from envfactory.words import tokens
 
 _SCALARS = ("string", "integer", "number", "boolean", "object", "any")
 TYPES: tuple[str, ...] = (*_SCALARS, *(f"array<{t}>" for t in _SCALARS))

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from envfactory.env.metadata import ToolSpec
-from envfactory.toolgraph.names import record_words, tokens
 from envfactory.toolgraph.params import ToolSource, input_params, output_params
+from envfactory.words import record_words, tokens
 
 _NOUN_TEXT = """
 villa cabin lodge chalet cottage manor barge yacht kayak canoe glider scooter tram bus coach wagon

@@ -34,13 +34,14 @@ The matching rules (`expect_result`, and the values of `expect_state`) are in `m
 Modules:
 - `scenarios`: `ExpectedCall`, `TestScenario`;
 - `report`: `ErrorItem`, `ErrorReport` and the outcomes they hold;
-- `matching`: `match`, `resolve_path`, `MISSING`;
+- `matching`: `match` (state paths: `resolve_path` and `MISSING`, from `envfactory.env.state_path`);
 - `schema_scenarios`: `schema_checks`, scenarios derived from the metadata alone;
 - `interface`: metadata versus the code's own metadata;
 - `verdict`: `judge` and `validate_generated`.
 """
 
-from envfactory.envgen.checks.matching import MISSING, match, resolve_path
+from envfactory.env.state_path import MISSING, resolve_path
+from envfactory.envgen.checks.matching import match
 from envfactory.envgen.checks.report import (
     SEVERITY_ORDER,
     Dimension,

@@ -1,4 +1,4 @@
-"""Matching an observed value with an expected one, and resolving dotted paths into a state dump.
+"""Matching an observed value with an expected one.
 
 Matching rules (`expect_result`, and the values of `expect_state`):
 - a dict matches when every expected key is present in the actual dict with a matching value
@@ -8,8 +8,9 @@ Matching rules (`expect_result`, and the values of `expect_state`):
   item, a distinct matching element (any order), and/or exactly n elements;
 - numbers match numbers with math.isclose (rel 1e-9, abs 1e-9), 3 == 3.0; booleans only booleans;
   everything else by equality. `expect_result: null` means "not checked".
-- `expect_state` keys are dotted paths into the state dump ("bookings.BK-0002.status"); a segment
-  may itself contain dots (ids like "a.txt"): the longest key that exists wins; list indices are integers.
+- `expect_state` keys are paths into the state dump ("bookings.BK-0002.status", "log.0.op"), read by the
+  one state-path resolver, `envfactory.env.state_path` (a key may contain dots: the longest existing key
+  wins; a number after a dot indexes a list, as `[0]` does).
 """
 
 from __future__ import annotations
@@ -35,9 +36,6 @@ def _operator_problem(value: Any, where: str) -> str | None:
             if problem:
                 return problem
     return None
-
-
-MISSING: Any = object()  # what `resolve_path` returns for a path that does not exist
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -104,28 +102,3 @@ def _match_operators(expected: dict[str, Any], actual: Any, path: str) -> str | 
             return f"{path}: no item matches {_short(want)} among {_short(actual)}"
         free.remove(hit)
     return None
-
-
-def resolve_path(data: Any, path: str) -> Any:
-    """The value at a dotted path, or `MISSING`; a key may contain dots (longest existing key wins)."""
-    return _resolve(data, path.split(".") if path else [])
-
-
-def _resolve(node: Any, segments: list[str]) -> Any:
-    if not segments:
-        return node
-    if isinstance(node, dict):
-        for j in range(len(segments), 0, -1):
-            key = ".".join(segments[:j])
-            if key in node:
-                found = _resolve(node[key], segments[j:])
-                if found is not MISSING:
-                    return found
-        return MISSING
-    if isinstance(node, list):
-        try:
-            index = int(segments[0])
-        except ValueError:
-            return MISSING
-        return _resolve(node[index], segments[1:]) if -len(node) <= index < len(node) else MISSING
-    return MISSING

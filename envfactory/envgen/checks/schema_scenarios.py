@@ -7,7 +7,8 @@ from typing import Any
 
 from envfactory.env.metadata import EnvMetadata, ToolSpec
 from envfactory.env.state import DEFAULT_CLOCK
-from envfactory.envgen.checks.matching import MISSING, _is_number
+from envfactory.env.state_path import MISSING
+from envfactory.envgen.checks.matching import _is_number
 from envfactory.envgen.checks.scenarios import ExpectedCall, TestScenario
 
 

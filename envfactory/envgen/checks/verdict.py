@@ -22,8 +22,9 @@ from envfactory.env.sandbox import (
     StepObservation,
     parse_observations,
 )
+from envfactory.env.state_path import MISSING, resolve_path
 from envfactory.envgen.checks.interface import _interface_errors
-from envfactory.envgen.checks.matching import MISSING, _short, match, resolve_path
+from envfactory.envgen.checks.matching import _short, match
 from envfactory.envgen.checks.report import (
     Dimension,
     ErrorItem,

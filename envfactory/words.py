@@ -1,8 +1,18 @@
-"""Parameter and record names as tokens: the vocabulary the name part of parameter similarity works on.
+"""Names as words: the one home of the word rules every stage uses on field, parameter, tool and record names.
 
-`booking_id`, `bookingId` and `BookingIDs` all give `["booking", "id"]`: names are split at
-underscores, non-alphanumerics and case changes, lower-cased, and plural tokens are made singular
-(so `paper_ids` meets `paper_id`).
+- tokens: `booking_id`, `bookingId` and `BookingIDs` all give `["booking", "id"]`: names are split at
+  underscores, non-alphanumerics and case changes (`split_words`), lower-cased, and plural tokens are made
+  singular (`tokens`; so `paper_ids` meets `paper_id`); the tool graph's parameter similarity works on them;
+- `singular`: one English singular for identifiers and collection names (`hotels` → hotel, `statuses` →
+  status, `article_phrases` → article_phrase); the compiler names `<singular>_id` parameters with it and
+  π*, the state generators and the wording find a collection from such a name with the same rule;
+- `spoken_name`: a name as a user says it (`checkIn_date` → "check in date"), for requests and answers;
+- names: role qualifiers (`from_`, `new_`), record decorations (`HotelSummary`), tool verbs
+  (`get_order_details` is about an order), the names an id field goes by (`record_id_names`);
+- field-word lists: which field names hold free text (`is_free_text`: masked arguments, no reward compares
+  their wording; `is_long_text`: state fields the generator fills with sentences).
+
+It imports nothing of envfactory (the layer test keeps it at the bottom).
 """
 
 from __future__ import annotations
@@ -42,7 +52,10 @@ _CACHE = 1 << 17
 
 
 def singular(token: str) -> str:
-    """A crude English singular, enough for identifiers: `ids`→`id`, `cities`→`city`, `statuses`→`status`."""
+    """A crude English singular, enough for identifiers and collection names: `cities`→`city`,
+    `statuses`→`status`, `matches`→`match`, `boxes`→`box`; a word of three letters or fewer (`ids`, `aws`,
+    `bus`) and one that only looks plural (`status`, `address`, `analysis`) stay as they are (`tokens`
+    reads `ids` as `id`)."""
     if len(token) <= 3 or token.endswith(_NOT_PLURAL):
         return token
     if token.endswith("ies"):
@@ -52,6 +65,11 @@ def singular(token: str) -> str:
     if token.endswith("s"):
         return token[:-1]
     return token
+
+
+def spoken_name(name: str) -> str:
+    """A name as a user says it: `checkIn_date` → `check in date`, `HotelSummary` → `hotel summary`."""
+    return " ".join(re.sub(r"([a-z])([A-Z])", r"\1 \2", name).replace("_", " ").split()).lower()
 
 
 def snake_case(text: str) -> str:
@@ -131,3 +149,25 @@ def record_id_names(record: list[str]) -> list[str]:
         names.append(snake([record[-1], "id"]))
     names.append("id")
     return names
+
+
+# ---- field-word lists: names of free-text fields (a suffix of the lower-cased name: `long_description`, `subtext`)
+# the words both lists share
+FREE_TEXT_WORDS = ("description", "message", "body", "note", "notes", "comment", "text", "reason", "summary", "bio")
+# arguments whose exact wording no reward compares (masked); value makers write a sentence for them
+MASKED_TEXT_WORDS = (*FREE_TEXT_WORDS, "content", "review")
+# state fields the initial-state generator fills with sentences when the exemplars' values are long
+LONG_TEXT_WORDS = (*FREE_TEXT_WORDS, "abstract", "subject", "request", "requests")
+
+_MASKED_TEXT = re.compile(rf"({'|'.join(MASKED_TEXT_WORDS)})$")
+_LONG_TEXT = re.compile(rf"({'|'.join(LONG_TEXT_WORDS)})$")
+
+
+def is_free_text(name: str) -> bool:
+    """An argument of free text whose wording does not matter (`description`, `commitMessage`, `file_content`)."""
+    return _MASKED_TEXT.search(name.lower()) is not None
+
+
+def is_long_text(name: str) -> bool:
+    """A state field that holds prose (`abstract`, `special_requests`, `newsletter_subject`)."""
+    return _LONG_TEXT.search(name.lower()) is not None
