@@ -32,7 +32,8 @@ _SCHEMA_ONE = frozenset(
     {"items", "additionalProperties", "not", "contains", "if", "then", "else", "propertyNames", "unevaluatedItems"}
 )
 _NOTHING = frozenset({"title", "$schema", "$comment"})
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])")
+_SENTENCE_END = re.compile(r"[.!?]\s+(?=[A-Z])")  # a sentence ends before a capital letter...
+_ABBREVIATIONS = ("e.g.", "i.e.", "etc.", "vs.", "approx.", "incl.", "no.")  # ...unless the period is one of these
 
 
 def called_names(messages: Iterable[ChatMessage]) -> set[str]:
@@ -43,12 +44,16 @@ def called_names(messages: Iterable[ChatMessage]) -> set[str]:
 def short_description(text: str, limit: int = DESCRIPTION_CHARS) -> str:
     """The first sentence of `text` on one line, cut at a word to at most `limit` characters (then `…`)."""
     line = " ".join(text.split())
-    first = _SENTENCE_END.split(line, maxsplit=1)[0]
+    first = line
+    for end in _SENTENCE_END.finditer(line):
+        if not line[: end.start() + 1].lower().endswith(_ABBREVIATIONS):
+            first = line[: end.start() + 1]
+            break
     if len(first) <= limit:
         return first
-    cut = first[: limit - 1]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > limit // 2 else cut).rstrip(" ,;:") + "…"
+    space = first.rfind(" ", 0, limit)  # the last word boundary that leaves room for the `…`
+    cut = first[:space] if space > limit // 2 else first[: limit - 1]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def compact_schema(schema: Any) -> Any:
