@@ -723,7 +723,7 @@ def tiny_model(tok: Any) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tools", ["", "-needed"])
+@pytest.mark.parametrize("tools", ["", "-needed"], ids=["all", "needed"])
 def test_trl_sft_trains_each_turn_once(tokenizer: Any, exported: dict[str, Path], tmp_path: Path, tools: str) -> None:
     """TRL 1.16 prepares the per-turn file so that only the turn's assistant output is in the loss."""
     from trl import SFTConfig, SFTTrainer
@@ -739,7 +739,7 @@ def test_trl_sft_trains_each_turn_once(tokenizer: Any, exported: dict[str, Path]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tools", ["", "-needed"])
+@pytest.mark.parametrize("tools", ["", "-needed"], ids=["all", "needed"])
 def test_trl_grpo_passes_the_reward_columns(
     tokenizer: Any, exported: dict[str, Path], tmp_path: Path, tools: str
 ) -> None:
