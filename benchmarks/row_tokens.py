@@ -117,7 +117,7 @@ def main() -> None:
             pool,
             tok,
             template,
-            ExportOptions(tools=choice[0], schemas=choice[1], distractors=a.distractors, seed=a.seed),  # type: ignore[arg-type]
+            ExportOptions(tools=choice[0], schemas=choice[1], distractors=a.distractors, seed=a.seed),
         )
         for choice in CHOICES
     }

@@ -143,7 +143,7 @@ def test_a_row_offers_every_tool_it_calls_and_only_its_environments_tools(
     case: tuple[Conversation, dict[str, EnvMetadata]], distractors: int, seed: int, per: str, schemas: str
 ) -> None:
     conversation, catalog = case
-    options = ExportOptions(tools="needed", distractors=distractors, seed=seed, per=per, schemas=schemas)  # type: ignore[arg-type]
+    options = ExportOptions(tools="needed", distractors=distractors, seed=seed, per=per, schemas=schemas)
     sft = convert_to_sft_data(conversation, catalog, options)
     for sample in sft:
         names = [t.function.name for t in sample.tools]
@@ -170,7 +170,7 @@ def test_a_row_offers_every_tool_it_calls_and_only_its_environments_tools(
 def test_the_default_keeps_every_tool_as_declared(case: tuple[Conversation, dict[str, EnvMetadata]], per: str) -> None:
     conversation, catalog = case
     _, every = conversation_tools(conversation, catalog)
-    for sample in convert_to_sft_data(conversation, catalog, ExportOptions(per=per)):  # type: ignore[arg-type]
+    for sample in convert_to_sft_data(conversation, catalog, ExportOptions(per=per)):
         assert sample.tools == every
     for rl in convert_to_rl_data(conversation, catalog):
         assert rl.tool_list() == every

@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,9 +58,12 @@ class Attempt(Protocol):
     def success(self) -> bool: ...
 
 
-def item_means(records: Iterable[Attempt], value: Callable[[Attempt], float] | None = None) -> dict[str, float]:
+Record = TypeVar("Record", bound=Attempt)
+
+
+def item_means(records: Iterable[Record], value: Callable[[Record], float] | None = None) -> dict[str, float]:
     """Each item's mean over its attempts of `value` (default: success, so the item's pass@1)."""
-    read = value or (lambda r: float(r.success))
+    read: Callable[[Record], float] = value or (lambda r: float(r.success))
     by_item: dict[str, list[float]] = defaultdict(list)
     for r in records:
         by_item[r.item].append(read(r))
@@ -142,9 +145,9 @@ class Comparison(BaseModel):
 
 
 def compare(
-    before: Iterable[Attempt],
-    after: Iterable[Attempt],
-    value: Callable[[Attempt], float] | None = None,
+    before: Iterable[Record],
+    after: Iterable[Record],
+    value: Callable[[Record], float] | None = None,
     *,
     level: float = LEVEL,
     resamples: int = RESAMPLES,
