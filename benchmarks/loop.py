@@ -11,8 +11,9 @@ with `os.wait4`): `envfactory synth` (offline, 9 native environments, two of the
 out whole: unseen apps; 20 % of the others' tasks held out: unseen tasks), `envfactory export` (trl-sft and
 trl-grpo, training split only; by default each row carries only the tools it needs plus 2 distractors, compact:
 `--tools needed --schemas compact`, see `benchmarks/row_tokens.py`), `envfactory eval` with the `transformers`
-provider on a seeded sample of held-out conversations (half from unseen apps, half unseen tasks; per-turn mode, the ground-truth history,
-sampled at the role's temperature so pass^k means something), `training/sft.py` and `training/grpo.py` with
+provider on a seeded sample of held-out conversations (half from unseen apps, half unseen tasks; per-turn mode,
+the ground-truth history, sampled at the role's temperature so pass^k means something), `training/sft.py` and
+`training/grpo.py` with
 their `cpu` profiles and the model / data / steps set here.
 
 A stage whose output exists is not run again (rerun to resume; `--fresh` starts over). The table prints
