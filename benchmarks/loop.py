@@ -13,8 +13,7 @@ trl-grpo, training split only; by default each row carries only the tools it nee
 `--tools needed --schemas compact`, see `benchmarks/row_tokens.py`), `envfactory eval` with the `transformers`
 provider on a seeded sample of held-out conversations (half from unseen apps, half unseen tasks; per-turn mode,
 the ground-truth history, sampled at the role's temperature so pass^k means something), `training/sft.py` and
-`training/grpo.py` with
-their `cpu` profiles and the model / data / steps set here.
+`training/grpo.py` with their `cpu` profiles and the model / data / steps set here.
 
 A stage whose output exists is not run again (rerun to resume; `--fresh` starts over). The table prints
 pass@1, pass^k and mean composite reward per model, each with its 95 % bootstrap interval over items
