@@ -202,6 +202,7 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert "pass@1" in res.stdout and (out / "eval.png").stat().st_size > 1000
+    assert "pass@1 1.000, 95% CI [1.000, 1.000] (bootstrap over 3 items, seed 0)" in res.stdout
     assert json.loads((out / "summary.json").read_text())["success_rate"] == 1.0
     again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)  # all done: nothing reruns
     assert again.returncode == 0 and len((out / ATTEMPTS).read_text().splitlines()) == 3

@@ -425,6 +425,12 @@ def exported(
             assert report.conversations == 4 and report.turns == 10 and report.failed_calls_removed == 2
             assert json.loads((out / "export.json").read_text())["samples"] == report.samples
             outs[f"{fmt}-{per}"] = out
+    for fmt in ("trl-sft", "trl-grpo"):  # only the tools a row needs, compact: what the loop trains on
+        for per in ("turn", "conversation"):
+            out = folder / f"{fmt}-{per}-needed"
+            options = ExportOptions(per=per, keep_thinking=True, tools="needed", schemas="compact")  # type: ignore[arg-type]
+            export_conversations(conversations, fmt, out, catalog, options)  # type: ignore[arg-type]
+            outs[f"{fmt}-{per}-needed"] = out
     return outs
 
 
@@ -558,6 +564,32 @@ def test_cli_exports_a_run_dir(run_dir: Path, tmp_path: Path) -> None:
     assert json.loads((tmp_path / "lf" / "train.jsonl").read_text().splitlines()[0])["system"] == "Be brief."
 
 
+def test_cli_exports_only_the_tools_a_row_needs(run_dir: Path, tmp_path: Path) -> None:
+    res = cli(str(run_dir), "--format", "trl-sft", "--out", str(tmp_path / "all"))
+    assert res.exit_code == 0, res.output
+    args = ["--tools", "needed", "--distractors", "1", "--schemas", "compact", "--seed", "3"]
+    res = cli(str(run_dir), "--format", "trl-sft", "--out", str(tmp_path / "needed"), *args)
+    assert res.exit_code == 0, res.output
+    options = json.loads((tmp_path / "needed" / "export.json").read_text())["options"]
+    assert (options["tools"], options["distractors"], options["schemas"], options["seed"]) == (
+        "needed",
+        1,
+        "compact",
+        3,
+    )
+    every = [json.loads(line) for line in (tmp_path / "all" / "train.jsonl").read_text().splitlines()]
+    needed = [json.loads(line) for line in (tmp_path / "needed" / "train.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in needed] == [r["id"] for r in every]
+    for row, full in zip(needed, every, strict=True):
+        names = [t["function"]["name"] for t in json.loads(row["tools"])]
+        called = {c["function"]["name"] for m in row["prompt"] + row["completion"] for c in m.get("tool_calls") or []}
+        assert called <= set(names) and len(names) <= len(called) + 1
+        assert set(names) <= {t["function"]["name"] for t in json.loads(full["tools"])}
+    assert sum(len(r["tools"]) for r in needed) < sum(len(r["tools"]) for r in every)
+    res = cli(str(run_dir), "--format", "trl-sft", "--out", str(tmp_path / "o"), "--tools", "some")
+    assert res.exit_code == 2  # a usage error
+
+
 def test_cli_errors(run_dir: Path, tmp_path: Path) -> None:
     res = cli(str(tmp_path / "missing"), "--format", "verl", "--out", str(tmp_path / "o"))
     assert isinstance(res.exception, EnvFactoryError) and "does not exist" in str(res.exception)
@@ -645,7 +677,7 @@ def test_trl_accepts_the_template(tokenizer: Any) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("per", ["turn", "conversation"])
+@pytest.mark.parametrize("per", ["turn", "conversation", "turn-needed", "conversation-needed"])
 def test_every_sft_record_renders_with_tools_and_masks(tokenizer: Any, exported: dict[str, Path], per: str) -> None:
     rows = load(exported[f"trl-sft-{per}"] / "train.jsonl")
     for row in rows:
@@ -691,11 +723,12 @@ def tiny_model(tok: Any) -> Any:
 
 
 @pytest.mark.slow
-def test_trl_sft_trains_each_turn_once(tokenizer: Any, exported: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("tools", ["", "-needed"], ids=["all", "needed"])
+def test_trl_sft_trains_each_turn_once(tokenizer: Any, exported: dict[str, Path], tmp_path: Path, tools: str) -> None:
     """TRL 1.16 prepares the per-turn file so that only the turn's assistant output is in the loss."""
     from trl import SFTConfig, SFTTrainer
 
-    rows = load(exported["trl-sft-turn"] / "train.jsonl")
+    rows = load(exported[f"trl-sft-turn{tools}"] / "train.jsonl")
     args = SFTConfig(
         output_dir=str(tmp_path), assistant_only_loss=True, max_length=None, report_to=[], use_cpu=True, max_steps=1
     )
@@ -706,10 +739,13 @@ def test_trl_sft_trains_each_turn_once(tokenizer: Any, exported: dict[str, Path]
 
 
 @pytest.mark.slow
-def test_trl_grpo_passes_the_reward_columns(tokenizer: Any, exported: dict[str, Path], tmp_path: Path) -> None:
+@pytest.mark.parametrize("tools", ["", "-needed"], ids=["all", "needed"])
+def test_trl_grpo_passes_the_reward_columns(
+    tokenizer: Any, exported: dict[str, Path], tmp_path: Path, tools: str
+) -> None:
     from trl import GRPOConfig, GRPOTrainer
 
-    rows = load(exported["trl-grpo-turn"] / "train.jsonl")
+    rows = load(exported[f"trl-grpo-turn{tools}"] / "train.jsonl")
     seen: list[dict[str, Any]] = []
 
     def reward(prompts: list[Any], completions: list[Any], **columns: Any) -> list[float]:

@@ -6,7 +6,8 @@ SOURCE is a synth run's folder or a JSONL file of conversations; the model is th
 (`ENVFACTORY_LLM_ROLES__EVAL__PROVIDER=openai|local|scripted`, else the default model). DIR/settings.json
 records what shapes the results (model, sampling, tools, mode, attempts, budgets, the data's sha256); attempts
 go to DIR/attempts.jsonl as they finish (rerun the same command to resume: a rerun with other settings is
-refused, naming them), then DIR/summary.json, a table, and DIR/eval.png.
+refused, naming them), then DIR/summary.json, a table, pass@1 with its 95 % bootstrap interval over items
+(`envfactory.eval.stats`), and DIR/eval.png.
 """
 
 from __future__ import annotations
@@ -41,9 +42,12 @@ from envfactory.eval.run import (
     HasId,
     Runner,
     TurnRunner,
+    asked_attempts,
     check_settings,
+    done_attempts,
     run_eval,
 )
+from envfactory.eval.stats import pass_at_1
 from envfactory.executor import executor_from
 from envfactory.export.errors import ExportError
 from envfactory.export.files import conversations_file
@@ -158,6 +162,13 @@ def evaluate(
             highlight=False,
         )
     out.print(summary_table(summary))
+    asked = asked_attempts(done_attempts(out_dir), items[:limit] if limit else items, attempts)
+    if asked:
+        ci = pass_at_1(asked)
+        out.print(
+            f"pass@1 {ci.estimate:.3f}, 95% CI [{ci.low:.3f}, {ci.high:.3f}] (bootstrap over {ci.items} items, seed 0)",
+            highlight=False,
+        )
     plot_summary(summary, out_dir / "eval.png")
     out.print(f"written to {safe(out_dir)} ({SETTINGS_FILE}, {ATTEMPTS}, {SUMMARY}, eval.png)", highlight=False)
 

@@ -38,6 +38,16 @@ class UserCalls(StrEnum):
     drop = "drop"
 
 
+class Tools(StrEnum):
+    all = "all"
+    needed = "needed"
+
+
+class Schemas(StrEnum):
+    full = "full"
+    compact = "compact"
+
+
 @app.callback(invoke_without_command=True)
 def export(
     source: Annotated[Path, typer.Argument(help="a synth run folder (its conversations.jsonl) or a JSONL file")],
@@ -52,6 +62,17 @@ def export(
     include_interactive: Annotated[
         bool, typer.Option("--include-interactive", help="RL: also turns where the user spoke again mid-turn")
     ] = False,
+    tools: Annotated[
+        Tools,
+        typer.Option(help="each row's tools: all of its environments', or those its calls use plus --distractors"),
+    ] = Tools.all,
+    distractors: Annotated[
+        int, typer.Option(min=0, help="--tools needed: other tools of the same environments added to each row")
+    ] = 2,
+    schemas: Annotated[
+        Schemas, typer.Option(help="tool schemas as declared (full), or compact: no titles, short descriptions")
+    ] = Schemas.full,
+    seed: Annotated[int, typer.Option(help="--tools needed: seeds the choice of distractor tools")] = 0,
 ) -> None:
     """Write train.jsonl (TRL; LlamaFactory + dataset_info.json) or train.parquet (VeRL), and export.json (what was
     exported, how, and a sha256 of the source file)."""
@@ -78,6 +99,10 @@ def export(
         system=system,
         user_calls=user_calls.value,
         include_interactive=include_interactive,
+        tools=tools.value,
+        distractors=distractors,
+        schemas=schemas.value,
+        seed=seed,
     )
     report = export_conversations(conversations, fmt.value, out_dir, catalog, options, origin)
     out.print(

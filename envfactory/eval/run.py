@@ -274,11 +274,16 @@ def run_eval(
         records.append(result)
         if progress is not None:
             progress(result)
-    wanted = {item.id for item in items}
-    asked = [r for r in records if r.item in wanted and r.attempt < settings.attempts]
+    asked = asked_attempts(records, items, settings.attempts)
     summary = summarize(asked, settings.attempts).model_copy(update={"settings": settings.recorded().settings})
     write_atomic(out / SUMMARY, summary.model_dump_json(indent=2) + "\n")
     return summary
+
+
+def asked_attempts(records: list[AttemptRecord], items: Sequence[HasId], attempts: int) -> list[AttemptRecord]:
+    """The records of these items' first `attempts` attempts (a folder may hold more, from a wider earlier run)."""
+    wanted = {item.id for item in items}
+    return [r for r in records if r.item in wanted and r.attempt < attempts]
 
 
 def check_settings(out: Path, settings: EvalSettings, *, write: bool = True) -> None:

@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Per = Literal["turn", "conversation"]
 UserCallMode = Literal["describe", "drop"]
+ToolsMode = Literal["all", "needed"]
+SchemaStyle = Literal["full", "compact"]
 
 
 class ExportOptions(BaseModel):
@@ -24,6 +26,12 @@ class ExportOptions(BaseModel):
     `include_interactive`: RL samples also for turns where the user spoke again or acted mid-turn
     (a rollout has no simulated user, so by default those turns are left out of RL data).
     `prompts_dir`: where the model-facing wording (`template/export/en.yaml`) is read from.
+    `tools`: the tool list of each row — `all`: every tool of the conversation's environments; `needed`: the
+    tools the row's assistant calls use plus `distractors` other tools of the same environments, chosen by
+    `seed` and the row's id (same row, same seed: same tools), so the model still has to choose.
+    `schemas`: `full` — each tool as its environment declares it; `compact` — JSON schemas without what
+    carries nothing (titles, null defaults, `$schema`, empty `required`) and descriptions cut to their
+    first sentence (`row_tools.py`).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -33,6 +41,10 @@ class ExportOptions(BaseModel):
     system: str | None = Field(default=None, description="system message text; None: no system message")
     user_calls: UserCallMode = "describe"
     include_interactive: bool = False
+    tools: ToolsMode = "all"
+    distractors: int = Field(default=2, ge=0, description="tools: needed — other tools added to each row")
+    schemas: SchemaStyle = "full"
+    seed: int = Field(default=0, description="tools: needed — seeds the choice of distractor tools")
     prompts_dir: Path | None = Field(
         default=None, description="prompt folder holding the export wording; None: the settings' prompt folder"
     )

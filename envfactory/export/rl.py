@@ -4,7 +4,8 @@
 JSON of the turn's successful assistant calls (`name`, `arguments`, `masked_arguments`, plus `server` so a reward
 can replay them); `extra_info.mcp_factory_kwargs` = `mcp_servers`, `initial_config`, `final_config`, each a JSON
 string. Turns where the user spoke again or acted mid-turn are left out unless `include_interactive` (a rollout
-has no simulated user to answer, and the user's own calls are needed to reach `final_config`).
+has no simulated user to answer, and the user's own calls are needed to reach `final_config`). `extra_info.tools` is
+the turn's tool list: its conversation's, or only the tools it needs (`ExportOptions.tools`, see `row_tools.py`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envfactory.export.messages import ChatMessage
 from envfactory.export.options import ExportOptions
+from envfactory.export.row_tools import row_tools
 from envfactory.export.sft import system_messages
 from envfactory.export.tools_schema import Catalog, ToolNamer, ToolSchema, conversation_tools, tools_json
 from envfactory.export.turns import conversation_turns
@@ -122,13 +124,14 @@ def convert_to_rl_data(
     namer, tools = conversation_tools(conversation, catalog)
     turns = conversation_turns(conversation.nodes, namer, options)
     nodes = {n.index: n for n in conversation.nodes}
-    tool_list = tools_json(tools)
     history = system_messages(options)
     samples: list[RLSample] = []
     for turn in turns:
         node = nodes[turn.index]
         if options.include_interactive or not turn.interactive:
             calls = ground_truth(turn.calls, namer)
+            row_id = f"{conversation.id}#{turn.index}"  # as the turn's SFT sample: the same tools in both
+            tool_list = tools_json(row_tools(tools, namer, history + turn.messages, row_id, options))
             samples.append(
                 RLSample(
                     prompt=[*history, ChatMessage(role="user", content=node.query.strip())],

@@ -4,7 +4,8 @@ Per valid turn (the default, `per="turn"`), one sample holding the conversation 
 is the prompt (earlier turns + this turn's request), the rest is the completion (this turn's calls, results and
 answer) — the reference's per-turn samples with the history masked. `per="conversation"` gives one sample per
 conversation whose every assistant message is trained once. Failed tool calls are removed, `<think>` traces kept
-on request (see `turns.py`).
+on request (see `turns.py`). A sample's tool list is its conversation's, or only the tools it needs, compact or
+not (`ExportOptions.tools` / `schemas`, see `row_tools.py`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envfactory.export.messages import ChatMessage
 from envfactory.export.options import ExportOptions
+from envfactory.export.row_tools import row_tools
 from envfactory.export.tools_schema import Catalog, ToolSchema, conversation_tools
 from envfactory.export.turns import conversation_turns
 from envfactory.tasks.models import Conversation
@@ -64,21 +66,22 @@ def convert_to_sft_data(
                 turn=None,
                 messages=messages,
                 prompt_length=len(history) + turns[0].query_length,
-                tools=tools,
+                tools=row_tools(tools, namer, messages, conversation.id, options),
                 turns=len(turns),
                 dropped_failed_calls=sum(t.dropped_failed_calls for t in turns),
             )
         ]
     samples: list[SFTSample] = []
     for turn in turns:
+        row_id = f"{conversation.id}#{turn.index}"
         samples.append(
             SFTSample(
-                id=f"{conversation.id}#{turn.index}",
+                id=row_id,
                 conversation_id=conversation.id,
                 turn=turn.index,
                 messages=history + turn.messages,
                 prompt_length=len(history) + turn.query_length,
-                tools=tools,
+                tools=row_tools(tools, namer, history + turn.messages, row_id, options),
                 turns=1,
                 dropped_failed_calls=turn.dropped_failed_calls,
             )
