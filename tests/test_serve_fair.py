@@ -262,16 +262,16 @@ def test_a_session_gets_the_loop_for_few_expensive_calls_however_it_mixes_them(c
 def test_a_session_caught_by_chance_stays_on_the_loop_and_a_loaded_one_leaves_it() -> None:
     off = OffLoop(cpu_s=0.002, blocked_s=0.02)
     key = Session()
-    off.ran(key, 0.0001, 0.5, inline=True)  # blocked once (a collection ran, the GIL's holder was preempted...)
+    off.ran(key, 0.0001, 0.05, inline=True)  # blocked a little once (a collection ran, the GIL's holder was preempted)
     assert key not in off  # let go
-    off.ran(key, 0.0001, 0.5, inline=True)  # twice: its next four calls leave the loop
+    off.ran(key, 0.0001, 0.05, inline=True)  # twice: its next four calls leave the loop
     for _ in range(4):
         assert key in off
         off.ran(key, *CHEAP, inline=False)
     assert key not in off
     for _ in range(OffLoop.FORGIVE << 2):  # a long run of cheap calls on the loop forgives a strike ...
         off.ran(key, *CHEAP, inline=True)
-    off.ran(key, 0.0001, 0.5, inline=True)  # ... so the next one costs four calls again, not eight
+    off.ran(key, 0.0001, 0.05, inline=True)  # ... so the next one costs four calls again, not eight
     for _ in range(4):
         off.ran(key, *CHEAP, inline=False)
     assert key not in off
@@ -279,6 +279,12 @@ def test_a_session_caught_by_chance_stays_on_the_loop_and_a_loaded_one_leaves_it
     assert key not in off
     alternating = [i % 2 == 1 for i in range(256)]  # cheap, expensive, cheap, ...
     assert _run(OffLoop(cpu_s=0.002, blocked_s=0.02), Session(), alternating) <= 9
+    slow = Session()
+    off.ran(slow, 0.0001, 0.3, inline=True)  # far over its bounds (a call that really is slow): off at once
+    assert slow in off
+    burner = Session()
+    off.ran(burner, 0.05, 0.0, inline=True)  # 50 ms of CPU on the loop: off at once too
+    assert burner in off
     loaded = Session()
     off.expect(loaded)  # it loaded a large state: off the loop before its first call, while its calls cost
     assert _run(off, loaded, [True] * 50) == 0

@@ -373,7 +373,9 @@ def test_environment_code_imports_only_what_the_sandbox_allows(
     try:
         env = EnvPool(settings(project)).get("notes")
         rec = env.session({}).call("answer", {})
-        assert rec.error is not None and "imports only what the sandbox allows" in rec.error.message, rec
+        assert rec.error is not None, rec
+        refusals = ("imports only what the sandbox allows", "is in an environment folder")  # the latter where a
+        assert any(r in rec.error.message for r in refusals), rec  # pool on the working folder was loaded first
         assert module not in sys.modules
         import json as allowed  # an allowed module is still found, and other code imports what it likes
 

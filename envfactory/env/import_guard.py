@@ -20,6 +20,7 @@ Python's own business (the interpreter's and the project's installation are trus
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -73,13 +74,33 @@ class _PoolFolderGuard(importlib.abc.MetaPathFinder):
                         "file (env.py) run from the bytes that were hashed; nothing else in the folder is imported",
                         name=fullname,
                     )
-        if _importer().startswith(ENV_MODULE_PREFIX) and not _allowed(fullname):
+        if (
+            _importer().startswith(ENV_MODULE_PREFIX)
+            and not _allowed(fullname)
+            and _findable(self, spec, fullname, path)
+        ):
             raise ImportError(
                 f"environment code imports only what the sandbox allows, not {fullname!r} (allowed: "
                 f"{', '.join(sorted(ALLOWED_MODULES))})",
                 name=fullname,
             )
         return None  # the ordinary finders go on
+
+
+def _findable(
+    guard: _PoolFolderGuard, spec: importlib.machinery.ModuleSpec | None, fullname: str, path: Sequence[str] | None
+) -> bool:
+    """Whether some finder would load `fullname` (else the import fails as usual: ModuleNotFoundError)."""
+    if spec is not None:
+        return True
+    for finder in sys.meta_path:
+        if finder is guard or (isinstance(finder, type) and issubclass(finder, importlib.machinery.PathFinder)):
+            continue
+        find = getattr(finder, "find_spec", None)
+        with contextlib.suppress(Exception):
+            if find is not None and find(fullname, path) is not None:
+                return True
+    return False
 
 
 _GUARD = _PoolFolderGuard()

@@ -226,8 +226,9 @@ class OffLoop:
 
     Calls on the loop run in arrival order and cannot be interrupted, so only cheap ones may run there: a
     call on the loop that used over `cpu_s` of CPU or was blocked over `blocked_s` (`Stopwatch`) was
-    expensive. Caught so a k-th time (`strike`; k >= 2: the first is let go, as chance strikes are common: a
-    collection, a wait for the GIL while the thread holding it was preempted), a session runs its next 2**k
+    expensive. Caught so a k-th time (`strike`; k >= 2 when the first was less than `CHANCE` times over the
+    bounds, as such chance strikes are common: a collection, a wait for the GIL while the thread holding it was
+    preempted; at once when it was far over), a session runs its next 2**k
     calls on a thread (in fair order, `FairLimiter`); an expensive call on a thread starts that count over,
     a cheap one counts down, and each run of 16 * 2**k cheap calls on the loop forgives one strike, so chance
     strikes do not pile up over a long session. A session that alternates cheap and expensive calls to get the
@@ -240,6 +241,7 @@ class OffLoop:
     a new session for each expensive call then gets the loop once per tool, not once per session."""
 
     FORGIVE = 16  # cheap calls on the loop, times 2**k, that forgive one strike
+    CHANCE = 10  # a first strike under this many times the bounds may be chance, and is let go
 
     def __init__(
         self,
@@ -260,11 +262,13 @@ class OffLoop:
         mark = self._marks.get(key)
         return mark is not None and mark[1] > 0
 
-    def strike(self, key: Any) -> None:
-        """Session `key` ran an expensive call on the loop: from the second time on, its next calls leave it."""
+    def strike(self, key: Any, *, chance: bool = False) -> None:
+        """Session `key` ran an expensive call on the loop: its next calls leave it — from the second time on when
+        the call was over its bounds by less than `CHANCE` times (what a collection or a preempted GIL holder does
+        to a cheap call), at once when it was far over (a call that really is slow)."""
         mark = self._marks.setdefault(key, [0, 0, 0])
         mark[0] += 1
-        mark[1] = min(self.most, 1 << mark[0]) if mark[0] > 1 else 0
+        mark[1] = min(self.most, 1 << mark[0]) if mark[0] > 1 or not chance else 0
         mark[2] = 0
 
     def expect(self, key: Any) -> None:
@@ -279,7 +283,7 @@ class OffLoop:
         mark = self._marks.get(key)
         if cpu > self.cpu_s or blocked > (self.blocked_s if inline else self.thread_blocked_s):
             if inline:
-                self.strike(key)
+                self.strike(key, chance=cpu <= self.CHANCE * self.cpu_s and blocked <= self.CHANCE * self.blocked_s)
             else:  # expensive off the loop too: its count starts over
                 mark = self._marks.setdefault(key, [0, 0, 0])
                 mark[1] = min(self.most, 1 << mark[0])
