@@ -382,3 +382,20 @@ def test_subgraph_keeps_the_graph_order(graph: ToolGraph) -> None:
     for tool in sub.tools():
         assert sub.inputs(tool) == [p for p in graph.inputs(tool) if p in sub.g]
     assert list(sub.g.edges) == [(a, b) for a, b in graph.g.edges if a in sub.g and b in sub.g]
+
+
+def test_every_name_the_package_exports_resolves_from_the_module_that_defines_it() -> None:
+    """`envfactory.toolgraph` imports its parts on first use (`_WHERE`): each name it exports resolves, to the
+    object its module defines, and nothing it lists lazily is missing from `__all__`."""
+    import importlib
+
+    import envfactory.toolgraph as package
+
+    lazy = package._WHERE
+    assert set(lazy) <= set(package.__all__)
+    for name in package.__all__:
+        value = getattr(package, name)
+        if name in lazy:
+            assert value is getattr(importlib.import_module(lazy[name]), name), name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        _ = package.nope  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ scenarios or exports.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import py_compile
@@ -18,7 +19,6 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -382,16 +382,10 @@ def test_environment_code_imports_only_what_the_sandbox_allows(
 
         assert allowed.dumps(1) == "1"
         if module == "helper_elsewhere":  # outside any pool folder: other code still imports it
-            assert importlib_import(module).word() == EVIL
+            assert importlib.import_module(module).word() == EVIL
     finally:
         for name in [m for m in sys.modules if m.startswith(("envs", "helper_elsewhere", "envfactory_envs.notes"))]:
             sys.modules.pop(name, None)
-
-
-def importlib_import(name: str) -> Any:
-    import importlib
-
-    return importlib.import_module(name)
 
 
 def test_what_is_trusted_is_what_was_reviewed(project: Path) -> None:

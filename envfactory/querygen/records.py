@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envfactory.config import QUERYGEN_ROLES, Role, Settings
+from envfactory.config import QUERYGEN_ROLES, Settings
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.tasks.models import PlannedCall, States, Step, ToolCall, ToolResult
 
@@ -72,9 +72,7 @@ def preset_config(preset: str, overrides: dict[str, Any] | None = None) -> Query
         raise QueryGenError(f"QueryGen override '{loc}': {msg}") from None
 
 
-QUERY_ROLE: Role = "query"
-SOLVER_ROLE: Role = "solver"
-USER_ROLE: Role = "user"
+QUERY_ROLE, SOLVER_ROLE, USER_ROLE = QUERYGEN_ROLES  # the roles' names live once, in config
 
 
 def model_names(settings: Settings) -> dict[str, str]:
