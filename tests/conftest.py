@@ -20,6 +20,8 @@ from envfactory.toolgraph.build import BuildReport
 
 ROOT = Path(__file__).resolve().parent.parent
 
+pytest_plugins = ["tests.slow_first"]
+
 
 @pytest.fixture(scope="session")
 def pool() -> EnvPool:

