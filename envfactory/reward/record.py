@@ -14,6 +14,7 @@ from pydantic_core import to_json
 from envfactory.env.environment import BaseEnvironment
 from envfactory.reward.settings import RecordError
 from envfactory.reward.state_masking import Blank, apply_blanks
+from envfactory.reward.state_term import Delta, Replayed
 from envfactory.reward.tool_calls import ToolIndex, json_problem
 from envfactory.tasks.models import ToolCall
 
@@ -25,6 +26,7 @@ class Target:
     """A record parsed once: what every completion scored against it shares (and its replay memo)."""
 
     servers: list[str]  # known servers of the record, in mcp_servers order
+    envs: dict[str, BaseEnvironment]
     index: ToolIndex
     gt: list[ToolCall]
     gt_args: list[dict[str, Any] | None]  # normalized arguments
@@ -36,9 +38,12 @@ class Target:
     goal_canon: dict[str, dict[str, Any]]
     goal_changed: dict[str, bool]
     goal_summary: dict[str, str]
+    goal_delta: dict[str, Delta]  # native servers with a goal: where the goal dump differs from the initial one
+    forks: dict[str, bytes]  # native servers: the initial dump as JSON, what their sessions fork from
     problems: list[str] = field(default_factory=list)
     _json: dict[str, bytes] = field(default_factory=dict)
-    replays: dict[str, tuple[float | None, int, list[str]]] = field(default_factory=dict)
+    kinds: dict[tuple[str, str], str] = field(default_factory=dict)  # (server, tool) -> read / write
+    replays: dict[tuple[tuple[str, str, bytes], ...], Replayed] = field(default_factory=dict)  # by replayed calls
 
     def initial_json(self, server: str) -> Callable[[], bytes]:
         """The server's (blanked) initial state as JSON, made on first use: only needed once ids are created."""

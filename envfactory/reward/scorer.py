@@ -3,14 +3,17 @@ cached; and the functional form `composite_reward` (one scorer per pool and sett
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import OrderedDict
 from typing import Any
 
+from pydantic_core import to_json
+
 from envfactory.config import get_settings
-from envfactory.env.environment import BaseEnvironment
+from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.pool import EnvPool
+from envfactory.env.session import Session
+from envfactory.env.state import State
 from envfactory.errors import EnvFactoryError
 from envfactory.reward.matching import CallMatcher, best_match
 from envfactory.reward.record import (
@@ -26,14 +29,19 @@ from envfactory.reward.record import (
 )
 from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
+from envfactory.reward.state_term import Delta, Replayed, dump_delta, touched_equal
 from envfactory.reward.tool_calls import ParsedCompletion, parse_tool_calls
-from envfactory.tasks.episode import Episode
 from envfactory.tasks.models import ToolCall
 
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
 
 _MAX_REASONS = 12
 _MEMO_SIZE = 64  # distinct call sequences remembered per record
+
+
+def _args_key(arguments: dict[str, Any]) -> bytes:
+    """A call's arguments as a memo key: JSON that tells 1, 1.0 and true apart (NaN kept as NaN)."""
+    return to_json(arguments, inf_nan_mode="constants")
 
 
 def _zero(reason: str, alpha: float, **counts: int) -> RewardResult:
@@ -64,6 +72,13 @@ class CompositeReward:
         env = self._env(server) if server else None
         binding = env.binding(name) if env is not None else None
         return binding.kind if binding is not None else "write"
+
+    def _kind_of(self, t: Target, server: str, name: str) -> str:
+        """`_kind`, remembered per record."""
+        kind = t.kinds.get((server, name))
+        if kind is None:
+            kind = t.kinds[(server, name)] = self._kind(server, name)
+        return kind
 
     def normalize(self, call: ToolCall, *, strict: bool) -> dict[str, Any] | None:
         """The call's arguments as the tool reads them (`CallMatcher.normalize`)."""
@@ -138,6 +153,8 @@ class CompositeReward:
         goal_canon: dict[str, dict[str, Any]] = {}
         goal_changed: dict[str, bool] = {}
         goal_summary: dict[str, str] = {}
+        goal_delta: dict[str, Delta] = {}
+        forks: dict[str, bytes] = {}
         texts: dict[str, bytes] = {}
         for name, env in envs.items():
             config = initial_raw.get(name)
@@ -149,6 +166,9 @@ class CompositeReward:
             except EnvFactoryError as e:
                 raise RecordError(f"initial_config.{name}: {e}") from None
             initial[name] = init_dump
+            native = type(env) is Environment  # a State with a change log, forked in this process
+            if native:
+                forks[name] = to_json(init_dump)
             goal_raw = final_raw.get(name)
             if goal_raw is None:
                 problems.append(f"{name}: no final state in final_config; not scored")
@@ -160,6 +180,8 @@ class CompositeReward:
             except EnvFactoryError as e:
                 raise RecordError(f"final_config.{name}: {e}") from None
             goal_dump[name] = goal_dump_
+            if native:
+                goal_delta[name] = dump_delta(init_dump, goal_dump_)
             values = {
                 v
                 for c in gt
@@ -179,6 +201,7 @@ class CompositeReward:
                 goal_summary[name] = _summary(first_differences(init_canon[name], goal_canon[name]))
         return Target(
             servers=list(envs),
+            envs=envs,
             index=index,
             gt=gt,
             gt_args=gt_args,
@@ -190,6 +213,8 @@ class CompositeReward:
             goal_canon=goal_canon,
             goal_changed=goal_changed,
             goal_summary=goal_summary,
+            goal_delta=goal_delta,
+            forks=forks,
             problems=problems,
             _json=texts,
         )
@@ -305,62 +330,93 @@ class CompositeReward:
         return best_match(candidates, t.succ, s.max_match_states)
 
     def _state(self, t: Target, calls: list[ToolCall], reasons: list[str]) -> tuple[float | None, int]:
-        """(R_state, failed calls), memoized per record: tools are deterministic, so the completions of a
-        GRPO group that make the same calls share one replay."""
-        if not self.settings.memoize_replays:
-            return self._replay_state(t, calls, reasons)
-        try:
-            key = json.dumps([[c.server, c.name, c.arguments] for c in calls], allow_nan=True)
-        except (TypeError, ValueError, RecursionError):
-            return self._replay_state(t, calls, reasons)
-        hit = t.replays.get(key)
-        if hit is None:
-            mine: list[str] = []
-            hit = (*self._replay_state(t, calls, mine), mine)
-            if len(t.replays) >= _MEMO_SIZE:
-                t.replays.pop(next(iter(t.replays)))
-            t.replays[key] = hit
-        reasons.extend(hit[2])
-        return hit[0], hit[1]
-
-    def _replay_state(self, t: Target, calls: list[ToolCall], reasons: list[str]) -> tuple[float | None, int]:
         """(R_state, failed calls); R_state None when no server is relevant (read-only both ways).
 
         Read tools cannot change a state (sessions enforce it), so only writes — and calls to unknown
-        tools, which fail — are replayed, unless `replay_reads`."""
+        tools, which fail — are replayed, unless `replay_reads`. What a replay gives depends on the
+        replayed calls alone, so it is memoized per record by them (tools are deterministic): the
+        completions of a GRPO group that differ only in their reads, the place of their reads, or their
+        format share one replay."""
         reads = self.settings.replay_reads
         replayed = [
             (k, c)
             for k, c in enumerate(calls)
-            if c.server in t.initial and (reads or self._kind(c.server, c.name) != "read")
+            if c.server in t.initial and (reads or self._kind_of(t, c.server, c.name) != "read")
         ]
-        servers = dict.fromkeys(c.server for _, c in replayed)
-        episode = Episode(self.pool, {srv: t.initial[srv] for srv in servers}) if replayed else None
-        wrote: set[str] = set()
+        run: Replayed | None = None
+        key: tuple[tuple[str, str, bytes], ...] | None = None
+        if self.settings.memoize_replays:
+            try:
+                key = tuple((c.server, c.name, _args_key(c.arguments)) for _, c in replayed)
+            except (TypeError, ValueError, RecursionError):  # not plain JSON: not memoized
+                key = None
+            if key is not None:
+                run = t.replays.get(key)
+        if run is None:
+            run = self._replay(t, [c for _, c in replayed])
+            if key is not None:
+                if len(t.replays) >= _MEMO_SIZE:
+                    t.replays.pop(next(iter(t.replays)))
+                t.replays[key] = run
         failed = 0
         for k, c in enumerate(calls):
             if c.server not in t.initial:
                 failed += 1
                 if failed <= 3:
                     reasons.append(f"call {k} {c.server or '?'}.{c.name}: no such environment in this task")
-        for k, c in replayed:
-            assert episode is not None
-            rec = episode.call(c.server, c.name, c.arguments)
-            if not rec.ok:
+        for (k, c), (ok, error) in zip(replayed, run.outcomes, strict=True):
+            if not ok:
                 failed += 1
-                if failed <= 3 and rec.error is not None:
-                    reasons.append(f"call {k} {c.qualified} failed: {rec.error.type}: {rec.error.message[:120]}")
-            elif self._kind(c.server, c.name) == "write":
-                wrote.add(c.server)
+                if failed <= 3 and error is not None:
+                    reasons.append(f"call {k} {c.qualified} failed: {error}")
+        reasons.extend(run.reasons)
+        return run.r_state, failed
 
+    def _fork(self, t: Target, server: str) -> Session:
+        """A fresh session on the record's initial state of `server`: a native environment's straight from
+        the validated dump's JSON (what `Session.fork` does, without re-serializing it every time)."""
+        env = self.pool.get(server)
+        data = t.forks.get(server)
+        if data is not None and env is t.envs.get(server):
+            return Session(env, env.state_model.load_bytes(data))  # type: ignore[attr-defined]
+        return Session.fork(env, t.initial[server])
+
+    def _replay(self, t: Target, calls: list[ToolCall]) -> Replayed:
+        sessions: dict[str, Session] = {}
+        for c in calls:
+            if c.server not in sessions:
+                sessions[c.server] = self._fork(t, c.server)
+        outcomes: list[tuple[bool, str | None]] = []
+        wrote: set[str] = set()
+        for c in calls:
+            rec = sessions[c.server].call(c.name, c.arguments)
+            if not rec.ok:
+                error = rec.error
+                outcomes.append((False, f"{error.type}: {error.message[:120]}" if error is not None else None))
+            else:
+                outcomes.append((True, None))
+                if self._kind_of(t, c.server, c.name) == "write":
+                    wrote.add(c.server)
+
+        reasons: list[str] = []
         equal = changed = 0
         considered = 0
         for srv in t.servers:
             goal = t.goal_canon.get(srv)
             if goal is None:
                 continue
-            dump = episode.sessions[srv].dump() if srv in wrote and episode is not None else None
-            if dump is not None and dump == t.goal_dump[srv]:  # fast path: the very same state
+            session = sessions[srv] if srv in wrote else None
+            exact: bool | None = None
+            dump: dict[str, Any] | None = None
+            if session is not None:
+                delta = t.goal_delta.get(srv)
+                if delta is not None and isinstance(session.state, State):
+                    exact = touched_equal(session.state, t.goal_dump[srv], delta)
+                if not exact:
+                    dump = session.dump()
+                    if exact is None and dump == t.goal_dump[srv]:
+                        exact = True
+            if exact:  # fast path: the very same state
                 same, moved = True, t.goal_changed[srv]
             elif dump is not None:
                 blank = t.blanks[srv]
@@ -378,9 +434,7 @@ class CompositeReward:
                 considered += 1
                 equal += same
                 changed += moved
-        if not considered:
-            return None, failed
-        return equal / considered, failed
+        return Replayed(tuple(outcomes), equal / considered if considered else None, tuple(reasons))
 
 
 # ---- the functional form ----------------------------------------------------------------------------
