@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic_core import to_json
@@ -44,6 +45,17 @@ def _args_key(arguments: dict[str, Any]) -> bytes:
     return to_json(arguments, inf_nan_mode="constants")
 
 
+@dataclass(frozen=True)
+class InitialState:
+    """A server's validated initial dump, shared by the records that start from the same config (read-only):
+    `fork` its JSON (native environments), `canon` its canonical form."""
+
+    env: BaseEnvironment
+    dump: dict[str, Any]
+    fork: bytes | None
+    canon: dict[str, Any]
+
+
 def _zero(reason: str, alpha: float, **counts: int) -> RewardResult:
     return RewardResult(reward=0.0, alpha=alpha, reasons=[reason], **counts)
 
@@ -58,6 +70,8 @@ class CompositeReward:
         self.pool = pool if pool is not None else EnvPool(get_settings())
         self.settings = settings or RewardSettings()
         self._targets: OrderedDict[tuple[Any, ...], Target | RecordError] = OrderedDict()
+        self._initial_configs: dict[Any, dict[str, dict[str, Any]]] = {}  # by initial_config's key
+        self._initial_states: dict[tuple[str, Any], InitialState] = {}  # by (server, initial_config's key)
         s = self.settings
         self.matcher = CallMatcher(self._env, case_sensitive=s.case_sensitive, rel_tol=s.rel_tol, abs_tol=s.abs_tol)
 
@@ -100,7 +114,9 @@ class CompositeReward:
                 raise hit
             return hit
         try:
-            built: Target | RecordError = self._build(ground_truth, initial_config, final_config, mcp_servers)
+            built: Target | RecordError = self._build(
+                ground_truth, initial_config, final_config, mcp_servers, key[1] if key is not None else None
+            )
         except RecordError as e:
             log.warning("reward: unusable RL record: %s", e)
             built = e
@@ -115,9 +131,44 @@ class CompositeReward:
             raise built
         return built
 
-    def _build(self, ground_truth: Any, initial_config: Any, final_config: Any, mcp_servers: Any) -> Target:
+    def _initial_raw(self, initial_config: Any, key: Any) -> dict[str, dict[str, Any]]:
+        """`initial_config` read (`_as_states`), kept by its key: a dataset's records share a few initial
+        configs (the scenarios their tasks start from). Read-only: callers never change it."""
+        if key is None or not self.settings.cache_size:
+            return _as_states(initial_config, "initial_config")
+        hit = self._initial_configs.get(key)
+        if hit is None:
+            hit = self._initial_configs[key] = _as_states(initial_config, "initial_config")
+            if len(self._initial_configs) > self.settings.cache_size:
+                self._initial_configs.pop(next(iter(self._initial_configs)))
+        return hit
+
+    def _initial_state(self, env: BaseEnvironment, name: str, config: dict[str, Any], key: Any) -> InitialState:
+        """`name`'s validated initial dump, kept per (server, initial_config) for native environments."""
+        cache = key is not None and self.settings.cache_size and type(env) is Environment
+        if cache:
+            hit = self._initial_states.get((name, key))
+            if hit is not None and hit.env is env:
+                return hit
+        try:
+            dump = env.dump_state(env.new_state(config, f"initial_config.{name}"))
+        except EnvFactoryError as e:
+            raise RecordError(f"initial_config.{name}: {e}") from None
+        native = type(env) is Environment  # a State with a change log, forked in this process
+        built = InitialState(
+            env, dump, to_json(dump) if native else None, fast_canonical(dump, dump, self.settings.mask)
+        )
+        if cache:
+            self._initial_states[(name, key)] = built
+            if len(self._initial_states) > self.settings.cache_size:
+                self._initial_states.pop(next(iter(self._initial_states)))
+        return built
+
+    def _build(
+        self, ground_truth: Any, initial_config: Any, final_config: Any, mcp_servers: Any, initial_key: Any = None
+    ) -> Target:
         s = self.settings
-        initial_raw = _as_states(initial_config, "initial_config")
+        initial_raw = self._initial_raw(initial_config, initial_key)
         final_raw = _as_states(final_config, "final_config")
         listed = _as_servers(mcp_servers)
         problems: list[str] = []
@@ -161,19 +212,16 @@ class CompositeReward:
             if config is None:
                 default = env.default_scenario()
                 config = env.scenario(default) if default else {}
-            try:
-                init_dump = env.dump_state(env.new_state(config, f"initial_config.{name}"))
-            except EnvFactoryError as e:
-                raise RecordError(f"initial_config.{name}: {e}") from None
-            initial[name] = init_dump
-            native = type(env) is Environment  # a State with a change log, forked in this process
-            if native:
-                forks[name] = to_json(init_dump)
+            start = self._initial_state(env, name, config, initial_key)
+            init_dump = initial[name] = start.dump
+            native = start.fork is not None
+            if start.fork is not None:
+                forks[name] = start.fork
             goal_raw = final_raw.get(name)
             if goal_raw is None:
                 problems.append(f"{name}: no final state in final_config; not scored")
                 blanks[name] = []
-                init_canon[name] = fast_canonical(init_dump, init_dump, s.mask)
+                init_canon[name] = start.canon
                 continue
             try:
                 goal_dump_ = env.dump_state(env.new_state(goal_raw, f"final_config.{name}"))
@@ -192,7 +240,9 @@ class CompositeReward:
             blank = masked_value_blanks(init_dump, goal_dump_, values) if s.mask_masked_values and values else []
             blanks[name] = blank
             base = apply_blanks(init_dump, blank)
-            init_canon[name] = fast_canonical(base, base, s.mask)
+            init_canon[name] = fast_canonical(base, base, s.mask) if blank else start.canon
+            if not blank and start.fork is not None:
+                texts[name] = start.fork  # the JSON fast_canonical looks for generated ids in
             goal_canon[name] = fast_canonical(
                 base, apply_blanks(goal_dump_, blank), s.mask, _lazy_json(base, texts, name)
             )
