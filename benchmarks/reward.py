@@ -218,7 +218,7 @@ class Naive(CompositeReward):
     def __init__(self, pool: EnvPool) -> None:
         super().__init__(pool, RewardSettings(cache_size=0, memoize_replays=False))
 
-    def _state(self, t: Any, calls: list[ToolCall], reasons: list[str]) -> tuple[float | None, int]:
+    def _state(self, t: Any, calls: list[ToolCall], keys: list[Any], reasons: list[str]) -> tuple[float | None, int]:
         run = replay(self.pool, calls, t.initial)  # every server of the record forked
         equal = considered = 0
         for srv in t.servers:

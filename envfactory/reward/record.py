@@ -19,6 +19,7 @@ from envfactory.reward.tool_calls import ToolIndex, json_problem
 from envfactory.tasks.models import ToolCall
 
 _PATH_SHOWN = 3
+CallKey = tuple[str, str, bytes]  # (server, tool, arguments as JSON): equal keys, equal calls
 
 
 @dataclass
@@ -43,7 +44,8 @@ class Target:
     problems: list[str] = field(default_factory=list)
     _json: dict[str, bytes] = field(default_factory=dict)
     kinds: dict[tuple[str, str], str] = field(default_factory=dict)  # (server, tool) -> read / write
-    replays: dict[tuple[tuple[str, str, bytes], ...], Replayed] = field(default_factory=dict)  # by replayed calls
+    candidates: dict[CallKey, tuple[int, ...]] = field(default_factory=dict)  # a predicted call's gt matches
+    replays: dict[tuple[CallKey, ...], Replayed] = field(default_factory=dict)  # by the replayed calls
 
     def initial_json(self, server: str) -> Callable[[], bytes]:
         """The server's (blanked) initial state as JSON, made on first use: only needed once ids are created."""

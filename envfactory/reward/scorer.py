@@ -18,6 +18,7 @@ from envfactory.env.state import State
 from envfactory.errors import EnvFactoryError
 from envfactory.reward.matching import CallMatcher, best_match
 from envfactory.reward.record import (
+    CallKey,
     Target,
     _as_calls,
     _as_servers,
@@ -37,12 +38,17 @@ from envfactory.tasks.models import ToolCall
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
 
 _MAX_REASONS = 12
-_MEMO_SIZE = 64  # distinct call sequences remembered per record
+_MEMO_SIZE = 64  # distinct replayed call sequences remembered per record
+_CANDIDATES_KEPT = 1024  # distinct predicted calls whose matches are remembered per record
 
 
-def _args_key(arguments: dict[str, Any]) -> bytes:
-    """A call's arguments as a memo key: JSON that tells 1, 1.0 and true apart (NaN kept as NaN)."""
-    return to_json(arguments, inf_nan_mode="constants")
+def _call_key(call: ToolCall) -> CallKey | None:
+    """A call as a memo key: its tool and its arguments as JSON, which tells 1, 1.0 and true apart (NaN
+    kept as NaN); equal keys are equal calls. None for arguments JSON cannot hold (a lone surrogate)."""
+    try:
+        return call.server, call.name, to_json(call.arguments, inf_nan_mode="constants")
+    except (ValueError, TypeError, RecursionError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -315,14 +321,15 @@ class CompositeReward:
         calls = parsed.calls
         n_pred = parsed.n_calls
 
-        matched = self._match(t, calls)
+        keys = [_call_key(c) for c in calls]
+        matched = self._match(t, calls, keys)
         r_traj = 1.0 if n_gt == 0 and n_pred == 0 else 2.0 * matched / (n_gt + n_pred)
         if matched < n_gt:
             reasons.append(f"trajectory: {matched} of {n_gt} ground-truth calls matched")
         if n_pred > matched:
             reasons.append(f"trajectory: {n_pred - matched} predicted calls match no ground-truth call")
 
-        r_state_or_none, n_failed = self._state(t, calls, reasons)
+        r_state_or_none, n_failed = self._state(t, calls, keys, reasons)
         r_state = r_traj if r_state_or_none is None else r_state_or_none
         p_length = max(0, n_pred - n_gt)
         length_penalty = min(s.gamma * p_length, s.length_penalty_cap)
@@ -357,29 +364,36 @@ class CompositeReward:
         reasons.extend(parsed.problems[:3])
         return reasons
 
-    def _match(self, t: Target, calls: list[ToolCall]) -> int:
+    def _match(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None]) -> int:
         if not t.gt or not calls:
             return 0
-        s = self.settings
-        candidates: list[list[int]] = []
-        for c in calls:
-            same_tool = [i for i, g in enumerate(t.gt) if g.name == c.name and g.server == c.server]
-            if not same_tool:
-                candidates.append([])
-                continue
-            args = self.normalize(c, strict=True)
-            if args is None:
-                candidates.append([])
-                continue
-            cands = []
-            for i in same_tool:
-                want = t.gt_args[i]
-                if want is not None and self.matcher.same_args(want, t.gt[i].masked_arguments, args):
-                    cands.append(i)
+        candidates: list[tuple[int, ...]] = []
+        for c, key in zip(calls, keys, strict=True):
+            cands = t.candidates.get(key) if key is not None else None
+            if cands is None:
+                cands = self._candidates(t, c)
+                if key is not None and len(t.candidates) < _CANDIDATES_KEPT:
+                    t.candidates[key] = cands
             candidates.append(cands)
-        return best_match(candidates, t.succ, s.max_match_states)
+        return best_match(candidates, t.succ, self.settings.max_match_states)
 
-    def _state(self, t: Target, calls: list[ToolCall], reasons: list[str]) -> tuple[float | None, int]:
+    def _candidates(self, t: Target, c: ToolCall) -> tuple[int, ...]:
+        """The ground-truth calls that the predicted call `c` matches (`CallMatcher`'s rule)."""
+        same_tool = [i for i, g in enumerate(t.gt) if g.name == c.name and g.server == c.server]
+        if not same_tool:
+            return ()
+        args = self.normalize(c, strict=True)
+        if args is None:
+            return ()
+        return tuple(
+            i
+            for i in same_tool
+            if (want := t.gt_args[i]) is not None and self.matcher.same_args(want, t.gt[i].masked_arguments, args)
+        )
+
+    def _state(
+        self, t: Target, calls: list[ToolCall], keys: list[CallKey | None], reasons: list[str]
+    ) -> tuple[float | None, int]:
         """(R_state, failed calls); R_state None when no server is relevant (read-only both ways).
 
         Read tools cannot change a state (sessions enforce it), so only writes — and calls to unknown
@@ -394,13 +408,11 @@ class CompositeReward:
             if c.server in t.initial and (reads or self._kind_of(t, c.server, c.name) != "read")
         ]
         run: Replayed | None = None
-        key: tuple[tuple[str, str, bytes], ...] | None = None
+        key: tuple[CallKey, ...] | None = None
         if self.settings.memoize_replays:
-            try:
-                key = tuple((c.server, c.name, _args_key(c.arguments)) for _, c in replayed)
-            except (TypeError, ValueError, RecursionError):  # not plain JSON: not memoized
-                key = None
-            if key is not None:
+            replayed_keys = [keys[k] for k, _ in replayed]
+            if None not in replayed_keys:  # every call readable as JSON
+                key = tuple(k for k in replayed_keys if k is not None)
                 run = t.replays.get(key)
         if run is None:
             run = self._replay(t, [c for _, c in replayed])
