@@ -4,6 +4,7 @@ truth's calls resolved against the record's environments, and the paths where tw
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,12 +15,11 @@ from pydantic_core import to_json
 from envfactory.env.environment import BaseEnvironment
 from envfactory.reward.settings import RecordError
 from envfactory.reward.state_masking import Blank, apply_blanks
-from envfactory.reward.state_term import Delta, Replayed
+from envfactory.reward.state_term import CallKey, Delta, LiveReplay, Replayed
 from envfactory.reward.tool_calls import ToolIndex, json_problem
 from envfactory.tasks.models import ToolCall
 
 _PATH_SHOWN = 3
-CallKey = tuple[str, str, bytes]  # (server, tool, arguments as JSON): equal keys, equal calls
 
 
 @dataclass
@@ -46,6 +46,8 @@ class Target:
     kinds: dict[tuple[str, str], str] = field(default_factory=dict)  # (server, tool) -> read / write
     candidates: dict[CallKey, tuple[int, ...]] = field(default_factory=dict)  # a predicted call's gt matches
     replays: dict[tuple[CallKey, ...], Replayed] = field(default_factory=dict)  # by the replayed calls
+    live: LiveReplay | None = None  # the last replay's native sessions, rolled back by the next one
+    lock: threading.Lock = field(default_factory=threading.Lock)  # who uses `live`
 
     def initial_json(self, server: str) -> Callable[[], bytes]:
         """The server's (blanked) initial state as JSON, made on first use: only needed once ids are created."""

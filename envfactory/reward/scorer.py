@@ -31,7 +31,7 @@ from envfactory.reward.record import (
 )
 from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
-from envfactory.reward.state_term import Delta, Replayed, dump_delta, touched_equal
+from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_equal
 from envfactory.reward.tool_calls import ParsedCompletion, parse_tool_calls
 from envfactory.tasks.models import ToolCall
 
@@ -415,7 +415,7 @@ class CompositeReward:
                 key = tuple(k for k in replayed_keys if k is not None)
                 run = t.replays.get(key)
         if run is None:
-            run = self._replay(t, [c for _, c in replayed])
+            run = self._replay(t, [c for _, c in replayed], [keys[k] for k, _ in replayed])
             if key is not None:
                 if len(t.replays) >= _MEMO_SIZE:
                     t.replays.pop(next(iter(t.replays)))
@@ -443,23 +443,60 @@ class CompositeReward:
             return Session(env, env.state_model.load_bytes(data))  # type: ignore[attr-defined]
         return Session.fork(env, t.initial[server])
 
-    def _replay(self, t: Target, calls: list[ToolCall]) -> Replayed:
+    def _replay(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None]) -> Replayed:
+        """Replay `calls` and compare the final states with the goal. A record keeps its last replay's
+        native sessions (`LiveReplay`): the next replay rolls them back to the calls both share (the
+        change log undoes a call exactly) instead of forking and replaying those calls again."""
+        native = all(c.server in t.forks for c in calls)
+        if native and t.lock.acquire(blocking=False):  # another thread on this record: fresh sessions
+            try:
+                live = t.live if t.live is not None else LiveReplay()
+                t.live = None  # while in use: a failure half way leaves no half-rolled-back replay behind
+                sessions, outcomes = self._run(t, calls, keys, live)
+                result = self._compare(t, calls, sessions, outcomes)
+                t.live = live
+                return result
+            finally:
+                t.lock.release()
+        sessions, outcomes = self._run(t, calls, keys, None)
+        return self._compare(t, calls, sessions, outcomes)
+
+    def _run(
+        self, t: Target, calls: list[ToolCall], keys: list[CallKey | None], live: LiveReplay | None
+    ) -> tuple[dict[str, Session], list[tuple[bool, str | None]]]:
+        """Run `calls` in sessions forked from the record's initial states ((ok, error) per call); with
+        `live`, continuing its sessions from the longest prefix of calls it shares with `calls`."""
         sessions: dict[str, Session] = {}
-        for c in calls:
-            if c.server not in sessions:
-                sessions[c.server] = self._fork(t, c.server)
         outcomes: list[tuple[bool, str | None]] = []
-        wrote: set[str] = set()
-        for c in calls:
-            rec = sessions[c.server].call(c.name, c.arguments)
+        start = 0
+        if live is not None:
+            start = live.rewind(keys)
+            sessions, outcomes = live.sessions, live.outcomes
+        for c in calls[start:]:
+            session = sessions.get(c.server)
+            if session is None:
+                session = sessions[c.server] = self._fork(t, c.server)
+            if live is not None:
+                live.push(keys[len(outcomes)], c.server, session.state.log_mark())
+            rec = session.call(c.name, c.arguments)
             if not rec.ok:
                 error = rec.error
                 outcomes.append((False, f"{error.type}: {error.message[:120]}" if error is not None else None))
             else:
                 outcomes.append((True, None))
-                if self._kind_of(t, c.server, c.name) == "write":
-                    wrote.add(c.server)
+        if live is not None:
+            for session in sessions.values():
+                session.history.clear()  # kept sessions: their records would pile up
+        return sessions, outcomes
 
+    def _compare(
+        self, t: Target, calls: list[ToolCall], sessions: dict[str, Session], outcomes: list[tuple[bool, str | None]]
+    ) -> Replayed:
+        wrote = {
+            c.server
+            for c, (ok, _) in zip(calls, outcomes, strict=True)
+            if ok and self._kind_of(t, c.server, c.name) == "write"
+        }
         reasons: list[str] = []
         equal = changed = 0
         considered = 0

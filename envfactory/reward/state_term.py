@@ -11,12 +11,17 @@ plain scalar), it answers None and the caller dumps the whole state."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from envfactory.env.state import State
+
+if TYPE_CHECKING:
+    from envfactory.env.session import Session
+
+CallKey = tuple[str, str, bytes]  # (server, tool, arguments as JSON): equal keys, equal calls
 
 WHOLE = None  # a top-level key whose whole value differs (not a keyed collection)
 Delta = dict[str, frozenset[str] | None]  # top-level key -> the keys of it that differ, or WHOLE
@@ -32,6 +37,38 @@ class Replayed:
     outcomes: tuple[tuple[bool, str | None], ...]
     r_state: float | None
     reasons: tuple[str, ...]
+
+
+@dataclass
+class LiveReplay:
+    """A record's last replay, kept: its native sessions, and per call its key, its server and the log mark
+    of that server's state before it. `rewind(keys)` rolls the sessions back to the longest prefix of
+    calls shared with `keys` (each state's change log undoes calls exactly) and says how long it is."""
+
+    sessions: dict[str, Session] = field(default_factory=dict)
+    outcomes: list[tuple[bool, str | None]] = field(default_factory=list)
+    keys: list[CallKey | None] = field(default_factory=list)
+    servers: list[str] = field(default_factory=list)
+    marks: list[int] = field(default_factory=list)
+
+    def rewind(self, keys: list[CallKey | None]) -> int:
+        n = 0
+        for mine, theirs in zip(self.keys, keys, strict=False):
+            if mine is None or mine != theirs:
+                break
+            n += 1
+        rolled: set[str] = set()
+        for server, mark in zip(self.servers[n:], self.marks[n:], strict=True):
+            if server not in rolled:  # the first mark of a server after the prefix: its state then
+                rolled.add(server)
+                self.sessions[server].state.rollback(mark)
+        del self.outcomes[n:], self.keys[n:], self.servers[n:], self.marks[n:]
+        return n
+
+    def push(self, key: CallKey | None, server: str, mark: int) -> None:
+        self.keys.append(key)
+        self.servers.append(server)
+        self.marks.append(mark)
 
 
 def dump_delta(initial: Mapping[str, Any], goal: Mapping[str, Any]) -> Delta:
