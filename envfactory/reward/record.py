@@ -38,7 +38,6 @@ class Target:
     goal_dump: dict[str, dict[str, Any]]  # validated goal dumps (servers with a goal)
     goal_canon: dict[str, dict[str, Any]]
     goal_changed: dict[str, bool]
-    goal_summary: dict[str, str]
     goal_delta: dict[str, Delta]  # native servers with a goal: where the goal dump differs from the initial one
     forks: dict[str, bytes]  # native servers: the initial dump as JSON, what their sessions fork from
     problems: list[str] = field(default_factory=list)
@@ -48,6 +47,10 @@ class Target:
     replays: dict[tuple[CallKey, ...], Replayed] = field(default_factory=dict)  # by the replayed calls
     live: LiveReplay | None = None  # the last replay's native sessions, rolled back by the next one
     lock: threading.Lock = field(default_factory=threading.Lock)  # who uses `live`
+
+    def goal_summary(self, server: str) -> str:
+        """Where the turn changes `server`'s state (the first paths), for a reason."""
+        return _summary(first_differences(self.init_canon[server], self.goal_canon[server]))
 
     def initial_json(self, server: str) -> Callable[[], bytes]:
         """The server's (blanked) initial state as JSON, made on first use: only needed once ids are created."""

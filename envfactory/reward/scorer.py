@@ -32,13 +32,14 @@ from envfactory.reward.record import (
 from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
 from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_equal
-from envfactory.reward.tool_calls import ParsedCompletion, parse_tool_calls
+from envfactory.reward.tool_calls import ParsedCompletion, ToolIndex, parse_tool_calls
 from envfactory.tasks.models import ToolCall
 
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
 
 _MAX_REASONS = 12
 _MEMO_SIZE = 64  # distinct replayed call sequences remembered per record
+_INDEXES_KEPT = 64  # sets of environments whose tool index is kept
 _CANDIDATES_KEPT = 1024  # distinct predicted calls whose matches are remembered per record
 
 
@@ -76,6 +77,7 @@ class CompositeReward:
         self.pool = pool if pool is not None else EnvPool(get_settings())
         self.settings = settings or RewardSettings()
         self._targets: OrderedDict[tuple[Any, ...], Target | RecordError] = OrderedDict()
+        self._indexes: dict[tuple[tuple[str, BaseEnvironment], ...], ToolIndex] = {}
         self._initial_configs: dict[Any, dict[str, dict[str, Any]]] = {}  # by initial_config's key
         self._initial_states: dict[tuple[str, Any], InitialState] = {}  # by (server, initial_config's key)
         s = self.settings
@@ -137,6 +139,16 @@ class CompositeReward:
             raise built
         return built
 
+    def _index(self, envs: dict[str, BaseEnvironment]) -> ToolIndex:
+        """The record's `ToolIndex` (its own copy: `preferred` is per record), built once per set of environments."""
+        key = tuple(envs.items())
+        hit = self._indexes.get(key)
+        if hit is None:
+            if len(self._indexes) >= _INDEXES_KEPT:
+                self._indexes.clear()
+            hit = self._indexes[key] = _index(envs)
+        return hit.copy()
+
     def _initial_raw(self, initial_config: Any, key: Any) -> dict[str, dict[str, Any]]:
         """`initial_config` read (`_as_states`), kept by its key: a dataset's records share a few initial
         configs (the scenarios their tasks start from). Read-only: callers never change it."""
@@ -186,14 +198,14 @@ class CompositeReward:
                 problems.append(f"no environment '{name}' in the pool")
             else:
                 envs[name] = env
-        index = _index(envs)
+        index = self._index(envs)
         gt, gt_problems = _as_calls(ground_truth, index)
         problems += gt_problems
         if listed is None:  # servers only named by the ground truth's calls
             for c in gt:
                 if c.server and c.server not in envs and (env := self._env(c.server)) is not None:
                     envs[c.server] = env
-            index = _index(envs)
+            index = self._index(envs)
         index.preferred = {c.name: c.server for c in reversed(gt)}
         gt_args = [self.normalize(c, strict=False) for c in gt]
         kinds = [self._kind(c.server, c.name) for c in gt]
@@ -209,7 +221,6 @@ class CompositeReward:
         goal_dump: dict[str, dict[str, Any]] = {}
         goal_canon: dict[str, dict[str, Any]] = {}
         goal_changed: dict[str, bool] = {}
-        goal_summary: dict[str, str] = {}
         goal_delta: dict[str, Delta] = {}
         forks: dict[str, bytes] = {}
         texts: dict[str, bytes] = {}
@@ -253,8 +264,6 @@ class CompositeReward:
                 base, apply_blanks(goal_dump_, blank), s.mask, _lazy_json(base, texts, name)
             )
             goal_changed[name] = goal_canon[name] != init_canon[name]
-            if goal_changed[name]:
-                goal_summary[name] = _summary(first_differences(init_canon[name], goal_canon[name]))
         return Target(
             servers=list(envs),
             envs=envs,
@@ -268,7 +277,6 @@ class CompositeReward:
             init_canon=init_canon,
             goal_canon=goal_canon,
             goal_changed=goal_changed,
-            goal_summary=goal_summary,
             goal_delta=goal_delta,
             forks=forks,
             problems=problems,
@@ -447,6 +455,8 @@ class CompositeReward:
         """Replay `calls` and compare the final states with the goal. A record keeps its last replay's
         native sessions (`LiveReplay`): the next replay rolls them back to the calls both share (the
         change log undoes a call exactly) instead of forking and replaying those calls again."""
+        if not calls:  # nothing replayed: every state as it started
+            return self._compare(t, calls, {}, [])
         native = all(c.server in t.forks for c in calls)
         if native and t.lock.acquire(blocking=False):  # another thread on this record: fresh sessions
             try:
@@ -528,7 +538,7 @@ class CompositeReward:
             else:
                 same, moved = not t.goal_changed[srv], False
                 if not same:
-                    reasons.append(f"state {srv}: unchanged; the task changes {t.goal_summary[srv]}")
+                    reasons.append(f"state {srv}: unchanged; the task changes {t.goal_summary(srv)}")
             if self.settings.state_scope == "all" or t.goal_changed[srv] or moved:
                 considered += 1
                 equal += same

@@ -116,6 +116,13 @@ class ToolIndex:
             for n in names:
                 self.by_tool.setdefault(n, []).append(server)
 
+    def copy(self) -> ToolIndex:
+        """An index over the same tools with its own `preferred` (the structures it shares are never changed)."""
+        out = ToolIndex.__new__(ToolIndex)
+        out.tools, out.string_params, out.by_tool = self.tools, self.string_params, self.by_tool
+        out.preferred = dict(self.preferred)
+        return out
+
     def resolve(self, name: str, server: str | None = None) -> tuple[str, str, str | None]:
         """(server, tool, problem or None). Never raises; an unknown name gives server `""`."""
         if server:
