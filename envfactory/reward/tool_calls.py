@@ -364,7 +364,7 @@ class _Parser:
         stripped = text.strip()
         if not stripped:
             return
-        fenced = _FENCE.fullmatch(stripped)
+        fenced = _FENCE.fullmatch(stripped) if stripped.startswith("```") else None
         if fenced is not None:
             stripped = fenced.group(1).strip()
         if stripped[:1] in "{[":
@@ -410,7 +410,7 @@ class _Parser:
 
     def block(self, body: str, where: str, *, closed: bool) -> None:
         body = body.strip()
-        fenced = _FENCE.fullmatch(body)
+        fenced = _FENCE.fullmatch(body) if body.startswith("```") else None
         if fenced is not None:
             body = fenced.group(1).strip()
         if body.startswith("<function="):
