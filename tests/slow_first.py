@@ -1,6 +1,7 @@
 """A pytest plugin that runs the slowest test files first, so the parallel suite does not end on one long file.
 
-Each run records every test file's time (setup + call + teardown, summed over its tests) in pytest's cache;
+Each run records every test file's time (setup + call + teardown, summed over its tests) in
+`.envfactory/test-file-seconds.json` under the rootdir (pytest's own cache is off: `-p no:cacheprovider`);
 the next run orders files by that time, slowest first, keeping each file's tests together and in their
 own order (so module-scoped fixtures are set up once). pytest-xdist hands tests to workers in this order,
 so the long files start early and the short ones fill in at the end. A file not in the cache keeps its place
@@ -8,11 +9,14 @@ among the others of time 0; with no cache (a fresh clone) the order is pytest's 
 
 from __future__ import annotations
 
+import json
+import os
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
-KEY = "envfactory/file_seconds"
+RECORD = Path(".envfactory") / "test-file-seconds.json"
 
 
 def file_of(nodeid: str) -> str:
@@ -28,13 +32,19 @@ def slowest_first(items: list[pytest.Item], seconds: dict[str, float]) -> list[p
     return [item for f in order for item in files[f]]
 
 
+def recorded(config: pytest.Config) -> dict[str, float]:
+    """The last runs' seconds per file; nothing when there is no readable record."""
+    try:
+        data = json.loads((config.rootpath / RECORD).read_text())
+        return {str(k): float(v) for k, v in data.items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        return {}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    cache = getattr(config, "cache", None)
-    if cache is None:
-        return
-    seconds = cache.get(KEY, {})
-    if isinstance(seconds, dict) and seconds:
-        items[:] = slowest_first(items, {str(k): float(v) for k, v in seconds.items()})
+    seconds = recorded(config)
+    if seconds:
+        items[:] = slowest_first(items, seconds)
 
 
 class _Recorder:
@@ -52,10 +62,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     recorder = session.config.pluginmanager.get_plugin("envfactory-file-seconds")
-    cache = getattr(session.config, "cache", None)
-    if not isinstance(recorder, _Recorder) or cache is None or not recorder.seconds:
+    if not isinstance(recorder, _Recorder) or not recorder.seconds:
         return
-    known = cache.get(KEY, {})
-    merged = dict(known) if isinstance(known, dict) else {}
-    merged.update({f: round(s, 2) for f, s in recorder.seconds.items()})
-    cache.set(KEY, merged)
+    merged = recorded(session.config) | {f: round(s, 2) for f, s in recorder.seconds.items()}
+    path = session.config.rootpath / RECORD
+    try:  # written whole, then renamed: a run stopped halfway never leaves a torn record
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(merged, indent=0, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable checkout only loses the ordering
