@@ -194,7 +194,7 @@ def completions(draw: st.DrawFn, steps: list[Step], tools: dict[str, list[str]])
             calls.append((tool, dict(args)))
         elif kind == "wrong":
             changed = dict(args)
-            key = draw(st.sampled_from(sorted(args) + ["unknown_argument"]))
+            key = draw(st.sampled_from([*sorted(args), "unknown_argument"]))
             how = draw(st.integers(0, 9))
             if key in changed and how == 9:
                 del changed[key]
