@@ -96,6 +96,9 @@ class Reference(CompositeReward):
     def __init__(self, pool: EnvPool, settings: RewardSettings) -> None:
         super().__init__(pool, settings.model_copy(update={"cache_size": 0, "memoize_replays": False}))
 
+    def normalize(self, call: ToolCall, *, strict: bool) -> dict[str, Any] | None:
+        return self.matcher.normalize(call, strict=strict)
+
     def _match(self, t: Any, calls: list[ToolCall], keys: list[Any]) -> int:
         if not t.gt or not calls:
             return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pydantic_core import to_json
 
@@ -40,7 +40,9 @@ log = logging.getLogger("envfactory.reward")  # the package's logger: records ke
 _MAX_REASONS = 12
 _MEMO_SIZE = 64  # distinct replayed call sequences remembered per record
 _INDEXES_KEPT = 64  # sets of environments whose tool index is kept
-_CANDIDATES_KEPT = 1024  # distinct predicted calls whose matches are remembered per record
+_CANDIDATES_KEPT = 1024
+_NORMALIZED_KEPT = 4096  # calls whose normalized arguments are kept
+_UNSET: Any = object()  # distinct predicted calls whose matches are remembered per record
 
 
 def _call_key(call: ToolCall) -> CallKey | None:
@@ -78,6 +80,7 @@ class CompositeReward:
         self.settings = settings or RewardSettings()
         self._targets: OrderedDict[tuple[Any, ...], Target | RecordError] = OrderedDict()
         self._indexes: dict[tuple[tuple[str, BaseEnvironment], ...], ToolIndex] = {}
+        self._normalized: dict[tuple[BaseEnvironment, CallKey], dict[str, Any] | None] = {}
         self._initial_configs: dict[Any, dict[str, dict[str, Any]]] = {}  # by initial_config's key
         self._initial_states: dict[tuple[str, Any], InitialState] = {}  # by (server, initial_config's key)
         s = self.settings
@@ -103,8 +106,20 @@ class CompositeReward:
         return kind
 
     def normalize(self, call: ToolCall, *, strict: bool) -> dict[str, Any] | None:
-        """The call's arguments as the tool reads them (`CallMatcher.normalize`)."""
-        return self.matcher.normalize(call, strict=strict)
+        """The call's arguments as the tool reads them (`CallMatcher.normalize`), remembered per environment
+        and call (the same calls recur across a dataset's records and completions). Read-only."""
+        env = self._env(call.server) if call.server else None
+        key = _call_key(call) if env is not None else None
+        if env is None or key is None:
+            return self.matcher.normalize(call, strict=strict)
+        hit = self._normalized.get((env, key), _UNSET)
+        if hit is _UNSET:
+            if len(self._normalized) >= _NORMALIZED_KEPT:
+                self._normalized.clear()
+            hit = self._normalized[(env, key)] = self.matcher.normalize(call, strict=True)
+        if hit is None:  # the tool rejects them: nothing for a prediction, the raw arguments for a ground truth
+            return None if strict else dict(call.arguments)
+        return cast(dict[str, Any], hit)
 
     # ---- records -----------------------------------------------------------------------------
     def target(self, ground_truth: Any, initial_config: Any, final_config: Any, mcp_servers: Any) -> Target:
