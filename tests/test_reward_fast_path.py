@@ -20,7 +20,7 @@ from envfactory.reward.state_term import dump_delta, touched_equal
 from envfactory.tasks.episode import Episode
 from envfactory.tasks.models import ToolCall
 from envfactory.tasks.verifier import canonical
-from tests.test_reward import BOOK, record
+from tests.test_reward import BOOK, hermes, record
 
 Step = tuple[str, str, dict[str, Any]]
 
@@ -273,3 +273,21 @@ def test_comparing_what_the_calls_touched_equals_comparing_whole_dumps(
         actual.call(name, args)
     verdict = touched_equal(actual.state, goal_dump, dump_delta(initial, goal_dump))
     assert verdict is None or verdict == (actual.dump() == goal_dump)
+
+
+def test_completions_that_differ_only_in_their_reads_share_one_replay(
+    pool: EnvPool, records: list[tuple[list[Step], dict[str, str]]]
+) -> None:
+    steps, rec = records[0]  # hotels: search, book, modify, cancel
+    gt = [(name, args) for _, name, args in steps]
+    scorer = CompositeReward(pool)
+    results = [
+        scorer.score(hermes(gt), **rec),
+        scorer.score(hermes([*gt, ("get_hotel", {"hotel_id": "HT-POR-01"})]), **rec),  # an extra read
+        scorer.score(hermes([gt[1], gt[0], *gt[2:]]), **rec),  # the read moved after the first write
+    ]
+    target = scorer.target(**rec)
+    assert len(target.replays) == 1 and {r.r_state for r in results} == {1.0}
+    shorter = scorer.score(hermes(gt[:-1]), **rec)  # a new replay: the kept sessions rolled back one call
+    assert len(target.replays) == 2 and shorter.r_state == 0.0
+    assert target.live is not None and [k[1] for k in target.live.keys if k] == ["book_room", "modify_booking"]
