@@ -642,6 +642,7 @@ class SandboxedSession(Session):
         self.source = source
         self.config = config
         self.history: list[CallRecord] = []
+        self._calls = 0  # calls made on this session (a caller may clear `history`: sampling counts these)
         self._replay: list[tuple[str, dict[str, Any], Any]] = []
         self._replay_s = 0.0  # what replaying `_replay` would take: checkpointed past half a call's limit
         self._worker: _Pooled | None = None
@@ -725,6 +726,7 @@ class SandboxedSession(Session):
             self.config, self.source, self._replay, self._replay_s = old
             raise
         self.history.clear()
+        self._calls = 0
         self.broken = None
         self._ref = None
         self._sampled = False
@@ -755,7 +757,8 @@ class SandboxedSession(Session):
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=pool.refusal()))
         if self.broken is not None:
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=self.broken))
-        n = len(self.history)
+        n = self._calls
+        self._calls += 1
         if self._sampled and n and pool._rng.randrange(n + 1) == 0:
             self._record_again(n)  # the window recorded starts at a random call of the session (1/(n+1) here)
         for attempt in (1, 2):
