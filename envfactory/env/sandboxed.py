@@ -291,10 +291,14 @@ class WorkerPool:
             raise
 
     def shutdown(self) -> None:
+        """End every worker, and the warm spare too (it has no code, but a shutdown leaves no sandbox
+        process behind; the next start anywhere is cold and refills it)."""
         with self._lock:
             for w in self._workers:
                 w.process.close()
             self._workers.clear()
+        if self.settings.spare:
+            SPARES.close()
 
     # ---- canaries ----------------------------------------------------------------------------------
     def set_judged(self, runs: list[tuple[JudgedRun, str]]) -> None:

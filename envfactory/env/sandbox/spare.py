@@ -29,7 +29,7 @@ class Spares:
 
     def __init__(self) -> None:
         self._ready: dict[_Key, SandboxProcess] = {}
-        self._starting: set[_Key] = set()
+        self._starting: dict[_Key, SandboxProcess] = {}
         self._lock = threading.Lock()
         self._generation = 0  # bumped by `close`: a spare that comes up after it is closed at once
         self.handed = 0  # spares handed over so far
@@ -52,18 +52,19 @@ class Spares:
         with self._lock:
             if key in self._ready or key in self._starting:
                 return
-            self._starting.add(key)
+            process = SandboxProcess(wall, limits, tmpfs_mb=tmpfs_mb, channel=channel, monitor=True)
+            self._starting[key] = process
             generation = self._generation
 
         def run() -> None:
-            process = SandboxProcess(wall, limits, tmpfs_mb=tmpfs_mb, channel=channel, monitor=True)
             try:
                 process.start()
                 up = True
             except (WorkerDied, OSError, ValueError):
                 up = False
             with self._lock:
-                self._starting.discard(key)
+                if self._starting.get(key) is process:
+                    del self._starting[key]
                 keep = up and generation == self._generation and key not in self._ready
                 if keep:
                     self._ready[key] = process
@@ -73,12 +74,13 @@ class Spares:
         threading.Thread(target=run, name="envfactory-sandbox-spare", daemon=True).start()
 
     def close(self) -> None:
-        """End every ready spare (and any still starting, once it is up)."""
+        """End every spare, ready or still starting: a pool's shutdown leaves no sandbox process behind."""
         with self._lock:
             self._generation += 1
-            ready = list(self._ready.values())
+            ended = [*self._ready.values(), *self._starting.values()]
             self._ready.clear()
-        for process in ready:
+            self._starting.clear()
+        for process in ended:
             process.close()
 
 
