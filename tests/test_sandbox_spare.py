@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,8 @@ def _wait_ready(env: SandboxedEnvironment, timeout_s: float = 30.0) -> None:
 def folders(tmp_path: Path) -> tuple[Path, Path]:
     for name in ("hotels", "banking"):
         shutil.copytree(ROOT / "envs" / name, tmp_path / name)
+        with (tmp_path / name / "env.py").open("a", encoding="utf-8") as f:
+            f.write(f"\n# {uuid.uuid4()}: code no other test's pool shares\n")
     return tmp_path / "hotels", tmp_path / "banking"
 
 
