@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool, load_untrusted_folder  # noqa: E402
+from envfactory.env.sandbox.limits import worker_limits  # noqa: E402
 from envfactory.serve.net import free_port  # noqa: E402
 
 LEAN_TARGET = 5_000  # issue 29: tool calls/s from the trainers' client against one server process
@@ -80,6 +81,57 @@ def bench_inprocess(env: Any, calls: list[tuple[str, dict[str, Any]]], seconds: 
         n += len(reads)
         session.history.clear()
     return n / (time.perf_counter() - start)
+
+
+def bench_worker_start(sandboxed: Any, env_name: str, n: int = 5) -> tuple[float, float, float, float]:
+    """Medians: a cold worker start (the wall's start-up only), a start from a warm spare (a hand-over), and
+    loading the environment again plus its first session with a spare ready, beside the same in-process."""
+    from envfactory.env.pool import load_env_folder
+    from envfactory.env.sandbox.process import SandboxProcess
+    from envfactory.env.sandbox.spare import SPARES
+    from envfactory.env.sandboxed import release_pool
+
+    pool = sandboxed.pool
+    s = pool.settings
+    limits = worker_limits(s.memory_mb, s.cpu_s)
+    channel = pool.channel.model_copy(update={"start_timeout_s": s.start_timeout_s})
+    release_pool(pool)  # its workers end: each load below starts one
+    cold: list[float] = []
+    warm: list[float] = []
+    use: list[float] = []
+    inproc: list[float] = []
+    for _ in range(n):
+        t = time.perf_counter()
+        process = SandboxProcess(s.wall, limits, tmpfs_mb=s.tmpfs_mb, channel=channel, monitor=True)
+        process.start()
+        cold.append(time.perf_counter() - t)
+        process.close()
+        SPARES.refill(s.wall, limits, s.tmpfs_mb, channel)
+        _wait_spare(SPARES, s, limits, channel)
+        t = time.perf_counter()
+        spare = SPARES.take(s.wall, limits, s.tmpfs_mb, channel)
+        warm.append(time.perf_counter() - t)
+        assert spare is not None, "no spare came up"
+        spare.close()
+        SPARES.refill(s.wall, limits, s.tmpfs_mb, channel)
+        _wait_spare(SPARES, s, limits, channel)
+        t = time.perf_counter()
+        again = load_untrusted_folder(ROOT / "envs" / env_name, Settings(root=ROOT, bfcl=False, sandbox_workers=1))
+        again.session("default")
+        use.append(time.perf_counter() - t)
+        release_pool(again.pool)
+        t = time.perf_counter()
+        load_env_folder(ROOT / "envs" / env_name).session("default")
+        inproc.append(time.perf_counter() - t)
+    return tuple(statistics.median(x) for x in (cold, warm, use, inproc))  # type: ignore[return-value]
+
+
+def _wait_spare(spares: Any, s: Any, limits: Any, channel: Any, timeout_s: float = 30.0) -> None:
+    key = (s.wall.kind, s.wall.bwrap, limits.model_dump_json(), s.tmpfs_mb, channel.model_dump_json())
+    stop = time.monotonic() + timeout_s
+    while key not in spares._ready and time.monotonic() < stop:
+        time.sleep(0.01)
+    time.sleep(0.2)  # let its start-up CPU settle (an idle worker shows none afterwards)
 
 
 def _env() -> dict[str, str]:
@@ -310,11 +362,26 @@ def main() -> None:
     sb_start = time.perf_counter() - started
     sb_fork = bench_fork(sandboxed, 500)
     sb_calls = bench_inprocess(sandboxed, calls, a.seconds)
+    cold_start, spare_start, spare_use, inproc_use = bench_worker_start(sandboxed, a.env)
     sandbox_rows = [
         ("sandboxed worker start + code load (first use)", f"{sb_start * 1e3:.0f} ms", "", None),
+        ("worker start, cold (bubblewrap, seccomp, imports)", f"{cold_start * 1e3:.0f} ms", "", None),
+        ("worker start, warm spare (hand-over)", f"{spare_start * 1e3:.1f} ms", "<= 50 ms", spare_start <= 0.05),
+        (
+            "  load + first session, spare ready / in-process",
+            f"{spare_use * 1e3:.0f} / {inproc_use * 1e3:.0f} ms",
+            "",
+            None,
+        ),
         ("session fork, sandboxed (median)", f"{sb_fork * 1e6:.0f} µs", "< 5 ms", sb_fork < 5e-3),
         ("tool calls, sandboxed, 1 worker", f"{sb_calls:,.0f} /s", ">= 2,000 /s", sb_calls >= 2_000),
         ("  ratio in-process / sandboxed", f"{inproc / sb_calls:.1f}×", "", None),
+        (
+            "read-heavy session, sandboxed / in-process",
+            f"{sb_calls / inproc:.0%}",
+            ">= 50 %",
+            sb_calls / inproc >= 0.5,
+        ),
     ]
     if a.sandbox_only:
         t = Table(title=f"sessions benchmark (sandbox rows): env={a.env}, {os.cpu_count()} CPUs")
