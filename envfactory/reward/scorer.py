@@ -31,7 +31,7 @@ from envfactory.reward.record import (
 )
 from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
-from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_equal
+from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_dump, touched_equal
 from envfactory.reward.tool_calls import ParsedCompletion, ToolIndex, parse_tool_calls
 from envfactory.tasks.models import ToolCall
 
@@ -536,7 +536,9 @@ class CompositeReward:
                 delta = t.goal_delta.get(srv)
                 if delta is not None and isinstance(session.state, State):
                     exact = touched_equal(session.state, t.goal_dump[srv], delta)
-                if not exact:
+                    if exact is False:  # differs: dumped along what the calls touched
+                        dump = touched_dump(session.state, t.initial[srv])
+                if not exact and dump is None:
                     dump = session.dump()
                     if exact is None and dump == t.goal_dump[srv]:
                         exact = True
