@@ -463,7 +463,8 @@ class CompositeReward:
         env = self.pool.get(server)
         data = t.forks.get(server)
         if data is not None and env is t.envs.get(server):
-            return Session(env, env.state_model.load_bytes(data))  # type: ignore[attr-defined]
+            # untraced: a replay wants the final state, not each call's diff (reads are traced all the same)
+            return Session(env, env.state_model.load_bytes(data), traced=False)  # type: ignore[attr-defined]
         return Session.fork(env, t.initial[server])
 
     def _replay(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None]) -> Replayed:
