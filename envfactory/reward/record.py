@@ -4,6 +4,7 @@ truth's calls resolved against the record's environments, and the paths where tw
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +15,7 @@ from pydantic_core import to_json
 from envfactory.env.environment import BaseEnvironment
 from envfactory.reward.settings import RecordError
 from envfactory.reward.state_masking import Blank, apply_blanks
+from envfactory.reward.state_term import CallKey, Delta, LiveReplay, Replayed
 from envfactory.reward.tool_calls import ToolIndex, json_problem
 from envfactory.tasks.models import ToolCall
 
@@ -25,6 +27,7 @@ class Target:
     """A record parsed once: what every completion scored against it shares (and its replay memo)."""
 
     servers: list[str]  # known servers of the record, in mcp_servers order
+    envs: dict[str, BaseEnvironment]
     index: ToolIndex
     gt: list[ToolCall]
     gt_args: list[dict[str, Any] | None]  # normalized arguments
@@ -35,10 +38,19 @@ class Target:
     goal_dump: dict[str, dict[str, Any]]  # validated goal dumps (servers with a goal)
     goal_canon: dict[str, dict[str, Any]]
     goal_changed: dict[str, bool]
-    goal_summary: dict[str, str]
+    goal_delta: dict[str, Delta]  # native servers with a goal: where the goal dump differs from the initial one
+    forks: dict[str, bytes]  # native servers: the initial dump as JSON, what their sessions fork from
     problems: list[str] = field(default_factory=list)
     _json: dict[str, bytes] = field(default_factory=dict)
-    replays: dict[str, tuple[float | None, int, list[str]]] = field(default_factory=dict)
+    kinds: dict[tuple[str, str], str] = field(default_factory=dict)  # (server, tool) -> read / write
+    candidates: dict[CallKey, tuple[int, ...]] = field(default_factory=dict)  # a predicted call's gt matches
+    replays: dict[tuple[CallKey, ...], Replayed] = field(default_factory=dict)  # by the replayed calls
+    live: LiveReplay | None = None  # the last replay's native sessions, rolled back by the next one
+    lock: threading.Lock = field(default_factory=threading.Lock)  # who uses `live`
+
+    def goal_summary(self, server: str) -> str:
+        """Where the turn changes `server`'s state (the first paths), for a reason."""
+        return _summary(first_differences(self.init_canon[server], self.goal_canon[server]))
 
     def initial_json(self, server: str) -> Callable[[], bytes]:
         """The server's (blanked) initial state as JSON, made on first use: only needed once ids are created."""

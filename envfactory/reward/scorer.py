@@ -3,17 +3,22 @@ cached; and the functional form `composite_reward` (one scorer per pool and sett
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import OrderedDict
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
+
+from pydantic_core import to_json
 
 from envfactory.config import get_settings
-from envfactory.env.environment import BaseEnvironment
+from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.pool import EnvPool
+from envfactory.env.session import Session
+from envfactory.env.state import State
 from envfactory.errors import EnvFactoryError
 from envfactory.reward.matching import CallMatcher, best_match
 from envfactory.reward.record import (
+    CallKey,
     Target,
     _as_calls,
     _as_servers,
@@ -26,14 +31,38 @@ from envfactory.reward.record import (
 )
 from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
-from envfactory.reward.tool_calls import ParsedCompletion, parse_tool_calls
-from envfactory.tasks.episode import Episode
+from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_equal
+from envfactory.reward.tool_calls import ParsedCompletion, ToolIndex, parse_tool_calls
 from envfactory.tasks.models import ToolCall
 
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
 
 _MAX_REASONS = 12
-_MEMO_SIZE = 64  # distinct call sequences remembered per record
+_MEMO_SIZE = 64  # distinct replayed call sequences remembered per record
+_INDEXES_KEPT = 64  # sets of environments whose tool index is kept
+_CANDIDATES_KEPT = 1024
+_NORMALIZED_KEPT = 4096  # calls whose normalized arguments are kept
+_UNSET: Any = object()  # distinct predicted calls whose matches are remembered per record
+
+
+def _call_key(call: ToolCall) -> CallKey | None:
+    """A call as a memo key: its tool and its arguments as JSON, which tells 1, 1.0 and true apart (NaN
+    kept as NaN); equal keys are equal calls. None for arguments JSON cannot hold (a lone surrogate)."""
+    try:
+        return call.server, call.name, to_json(call.arguments, inf_nan_mode="constants")
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+@dataclass(frozen=True)
+class InitialState:
+    """A server's validated initial dump, shared by the records that start from the same config (read-only):
+    `fork` its JSON (native environments), `canon` its canonical form."""
+
+    env: BaseEnvironment
+    dump: dict[str, Any]
+    fork: bytes | None
+    canon: dict[str, Any]
 
 
 def _zero(reason: str, alpha: float, **counts: int) -> RewardResult:
@@ -50,6 +79,10 @@ class CompositeReward:
         self.pool = pool if pool is not None else EnvPool(get_settings())
         self.settings = settings or RewardSettings()
         self._targets: OrderedDict[tuple[Any, ...], Target | RecordError] = OrderedDict()
+        self._indexes: dict[tuple[tuple[str, BaseEnvironment], ...], ToolIndex] = {}
+        self._normalized: dict[tuple[BaseEnvironment, CallKey], dict[str, Any] | None] = {}
+        self._initial_configs: dict[Any, dict[str, dict[str, Any]]] = {}  # by initial_config's key
+        self._initial_states: dict[tuple[str, Any], InitialState] = {}  # by (server, initial_config's key)
         s = self.settings
         self.matcher = CallMatcher(self._env, case_sensitive=s.case_sensitive, rel_tol=s.rel_tol, abs_tol=s.abs_tol)
 
@@ -65,9 +98,28 @@ class CompositeReward:
         binding = env.binding(name) if env is not None else None
         return binding.kind if binding is not None else "write"
 
+    def _kind_of(self, t: Target, server: str, name: str) -> str:
+        """`_kind`, remembered per record."""
+        kind = t.kinds.get((server, name))
+        if kind is None:
+            kind = t.kinds[(server, name)] = self._kind(server, name)
+        return kind
+
     def normalize(self, call: ToolCall, *, strict: bool) -> dict[str, Any] | None:
-        """The call's arguments as the tool reads them (`CallMatcher.normalize`)."""
-        return self.matcher.normalize(call, strict=strict)
+        """The call's arguments as the tool reads them (`CallMatcher.normalize`), remembered per environment
+        and call (the same calls recur across a dataset's records and completions). Read-only."""
+        env = self._env(call.server) if call.server else None
+        key = _call_key(call) if env is not None else None
+        if env is None or key is None:
+            return self.matcher.normalize(call, strict=strict)
+        hit = self._normalized.get((env, key), _UNSET)
+        if hit is _UNSET:
+            if len(self._normalized) >= _NORMALIZED_KEPT:
+                self._normalized.clear()
+            hit = self._normalized[(env, key)] = self.matcher.normalize(call, strict=True)
+        if hit is None:  # the tool rejects them: nothing for a prediction, the raw arguments for a ground truth
+            return None if strict else dict(call.arguments)
+        return cast(dict[str, Any], hit)
 
     # ---- records -----------------------------------------------------------------------------
     def target(self, ground_truth: Any, initial_config: Any, final_config: Any, mcp_servers: Any) -> Target:
@@ -85,7 +137,9 @@ class CompositeReward:
                 raise hit
             return hit
         try:
-            built: Target | RecordError = self._build(ground_truth, initial_config, final_config, mcp_servers)
+            built: Target | RecordError = self._build(
+                ground_truth, initial_config, final_config, mcp_servers, key[1] if key is not None else None
+            )
         except RecordError as e:
             log.warning("reward: unusable RL record: %s", e)
             built = e
@@ -100,9 +154,54 @@ class CompositeReward:
             raise built
         return built
 
-    def _build(self, ground_truth: Any, initial_config: Any, final_config: Any, mcp_servers: Any) -> Target:
+    def _index(self, envs: dict[str, BaseEnvironment]) -> ToolIndex:
+        """The record's `ToolIndex` (its own copy: `preferred` is per record), built once per set of environments."""
+        key = tuple(envs.items())
+        hit = self._indexes.get(key)
+        if hit is None:
+            if len(self._indexes) >= _INDEXES_KEPT:
+                self._indexes.clear()
+            hit = self._indexes[key] = _index(envs)
+        return hit.copy()
+
+    def _initial_raw(self, initial_config: Any, key: Any) -> dict[str, dict[str, Any]]:
+        """`initial_config` read (`_as_states`), kept by its key: a dataset's records share a few initial
+        configs (the scenarios their tasks start from). Read-only: callers never change it."""
+        if key is None or not self.settings.cache_size:
+            return _as_states(initial_config, "initial_config")
+        hit = self._initial_configs.get(key)
+        if hit is None:
+            hit = self._initial_configs[key] = _as_states(initial_config, "initial_config")
+            if len(self._initial_configs) > self.settings.cache_size:
+                self._initial_configs.pop(next(iter(self._initial_configs)))
+        return hit
+
+    def _initial_state(self, env: BaseEnvironment, name: str, config: dict[str, Any], key: Any) -> InitialState:
+        """`name`'s validated initial dump, kept per (server, initial_config) for native environments."""
+        cache = key is not None and self.settings.cache_size and type(env) is Environment
+        if cache:
+            hit = self._initial_states.get((name, key))
+            if hit is not None and hit.env is env:
+                return hit
+        try:
+            dump = env.dump_state(env.new_state(config, f"initial_config.{name}"))
+        except EnvFactoryError as e:
+            raise RecordError(f"initial_config.{name}: {e}") from None
+        native = type(env) is Environment  # a State with a change log, forked in this process
+        built = InitialState(
+            env, dump, to_json(dump) if native else None, fast_canonical(dump, dump, self.settings.mask)
+        )
+        if cache:
+            self._initial_states[(name, key)] = built
+            if len(self._initial_states) > self.settings.cache_size:
+                self._initial_states.pop(next(iter(self._initial_states)))
+        return built
+
+    def _build(
+        self, ground_truth: Any, initial_config: Any, final_config: Any, mcp_servers: Any, initial_key: Any = None
+    ) -> Target:
         s = self.settings
-        initial_raw = _as_states(initial_config, "initial_config")
+        initial_raw = self._initial_raw(initial_config, initial_key)
         final_raw = _as_states(final_config, "final_config")
         listed = _as_servers(mcp_servers)
         problems: list[str] = []
@@ -114,14 +213,14 @@ class CompositeReward:
                 problems.append(f"no environment '{name}' in the pool")
             else:
                 envs[name] = env
-        index = _index(envs)
+        index = self._index(envs)
         gt, gt_problems = _as_calls(ground_truth, index)
         problems += gt_problems
         if listed is None:  # servers only named by the ground truth's calls
             for c in gt:
                 if c.server and c.server not in envs and (env := self._env(c.server)) is not None:
                     envs[c.server] = env
-            index = _index(envs)
+            index = self._index(envs)
         index.preferred = {c.name: c.server for c in reversed(gt)}
         gt_args = [self.normalize(c, strict=False) for c in gt]
         kinds = [self._kind(c.server, c.name) for c in gt]
@@ -137,29 +236,32 @@ class CompositeReward:
         goal_dump: dict[str, dict[str, Any]] = {}
         goal_canon: dict[str, dict[str, Any]] = {}
         goal_changed: dict[str, bool] = {}
-        goal_summary: dict[str, str] = {}
+        goal_delta: dict[str, Delta] = {}
+        forks: dict[str, bytes] = {}
         texts: dict[str, bytes] = {}
         for name, env in envs.items():
             config = initial_raw.get(name)
             if config is None:
                 default = env.default_scenario()
                 config = env.scenario(default) if default else {}
-            try:
-                init_dump = env.dump_state(env.new_state(config, f"initial_config.{name}"))
-            except EnvFactoryError as e:
-                raise RecordError(f"initial_config.{name}: {e}") from None
-            initial[name] = init_dump
+            start = self._initial_state(env, name, config, initial_key)
+            init_dump = initial[name] = start.dump
+            native = start.fork is not None
+            if start.fork is not None:
+                forks[name] = start.fork
             goal_raw = final_raw.get(name)
             if goal_raw is None:
                 problems.append(f"{name}: no final state in final_config; not scored")
                 blanks[name] = []
-                init_canon[name] = fast_canonical(init_dump, init_dump, s.mask)
+                init_canon[name] = start.canon
                 continue
             try:
                 goal_dump_ = env.dump_state(env.new_state(goal_raw, f"final_config.{name}"))
             except EnvFactoryError as e:
                 raise RecordError(f"final_config.{name}: {e}") from None
             goal_dump[name] = goal_dump_
+            if native:
+                goal_delta[name] = dump_delta(init_dump, goal_dump_)
             values = {
                 v
                 for c in gt
@@ -170,15 +272,16 @@ class CompositeReward:
             blank = masked_value_blanks(init_dump, goal_dump_, values) if s.mask_masked_values and values else []
             blanks[name] = blank
             base = apply_blanks(init_dump, blank)
-            init_canon[name] = fast_canonical(base, base, s.mask)
+            init_canon[name] = fast_canonical(base, base, s.mask) if blank else start.canon
+            if not blank and start.fork is not None:
+                texts[name] = start.fork  # the JSON fast_canonical looks for generated ids in
             goal_canon[name] = fast_canonical(
                 base, apply_blanks(goal_dump_, blank), s.mask, _lazy_json(base, texts, name)
             )
             goal_changed[name] = goal_canon[name] != init_canon[name]
-            if goal_changed[name]:
-                goal_summary[name] = _summary(first_differences(init_canon[name], goal_canon[name]))
         return Target(
             servers=list(envs),
+            envs=envs,
             index=index,
             gt=gt,
             gt_args=gt_args,
@@ -189,7 +292,8 @@ class CompositeReward:
             init_canon=init_canon,
             goal_canon=goal_canon,
             goal_changed=goal_changed,
-            goal_summary=goal_summary,
+            goal_delta=goal_delta,
+            forks=forks,
             problems=problems,
             _json=texts,
         )
@@ -240,14 +344,15 @@ class CompositeReward:
         calls = parsed.calls
         n_pred = parsed.n_calls
 
-        matched = self._match(t, calls)
+        keys = [_call_key(c) for c in calls]
+        matched = self._match(t, calls, keys)
         r_traj = 1.0 if n_gt == 0 and n_pred == 0 else 2.0 * matched / (n_gt + n_pred)
         if matched < n_gt:
             reasons.append(f"trajectory: {matched} of {n_gt} ground-truth calls matched")
         if n_pred > matched:
             reasons.append(f"trajectory: {n_pred - matched} predicted calls match no ground-truth call")
 
-        r_state_or_none, n_failed = self._state(t, calls, reasons)
+        r_state_or_none, n_failed = self._state(t, calls, keys, reasons)
         r_state = r_traj if r_state_or_none is None else r_state_or_none
         p_length = max(0, n_pred - n_gt)
         length_penalty = min(s.gamma * p_length, s.length_penalty_cap)
@@ -282,85 +387,160 @@ class CompositeReward:
         reasons.extend(parsed.problems[:3])
         return reasons
 
-    def _match(self, t: Target, calls: list[ToolCall]) -> int:
+    def _match(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None]) -> int:
         if not t.gt or not calls:
             return 0
-        s = self.settings
-        candidates: list[list[int]] = []
-        for c in calls:
-            same_tool = [i for i, g in enumerate(t.gt) if g.name == c.name and g.server == c.server]
-            if not same_tool:
-                candidates.append([])
-                continue
-            args = self.normalize(c, strict=True)
-            if args is None:
-                candidates.append([])
-                continue
-            cands = []
-            for i in same_tool:
-                want = t.gt_args[i]
-                if want is not None and self.matcher.same_args(want, t.gt[i].masked_arguments, args):
-                    cands.append(i)
+        candidates: list[tuple[int, ...]] = []
+        for c, key in zip(calls, keys, strict=True):
+            cands = t.candidates.get(key) if key is not None else None
+            if cands is None:
+                cands = self._candidates(t, c)
+                if key is not None and len(t.candidates) < _CANDIDATES_KEPT:
+                    t.candidates[key] = cands
             candidates.append(cands)
-        return best_match(candidates, t.succ, s.max_match_states)
+        return best_match(candidates, t.succ, self.settings.max_match_states)
 
-    def _state(self, t: Target, calls: list[ToolCall], reasons: list[str]) -> tuple[float | None, int]:
-        """(R_state, failed calls), memoized per record: tools are deterministic, so the completions of a
-        GRPO group that make the same calls share one replay."""
-        if not self.settings.memoize_replays:
-            return self._replay_state(t, calls, reasons)
-        try:
-            key = json.dumps([[c.server, c.name, c.arguments] for c in calls], allow_nan=True)
-        except (TypeError, ValueError, RecursionError):
-            return self._replay_state(t, calls, reasons)
-        hit = t.replays.get(key)
-        if hit is None:
-            mine: list[str] = []
-            hit = (*self._replay_state(t, calls, mine), mine)
-            if len(t.replays) >= _MEMO_SIZE:
-                t.replays.pop(next(iter(t.replays)))
-            t.replays[key] = hit
-        reasons.extend(hit[2])
-        return hit[0], hit[1]
+    def _candidates(self, t: Target, c: ToolCall) -> tuple[int, ...]:
+        """The ground-truth calls that the predicted call `c` matches (`CallMatcher`'s rule)."""
+        same_tool = [i for i, g in enumerate(t.gt) if g.name == c.name and g.server == c.server]
+        if not same_tool:
+            return ()
+        args = self.normalize(c, strict=True)
+        if args is None:
+            return ()
+        return tuple(
+            i
+            for i in same_tool
+            if (want := t.gt_args[i]) is not None and self.matcher.same_args(want, t.gt[i].masked_arguments, args)
+        )
 
-    def _replay_state(self, t: Target, calls: list[ToolCall], reasons: list[str]) -> tuple[float | None, int]:
+    def _state(
+        self, t: Target, calls: list[ToolCall], keys: list[CallKey | None], reasons: list[str]
+    ) -> tuple[float | None, int]:
         """(R_state, failed calls); R_state None when no server is relevant (read-only both ways).
 
         Read tools cannot change a state (sessions enforce it), so only writes — and calls to unknown
-        tools, which fail — are replayed, unless `replay_reads`."""
+        tools, which fail — are replayed, unless `replay_reads`. What a replay gives depends on the
+        replayed calls alone, so it is memoized per record by them (tools are deterministic): the
+        completions of a GRPO group that differ only in their reads, the place of their reads, or their
+        format share one replay."""
         reads = self.settings.replay_reads
         replayed = [
             (k, c)
             for k, c in enumerate(calls)
-            if c.server in t.initial and (reads or self._kind(c.server, c.name) != "read")
+            if c.server in t.initial and (reads or self._kind_of(t, c.server, c.name) != "read")
         ]
-        servers = dict.fromkeys(c.server for _, c in replayed)
-        episode = Episode(self.pool, {srv: t.initial[srv] for srv in servers}) if replayed else None
-        wrote: set[str] = set()
+        run: Replayed | None = None
+        key: tuple[CallKey, ...] | None = None
+        if self.settings.memoize_replays:
+            replayed_keys = [keys[k] for k, _ in replayed]
+            if None not in replayed_keys:  # every call readable as JSON
+                key = tuple(k for k in replayed_keys if k is not None)
+                run = t.replays.get(key)
+        if run is None:
+            run = self._replay(t, [c for _, c in replayed], [keys[k] for k, _ in replayed])
+            if key is not None:
+                if len(t.replays) >= _MEMO_SIZE:
+                    t.replays.pop(next(iter(t.replays)))
+                t.replays[key] = run
         failed = 0
         for k, c in enumerate(calls):
             if c.server not in t.initial:
                 failed += 1
                 if failed <= 3:
                     reasons.append(f"call {k} {c.server or '?'}.{c.name}: no such environment in this task")
-        for k, c in replayed:
-            assert episode is not None
-            rec = episode.call(c.server, c.name, c.arguments)
-            if not rec.ok:
+        for (k, c), (ok, error) in zip(replayed, run.outcomes, strict=True):
+            if not ok:
                 failed += 1
-                if failed <= 3 and rec.error is not None:
-                    reasons.append(f"call {k} {c.qualified} failed: {rec.error.type}: {rec.error.message[:120]}")
-            elif self._kind(c.server, c.name) == "write":
-                wrote.add(c.server)
+                if failed <= 3 and error is not None:
+                    reasons.append(f"call {k} {c.qualified} failed: {error}")
+        reasons.extend(run.reasons)
+        return run.r_state, failed
 
+    def _fork(self, t: Target, server: str) -> Session:
+        """A fresh session on the record's initial state of `server`: a native environment's straight from
+        the validated dump's JSON (what `Session.fork` does, without re-serializing it every time)."""
+        env = self.pool.get(server)
+        data = t.forks.get(server)
+        if data is not None and env is t.envs.get(server):
+            return Session(env, env.state_model.load_bytes(data))  # type: ignore[attr-defined]
+        return Session.fork(env, t.initial[server])
+
+    def _replay(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None]) -> Replayed:
+        """Replay `calls` and compare the final states with the goal. A record keeps its last replay's
+        native sessions (`LiveReplay`): the next replay rolls them back to the calls both share (the
+        change log undoes a call exactly) instead of forking and replaying those calls again."""
+        if not calls:  # nothing replayed: every state as it started
+            return self._compare(t, calls, {}, [])
+        native = all(c.server in t.forks for c in calls)
+        if native and t.lock.acquire(blocking=False):  # another thread on this record: fresh sessions
+            try:
+                live = t.live if t.live is not None else LiveReplay()
+                t.live = None  # while in use: a failure half way leaves no half-rolled-back replay behind
+                sessions, outcomes = self._run(t, calls, keys, live)
+                result = self._compare(t, calls, sessions, outcomes)
+                t.live = live
+                return result
+            finally:
+                t.lock.release()
+        sessions, outcomes = self._run(t, calls, keys, None)
+        return self._compare(t, calls, sessions, outcomes)
+
+    def _run(
+        self, t: Target, calls: list[ToolCall], keys: list[CallKey | None], live: LiveReplay | None
+    ) -> tuple[dict[str, Session], list[tuple[bool, str | None]]]:
+        """Run `calls` in sessions forked from the record's initial states ((ok, error) per call); with
+        `live`, continuing its sessions from the longest prefix of calls it shares with `calls`."""
+        sessions: dict[str, Session] = {}
+        outcomes: list[tuple[bool, str | None]] = []
+        start = 0
+        if live is not None:
+            start = live.rewind(keys)
+            sessions, outcomes = live.sessions, live.outcomes
+        for c in calls[start:]:
+            session = sessions.get(c.server)
+            if session is None:
+                session = sessions[c.server] = self._fork(t, c.server)
+            if live is not None:
+                live.push(keys[len(outcomes)], c.server, session.state.log_mark())
+            rec = session.call(c.name, c.arguments)
+            if not rec.ok:
+                error = rec.error
+                outcomes.append((False, f"{error.type}: {error.message[:120]}" if error is not None else None))
+            else:
+                outcomes.append((True, None))
+        if live is not None:
+            for session in sessions.values():
+                session.history.clear()  # kept sessions: their records would pile up
+        return sessions, outcomes
+
+    def _compare(
+        self, t: Target, calls: list[ToolCall], sessions: dict[str, Session], outcomes: list[tuple[bool, str | None]]
+    ) -> Replayed:
+        wrote = {
+            c.server
+            for c, (ok, _) in zip(calls, outcomes, strict=True)
+            if ok and self._kind_of(t, c.server, c.name) == "write"
+        }
+        reasons: list[str] = []
         equal = changed = 0
         considered = 0
         for srv in t.servers:
             goal = t.goal_canon.get(srv)
             if goal is None:
                 continue
-            dump = episode.sessions[srv].dump() if srv in wrote and episode is not None else None
-            if dump is not None and dump == t.goal_dump[srv]:  # fast path: the very same state
+            session = sessions[srv] if srv in wrote else None
+            exact: bool | None = None
+            dump: dict[str, Any] | None = None
+            if session is not None:
+                delta = t.goal_delta.get(srv)
+                if delta is not None and isinstance(session.state, State):
+                    exact = touched_equal(session.state, t.goal_dump[srv], delta)
+                if not exact:
+                    dump = session.dump()
+                    if exact is None and dump == t.goal_dump[srv]:
+                        exact = True
+            if exact:  # fast path: the very same state
                 same, moved = True, t.goal_changed[srv]
             elif dump is not None:
                 blank = t.blanks[srv]
@@ -373,14 +553,12 @@ class CompositeReward:
             else:
                 same, moved = not t.goal_changed[srv], False
                 if not same:
-                    reasons.append(f"state {srv}: unchanged; the task changes {t.goal_summary[srv]}")
+                    reasons.append(f"state {srv}: unchanged; the task changes {t.goal_summary(srv)}")
             if self.settings.state_scope == "all" or t.goal_changed[srv] or moved:
                 considered += 1
                 equal += same
                 changed += moved
-        if not considered:
-            return None, failed
-        return equal / considered, failed
+        return Replayed(tuple(outcomes), equal / considered if considered else None, tuple(reasons))
 
 
 # ---- the functional form ----------------------------------------------------------------------------
