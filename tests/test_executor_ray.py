@@ -23,9 +23,9 @@ import pytest
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import ExecutorError, ExecutorSettings, RayExecutor, WorkerLost, executor_from
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED
 from envfactory.tasks.batch import Plan, SynthConfig, plan_units, run_units
 from envfactory.tasks.run import OfflineRunner, tool_graph
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED
 from tests.ray_helpers import SlowRunner
 
 # needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)

@@ -12,9 +12,9 @@ from envfactory.config import Settings
 from envfactory.eval.items import load_conversations as eval_conversations
 from envfactory.export.errors import ExportError
 from envfactory.export.files import training_conversations
+from envfactory.records.run_folder import CONVERSATIONS, HELDOUT
 from envfactory.tasks.batch import SynthConfig, heldout_tasks, read_jsonl
 from envfactory.tasks.run import run_batch
-from envfactory.tasks.run_folder import CONVERSATIONS, HELDOUT
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -16,6 +16,7 @@ import yaml
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED
 from envfactory.tasks.batch import (
     SynthConfig,
     SynthConfigError,
@@ -27,7 +28,6 @@ from envfactory.tasks.batch import (
     run_units,
     summarize,
 )
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED
 from envfactory.tasks.stats import dataset_stats, plot_stats
 from envfactory.tasks.synth import UnitOutcome, synthesize_offline
 from envfactory.toolgraph import ToolGraph, save_graph

@@ -11,8 +11,8 @@ from pydantic import BaseModel, ValidationError
 from envfactory.errors import first_error
 from envfactory.export.errors import ExportError
 from envfactory.inputs import InputError, parse_json, read_file_bytes, read_json
-from envfactory.tasks.models import Conversation
-from envfactory.tasks.run_folder import CONVERSATIONS, HELDOUT, SUMMARY
+from envfactory.records.models import Conversation
+from envfactory.records.run_folder import CONVERSATIONS, HELDOUT, SUMMARY
 
 MAX_JSONL_BYTES = 2 * 1024**3  # a large synth run, bounded
 Split = Literal["train", "heldout"]

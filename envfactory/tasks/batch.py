@@ -25,8 +25,8 @@ from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, read_yaml
-from envfactory.tasks.models import Conversation
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT
+from envfactory.records.models import Conversation
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
 from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler

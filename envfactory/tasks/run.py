@@ -18,6 +18,7 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
 from envfactory.llm.usage import process_usage, usage_table
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
 from envfactory.tasks.batch import (
     BatchSummary,
     Plan,
@@ -31,7 +32,6 @@ from envfactory.tasks.batch import (
     run_units,
     summarize,
 )
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
 from envfactory.tasks.stats import dataset_stats, plot_stats, stats_table
 from envfactory.tasks.synth import UnitOutcome, synthesize_offline
 from envfactory.terminal import SafeConsole, safe
