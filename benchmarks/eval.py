@@ -35,7 +35,7 @@ from envfactory.eval.items import EvalItem, items_from_conversations, load_conve
 from envfactory.eval.run import EvalSettings, run_eval, turn_runner  # noqa: E402
 from envfactory.records.episode import replay  # noqa: E402
 from envfactory.records.models import ToolCall  # noqa: E402
-from envfactory.tasks.batch import SynthConfig  # noqa: E402
+from envfactory.tasks.plan import SynthConfig  # noqa: E402
 from envfactory.tasks.run import run_batch  # noqa: E402
 from tests.eval_helpers import GroundTruthModels  # noqa: E402
 

@@ -33,7 +33,7 @@ from envfactory.env.pool import EnvPool  # noqa: E402
 from envfactory.executor import Executor, ExecutorSettings, LocalExecutor, RayExecutor  # noqa: E402
 from envfactory.inputs import JsonlAppender  # noqa: E402
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED  # noqa: E402
-from envfactory.tasks.batch import SynthConfig, plan_units, run_units  # noqa: E402
+from envfactory.tasks.plan import SynthConfig, plan_units, run_units  # noqa: E402
 from envfactory.tasks.run import OfflineRunner, tool_graph  # noqa: E402
 
 

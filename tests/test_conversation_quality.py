@@ -25,9 +25,9 @@ from envfactory.records.models import (
     ToolResult,
 )
 from envfactory.records.spoken import renderings, say
-from envfactory.tasks.batch import SynthConfig, load_conversations, read_jsonl
 from envfactory.tasks.conversation import ConversationWriter, Turn, _fill
 from envfactory.tasks.pi_star import is_identity
+from envfactory.tasks.plan import SynthConfig, load_conversations, read_jsonl
 from envfactory.tasks.quality import is_id_parameter, measure
 from envfactory.tasks.run import run_batch
 from envfactory.tasks.template import answer_fact

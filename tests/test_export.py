@@ -47,7 +47,7 @@ from envfactory.records.models import (
     ToolResult,
     UserToolCall,
 )
-from envfactory.tasks.batch import Unit, run_units
+from envfactory.tasks.plan import Unit, run_units
 from envfactory.tasks.run import offline_runner
 from tests.chains import chain, from_tool, hotel_chain, user
 

@@ -24,7 +24,7 @@ from envfactory.cli.main import app
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.records.run_folder import CONVERSATIONS
-from envfactory.tasks.batch import Unit, run_units
+from envfactory.tasks.plan import Unit, run_units
 from envfactory.tasks.run import offline_runner
 from tests.chains import hotel_chain
 

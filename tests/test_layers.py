@@ -89,7 +89,7 @@ def _importing(top: str, modules: tuple[str, ...]) -> list[str]:
     ]
 
 
-BATCH_RUNNER = ("envfactory.tasks.batch", "envfactory.tasks.run")
+BATCH_RUNNER = ("envfactory.tasks.plan", "envfactory.tasks.run")
 
 # (the importing folder, the modules it never imports, why): each was once broken and moved (docs/development.md)
 LIBRARY_RULES: list[tuple[str, tuple[str, ...], str]] = [

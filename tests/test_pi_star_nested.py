@@ -26,8 +26,8 @@ from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Operation
 from envfactory.env.pool import EnvPool
 from envfactory.records.episode import Episode
 from envfactory.records.models import PlannedCall
+from envfactory.tasks.offline import initial_states
 from envfactory.tasks.pi_star import PiStarOutcome, PiStarSettings, solve_chain
-from envfactory.tasks.synth import initial_states
 from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain
 from tests.chains import chain
 

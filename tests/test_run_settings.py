@@ -32,7 +32,7 @@ from envfactory.run_settings import (
     differences,
     record_or_check,
 )
-from envfactory.tasks.batch import SynthConfig, Unit, run_units
+from envfactory.tasks.plan import SynthConfig, Unit, run_units
 from envfactory.tasks.run import offline_runner
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.toolgraph.graph import ToolGraph

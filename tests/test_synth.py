@@ -15,7 +15,7 @@ from envfactory.env.trust import trust
 from envfactory.records.episode import replay
 from envfactory.records.models import Conversation
 from envfactory.records.verifier import verify
-from envfactory.tasks.synth import synthesize_offline
+from envfactory.tasks.offline import synthesize_offline
 from envfactory.toolgraph import ToolGraph, TopologySampler
 from tests.chains import chain, from_tool, hotel_chain, user
 

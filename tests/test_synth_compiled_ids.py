@@ -27,9 +27,9 @@ from envfactory.env.pool import EnvPool
 from envfactory.records.models import Conversation
 from envfactory.records.verifier import answer_forms
 from envfactory.tasks.conversation import imperative, noun_phrase, record_noun
+from envfactory.tasks.offline import initial_states, synthesize_offline
 from envfactory.tasks.pi_star import solve_chain
 from envfactory.tasks.quality import measure
-from envfactory.tasks.synth import initial_states, synthesize_offline
 from envfactory.tasks.values import pattern_value
 from tests.chains import chain
 from tests.test_synth import check_conversation

@@ -39,7 +39,7 @@ from envfactory.records.models import (
     ToolCall,
 )
 from envfactory.records.run_folder import CONVERSATIONS
-from envfactory.tasks.batch import BatchSummary, Plan, SynthConfig
+from envfactory.tasks.plan import BatchSummary, Plan, SynthConfig
 from envfactory.tasks.run import summary_table, tool_graph
 from envfactory.tasks.stats import dataset_stats, stats_table
 from envfactory.tasks.synth_settings import record_synth_settings

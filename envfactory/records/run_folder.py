@@ -1,7 +1,7 @@
 """A synth run folder's file names, in one place: the batch writes them, export, eval, the hub and resume read them.
 
 Nothing here imports anything: every layer that reads a run folder can name its files without importing the
-batch runner (`envfactory.tasks.batch`).
+batch runner (`envfactory.tasks.plan`).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
 from envfactory.llm.usage import process_usage, usage_table
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
-from envfactory.tasks.batch import (
+from envfactory.tasks.offline import UnitOutcome, synthesize_offline
+from envfactory.tasks.plan import (
     BatchSummary,
     Plan,
     SynthConfig,
@@ -33,7 +34,6 @@ from envfactory.tasks.batch import (
     summarize,
 )
 from envfactory.tasks.stats import dataset_stats, plot_stats, stats_table
-from envfactory.tasks.synth import UnitOutcome, synthesize_offline
 from envfactory.terminal import SafeConsole, safe
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.settings import graph_path

@@ -27,7 +27,7 @@ from envfactory.executor import Executor, LocalExecutor, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, read_yaml
 from envfactory.records.models import Conversation
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
-from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
+from envfactory.tasks.offline import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler
 
