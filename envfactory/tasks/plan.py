@@ -26,7 +26,7 @@ from envfactory.errors import EnvFactoryError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, read_yaml
 from envfactory.records.models import Conversation
-from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, read_conversations
 from envfactory.tasks.offline import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler
@@ -319,4 +319,11 @@ def summarize(plan: Plan, out: Path, skipped: int) -> BatchSummary:
 
 
 def load_conversations(out: Path) -> list[Conversation]:
-    return [Conversation.model_validate(r) for r in read_jsonl(out / CONVERSATIONS)]
+    """The kept conversations of a run folder (none before the first is kept), through the one reader."""
+    path = out / CONVERSATIONS
+    if not path.exists():
+        return []
+    try:
+        return read_conversations(path)
+    except InputError as e:
+        raise SynthConfigError(str(e)) from None
