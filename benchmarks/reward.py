@@ -55,11 +55,11 @@ sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool  # noqa: E402
+from envfactory.records.episode import replay  # noqa: E402
+from envfactory.records.models import States, ToolCall  # noqa: E402
+from envfactory.records.verifier import state_differences  # noqa: E402
 from envfactory.reward import CompositeReward, RewardResult, RewardSettings, apply_blanks  # noqa: E402
 from envfactory.reward.tool_calls import parse_tool_calls  # noqa: E402
-from envfactory.tasks.episode import replay  # noqa: E402
-from envfactory.tasks.models import States, ToolCall  # noqa: E402
-from envfactory.tasks.verifier import state_differences  # noqa: E402
 
 TARGET = 10_000.0  # rewards per CPU-second, one core
 TARGET_RATIO = 8.0  # × the naive baseline of the same run

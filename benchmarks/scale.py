@@ -40,8 +40,9 @@ from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool  # noqa: E402
 from envfactory.executor import Executor, ExecutorSettings, LocalExecutor, RayExecutor  # noqa: E402
 from envfactory.inputs import JsonlAppender  # noqa: E402
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED  # noqa: E402
 from envfactory.tasks import initial_state  # noqa: E402
-from envfactory.tasks.batch import (  # noqa: E402
+from envfactory.tasks.plan import (  # noqa: E402
     Plan,
     RunLog,
     SynthConfig,
@@ -51,7 +52,6 @@ from envfactory.tasks.batch import (  # noqa: E402
     summarize,
 )
 from envfactory.tasks.run import OfflineRunner, tool_graph  # noqa: E402
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED  # noqa: E402
 from envfactory.tasks.stats import dataset_stats  # noqa: E402
 
 

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
+from envfactory.records.episode import Episode
+from envfactory.records.models import ToolCall
+from envfactory.records.verifier import canonical
 from envfactory.reward import CompositeReward, RewardSettings, apply_blanks, best_match, first_differences
 from envfactory.reward.state_term import dump_delta, touched_dump, touched_equal
-from envfactory.tasks.episode import Episode
-from envfactory.tasks.models import ToolCall
-from envfactory.tasks.verifier import canonical
 from tests.test_reward import BOOK, hermes, record
 
 Step = tuple[str, str, dict[str, Any]]

@@ -15,8 +15,10 @@ from faker import Faker
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import LocalExecutor
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
 from envfactory.tasks import initial_state
-from envfactory.tasks.batch import (
+from envfactory.tasks.initial_state import generate_initial_state
+from envfactory.tasks.plan import (
     RunLog,
     SynthConfig,
     load_conversations,
@@ -24,9 +26,7 @@ from envfactory.tasks.batch import (
     run_units,
     summarize,
 )
-from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.run import OfflineRunner
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT
 from envfactory.tasks.stats import dataset_stats
 from envfactory.toolgraph import ToolGraph
 

@@ -16,6 +16,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.env.state import State
 from envfactory.errors import EnvFactoryError
+from envfactory.records.models import ToolCall
 from envfactory.reward.matching import CallMatcher, best_match
 from envfactory.reward.record import (
     CallKey,
@@ -33,7 +34,6 @@ from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
 from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_dump, touched_equal
 from envfactory.reward.tool_calls import ParsedCompletion, ToolIndex, parse_tool_calls
-from envfactory.tasks.models import ToolCall
 
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
 

@@ -18,7 +18,9 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
 from envfactory.llm.usage import process_usage, usage_table
-from envfactory.tasks.batch import (
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
+from envfactory.tasks.offline import UnitOutcome, synthesize_offline
+from envfactory.tasks.plan import (
     BatchSummary,
     Plan,
     RunLog,
@@ -31,9 +33,7 @@ from envfactory.tasks.batch import (
     run_units,
     summarize,
 )
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
 from envfactory.tasks.stats import dataset_stats, plot_stats, stats_table
-from envfactory.tasks.synth import UnitOutcome, synthesize_offline
 from envfactory.terminal import SafeConsole, safe
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.settings import graph_path

@@ -25,9 +25,9 @@ from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, read_yaml
-from envfactory.tasks.models import Conversation
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT
-from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
+from envfactory.records.models import Conversation
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, read_conversations
+from envfactory.tasks.offline import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler
 
@@ -359,4 +359,11 @@ def summarize(plan: Plan, out: Path, skipped: int, log: RunLog | None = None) ->
 
 
 def load_conversations(out: Path) -> list[Conversation]:
-    return [Conversation.model_validate(r) for r in read_jsonl(out / CONVERSATIONS)]
+    """The kept conversations of a run folder (none before the first is kept), through the one reader."""
+    path = out / CONVERSATIONS
+    if not path.exists():
+        return []
+    try:
+        return read_conversations(path)
+    except InputError as e:
+        raise SynthConfigError(str(e)) from None
