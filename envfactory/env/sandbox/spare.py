@@ -60,7 +60,7 @@ class Spares:
             try:
                 process.start()
                 up = True
-            except (WorkerDied, OSError, ValueError):
+            except (WorkerDied, OSError, ValueError, RuntimeError):  # RuntimeError: the interpreter is exiting
                 up = False
             with self._lock:
                 if self._starting.get(key) is process:
