@@ -1,0 +1,1 @@
+"""Tests of envfactory/env/sandbox/ (one test file per module where one module is under test)."""

@@ -1,0 +1,1 @@
+"""Tests of graphs/: the LangGraph pipelines (EnvGen, QueryGen, checkpoints, Studio)."""
