@@ -25,7 +25,7 @@ system:
 	    { $(SUDO) apt-get update -qq >/dev/null && $(SUDO) apt-get install -y -qq bubblewrap libseccomp2 >/dev/null; } || \
 	    echo "warning: could not install bubblewrap; untrusted environments will be refused (see README: Security)"; }
 
-# HAProxy balances several MCP server processes behind one port (tests/test_mcp_affinity.py): external tests only.
+# HAProxy balances several MCP server processes behind one port (tests/serve/test_affinity.py): external tests only.
 test-system:
 	@command -v haproxy >/dev/null 2>&1 || $(SUDO) apt-get install -y -qq haproxy >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -qq >/dev/null && $(SUDO) apt-get install -y -qq haproxy >/dev/null; } || \

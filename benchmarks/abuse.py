@@ -53,7 +53,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.serve_helpers import JSON_HEADERS, RawSession, abuse_project, serve_process  # noqa: E402
+from tests.support.serve import JSON_HEADERS, RawSession, abuse_project, serve_process  # noqa: E402
 
 MB = 1024 * 1024
 HOTEL = {"hotel_id": "HT-LIS-01"}

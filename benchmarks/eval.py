@@ -37,7 +37,7 @@ from envfactory.records.episode import replay  # noqa: E402
 from envfactory.records.models import ToolCall  # noqa: E402
 from envfactory.tasks.plan import SynthConfig  # noqa: E402
 from envfactory.tasks.run import run_batch  # noqa: E402
-from tests.eval_helpers import GroundTruthModels  # noqa: E402
+from tests.support.eval import GroundTruthModels  # noqa: E402
 
 MODEL_STEP_S = 1.0  # the model step the overhead is compared with
 TARGET = 0.05

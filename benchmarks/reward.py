@@ -29,7 +29,7 @@ The pool, the records and the completions are moved out of the cyclic garbage co
 (`gc.freeze()`) once loaded, for every method alike — what a training process does once its
 environments and dataset are loaded (otherwise full collections walk the pool's ~70k objects again and
 again: ~5–10 % of a reward here); `--no-freeze` leaves them in.
-All four give the same rewards (checked before timing; tests/test_reward_fast_path.py checks whole
+All four give the same rewards (checked before timing; tests/reward/test_fast_path.py checks whole
 results bit for bit over random completions). Targets (issue 29): ≥ 10,000 rewards/s on one core and
 ≥ 8× the naive baseline of the same run.
 """

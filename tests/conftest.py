@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from filelock import FileLock
@@ -17,10 +16,9 @@ from envfactory.env.pool import EnvPool
 from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder, EmbeddingCache
 from envfactory.toolgraph import ToolGraph, ToolGraphSettings, ToolSource, build_tool_graph, pool_sources
 from envfactory.toolgraph.build import BuildReport
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-
-pytest_plugins = ["tests.slow_first"]
+pytest_plugins = ["tests.support.slow_first"]
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +61,7 @@ def graph(built: tuple[ToolGraph, BuildReport]) -> ToolGraph:
 @pytest.fixture(scope="session")
 def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """llama.cpp's server on SmolLM2-135M-Instruct: (base URL, model id); skips where it is not installed."""
-    from tests.llama_server import llama_server as start
+    from tests.support.llama_server import llama_server as start
 
     with start(tmp_path_factory.mktemp("llama")) as running:
         yield running

@@ -4,7 +4,7 @@ dies costs its own unit a retry, never the rest of the batch."""
 from __future__ import annotations
 
 from envfactory.executor import ProcessExecutor, WorkerLost
-from tests.executor_helpers import DiesOn
+from tests.support.executor import DiesOn
 
 
 def test_a_dead_worker_costs_its_own_unit_and_nothing_else() -> None:

@@ -26,13 +26,13 @@ from envfactory.executor import ExecutorError, ExecutorSettings, RayExecutor, Wo
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED
 from envfactory.tasks.plan import Plan, SynthConfig, plan_units, run_units
 from envfactory.tasks.run import OfflineRunner, tool_graph
-from tests.ray_helpers import SlowRunner
+from tests.support.paths import ROOT
+from tests.support.ray_runners import SlowRunner
 
 # needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
 pytestmark = pytest.mark.external  # a Ray cluster
 
 ray = pytest.importorskip("ray")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -131,7 +131,7 @@ DRIVER = textwrap.dedent(
     from envfactory.executor import ExecutorSettings, RayExecutor
     from envfactory.tasks.plan import SynthConfig, plan_units, run_units
     from envfactory.tasks.run import tool_graph
-    from tests.ray_helpers import SlowRunner
+    from tests.support.ray_runners import SlowRunner
 
     out, notes, delay = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     settings = Settings(root=Path.cwd(), bfcl=False)
@@ -186,7 +186,7 @@ def test_an_evaluation_on_ray_records_what_a_local_one_does(plan: Plan, settings
     from envfactory.eval.agent import AgentLimits
     from envfactory.eval.items import items_from_conversations, load_conversations
     from envfactory.eval.run import ATTEMPTS, EvalSettings, TurnRunner, run_eval
-    from tests.eval_helpers import GroundTruthModels
+    from tests.support.eval import GroundTruthModels
 
     run_units(plan.units[:6], OfflineRunner(settings), tmp_path / "run")
     pool = EnvPool(settings)
@@ -213,7 +213,7 @@ def test_envgen_batch_on_ray_registers_and_records_failures(tmp_path: Path, monk
     """`envfactory envgen run --executor ray`: the driver starts its own local instance; the worker opens its own
     checkpointer and pool; two environments register, a request whose model runs out of replies is a failed row,
     the batch goes on. (A malformed metadata file is the user's mistake: refused before any run starts.)"""
-    from tests.envgen_helpers import METADATA, SCENARIOS, code, fenced, setup_project
+    from tests.support.envgen import METADATA, SCENARIOS, code, fenced, setup_project
 
     broken = tmp_path / "broken_metadata.json"
     broken.write_text('{"name": "x", "domain": "space"}')
@@ -243,7 +243,7 @@ def test_llm_mode_synth_on_a_ray_worker_uses_the_runs_settings(tmp_path: Path, m
     from envfactory.config import get_settings
     from envfactory.tasks.plan import Unit, load_conversations, read_jsonl
     from graphs.querygen.batch import QueryGenRunner
-    from tests.querygen_helpers import SEED, base_script, hotels_chain, pi_star, setup
+    from tests.support.querygen import SEED, base_script, hotels_chain, pi_star, setup
 
     probe = setup(tmp_path / "probe", monkeypatch, {})
     setup(tmp_path, monkeypatch, base_script(pi_star(probe)))  # this process's environment only
@@ -262,7 +262,7 @@ def test_llm_mode_synth_on_a_ray_worker_uses_the_runs_settings(tmp_path: Path, m
 def test_units_travel_in_batches_and_each_comes_back_once_with_its_own_outcome() -> None:
     """A task carries several units (Ray's per-task cost paid once for them), fewer at the end so every queue
     stays full; each unit comes back once, a failing one as its exception, its batch-mates with their results."""
-    from tests.ray_helpers import TaskOf
+    from tests.support.ray_runners import TaskOf
 
     jobs = list(range(1, 201))
     executor = RayExecutor(ExecutorSettings(kind="ray", workers=2, in_flight=2, batch=16))

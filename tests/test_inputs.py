@@ -31,8 +31,8 @@ from envfactory.inputs import (
     read_yaml,
     write_atomic,
 )
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 DEEP = 100_000
 
 

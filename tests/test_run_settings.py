@@ -37,9 +37,8 @@ from envfactory.tasks.run import offline_runner
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.io import save_graph
-from tests.chains import hotel_chain
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.chains import hotel_chain
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

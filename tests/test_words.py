@@ -13,7 +13,6 @@ a name of the pool the answer kept is listed with why (`KEPT`).
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,10 +22,10 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.openapi import identifier, load_openapi
 from envfactory.words import is_free_text, is_long_text, singular, snake_case, split_words, spoken_name, tokens
+from tests.support.paths import ROOT, TEST_DATA
 
-ROOT = Path(__file__).resolve().parent.parent
 SPECS = [
-    *sorted(p for p in (ROOT / "tests" / "data" / "corpus" / "api").rglob("*") if p.suffix in (".json", ".yaml")),
+    *sorted(p for p in (TEST_DATA / "corpus" / "api").rglob("*") if p.suffix in (".json", ".yaml")),
     ROOT / "examples" / "openapi" / "google_tasks.json",
 ]
 

@@ -68,7 +68,7 @@ those calls again, and a native session's final state is compared with the goal 
 its calls touched (`touched_equal`); only a state that differs is dumped whole and put in canonical
 form (`fast_canonical`, equal to the verifier's, keeping unchanged records as they are). The shortcuts
 rest on the environment contract (every write through the state's CRUD helpers);
-`tests/test_reward_fast_path.py` checks whole results bit for bit against the straightforward
+`tests/reward/test_fast_path.py` checks whole results bit for bit against the straightforward
 computation over random completions.
 
 Modules, one concept each:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -20,8 +19,7 @@ from envfactory.reward import CompositeReward
 from envfactory.tasks.plan import SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
 from envfactory.toolgraph import ToolGraph, save_graph
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import networkx as nx
 import pytest
 
 from envfactory.toolgraph import ToolChain
+from tests.support.paths import ROOT, TEST_DATA
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "tests" / "data" / "toolgraph" / "hotels_script.json"
+SCRIPT = TEST_DATA / "toolgraph" / "hotels_script.json"
 
 
 def run(data: Path, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

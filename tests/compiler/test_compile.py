@@ -35,8 +35,9 @@ from envfactory.env.session import Session
 from envfactory.envgen.health import HealthSettings, check_health
 from envfactory.envgen.openapi import identifier, load_openapi
 from envfactory.executor import ExecutorSettings, ProcessExecutor, RayExecutor
+from tests.support.paths import ROOT, TEST_DATA
 
-CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "api"
+CORPUS = TEST_DATA / "corpus" / "api"
 SPECS = sorted(p for p in CORPUS.rglob("*") if p.suffix in (".json", ".yaml"))
 
 
@@ -389,7 +390,7 @@ def test_no_spec_string_ever_becomes_code(tmp_path: Path) -> None:
     assert report.error is None and not marker.exists()
     # the only code a compiled environment runs is the project's: no evaluator in the interpreter
     for module in ("envfactory/env/compiled.py", *(str(p) for p in Path("envfactory/compiler").glob("*.py"))):
-        source = (Path(__file__).resolve().parent.parent / module).read_text(encoding="utf-8")
+        source = (ROOT / module).read_text(encoding="utf-8")
         assert not any(f"{word}(" in source for word in ("exec", "eval", "compile(source", "__import__")), module
 
 

@@ -26,9 +26,9 @@ from envfactory.corpus.domains import CATEGORY_DOMAINS, domain_of
 from envfactory.corpus.fetch import sri_sha512
 from envfactory.corpus.specs import crud_resources, env_name_of, licence_id, operations_of
 from envfactory.env.metadata import DOMAINS
+from tests.support.paths import ROOT, TEST_DATA
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data" / "corpus"
+DATA = TEST_DATA / "corpus"
 API = DATA / "api"
 HTTP = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 

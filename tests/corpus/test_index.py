@@ -19,8 +19,8 @@ from envfactory.corpus.index import CorpusIndex, corpus_gaps, corpus_sources
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.coverage import PoolIndex
 from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder
-from tests.envgen_helpers import run_graph, setup_project
-from tests.test_corpus import ROOT, build_tarball, spec_files
+from tests.corpus.test_fetch import ROOT, build_tarball, spec_files
+from tests.support.envgen import run_graph, setup_project
 
 
 @pytest.fixture(scope="module")

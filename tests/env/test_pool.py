@@ -13,8 +13,7 @@ from envfactory.env.metadata import ToolSpec
 from envfactory.env.pool import EnvPool
 from envfactory.env.registry import Registry
 from envfactory.envgen.validate import sync_registry, validate_env
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def _snake(name: str) -> str:

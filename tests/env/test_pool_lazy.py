@@ -28,9 +28,9 @@ from envfactory.envgen.openapi import load_openapi
 from envfactory.errors import EnvLoadError, MetadataError
 from envfactory.metatools import Hub
 from envfactory.tasks.plan import SynthConfig, choose_envs
+from tests.support.paths import ROOT, TEST_DATA
 
-ROOT = Path(__file__).resolve().parent.parent
-SPEC = ROOT / "tests" / "data" / "corpus" / "api" / "googleapis.com" / "tasks.json"
+SPEC = TEST_DATA / "corpus" / "api" / "googleapis.com" / "tasks.json"
 CLONES = 12
 
 

@@ -34,8 +34,8 @@ from envfactory.env.trust import trust
 from envfactory.envgen.checks import schema_checks
 from envfactory.reward import CompositeReward
 from envfactory.serve.net import free_port
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 NATIVE = sorted(p.name for p in (ROOT / "envs").iterdir() if (p / "env.py").is_file())
 
 
@@ -198,7 +198,7 @@ def test_trust_is_pinned_to_the_code(tmp_path: Path) -> None:
 
 
 def test_the_reward_scores_an_untrusted_environment_like_a_trusted_one(pool: EnvPool, untrusted: EnvPool) -> None:
-    from tests.test_reward import HOTEL_GT, hermes, record
+    from tests.reward.test_scorer import HOTEL_GT, hermes, record
 
     rec = record(pool, [("hotels", n, a) for n, a in HOTEL_GT])
     wrong = [(n, {**a, "nights": 3} if n == "book_room" else a) for n, a in HOTEL_GT]

@@ -30,6 +30,7 @@ from envfactory.env.pool import EnvPool, load_env_folder
 from envfactory.env.trust import TrustError, code_hash, is_trusted, snapshot, trust
 from envfactory.errors import EnvLoadError, ScenarioError
 from envfactory.inputs import MAX_FILE_BYTES
+from tests.support.paths import ROOT
 
 CODE = '''"""A tiny environment for trust tests."""
 
@@ -391,7 +392,7 @@ def test_environment_code_imports_only_what_the_sandbox_allows(
 def test_what_is_trusted_is_what_was_reviewed(project: Path) -> None:
     """Between a person's review and `envs trust`, something rewrites env.py (an EnvGen run on the same name,
     another user): `--expect` with the hash `--show` printed at review time refuses the folder as it is now."""
-    from tests.test_terminal_safety import run_main
+    from tests.system.test_terminal_safety import run_main
 
     trust_file = project / "configs" / "trusted.json"
     before = trust_file.read_text(encoding="utf-8")
@@ -532,7 +533,7 @@ def test_export_refuses_a_folder_with_a_link(tmp_path: Path, secret: Path) -> No
 
     root = tmp_path / "project"
     (root / "configs").mkdir(parents=True)
-    shutil.copytree(Path(__file__).resolve().parent.parent / "envs" / "hotels", root / "envs" / "hotels")
+    shutil.copytree(ROOT / "envs" / "hotels", root / "envs" / "hotels")
     os.symlink(secret, root / "envs" / "hotels" / "scenarios" / "extra.json")
     with pytest.raises(HubExportError, match="symbolic link"):
         export_package(EnvPool(settings(root)), ["hotels"], [], "openenv", tmp_path / "out")

@@ -12,9 +12,9 @@ from envfactory.config import Settings
 from envfactory.env.metadata import DOMAINS, load_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.coverage import PoolIndex, entry_texts
-from tests.embedding_helpers import CountingEmbedder
+from tests.support.embeddings import CountingEmbedder
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 HOTELS = "Hotel reservations: search hotels by city, check room availability, book, modify and cancel stays."
 
 

@@ -26,8 +26,6 @@ from envfactory.env.sandboxed import SandboxedEnvironment
 from envfactory.envgen.health import DIMENSIONS, HealthSettings, check_code, check_health, gate, health_of
 from envfactory.envgen.validate import validate_env
 
-ROOT = Path(__file__).resolve().parent.parent
-
 # A small inventory environment; each broken variant changes one thing (CHANGES below).
 CODE = '''
 """Items: look one up, count it up, archive it."""

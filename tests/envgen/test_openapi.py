@@ -12,8 +12,8 @@ import pytest
 from envfactory.env.metadata import EnvMetadata, dump_metadata, load_metadata
 from envfactory.envgen.openapi import OpenAPIError, identifier, openapi_to_metadata, snake_case
 from envfactory.errors import MetadataError
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PHARMACY = ROOT / "sources" / "pharmacy_prescriptions.openapi.yaml"
 PARCEL = ROOT / "sources" / "parcel_tracking.openapi.json"
 

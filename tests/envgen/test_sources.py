@@ -23,9 +23,9 @@ from starlette.routing import Route
 from envfactory.config import Settings
 from envfactory.envgen.sources import LocalSourceIndex, SourceSearchError, TavilySearch, chunk_text, search_sources
 from envfactory.errors import EnvFactoryError
-from tests.embedding_helpers import CountingEmbedder
+from tests.support.embeddings import CountingEmbedder
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ROOT / "sources"
 KEY = "tvly-test-key"
 

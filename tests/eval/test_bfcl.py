@@ -26,9 +26,9 @@ from envfactory.suites.bfcl import available, parse_call
 from envfactory.suites.bfcl.adapter import environment
 from envfactory.suites.bfcl.entries import BFCLEntry, route
 from envfactory.suites.bfcl.judge import judge_entry
+from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.skipif(not available(), reason="bfcl-eval is not installed")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def scripted_truth(entry: BFCLEntry, skip_turn: int | None = None) -> list[Any]:

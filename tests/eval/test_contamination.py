@@ -16,8 +16,7 @@ from envfactory.eval.contamination import check, ngrams, words
 from envfactory.suites.bfcl.entries import load_entries
 from envfactory.tasks.plan import SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

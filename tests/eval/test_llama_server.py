@@ -21,9 +21,9 @@ from rich.console import Console
 from envfactory.config import Settings
 from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
-from tests.llama_server import llama_server as start_llama_server
+from tests.support.llama_server import llama_server as start_llama_server
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
 pytestmark = [pytest.mark.slow, pytest.mark.external]  # llama.cpp's server with SmolLM2
 
@@ -93,7 +93,7 @@ def test_a_querygen_conversation_over_a_real_server(server: tuple[str, str], tmp
     from envfactory.env.pool import EnvPool
     from envfactory_agents.common import process_usage
     from graphs.querygen import QueryGenContext, run_querygen
-    from tests.querygen_helpers import CORE, LLM_STATE, hotels_chain
+    from tests.support.querygen import CORE, LLM_STATE, hotels_chain
 
     base, model = server
     llm = LLMSettings(
@@ -139,7 +139,7 @@ def test_an_envgen_run_from_a_metadata_file_over_a_real_server(server: tuple[str
     from envfactory_agents.common import process_usage, reset_model_cache
     from graphs.checkpoint import open_checkpointer
     from graphs.envgen import EnvGenContext, build
-    from tests.envgen_helpers import METADATA
+    from tests.support.envgen import METADATA
 
     base, model = server
     root = tmp_path / "project"
@@ -189,7 +189,7 @@ def test_the_test_agents_scenarios_over_a_real_server(server: tuple[str, str], t
     from envfactory.env.metadata import load_metadata
     from envfactory_agents.common import AgentDeps
     from envfactory_agents.test import generate_scenarios
-    from tests.envgen_helpers import METADATA
+    from tests.support.envgen import METADATA
 
     base, model = server
     llm = LLMSettings(

@@ -9,7 +9,6 @@ a model that does not ask (its reply holds no question) gets no answer and leave
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,8 +28,7 @@ from envfactory.records.models import Conversation
 from envfactory.reward import CompositeReward
 from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -49,9 +49,9 @@ from envfactory.records.models import (
 )
 from envfactory.tasks.plan import Unit, run_units
 from envfactory.tasks.run import offline_runner
-from tests.chains import chain, from_tool, hotel_chain, user
+from tests.support.chains import chain, from_tool, hotel_chain, user
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CONVERSATIONS = "conversations.jsonl"
 
 

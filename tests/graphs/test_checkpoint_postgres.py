@@ -10,7 +10,7 @@ import pytest
 from envfactory.config import get_settings
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import build
-from tests.envgen_helpers import SCENARIOS, code, fenced, metadata_request, node_sequence, run_graph, setup_project
+from tests.support.envgen import SCENARIOS, code, fenced, metadata_request, node_sequence, run_graph, setup_project
 
 pgserver = pytest.importorskip("pgserver", reason="the `postgres` extra is not installed")
 

@@ -10,7 +10,8 @@ import pytest
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from graphs.envgen import EnvGenContext
-from tests.envgen_helpers import SCENARIOS, code, fenced, metadata_request, run_graph, scripted_calls, setup_project
+from tests.support.envgen import SCENARIOS, code, fenced, metadata_request, run_graph, scripted_calls, setup_project
+from tests.support.paths import ROOT, TEST_DATA
 
 FULL_LOOP = ["search", "code", "test", "revise", "test", "register"]
 
@@ -140,7 +141,7 @@ def test_prompt_swapped_by_config_changes_what_the_model_receives(
 
 def test_openapi_start_converts_without_an_llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     setup_project(tmp_path, monkeypatch, {})
-    spec = next((Path(__file__).resolve().parent.parent / "sources").glob("*pharmacy*"))
+    spec = next((ROOT / "sources").glob("*pharmacy*"))
     request = {"openapi_path": str(spec), "domain": "lifestyle", "name": "pharmacy"}
     values, ran = run_graph(request, interrupt_before=["code"])
     assert ran == ["search"]
@@ -155,15 +156,14 @@ def test_search_rejects_a_near_duplicate_and_grounds_the_next_proposal(
 ) -> None:
     import shutil
 
-    repo = Path(__file__).resolve().parent.parent
-    hotels = json.loads((repo / "envs" / "hotels" / "metadata.json").read_text())
+    hotels = json.loads((ROOT / "envs" / "hotels" / "metadata.json").read_text())
     duplicate = {
         "name": "hotel_rooms",
         "domain": "office",
         "description": hotels["description"],
         "tools": [{"name": t["name"], "kind": t["kind"], "purpose": t["description"]} for t in hotels["tools"]],
     }
-    notebook = json.loads((repo / "tests" / "data" / "envgen" / "notebook_metadata.json").read_text())
+    notebook = json.loads((TEST_DATA / "envgen" / "notebook_metadata.json").read_text())
     fresh = {
         "name": "notebook",
         "domain": "office",
@@ -181,7 +181,7 @@ def test_search_rejects_a_near_duplicate_and_grounds_the_next_proposal(
             "test/scenarios": [SCENARIOS],
         },
     )
-    shutil.copytree(repo / "sources", root / "sources")
+    shutil.copytree(ROOT / "sources", root / "sources")
     values, ran = run_graph({"domain": "office", "hint": "something for personal notes"})
     assert ran == ["search", "code", "test", "register"], values.get("failure")
     novelty = values["search"]["novelty"]

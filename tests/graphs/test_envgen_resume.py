@@ -16,7 +16,7 @@ import pytest
 from envfactory.config import get_settings
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import build
-from tests.envgen_helpers import METADATA, SCENARIOS, code, fenced, node_sequence, setup_project
+from tests.support.envgen import METADATA, SCENARIOS, code, fenced, node_sequence, setup_project
 
 THREAD = "envgen-killed"
 # module-level work makes the second test round last long enough to be killed inside it

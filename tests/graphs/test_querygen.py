@@ -25,7 +25,7 @@ from envfactory.records.models import Conversation, StateVerifier
 from envfactory.records.verifier import state_differences, verify
 from envfactory_agents.common import reset_model_cache
 from graphs.querygen import QueryGenContext, build, run_querygen
-from tests.querygen_helpers import (
+from tests.support.querygen import (
     CORE,
     LLM_STATE,
     PREPARE,
@@ -47,7 +47,7 @@ from tests.querygen_helpers import (
     turn1_ok,
     turn2_ok,
 )
-from tests.studio_helpers import langgraph_dev
+from tests.support.studio import langgraph_dev
 
 
 @pytest.fixture

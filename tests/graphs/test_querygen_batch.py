@@ -10,7 +10,7 @@ import pytest
 from envfactory.config import get_settings
 from envfactory.tasks.plan import SynthConfig, Unit, load_conversations, read_jsonl, run_units
 from graphs.querygen.batch import querygen_runner
-from tests.querygen_helpers import SEED, base_script, call, hotels_chain, model_calls, pi_star, setup, sqlite_saver
+from tests.support.querygen import SEED, base_script, call, hotels_chain, model_calls, pi_star, setup, sqlite_saver
 
 
 def test_llm_mode_runs_querygen_per_unit_and_resumes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

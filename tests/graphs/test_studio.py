@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.envgen_helpers import METADATA, SCENARIOS, code, fenced, setup_project
-from tests.studio_helpers import langgraph_dev
+from tests.support.envgen import METADATA, SCENARIOS, code, fenced, setup_project
+from tests.support.studio import langgraph_dev
 
 
 @pytest.fixture()

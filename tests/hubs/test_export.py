@@ -34,10 +34,9 @@ from envfactory.reward.scorer import CompositeReward
 from envfactory.serve.net import free_port
 from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
-from tests.hub_helpers import scripted_chat_server
-from tests.serve_helpers import wait_for_port
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.hub import scripted_chat_server
+from tests.support.paths import ROOT
+from tests.support.serve import wait_for_port
 
 
 @pytest.fixture(scope="module")

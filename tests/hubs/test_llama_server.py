@@ -26,9 +26,9 @@ from envfactory.env.pool import EnvPool
 from envfactory.records.run_folder import CONVERSATIONS
 from envfactory.tasks.plan import Unit, run_units
 from envfactory.tasks.run import offline_runner
-from tests.chains import hotel_chain
+from tests.support.chains import hotel_chain
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [pytest.mark.slow, pytest.mark.external]  # llama.cpp's server with SmolLM2 (`make test-external`)
 
 

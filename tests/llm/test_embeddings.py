@@ -27,9 +27,8 @@ from envfactory.llm.embeddings import (
     resolve_model,
     text_hash,
 )
-from tests.embedding_helpers import CountingEmbedder
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.embeddings import CountingEmbedder
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """The `local` provider's conversion of llama.cpp's completions (`envfactory.llm.llamacpp`); the real GGUF run is
-in test_llm_local.py (external)."""
+in tests/llm/test_local.py (external)."""
 
 from __future__ import annotations
 

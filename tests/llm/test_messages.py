@@ -3,16 +3,13 @@ a conversation was rendered from, and a reply the server stopped at its token ca
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from envfactory.llm.messages import message_text, prompt_name, stopped_at_cap
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.scripted import ScriptedChatModel
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 @pytest.mark.parametrize(

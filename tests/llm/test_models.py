@@ -11,7 +11,7 @@ import pytest
 from envfactory.config import LLMSettings, Settings
 from envfactory.llm.errors import LLMConfigError
 from envfactory.llm.models import chat_model
-from tests.llm_helpers import settings_with
+from tests.support.llm import settings_with
 
 
 def test_provider_none_explains_how_to_configure(tmp_path: Path) -> None:

@@ -22,8 +22,8 @@ from envfactory.llm import onnx_embed
 from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder, EmbeddingCache, resolve_model
 from envfactory.toolgraph import ToolGraph, ToolGraphSettings, ToolSource, build_tool_graph, input_params, output_params
 from envfactory.toolgraph.graph import PARAMETER_RELATE
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 needs_export = pytest.mark.skipif(
     bool(onnx_embed.missing_packages(export=True)),
     reason=f"the ONNX backend needs {onnx_embed.missing_packages(export=True)} ({onnx_embed.ONNX_HINT})",

@@ -27,9 +27,8 @@ from envfactory.llm.models import chat_model
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.structured import ask_structured, expect_model
 from envfactory.llm.usage import UsageTracker
-from tests.llm_helpers import Person, named, settings_with
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.llm import Person, named, settings_with
+from tests.support.paths import ROOT
 
 
 def test_openai_needs_an_endpoint_or_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,8 +12,7 @@ from typer.testing import CliRunner
 from envfactory.cli.prompts import app
 from envfactory.config import Settings
 from envfactory.llm.prompts import PROMPT_KEY, PromptError, PromptLibrary, library_from_settings
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 GREET = """\
 description: Greets someone and shows a JSON example.

@@ -15,7 +15,7 @@ from envfactory.llm.errors import LLMConfigError
 from envfactory.llm.models import chat_model
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.scripted import ScriptedChatModel, ScriptExhaustedError, reset_scripted_models
-from tests.llm_helpers import named, settings_with
+from tests.support.llm import named, settings_with
 
 
 def test_scripted_in_order_then_exhausted() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -21,8 +20,7 @@ from envfactory.llm.structured import (
     extract_json,
 )
 from envfactory.llm.usage import UsageTracker
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 class Tool(BaseModel):

@@ -17,9 +17,8 @@ from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.scripted import ScriptedChatModel, ScriptExhaustedError, approx_tokens
 from envfactory.llm.structured import ask_structured
 from envfactory.llm.usage import UsageTracker
-from tests.llm_helpers import Person, named, settings_with
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.llm import Person, named, settings_with
+from tests.support.paths import ROOT
 
 
 def test_usage_is_tracked_per_role(tmp_path: Path) -> None:

@@ -29,9 +29,9 @@ from envfactory.records.models import (
 )
 from envfactory.serve.hub_server import LOAD_TASK_TOOL, build_hub_server
 from envfactory.serve.mcp_server import STATE_TOOL
-from tests.serve_helpers import serving
+from tests.support.paths import ROOT
+from tests.support.serve import serving
 
-ROOT = Path(__file__).resolve().parent.parent
 BOOK = {"hotel_id": "HT-POR-01", "guest_name": "Ana Costa", "check_in": "2026-03-01", "nights": 2}
 CANCEL = {"booking_id": "BK-0001"}
 WRONG = {"booking_id": "BK-0001", "nights": 5}  # modifies the booking the task asks to cancel

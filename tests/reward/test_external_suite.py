@@ -19,8 +19,8 @@ from envfactory.reward import CompositeReward
 from envfactory.suites import bfcl
 from envfactory.tasks.plan import SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ENTRIES = bfcl.load_entries("multi_turn_base") if bfcl.available() else []
 
 

@@ -20,7 +20,7 @@ from envfactory.records.models import ToolCall
 from envfactory.records.verifier import canonical
 from envfactory.reward import CompositeReward, RewardSettings, apply_blanks, best_match, first_differences
 from envfactory.reward.state_term import dump_delta, touched_dump, touched_equal
-from tests.test_reward import BOOK, hermes, record
+from tests.reward.test_scorer import BOOK, hermes, record
 
 Step = tuple[str, str, dict[str, Any]]
 

@@ -20,8 +20,7 @@ from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.scaling.table import load_table
 from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

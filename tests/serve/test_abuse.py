@@ -32,7 +32,7 @@ from envfactory.metatools import Hub
 from envfactory.serve.hub_server import HubMCPServer
 from envfactory.serve.limits import ServeLimits
 from envfactory.serve.mcp_server import RESET_TOOL, EnvMCPServer
-from tests.serve_helpers import JSON_HEADERS, RawSession, abuse_project, serve_process, serving
+from tests.support.serve import JSON_HEADERS, RawSession, abuse_project, serve_process, serving
 
 HOTEL = {"hotel_id": "HT-LIS-01"}
 INIT = {

@@ -22,9 +22,9 @@ from envfactory.cli.main import app
 from envfactory.serve.affinity import AffinityError, BalancerSettings, haproxy_config
 from envfactory.serve.mcp_server import STATE_TOOL
 from envfactory.serve.net import free_port
-from tests.serve_helpers import wait_for_port
+from tests.support.paths import ROOT
+from tests.support.serve import wait_for_port
 
-ROOT = Path(__file__).resolve().parent.parent
 HAPROXY = shutil.which("haproxy")
 # needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
 pytestmark = [

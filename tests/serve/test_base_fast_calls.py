@@ -23,9 +23,8 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool, load_untrusted_folder
 from envfactory.env.session import Session
 from envfactory.serve.mcp_server import RESET_TOOL, STATE_TOOL, EnvMCPServer
-from tests.serve_helpers import JSON_HEADERS, PROTOCOL, RawSession, serving
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
+from tests.support.serve import JSON_HEADERS, PROTOCOL, RawSession, serving
 
 
 @pytest.fixture(scope="module")

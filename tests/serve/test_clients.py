@@ -12,8 +12,7 @@ import pytest
 
 from envfactory.config import Settings
 from envfactory.serve.clients import HUB, ClientConfigError, client_config
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def test_stdio_entries_name_this_interpreter_and_the_project_folder() -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -33,9 +32,9 @@ from envfactory.serve.trainer_client import (
     TrainerClientError,
     TrainerSession,
 )
-from tests.serve_helpers import PROTOCOL, serving
+from tests.support.paths import ROOT
+from tests.support.serve import PROTOCOL, serving
 
-ROOT = Path(__file__).resolve().parent.parent
 ANA = {"hotel_id": "HT-LIS-01", "guest_name": "Ana", "check_in": "2026-03-01", "nights": 1}
 
 

@@ -15,9 +15,9 @@ from envfactory.llm.scripted import reset_scripted_models
 from envfactory_agents.common import reset_model_cache
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import EnvGenContext, build
+from tests.support.paths import ROOT, TEST_DATA
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data" / "envgen"
+DATA = TEST_DATA / "envgen"
 METADATA = DATA / "notebook_metadata.json"
 
 

@@ -21,7 +21,7 @@ from envfactory.records.models import PlannedCall
 from envfactory.tasks.pi_star import solve_chain
 from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain
 from graphs.querygen import QueryGenContext, QueryGenOutcome, run_querygen
-from tests.envgen_helpers import setup_project
+from tests.support.envgen import setup_project
 
 SEARCH, BOOK, CANCEL = "hotels.search_hotels", "hotels.book_room", "hotels.cancel_booking"
 

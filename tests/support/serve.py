@@ -19,8 +19,7 @@ import httpx
 import uvicorn
 
 from envfactory.serve.net import free_port
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 PROTOCOL = "2025-06-18"
 JSON_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -102,7 +101,7 @@ def _hello() -> dict[str, Any]:
     return {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
 
 
-# ---- servers under hostile clients (tests/test_serve_abuse.py, benchmarks/abuse.py) ------------------
+# ---- servers under hostile clients (tests/serve/test_abuse.py, benchmarks/abuse.py) ------------------
 
 SLOWPOKE = '''"""Slowpoke: a trusted app whose one tool takes as long as it is asked (a slow app beside fast ones)."""
 

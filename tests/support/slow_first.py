@@ -5,7 +5,8 @@ Each run records every test file's time (setup + call + teardown, summed over it
 the next run orders files by that time, slowest first, keeping each file's tests together and in their
 own order (so module-scoped fixtures are set up once). pytest-xdist hands tests to workers in this order,
 so the long files start early and the short ones fill in at the end. A file not in the cache keeps its place
-among the others of time 0; with no cache (a fresh clone) the order is pytest's own."""
+among the others of time 0; with no cache (a fresh clone) the order is pytest's own. A file no longer there (moved
+or deleted) leaves the record at the next run's end."""
 
 from __future__ import annotations
 
@@ -64,8 +65,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     recorder = session.config.pluginmanager.get_plugin("envfactory-file-seconds")
     if not isinstance(recorder, _Recorder) or not recorder.seconds:
         return
+    root = session.config.rootpath
     merged = recorded(session.config) | {f: round(s, 2) for f, s in recorder.seconds.items()}
-    path = session.config.rootpath / RECORD
+    merged = {f: s for f, s in merged.items() if (root / f).is_file()}  # a moved or deleted file's key goes
+    path = root / RECORD
     try:  # written whole, then renamed: a run stopped halfway never leaves a torn record
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")

@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 
 from envfactory.serve.net import free_port
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 @contextmanager

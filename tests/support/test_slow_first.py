@@ -1,15 +1,18 @@
-"""The suite's ordering plugin (tests/slow_first.py): slowest files first, each file's tests together, in order."""
+"""The suite's ordering plugin (tests/support/slow_first.py): slowest files first, each file's tests together,
+in order."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import random
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.slow_first import RECORD, slowest_first
+from tests.support.paths import ROOT
+from tests.support.slow_first import RECORD, slowest_first
 
 
 @dataclass
@@ -39,10 +42,9 @@ def test_files_go_slowest_first_and_keep_their_tests_together_in_order() -> None
 
 
 def test_a_run_records_file_seconds_and_the_next_run_uses_them(tmp_path: Path) -> None:
-    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.slow_first"]\n')
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["tests.support.slow_first"]\n')
     (tmp_path / "test_fast.py").write_text("def test_a():\n    pass\n")
     (tmp_path / "test_slow.py").write_text("import time\n\ndef test_b():\n    time.sleep(0.3)\n")
-    root = Path(__file__).resolve().parent.parent
 
     def run() -> list[str]:
         res = subprocess.run(
@@ -62,7 +64,7 @@ def test_a_run_records_file_seconds_and_the_next_run_uses_them(tmp_path: Path) -
             cwd=tmp_path,
             capture_output=True,
             text=True,
-            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
             timeout=120,
         )
         assert res.returncode == 0, res.stdout + res.stderr
@@ -71,3 +73,6 @@ def test_a_run_records_file_seconds_and_the_next_run_uses_them(tmp_path: Path) -
     assert run() == ["test_fast.py", "test_slow.py"]  # no record yet: pytest's order
     assert "test_slow.py" in (tmp_path / RECORD).read_text()
     assert run() == ["test_slow.py", "test_fast.py"]  # the slow file now goes first
+    (tmp_path / "test_slow.py").rename(tmp_path / "test_renamed.py")  # a moved file: its old key goes
+    assert run() == ["test_fast.py", "test_renamed.py"]
+    assert set(json.loads((tmp_path / RECORD).read_text())) == {"test_fast.py", "test_renamed.py"}

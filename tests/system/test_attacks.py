@@ -50,9 +50,9 @@ from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession
 from envfactory.env.session import Session
 from envfactory.envgen.checks import ExpectedCall, TestScenario, judge
 from envfactory.envgen.checks.sandbox_round import SandboxResult, run_checks_in_sandbox
+from tests.support.paths import ROOT, TEST_DATA
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = Path(__file__).resolve().parent / "data" / "attacks"
+DATA = TEST_DATA / "attacks"
 TEMPLATE = (DATA / "hostile_env.py").read_text(encoding="utf-8")
 PRELUDE = (DATA / "prelude.py").read_text(encoding="utf-8")
 

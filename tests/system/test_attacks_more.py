@@ -1,7 +1,7 @@
 """Attack suite, second round: the root launcher, the shared host uid, kernel memory, the parent's own
 resources and clocks, and the runtime pool.
 
-Same premise as tests/test_attacks.py (whose harness this reuses): generated code holds the real
+Same premise as tests/system/test_attacks.py (whose harness this reuses): generated code holds the real
 builtins and the worker's own objects. What is tested here is what the first round did not reach:
 what the worker holds and sees of the launcher, what two sandboxes (and the host's own `nobody`)
 share, kernel memory no rlimit counts, and whether the parent's clocks and memory hold against a
@@ -46,7 +46,7 @@ from envfactory.env.session import Session
 from envfactory.envgen.checks import ExpectedCall, judge
 from envfactory.envgen.checks.sandbox_round import SandboxResult, run_checks_in_sandbox
 from envfactory.errors import EnvLoadError, ScenarioError
-from tests.test_attacks import (
+from tests.system.test_attacks import (
     AS_ROOT,
     ATTACK_STEP,
     SLACK_S,

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 import typer
 
+from tests.support.paths import ROOT
+
 cli = importlib.import_module("envfactory.cli.main")  # the module (the package's `main` is its function)
 
-ROOT = Path(__file__).resolve().parent.parent
 
 # what needs a synth run (made once, below), the scratch files, and a place nothing can be created in
 RUN, T, NOWHERE = "{run}", "{tmp}", "/proc/envfactory-nowhere/x"

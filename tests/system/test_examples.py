@@ -13,8 +13,8 @@ import yaml
 
 from envfactory.compiler.build import BuildSettings, SpecJob, build_one
 from envfactory.envgen.openapi import openapi_to_metadata
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 

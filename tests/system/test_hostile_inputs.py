@@ -22,8 +22,8 @@ from mcp.client.streamable_http import streamable_http_client
 
 from envfactory.serve.mcp_server import RESET_TOOL, STATE_TOOL
 from envfactory.serve.net import free_port
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 BOOK = {"hotel_id": "HT-POR-01", "guest_name": "Ana Costa", "check_in": "2026-03-01", "nights": 2}
 
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from envfactory.serve.net import free_port
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 # needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
 pytestmark = [pytest.mark.slow, pytest.mark.external]  # llama.cpp's server with SmolLM2
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 import posixpath
 import re
 import subprocess
-from pathlib import Path
 
-from tests.test_cli_mistakes import command_paths
+from tests.support.paths import ROOT
+from tests.system.test_cli_mistakes import command_paths
 
-ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
 

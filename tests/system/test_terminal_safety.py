@@ -33,8 +33,7 @@ from envfactory.config import Settings
 from envfactory.env.metadata import ENV_NAME, EnvMetadata, ToolSpec
 from envfactory.envgen.register import GeneratedEnvironment, RegistrationError, register
 from envfactory.terminal import SafeConsole, json_text, print_json, safe, visible
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 # what must never reach the terminal raw: C0 but \t and \n, DEL, C1
 RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")

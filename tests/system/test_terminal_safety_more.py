@@ -49,10 +49,10 @@ from graphs.checkpoint import open_checkpointer
 from graphs.cli import envgen
 from graphs.envgen import EnvGenContext, build
 from graphs.envgen.nodes import node_register, node_reject
-from tests.test_terminal_safety import NASTY, _environ, assert_clean, run_main, texts
+from tests.support.paths import ROOT, TEST_DATA
+from tests.system.test_terminal_safety import NASTY, _environ, assert_clean, run_main, texts
 
-ROOT = Path(__file__).resolve().parent.parent
-META = json.loads((ROOT / "tests" / "data" / "envgen" / "notebook_metadata.json").read_text())
+META = json.loads((TEST_DATA / "envgen" / "notebook_metadata.json").read_text())
 
 EVIL = "[/x]\x1b[2J"  # an environment name from a run's data: a MarkupError, then a cleared screen
 SHOWN = visible(EVIL)  # what the terminal must show: [/x]\x1b[2J, as text

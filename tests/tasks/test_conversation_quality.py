@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,8 +30,8 @@ from envfactory.tasks.plan import SynthConfig, load_conversations, read_jsonl
 from envfactory.tasks.quality import is_id_parameter, measure
 from envfactory.tasks.run import run_batch
 from envfactory.tasks.template import answer_fact
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ROOT / "prompts"
 
 

@@ -27,8 +27,8 @@ from envfactory.tasks.initial_state import (
     exemplars,
     generate_initial_state,
 )
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 NATIVE = sorted(p.parent.name for p in (ROOT / "envs").glob("*/env.py"))
 SEEDS = (0, 7, 2024)
 DEPTHS = (1, 2, 3)

@@ -17,9 +17,9 @@ from envfactory.records.models import Conversation
 from envfactory.records.verifier import verify
 from envfactory.tasks.offline import synthesize_offline
 from envfactory.toolgraph import ToolGraph, TopologySampler
-from tests.chains import chain, from_tool, hotel_chain, user
+from tests.support.chains import chain, from_tool, hotel_chain, user
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ROOT / "prompts"
 
 

@@ -25,10 +25,10 @@ from envfactory.tasks.run import OfflineRunner
 from envfactory.toolgraph.build import build_tool_graph
 from envfactory.toolgraph.collect import pool_sources
 from envfactory.toolgraph.graph import ToolGraph
-from tests.test_synth import check_conversation
+from tests.support.paths import ROOT, TEST_DATA
+from tests.tasks.test_offline import check_conversation
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "tests" / "data" / "corpus" / "api"
+CORPUS = TEST_DATA / "corpus" / "api"
 SPECS = [
     "googleapis.com/tasks.json",
     "twilio.com/twilio_studio_v2.json",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,10 +30,9 @@ from envfactory.tasks.offline import initial_states, synthesize_offline
 from envfactory.tasks.pi_star import solve_chain
 from envfactory.tasks.quality import measure
 from envfactory.tasks.values import pattern_value
-from tests.chains import chain
-from tests.test_synth import check_conversation
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.chains import chain
+from tests.support.paths import ROOT
+from tests.tasks.test_offline import check_conversation
 
 
 def _library() -> dict[str, Any]:

@@ -11,7 +11,7 @@ from envfactory.records.models import Assertion, MaskSpec, StateVerifier, ToolCa
 from envfactory.records.verifier import admissible, answer_forms, get_path, state_differences, verify
 from envfactory.tasks.pi_star import solve_chain
 from envfactory.tasks.values import ValueMaker, learned_bounds
-from tests.chains import chain, from_tool, hotel_chain, user
+from tests.support.chains import chain, from_tool, hotel_chain, user
 
 
 def _book(hotel: str, guest: str = "Ana Costa") -> ToolCall:

@@ -29,9 +29,9 @@ from envfactory.records.models import PlannedCall
 from envfactory.tasks.offline import initial_states
 from envfactory.tasks.pi_star import PiStarOutcome, PiStarSettings, solve_chain
 from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain
-from tests.chains import chain
+from tests.support.chains import chain
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 NAME = "nested"
 NOUNS = ["boards", "lists", "cards", "projects", "suites", "cases", "folders", "notes", "teams", "sprints"]
 MISPLACED = ("filed elsewhere", "does not belong")  # the environment's words for a record named in the wrong place

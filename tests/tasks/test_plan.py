@@ -31,8 +31,8 @@ from envfactory.tasks.plan import (
 )
 from envfactory.tasks.stats import dataset_stats, plot_stats
 from envfactory.toolgraph import ToolGraph, save_graph
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ROOT / "prompts"
 
 

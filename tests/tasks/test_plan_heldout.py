@@ -15,8 +15,7 @@ from envfactory.export.files import training_conversations
 from envfactory.records.run_folder import CONVERSATIONS, HELDOUT
 from envfactory.tasks.plan import SynthConfig, heldout_tasks, read_jsonl
 from envfactory.tasks.run import run_batch
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,7 @@ from envfactory.tasks.plan import (
 from envfactory.tasks.run import OfflineRunner
 from envfactory.tasks.stats import dataset_stats
 from envfactory.toolgraph import ToolGraph
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 class Serial:

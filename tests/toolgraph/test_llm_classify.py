@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,9 +16,9 @@ from envfactory.toolgraph import ToolGraphError, ToolGraphSettings, ToolSource, 
 from envfactory.toolgraph.build import CLASSIFY_PHASE, EMBED_PHASE, REFINE_PHASE
 from envfactory.toolgraph.llm_classify import UserProvidedAnswer
 from envfactory.toolgraph.refine import RefineAnswer
+from tests.support.paths import ROOT, TEST_DATA
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "tests" / "data" / "toolgraph"
+DATA = TEST_DATA / "toolgraph"
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ from envfactory.export.tools_schema import catalog_for
 from envfactory.tasks.offline import UnitOutcome, synthesize_offline
 from envfactory.tasks.plan import SynthConfig, load_conversations, plan_units, run_units
 from envfactory.toolgraph import ToolGraph
+from tests.support.paths import ROOT
 from training.environment import (
     EnvironmentRegistry,
     RolloutTool,
@@ -39,7 +40,6 @@ from training.environment import (
 )
 from training.runconfig import ConfigError, load_run_config
 
-ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = ROOT / "training" / "configs"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -129,7 +129,7 @@ _WORKER_DENIED = (
     "accept4",
     # no timers armed: a signal or a wake-up the worker sets for itself would run code while it is idle (the
     # trusted worker needs none: it blocks on its pipe, and the parent holds every clock). A POSIX timer may
-    # be created (a per-uid counter another sandbox must not starve: tests/test_attacks_more.py) but not set.
+    # be created (a per-uid counter another sandbox must not starve: tests/system/test_attacks_more.py) but not set.
     "alarm",
     "setitimer",
     "timer_settime",

@@ -19,7 +19,7 @@ Results compare as BFCL's executor writes them: a string as is, a dict as JSON, 
 `exit`, ...) fail without running. Where this differs from BFCL (stated, never hidden): a call whose
 argument is itself a call (`f(x=g(1))`) is an error here, where BFCL's `eval` would run both; a BFCL
 method that changes its state and then raises is rolled back here, where BFCL keeps the change.
-`tests/test_bfcl_judge.py` checks the verdicts entry by entry against `bfcl_eval`'s own checker.
+`tests/suites/bfcl/test_judge.py` checks the verdicts entry by entry against `bfcl_eval`'s own checker.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from envfactory.envgen.health import check_health
 from envfactory.envgen.register import GeneratedEnvironment, write_environment
 from envfactory.errors import EnvFactoryError, ScenarioError
 
-TEMPLATE = '''"""A counter that is right only while it believes it is judged (tests/test_sandbox_fingerprint.py)."""
+TEMPLATE = '''"""A counter that is right only while it believes it is judged (tests/env/sandbox/test_fingerprint.py)."""
 
 import json
 from typing import Any

@@ -1,6 +1,6 @@
 """Workers burn no CPU between calls, and none for longer than the work needs.
 
-Same premise as tests/test_attacks.py (whose harness this reuses): the generated code holds the real builtins
+Same premise as tests/system/test_attacks.py (whose harness this reuses): the generated code holds the real builtins
 and the worker's own objects. The attacks: a SIGALRM handler installed at import that spins while the worker is
 idle (every call still answered), the same without any timer (the worker's read loop patched to spin before it
 reads), and a worker kept near its CPU limit. What must hold: no timer can be armed in a worker; a worker that
@@ -25,7 +25,7 @@ from envfactory.env.sandbox.process import SandboxProcess
 from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession
 from envfactory.env.session import Session
 from envfactory.errors import EnvFactoryError
-from tests.test_attacks import (
+from tests.system.test_attacks import (
     ATTACK_STEP,
     hostile_env,
     meta,  # noqa: F401 - the module-scoped fixture: the hostile module's metadata
@@ -33,7 +33,7 @@ from tests.test_attacks import (
     run_round,
     scenario,
 )
-from tests.test_attacks_more import runtime  # noqa: F401 - the fixture: an untrusted folder served from EnvPool
+from tests.system.test_attacks_more import runtime  # noqa: F401 - the fixture: an untrusted folder served from EnvPool
 
 _TICK = os.sysconf("SC_CLK_TCK")
 MONITOR_PERIOD_S = getattr(process_module, "MONITOR_PERIOD_S", 1.0)

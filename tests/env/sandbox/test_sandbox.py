@@ -22,8 +22,8 @@ from envfactory.env.sandbox import (
 )
 from envfactory.envgen.checks import ExpectedCall, TestScenario
 from envfactory.envgen.checks.sandbox_round import SandboxResult, run_checks_in_sandbox
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 HOTELS = ROOT / "envs" / "hotels"
 IS_ROOT = os.geteuid() == 0
 

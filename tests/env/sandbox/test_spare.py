@@ -15,8 +15,7 @@ from envfactory.env.pool import load_env_folder, load_untrusted_folder
 from envfactory.env.sandbox.spare import SPARES, _key
 from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession, release_pool
 from envfactory.env.session import Session
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import ROOT
 
 
 def _wait_ready(env: SandboxedEnvironment, timeout_s: float = 30.0) -> None:

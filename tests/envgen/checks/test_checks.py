@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,8 +22,8 @@ from envfactory.envgen.checks import (
     schema_checks,
     validate_generated,
 )
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 HOTELS = ROOT / "envs" / "hotels"
 LIMITS = SandboxLimits(timeout_s=10, memory_mb=256)
 HOTELS_CODE = (HOTELS / "env.py").read_text(encoding="utf-8")

@@ -12,7 +12,6 @@ import copy
 import decimal
 import inspect
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,8 +27,8 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.env.tools import ArgumentError
 from envfactory.suites import bfcl
+from tests.support.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ENTRIES = bfcl.load_entries("multi_turn_base")
 BY_ID = {e.id: e for e in ENTRIES}
 IMPORTABLE = {c for c in bfcl.SUITES_BY_CLASS if bfcl.class_importable(c)}
