@@ -7,14 +7,11 @@ import itertools
 import json
 import shutil
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -25,6 +22,7 @@ from envfactory.envgen.sources import LocalSourceIndex, SourceSearchError, Tavil
 from envfactory.errors import EnvFactoryError
 from tests.support.embeddings import CountingEmbedder
 from tests.support.paths import ROOT
+from tests.support.serve import serving_on_socket
 
 SOURCES = ROOT / "sources"
 KEY = "tvly-test-key"
@@ -157,20 +155,8 @@ async def _search(request: Request) -> JSONResponse:
 @pytest.fixture(scope="module")
 def tavily_url() -> Iterator[str]:
     app = Starlette(routes=[Route("/search", _search, methods=["POST"])])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))  # a free port, chosen by the OS
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=5)
-    sock.close()
+    with serving_on_socket(app, "the local Tavily server") as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_tavily_search_returns_web_sources(tavily_url: str) -> None:

@@ -7,14 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 from langchain_core.messages import AIMessage, HumanMessage
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -29,6 +27,7 @@ from envfactory.llm.structured import ask_structured, expect_model
 from envfactory.llm.usage import UsageTracker
 from tests.support.llm import Person, named, settings_with
 from tests.support.paths import ROOT
+from tests.support.serve import serving_on_socket
 
 
 def test_openai_needs_an_endpoint_or_a_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,21 +89,8 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")  # a proxy in the environment must not intercept us
     fake = FakeOpenAI()
     app = Starlette(routes=[Route("/v1/chat/completions", fake.completions, methods=["POST"])])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))  # a free port, bound by us: whatever answers there is this server
-    fake.port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not uv.started:
-        assert time.monotonic() < deadline, "local server did not start"
-        time.sleep(0.02)
-    yield fake
-    uv.should_exit = True
-    thread.join(timeout=10)
-    sock.close()
+    with serving_on_socket(app, "the local OpenAI-compatible server") as fake.port:
+        yield fake
 
 
 def openai_settings(tmp_path: Path, fake: FakeOpenAI, **llm: Any) -> Settings:

@@ -12,16 +12,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from envfactory.serve.net import free_port
 from tests.support.paths import ROOT
+from tests.support.serve import serve_process
 
 # needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
 pytestmark = [pytest.mark.slow, pytest.mark.external]  # npm's MCP Inspector
@@ -75,27 +73,8 @@ def test_the_inspector_launches_our_server_from_the_printed_config_over_stdio(tm
 
 @pytest.fixture()
 def http_server(tmp_path: Path) -> Iterator[str]:
-    port = free_port()
-    log = (tmp_path / "server.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envfactory.cli", "serve", "hotels", "--transport", "http", "--port", str(port)],
-        cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}/mcp"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
-                time.sleep(0.2)
+    with serve_process(ROOT, "serve", "hotels", log=tmp_path / "server.log") as (url, _, _):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
 
 
 def test_the_inspector_talks_to_our_server_over_http(tmp_path: Path, http_server: str) -> None:

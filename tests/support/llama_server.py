@@ -7,15 +7,14 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
 from envfactory.serve.net import free_port
+from tests.support.serve import wait_for_http
 
 
 def model_file() -> Path | None:
@@ -39,15 +38,7 @@ def llama_server(log_dir: Path, *extra: str) -> Iterator[tuple[str, str]]:
         proc = subprocess.Popen([*cmd, "--port", str(port), "--n_ctx", "8192"], stdout=sink, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/v1"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                models = httpx.get(f"{base}/models", timeout=2).json()
-                break
-            except httpx.HTTPError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"llama.cpp server did not start: {log.read_text()[-2000:]}") from None
-                time.sleep(0.5)
+        models = wait_for_http(f"{base}/models", proc, "llama.cpp's server", log, timeout_s=120).json()
         yield base, models["data"][0]["id"]
     finally:
         proc.terminate()

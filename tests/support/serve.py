@@ -26,6 +26,23 @@ JSON_HEADERS = {"accept": "application/json, text/event-stream", "content-type":
 
 
 @contextmanager
+def running(server: uvicorn.Server, what: str, sockets: list[socket.socket] | None = None) -> Iterator[None]:
+    """Run `server` in a background thread (on `sockets` when given) until it has started; stop it on exit."""
+    thread = threading.Thread(target=server.run, kwargs={"sockets": sockets} if sockets else {}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.01)
+    try:
+        yield
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@contextmanager
 def serving(app: Any, what: str = "the server") -> Iterator[str]:
     """Serve `app` (an ASGI app, or a `SessionServer` under its limits) on a free port; yields its `/mcp` URL
     and stops the server on exit."""
@@ -34,19 +51,19 @@ def serving(app: Any, what: str = "the server") -> Iterator[str]:
         config = app.http_config(host="127.0.0.1", port=port)
     else:
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not uv.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not start on port {port}")
-        time.sleep(0.01)
-    try:
+    with running(uvicorn.Server(config), f"{what} on port {port}"):
         yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        uv.should_exit = True
-        thread.join(10)
+
+
+@contextmanager
+def serving_on_socket(app: Any, what: str = "the server") -> Iterator[int]:
+    """Serve `app` (a plain ASGI app, no lifespan) on a loopback socket bound here first, so whatever answers on
+    the port is this server; yields the port."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # a free port, chosen by the OS and held from here on
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
+        with running(uvicorn.Server(config), what, [sock]):
+            yield sock.getsockname()[1]
 
 
 def wait_for_port(
@@ -56,14 +73,36 @@ def wait_for_port(
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            said = log.read_text() if log is not None else proc.stderr.read().decode() if proc.stderr else ""
-            raise RuntimeError(f"{what} exited: {said}")
+            raise RuntimeError(f"{what} exited: {_said(proc, log)}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"{what} did not open port {port}")
+
+
+def wait_for_http(
+    url: str, proc: subprocess.Popen[bytes], what: str, log: Path | None = None, timeout_s: float = 60
+) -> httpx.Response:
+    """GET `url` until `proc` answers it (any HTTP status); its exit or `timeout_s` raises with its log."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return httpx.get(url, timeout=2)
+        except httpx.HTTPError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what} exited: {_said(proc, log)}") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{what} did not answer {url}: {_said(proc, log)}") from None
+            time.sleep(0.2)
+
+
+def _said(proc: subprocess.Popen[bytes], log: Path | None) -> str:
+    """The last of what `proc` wrote: its log file, or its stderr pipe once it has exited."""
+    if log is not None:
+        return log.read_text(errors="replace")[-4000:]
+    return proc.stderr.read().decode(errors="replace")[-4000:] if proc.stderr and proc.poll() is not None else ""
 
 
 class RawSession:

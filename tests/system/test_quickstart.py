@@ -9,14 +9,13 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from envfactory.serve.net import free_port
 from tests.support.paths import ROOT
+from tests.support.serve import wait_for_http
 
 # needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
 pytestmark = [pytest.mark.slow, pytest.mark.external]  # llama.cpp's server with SmolLM2
@@ -40,14 +39,7 @@ def test_the_quickstart_serves_smollm2_and_evaluates_over_it(tmp_path: Path) -> 
     with (tmp_path / "server.log").open("wb") as log:
         server = subprocess.Popen([str(ROOT / "examples" / "serve_smollm2.sh")], env=env, stdout=log, stderr=log)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                models = httpx.get(f"{base}/models", timeout=2).json()
-                break
-            except httpx.HTTPError:
-                assert server.poll() is None and time.monotonic() < deadline, (tmp_path / "server.log").read_text()
-                time.sleep(0.5)
+        models = wait_for_http(f"{base}/models", server, "serve_smollm2.sh", tmp_path / "server.log", 120).json()
         assert settings["ENVFACTORY_LLM__MODEL"] in [m["id"] for m in models["data"]]
         cli_env = {**os.environ, **settings, "ENVFACTORY_LLM__BASE_URL": base, "ENVFACTORY_BFCL": "false"}
         cli_env |= {"ENVFACTORY_LLM__MAX_TOKENS": "96", "ENVFACTORY_LLM__TEMPERATURE": "0", "COLUMNS": "200"}
