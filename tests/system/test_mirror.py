@@ -2,19 +2,21 @@
 
 - every folder of tests/ but `data/`, `support/` and `system/` is a package of envfactory (`tests/env/sandbox/`
   ↔ `envfactory/env/sandbox/`) or a top-level folder of the repository (`tests/graphs/` ↔ `graphs/`), and holds an
-  `__init__.py` (test modules keep unique names under pytest-xdist, and `python -m pytest tests/x/test_y.py` runs
-  from the repository root);
+  `__init__.py` (test modules keep unique names under pytest-xdist, and `python -m pytest tests/serve/test_fair.py`
+  runs from the repository root);
 - a test file at the top of tests/ names a top-level module of envfactory (`tests/test_words.py` ↔ `words.py`);
 - every module of envfactory is named by a test file in its mirror folder (`test_<module>.py` or
   `test_<module>_<what>.py`), or listed in `COVERED_ELSEWHERE` with the test file that covers it; that file must
   reach the module: import it, through any chain of first-party imports, module names run as `-m` strings and
   entry points (a CLI sub-command, the sandbox's worker). An entry that a named test file makes unneeded, or
-  whose module is gone, fails too: the list only shrinks by hand.
+  whose module is gone, fails too: the list only shrinks by hand;
+- every test file the docs, the Makefile and the code name (`tests/.../test_x.py`) exists.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -216,7 +218,7 @@ def _test_files() -> list[Path]:
 
 
 def _named(module: Path) -> list[Path]:
-    """The test files named for `module` (envfactory/a/b.py): tests/a/test_b.py, tests/a/test_b_*.py."""
+    """The test files named for `module` (envfactory/<a>/<b>.py): tests/<a>/test_<b>.py or test_<b>_*.py."""
     folder = TESTS / module.relative_to(ROOT / "envfactory").parent
     return [
         t
@@ -302,3 +304,11 @@ def test_the_reader_follows_imports_strings_and_entry_points() -> None:
         "tests/env/test_pool.py",
         "tests/env/test_pool_lazy.py",
     ]
+
+
+def test_every_test_file_the_docs_and_the_code_name_exists() -> None:
+    texts = [ROOT / "README.md", ROOT / "Makefile", ROOT / "pyproject.toml", *sorted((ROOT / "docs").glob("*.md"))]
+    texts += [*sorted(ROOT.glob("*/README.md")), *sorted((ROOT / "benchmarks").glob("*.py")), *_modules().values()]
+    texts += [p for p in sorted(TESTS.rglob("*.py")) if p.relative_to(TESTS).parts[0] != "data"]
+    named = {(m, p.relative_to(ROOT)) for p in texts for m in re.findall(r"\btests/[\w/]*\.py\b", p.read_text())}
+    assert sorted(f"{where}: {m}" for m, where in named if not (ROOT / m).is_file()) == []
