@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from envfactory.config import Settings, get_settings
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ServiceError
 from envfactory.inputs import InputError, parse_json, parse_yaml, read_file_bytes, read_text
 from envfactory.llm.embeddings import Embedder, IndexSync, TextEmbedder, max_batch, open_collection, text_hash
 
@@ -34,7 +34,7 @@ _LOCAL_KINDS: dict[str, SourceKind] = {"openapi": "openapi", "markdown": "markdo
 _HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
 
-class SourceSearchError(EnvFactoryError):
+class SourceSearchError(ServiceError):
     """A source search failed: web search refused or unreachable, or no source configured."""
 
     def __init__(self, message: str, status: int | None = None) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pydantic import BaseModel, ConfigDict
 
 from envfactory.export.errors import ExportError
-from envfactory.inputs import InputError, read_text
+from envfactory.inputs import read_text
 
 if TYPE_CHECKING:
     from envfactory.config import Settings
@@ -54,10 +54,7 @@ def tool_chat_template(settings: Settings | None = None) -> str:
     from envfactory.config import get_settings
 
     path = (settings or get_settings()).prompts_path / TEMPLATE_FILE
-    try:
-        return read_text(path)
-    except InputError as e:
-        raise ExportError(f"chat template {e}") from None
+    return read_text(path, error=lambda m: ExportError(f"chat template {m}"))
 
 
 def ensure_chat_template(
