@@ -24,7 +24,7 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envfactory.config import Settings, get_settings
+from envfactory.config import Settings
 from envfactory.errors import ConfigError, first_error
 from envfactory.inputs import InputError, parse_yaml, read_yaml
 
@@ -237,8 +237,6 @@ class PromptLibrary:
         return self.get(name).render(**variables)
 
 
-def library_from_settings(
-    settings: Settings | None = None, overrides: Mapping[str, str | Path] | None = None
-) -> PromptLibrary:
+def library_from_settings(settings: Settings, overrides: Mapping[str, str | Path] | None = None) -> PromptLibrary:
     """The library of `settings.prompts_path` (ENVFACTORY_PROMPTS_DIR, default <root>/prompts)."""
-    return PromptLibrary((settings or get_settings()).prompts_path, overrides)
+    return PromptLibrary(settings.prompts_path, overrides)
