@@ -1,7 +1,53 @@
-"""Exceptions a user can act on. Every error the CLI reports derives from `EnvFactoryError`."""
+"""The error model: one root, `EnvFactoryError`, and one class per boundary a failure comes from.
+
+Every exception class envfactory defines derives from exactly one boundary class below (`tests/test_errors.py`
+walks the package and checks it). Code raises the specific class; nothing catches an `InputError` only to
+raise another class: a reader takes the caller's class as `error=` (see `envfactory.inputs`) and raises it
+directly. The CLI catches the root and prints its message on one line (exit 1).
+
+Boundary classes and every class under each (module under `envfactory.`):
+
+`InputError`: a file, argument or request the user or a client hands us.
+    `InputError` (errors, re-exported by inputs), `ArgumentError` (env.tools), `CallSyntaxError`
+    (suites.bfcl.calls), `TemplateError` (tasks.template), `WordingError` (tasks.conversation).
+
+`ConfigError`: settings, a missing extra, no model configured.
+    `SynthConfigError` (tasks.plan), `LLMConfigError` (llm.errors), `PromptError` (llm.prompts),
+    `EmbeddingError` (llm.embeddings), `OnnxError` (llm.onnx_embed), `ExecutorError` (executor),
+    `ClientConfigError` (serve.clients), `AffinityError` (serve.affinity), `QueryGenError` (querygen.records).
+
+`EnvError`: an environment: its folder, metadata, code, scenarios or sandbox.
+    `MetadataError`, `ContractError`, `EnvNotFoundError`, `EnvLoadError`, `ScenarioError` (errors);
+    `FolderError` (env.folder), `RegistryError` (env.registry), `TrustError` (env.trust), `SandboxUnavailable`
+    (env.sandbox.wall), `SandboxViolation` (env.sandbox.guards), `WorkerDied` (env.sandbox.process), `WireError`
+    (env.sandbox.wire), `OpenAPIError` (envgen.openapi), `RegistrationError` (envgen.register), `CompileError`
+    (compiler.compile), `RevisionError` (compiler.revision), `ScenarioGenerationError` (tasks.compiled_state),
+    `StateGenerationError` (tasks.initial_state), `FieldGenerationError` (tasks.state_values),
+    `FolderCycleError` (suites.bfcl.dump), `TaskError` (hubs.episode).
+
+`DataError`: records, run folders, the corpus, exports, tables.
+    `CorpusError` (corpus.models), `ExportError` (export.errors), `HubExportError` (hubs.export), `RecordError`
+    (reward.settings), `RunSettingsError` (run_settings), `SynthError` (tasks.plan), `EvalRunError` (eval.run),
+    `EvalSourceError` (eval.items), `StatsError` (eval.stats), `MetricError` (eval.metrics), `ScalingError`,
+    `BudgetError`, `FitError`, `RunTableError` (scaling.errors), `ToolGraphError` (toolgraph.errors).
+
+`ServiceError`: a server, an HTTP peer or an LLM endpoint.
+    `LLMCallError`, `LLMRequestRefused` (llm.errors), `ScriptExhaustedError` (llm.scripted), `ExtractionError`
+    (llm.structured), `SourceSearchError` (envgen.sources), `HubError` (metatools.protocol),
+    `TrainerClientError`, `ConnectionLostError`, `JSONRPCError`, `ProtocolError`, `ServerHTTPError`,
+    `ToolCallError` (serve.trainer_client).
+
+`ToolError`: one tool call, refused: recorded as state (a `Session` turns it into an error result and rolls back).
+    `ToolError`, `NotFoundError`, `ConflictError` (errors).
+
+Classes that stood on a builtin (`ValueError`, `PermissionError`) keep it as a second base, so an `except
+ValueError` that caught them still does. A few private classes are control flow inside one module and never
+leave it (`_NotPlain`, `_Loaded`, `_Stop`, `_Hang`); the test lists them.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -14,10 +60,35 @@ def first_error(e: ValidationError, root: str = "") -> tuple[str, str]:
 
 
 class EnvFactoryError(Exception):
-    """Base class: the CLI prints the message on one line and exits non-zero."""
+    """Root of every error envfactory names: the CLI prints the message on one line and exits non-zero."""
 
 
-class MetadataError(EnvFactoryError):
+class InputError(EnvFactoryError):
+    """A file or a JSON document cannot be accepted (missing, not a regular file, too large, malformed)."""
+
+
+class ConfigError(EnvFactoryError):
+    """Settings that cannot work: a missing extra, no model configured, a value out of range."""
+
+
+class EnvError(EnvFactoryError):
+    """An environment cannot be used: its folder, metadata, code, scenarios or sandbox."""
+
+
+class DataError(EnvFactoryError):
+    """Records, run folders, the corpus or exported data that cannot be read or give no result."""
+
+
+class ServiceError(EnvFactoryError):
+    """A server, an HTTP peer or an LLM endpoint failed or answered what cannot be used."""
+
+
+ErrorFactory = Callable[[str], EnvFactoryError]
+"""What a reader raises with its one-line message: a class (`CorpusError`) or a function adding the caller's
+hint (`lambda m: CorpusError(f"{m} (run `envfactory corpus fetch`)")`)."""
+
+
+class MetadataError(EnvError):
     """A `metadata.json` (or metadata object) is malformed."""
 
     def __init__(self, source: str, field: str, problem: str) -> None:
@@ -25,7 +96,7 @@ class MetadataError(EnvFactoryError):
         super().__init__(f"{source}: field '{field}': {problem}")
 
 
-class ContractError(EnvFactoryError):
+class ContractError(EnvError):
     """An environment's code and metadata disagree, or the code breaks the environment contract."""
 
     def __init__(self, env: str, problems: list[str]) -> None:
@@ -34,23 +105,23 @@ class ContractError(EnvFactoryError):
         super().__init__(f"environment '{env}' breaks the contract: {joined}")
 
 
-class EnvNotFoundError(EnvFactoryError):
+class EnvNotFoundError(EnvError):
     """No environment of that name in the pool."""
 
 
-class EnvLoadError(EnvFactoryError):
+class EnvLoadError(EnvError):
     """An environment folder exists but its code or files cannot be loaded."""
 
 
-class ScenarioError(EnvFactoryError):
+class ScenarioError(EnvError):
     """An initial config (scenario) does not exist or does not load into the state model."""
 
 
-class ToolError(Exception):
-    """Raised by a tool for bad input (unknown id, invalid value, violated precondition).
+class ToolError(EnvFactoryError):
+    """Raised by a tool for bad input (unknown id, invalid value, violated precondition): the tool boundary.
 
-    A `Session` turns it into a structured error result and leaves the state untouched.
-    It is not an `EnvFactoryError`: it is an expected outcome of a tool call, not a user error.
+    A `Session` turns it into a structured error result and leaves the state untouched: an expected outcome
+    of a tool call, recorded as state, not a user error (a session never lets it out).
     """
 
     code = "tool_error"

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, Field
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ConfigError
 
 J = TypeVar("J")
 R = TypeVar("R")
@@ -60,7 +60,7 @@ class Shipped:
             return cast(T, value)
 
 
-class ExecutorError(EnvFactoryError):
+class ExecutorError(ConfigError):
     """The executor cannot start (Ray missing, a cluster address that cannot be reached)."""
 
 

@@ -20,17 +20,13 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from envfactory.errors import EnvFactoryError, first_error
+from envfactory.errors import ErrorFactory, InputError, first_error
 
 M = TypeVar("M", bound=BaseModel)
 
 MAX_FILE_BYTES = 64 * 1024 * 1024  # state dumps, scenarios, metadata, task files: far below this
 MAX_CODE_BYTES = 2 * 1024 * 1024  # an env.py
 MAX_DEPTH = 100  # state dumps nest ~6 levels; tool arguments a few more
-
-
-class InputError(EnvFactoryError):
-    """A file or a JSON document cannot be accepted (missing, not a regular file, too large, malformed)."""
 
 
 MAX_NODES = 5_000_000  # values in one document once expanded: YAML aliases can make a small file a huge tree
@@ -120,71 +116,75 @@ def parse_json(
     max_depth: int = MAX_DEPTH,
     surrogates: bool = False,
     max_nodes: int = MAX_NODES,
+    error: ErrorFactory = InputError,
 ) -> Any:
-    """Parse a JSON document from `source` (a label for messages), or raise a one-line `InputError`.
+    """Parse a JSON document from `source` (a label for messages), or raise a one-line `InputError` (or the
+    caller's `error`, given the message: every reader here takes one, so nothing re-wraps what it raises).
     `max_nodes`: the values it may hold (a large document read on purpose, a tool graph, raises it)."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise InputError(f"{source}: not valid UTF-8 (byte {e.start})") from None
+            raise error(f"{source}: not valid UTF-8 (byte {e.start})") from None
     maybe_deep = data.count("[") + data.count("{") > max_depth
     try:
         value = json.loads(data, parse_int=parse_int)
     except RecursionError:
-        raise InputError(f"{source}: JSON nested deeper than {max_depth} levels") from None
+        raise error(f"{source}: JSON nested deeper than {max_depth} levels") from None
     except json.JSONDecodeError as e:
-        raise InputError(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        raise error(f"{source}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except ValueError as e:  # e.g. a number too long to convert
-        raise InputError(f"{source}: invalid JSON: {e}") from None
+        raise error(f"{source}: invalid JSON: {e}") from None
     if maybe_deep and depth_exceeds(value, max_depth, max_nodes):
-        raise InputError(f"{source}: JSON nested deeper than {max_depth} levels")
+        raise error(f"{source}: JSON nested deeper than {max_depth} levels")
     if not surrogates and "\\u" in data and has_lone_surrogate(value):
-        raise InputError(f"{source}: a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape)")
+        raise error(f"{source}: a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape)")
     return value
 
 
-def parse_yaml(text: str, source: str, *, max_depth: int = MAX_DEPTH) -> Any:
+def parse_yaml(text: str, source: str, *, max_depth: int = MAX_DEPTH, error: ErrorFactory = InputError) -> Any:
     """Parse a YAML document (safe loader), or raise a one-line `InputError` naming `source`."""
     import yaml
 
     try:
         value = yaml.safe_load(text)
     except RecursionError:
-        raise InputError(f"{source}: YAML nested too deeply") from None
+        raise error(f"{source}: YAML nested too deeply") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"{source}: invalid YAML{where}: {problem}") from None
+        raise error(f"{source}: invalid YAML{where}: {problem}") from None
     if depth_exceeds(value, max_depth):
-        raise InputError(f"{source}: YAML nested deeper than {max_depth} levels, or too large once expanded")
+        raise error(f"{source}: YAML nested deeper than {max_depth} levels, or too large once expanded")
     return value
 
 
-def read_yaml(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> Any:
+def read_yaml(
+    path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file", error: ErrorFactory = InputError
+) -> Any:
     """A bounded regular file parsed as YAML (JSON is YAML too), with one-line errors naming the path."""
-    return parse_yaml(read_text(path, max_bytes=max_bytes, what=what), str(path))
+    return parse_yaml(read_text(path, max_bytes=max_bytes, what=what, error=error), str(path), error=error)
 
 
-def _validated(path: Path, data: Any, model: type[M]) -> M:
+def _validated(path: Path, data: Any, model: type[M], error: ErrorFactory) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as e:  # "<path>: 1 validation error for Model: field 'a.b': what"
         loc, msg = first_error(e)
-        raise InputError(f"{path}: {str(e).splitlines()[0]}: " + (f"field '{loc}': {msg}" if loc else msg)) from None
+        raise error(f"{path}: {str(e).splitlines()[0]}: " + (f"field '{loc}': {msg}" if loc else msg)) from None
 
 
-def read_yaml_model(path: Path, model: type[M], *, what: str = "file") -> M:
+def read_yaml_model(path: Path, model: type[M], *, what: str = "file", error: ErrorFactory = InputError) -> M:
     """A bounded YAML file validated into `model`; an invalid one is an error naming the path, the field
     and the first problem."""
-    return _validated(path, read_yaml(path, what=what), model)
+    return _validated(path, read_yaml(path, what=what, error=error), model, error)
 
 
-def read_json_model(path: Path, model: type[M], *, what: str = "file") -> M:
+def read_json_model(path: Path, model: type[M], *, what: str = "file", error: ErrorFactory = InputError) -> M:
     """A bounded JSON file validated into `model`; an invalid one is an error naming the path, the field
     and the first problem."""
-    return _validated(path, read_json(path, what=what), model)
+    return _validated(path, read_json(path, what=what, error=error), model, error)
 
 
 def read_bounded(fd: int, max_bytes: int) -> bytes:
@@ -212,55 +212,67 @@ def write_new_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def read_file_bytes(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> bytes:
+def read_file_bytes(
+    path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file", error: ErrorFactory = InputError
+) -> bytes:
     """The bytes of a regular file no larger than `max_bytes`; never blocks on a FIFO or a device."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise InputError(f"{path}: no such {what}") from None
+        raise error(f"{path}: no such {what}") from None
     except OSError as e:
-        raise InputError(f"{path}: cannot open the {what}: {e.strerror}") from None
+        raise error(f"{path}: cannot open the {what}: {e.strerror}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{path}: the {what} is not a regular file")
+            raise error(f"{path}: the {what} is not a regular file")
         if st.st_size > max_bytes:
-            raise InputError(f"{path}: the {what} is {st.st_size} bytes, over the {max_bytes}-byte limit")
+            raise error(f"{path}: the {what} is {st.st_size} bytes, over the {max_bytes}-byte limit")
         data = read_bounded(fd, max_bytes)
         if len(data) > max_bytes:  # it grew while we read
-            raise InputError(f"{path}: the {what} is over the {max_bytes}-byte limit")
+            raise error(f"{path}: the {what} is over the {max_bytes}-byte limit")
         return data
     except OSError as e:
-        raise InputError(f"{path}: cannot read the {what}: {e.strerror}") from None
+        raise error(f"{path}: cannot read the {what}: {e.strerror}") from None
     finally:
         os.close(fd)
 
 
-def read_text(path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> str:
+def read_text(
+    path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file", error: ErrorFactory = InputError
+) -> str:
     """A bounded regular file as UTF-8 text."""
-    data = read_file_bytes(path, max_bytes=max_bytes, what=what)
+    data = read_file_bytes(path, max_bytes=max_bytes, what=what, error=error)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: the {what} is not valid UTF-8 (byte {e.start})") from None
+        raise error(f"{path}: the {what} is not valid UTF-8 (byte {e.start})") from None
 
 
 def read_json(
-    path: Path, *, max_bytes: int = MAX_FILE_BYTES, max_depth: int = MAX_DEPTH, what: str = "file", **kwargs: Any
+    path: Path,
+    *,
+    max_bytes: int = MAX_FILE_BYTES,
+    max_depth: int = MAX_DEPTH,
+    what: str = "file",
+    error: ErrorFactory = InputError,
+    **kwargs: Any,
 ) -> Any:
     """A bounded regular file parsed as JSON, with one-line errors naming the path."""
-    data = read_file_bytes(path, max_bytes=max_bytes, what=what)
-    return parse_json(data, str(path), max_depth=max_depth, **kwargs)
+    data = read_file_bytes(path, max_bytes=max_bytes, what=what, error=error)
+    return parse_json(data, str(path), max_depth=max_depth, error=error, **kwargs)
 
 
-def read_json_object(path: Path, *, what: str = "file", **kwargs: Any) -> dict[str, Any]:
-    value = read_json(path, what=what, **kwargs)
+def read_json_object(
+    path: Path, *, what: str = "file", error: ErrorFactory = InputError, **kwargs: Any
+) -> dict[str, Any]:
+    value = read_json(path, what=what, error=error, **kwargs)
     if not isinstance(value, dict):
-        raise InputError(f"{path}: the {what} must be a JSON object")
+        raise error(f"{path}: the {what} must be a JSON object")
     return value
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str, *, error: ErrorFactory = InputError) -> None:
     """Write `text` to `path` so a reader sees the old file or the whole new one, never a torn one.
 
     A temporary file in the same folder, fsync'ed, then renamed over the target (and the folder
@@ -268,12 +280,12 @@ def write_atomic(path: Path, text: str) -> None:
     """
     folder = path.parent
     if not folder.is_dir():
-        raise InputError(f"{path}: the folder {folder} does not exist")
+        raise error(f"{path}: the folder {folder} does not exist")
     tmp = folder / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         payload = text.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InputError(f"{path}: the text to write is not valid Unicode (position {e.start})") from None
+        raise error(f"{path}: the text to write is not valid Unicode (position {e.start})") from None
     try:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()  # a stale one, or a link planted at the name: removed, never written through
@@ -290,7 +302,7 @@ def write_atomic(path: Path, text: str) -> None:
     except OSError as e:
         with contextlib.suppress(OSError):
             tmp.unlink()
-        raise InputError(f"{path}: cannot write the file: {e.strerror or e}") from None
+        raise error(f"{path}: cannot write the file: {e.strerror or e}") from None
     try:
         dfd = os.open(folder, os.O_RDONLY)
         try:
@@ -306,12 +318,12 @@ def write_atomic(path: Path, text: str) -> None:
 MAX_LOG_BYTES = 2 * 1024**3  # a large run's log: large, but bounded (and a regular file)
 
 
-def read_jsonl_log(path: Path, *, repair: bool = True) -> list[dict[str, Any]]:
+def read_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = InputError) -> list[dict[str, Any]]:
     """The rows of an append-only JSONL log; a torn last line (the writer was killed mid-line) is left out,
     and with `repair` also cut off on disk, so appending can go on. A missing file has no rows."""
     if not path.exists() and not path.is_symlink():
         return []
-    data = read_file_bytes(path, max_bytes=MAX_LOG_BYTES, what="JSONL file")
+    data = read_file_bytes(path, max_bytes=MAX_LOG_BYTES, what="JSONL file", error=error)
     if data and not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]
         if repair:
@@ -319,15 +331,12 @@ def read_jsonl_log(path: Path, *, repair: bool = True) -> list[dict[str, Any]]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise InputError(f"{path}: not valid UTF-8 (byte {e.start}); fix or remove it to resume") from None
+        raise error(f"{path}: not valid UTF-8 (byte {e.start}); fix or remove it to resume") from None
     rows = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            rows.append(parse_json(line, f"{path}:{n}"))
-        except InputError as e:
-            raise InputError(f"{e}; fix or remove it to resume") from None
+        rows.append(parse_json(line, f"{path}:{n}", error=lambda m: error(f"{m}; fix or remove it to resume")))
     return rows
 
 

@@ -23,13 +23,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfactory.config import Role, Settings
-from envfactory.errors import EnvFactoryError
-from envfactory.inputs import InputError, read_json, write_atomic
+from envfactory.errors import DataError
+from envfactory.inputs import read_json, write_atomic
 
 SETTINGS_FILE = "settings.json"
 
 
-class RunSettingsError(EnvFactoryError):
+class RunSettingsError(DataError):
     """A resume made with other settings than the run recorded, or into a run that recorded none."""
 
 
@@ -116,11 +116,17 @@ def read_record(folder: Path) -> RunRecord | None:
     path = folder / SETTINGS_FILE
     if not path.exists():
         return None
+
+    def unreadable(why: str) -> RunSettingsError:
+        return RunSettingsError(
+            f"{path} cannot be read ({why.splitlines()[0]}): it says how the results there were made"
+        )
+
+    data = read_json(path, what="run settings", error=unreadable)
     try:
-        return RunRecord.model_validate(read_json(path, what="run settings"))
-    except (InputError, ValidationError) as e:
-        why = str(e).splitlines()[0]
-        raise RunSettingsError(f"{path} cannot be read ({why}): it says how the results there were made") from None
+        return RunRecord.model_validate(data)
+    except ValidationError as e:
+        raise unreadable(str(e)) from None
 
 
 def check_resume(folder: Path, record: RunRecord, *, holds_results: bool, out_option: str = "--out") -> bool:
@@ -152,11 +158,15 @@ def record_or_check(folder: Path, record: RunRecord, *, holds_results: bool, out
     that has none (or one whose run made nothing yet)."""
     if check_resume(folder, record, holds_results=holds_results, out_option=out_option):
         return
+
+    def cannot_write(why: str) -> RunSettingsError:
+        return RunSettingsError(f"cannot write {folder / SETTINGS_FILE}: {why}")
+
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomic(folder / SETTINGS_FILE, record.model_dump_json(indent=2) + "\n")
-    except (OSError, InputError) as e:
-        raise RunSettingsError(f"cannot write {folder / SETTINGS_FILE}: {getattr(e, 'strerror', None) or e}") from None
+    except OSError as e:
+        raise cannot_write(e.strerror or str(e)) from None
+    write_atomic(folder / SETTINGS_FILE, record.model_dump_json(indent=2) + "\n", error=cannot_write)
 
 
 def has_lines(path: Path) -> bool:

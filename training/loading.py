@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict
 
+from envfactory.config import get_settings
 from envfactory.export.chat_template import END_OF_TURN, ensure_chat_template, tool_chat_template
 
 if TYPE_CHECKING:
@@ -237,7 +238,7 @@ class TokenizerSetup(BaseModel):
 
 def uses_our_template(tokenizer: PreTrainedTokenizerBase) -> bool:
     template = tokenizer.chat_template
-    return isinstance(template, str) and template == tool_chat_template()
+    return isinstance(template, str) and template == tool_chat_template(get_settings())
 
 
 def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, mode: ChatTemplateMode = "auto") -> TokenizerSetup:
@@ -254,7 +255,7 @@ def prepare_tokenizer(tokenizer: PreTrainedTokenizerBase, mode: ChatTemplateMode
     added: list[str] = []
     eos: str | None = None
     if mode != "keep":
-        setup = ensure_chat_template(tokenizer)
+        setup = ensure_chat_template(tokenizer, get_settings())
         added, eos = setup.added_tokens, setup.eos_token
     if tokenizer.chat_template is None:
         raise ValueError("the tokenizer has no chat template (chat_template: keep); use auto or ours")

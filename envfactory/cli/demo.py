@@ -115,18 +115,18 @@ def run_demo(settings: Settings, console: Console | None = None) -> list[EnvRepo
         proc.wait(10)
 
     console.rule("3. verified conversations, offline: A environments × T tasks × S states, depth D")
-    synth_demo(settings, console)
+    synth_demo(settings, console, pool)
 
     console.rule("4. training data: export the run, and a reward sanity check")
     export_demo(settings, pool, console)
     return reports
 
 
-def synth_demo(settings: Settings, console: Console) -> BatchSummary:
+def synth_demo(settings: Settings, console: Console, pool: EnvPool | None = None) -> BatchSummary:
     out = settings.data_path / "demo" / "synth"
     shutil.rmtree(out, ignore_errors=True)  # the demo shows a whole run, not a resumed one
     config = SynthConfig.model_validate({"T": 3, "S": 2, "D": 2, "seed": 0, "out": out})
-    summary = run_batch(config, settings, console=console)
+    summary = run_batch(config, settings, console=console, pool=pool)
     conversations = load_conversations(out)
     if not conversations:
         raise EnvFactoryError("demo: the offline synthesis kept no conversation")

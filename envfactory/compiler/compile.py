@@ -34,7 +34,7 @@ from envfactory.compiler.schemas import clean, scalar
 from envfactory.env.compiled import CompiledPlan, Operation, Resource, Semantics, Skipped, type_of
 from envfactory.env.metadata import Domain, ToolSpec
 from envfactory.envgen.openapi import OpenAPIError, _Converter, identifier, snake_case
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvError
 from envfactory.words import singular
 
 _LIMIT = frozenset({"limit", "per_page", "page_size", "pagesize", "max_results", "maxresults", "top", "size", "count"})
@@ -108,7 +108,7 @@ class CompileSettings(BaseModel):
     schema_budget: int = Field(default=200_000, ge=1000, description="schema nodes expanded per spec, at most")
 
 
-class CompileError(EnvFactoryError):
+class CompileError(EnvError):
     """A spec that yields no honest environment (no resource with both reads and writes); says why."""
 
     def __init__(self, message: str, skipped: list[Skipped] | None = None) -> None:

@@ -33,7 +33,7 @@ from envfactory.compiler.compile import CompileSettings, output_schema
 from envfactory.compiler.schemas import clean
 from envfactory.env.compiled import KIND, CompiledPlan, Operation, Resource, Skipped, type_of
 from envfactory.env.metadata import ToolSpec
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvError
 
 _RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,59}$")
 _ID_PREFIX = re.compile(r"^[A-Z][A-Z0-9]{0,9}$")
@@ -65,7 +65,7 @@ class PlanRevision(BaseModel):
         return bool(self.description or self.resources or self.operations or self.remove)
 
 
-class RevisionError(EnvFactoryError):
+class RevisionError(EnvError):
     """A revision that does not give a valid plan; `problems` lists every reason."""
 
     def __init__(self, problems: list[str]) -> None:

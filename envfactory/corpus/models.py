@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from envfactory.env.metadata import Domain
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError
 
 # a spec's id is its path under the package's api/ folder without the suffix: `googleapis.com/tasks`,
 # `amadeus.com/amadeus-airport-&-city-search`; no component starts with a dot (no `..`, no hidden file) or
@@ -18,7 +18,7 @@ _PART = r"[A-Za-z0-9_~+&(),-](?:[A-Za-z0-9._~+&(), -]{0,126}[A-Za-z0-9._~+&(),-]
 SPEC_ID = re.compile(rf"{_PART}(?:/{_PART}){{0,7}}")
 
 
-class CorpusError(EnvFactoryError):
+class CorpusError(DataError):
     """The corpus cannot be fetched, read or searched (no npm, an integrity mismatch, an unsafe tarball...)."""
 
 

@@ -16,7 +16,7 @@ from envfactory.corpus.domains import domain_of
 from envfactory.corpus.models import CorpusError, Operation, SpecEntry
 from envfactory.env.metadata import ENV_NAME_MAX
 from envfactory.envgen.openapi import OpenAPIError, _Converter, identifier
-from envfactory.inputs import InputError, parse_json, parse_yaml
+from envfactory.inputs import parse_json, parse_yaml
 
 _SUMMARY_CHARS = 200
 
@@ -58,17 +58,14 @@ def licence_id(name: str | None, url: str | None) -> str | None:
 
 def parse_spec(data: bytes, suffix: str, source: str, max_depth: int) -> dict[str, Any]:
     """The document in `data` (`.json`, else YAML with the safe loader), checked to be OpenAPI 3.x or Swagger 2.0."""
-    try:
-        if suffix == ".json":
-            doc = parse_json(data, source, max_depth=max_depth)
-        else:
-            try:
-                text = data.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise InputError(f"{source}: not valid UTF-8 (byte {e.start})") from None
-            doc = parse_yaml(text, source, max_depth=max_depth)
-    except InputError as e:
-        raise CorpusError(str(e)) from None
+    if suffix == ".json":
+        doc = parse_json(data, source, max_depth=max_depth, error=CorpusError)
+    else:
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise CorpusError(f"{source}: not valid UTF-8 (byte {e.start})") from None
+        doc = parse_yaml(text, source, max_depth=max_depth, error=CorpusError)
     if not isinstance(doc, dict):
         raise CorpusError(f"{source}: not an OpenAPI document (the top level is a {type(doc).__name__})")
     try:

@@ -33,7 +33,7 @@ from envfactory.corpus.fetch import FetchedTarball, fetch_tarball
 from envfactory.corpus.models import CorpusError, Manifest, Operation, Skipped, SpecEntry
 from envfactory.corpus.settings import CorpusSettings
 from envfactory.corpus.specs import operations_of, parse_spec, spec_entry
-from envfactory.inputs import InputError, read_file_bytes, read_json, read_json_model, write_atomic, write_new_file
+from envfactory.inputs import read_file_bytes, read_json, read_json_model, write_atomic, write_new_file
 
 Progress = Callable[[str, int, int], None]
 _SIDE_FILE_BYTES = 512 << 20
@@ -49,6 +49,11 @@ class FetchReport(BaseModel):
     skipped: int
     fetch_s: float
     extract_s: float
+
+
+def _refetch(message: str) -> CorpusError:
+    """A cached corpus file that cannot be read, with the command that replaces it."""
+    return CorpusError(f"{message} (run `envfactory corpus fetch --force`)")
 
 
 def _write_new(path: Path, data: bytes) -> None:
@@ -143,10 +148,12 @@ class Corpus:
 
     # ---- reading ---------------------------------------------------------------------------------------
     def _read_manifest(self) -> Manifest:
-        try:
-            return read_json_model(self.manifest_path, Manifest, what="corpus manifest")
-        except InputError as e:
-            raise CorpusError(f"{e} (run `envfactory corpus fetch` again)") from None
+        return read_json_model(
+            self.manifest_path,
+            Manifest,
+            what="corpus manifest",
+            error=lambda m: CorpusError(f"{m} (run `envfactory corpus fetch` again)"),
+        )
 
     def manifest(self) -> Manifest:
         """The manifest of the extracted corpus; an error saying to fetch it first when there is none."""
@@ -188,10 +195,7 @@ class Corpus:
     def spec_bytes(self, spec_id: str) -> bytes:
         """The spec's bytes, checked against the sha256 the manifest recorded."""
         entry = self.entry(spec_id)
-        try:
-            data = read_file_bytes(self.folder / entry.file, max_bytes=self.cs.max_spec_bytes, what="spec")
-        except InputError as e:
-            raise CorpusError(f"{e} (run `envfactory corpus fetch --force`)") from None
+        data = read_file_bytes(self.folder / entry.file, max_bytes=self.cs.max_spec_bytes, what="spec", error=_refetch)
         if hashlib.sha256(data).hexdigest() != entry.sha256:
             raise CorpusError(f"{spec_id}: the cached spec changed since it was extracted; run corpus fetch --force")
         return data
@@ -204,10 +208,7 @@ class Corpus:
     def operations(self) -> dict[str, list[Operation]]:
         """Every spec's operations, as recorded at extraction."""
         self.manifest()
-        try:
-            raw = read_json(self.operations_path, max_bytes=_SIDE_FILE_BYTES, what="corpus operations")
-        except InputError as e:
-            raise CorpusError(f"{e} (run `envfactory corpus fetch --force`)") from None
+        raw = read_json(self.operations_path, max_bytes=_SIDE_FILE_BYTES, what="corpus operations", error=_refetch)
         if not isinstance(raw, dict):
             raise CorpusError(f"{self.operations_path}: not an object (run `envfactory corpus fetch --force`)")
         return {

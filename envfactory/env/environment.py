@@ -16,7 +16,6 @@ from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, ToolSpec
 from envfactory.env.state import Change, State
 from envfactory.env.tools import Tool
 from envfactory.errors import ContractError, ScenarioError
-from envfactory.inputs import InputError
 from envfactory.inputs import read_json_object as read_json_file
 
 if TYPE_CHECKING:
@@ -128,10 +127,7 @@ class BaseEnvironment(ABC):
         if config is None or isinstance(config, dict):
             return config, "<config>"
         if isinstance(config, Path):
-            try:
-                return read_json_file(config, what="config file"), str(config)
-            except InputError as e:
-                raise ScenarioError(str(e)) from None
+            return read_json_file(config, what="config file", error=ScenarioError), str(config)
         if not isinstance(config, str):
             raise ScenarioError(
                 f"a config must be a state dump (an object) or a scenario name, not {type(config).__name__}"

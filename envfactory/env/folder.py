@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from envfactory.errors import EnvLoadError
-from envfactory.inputs import MAX_FILE_BYTES, InputError, parse_json, read_bounded, write_new_file
+from envfactory.inputs import MAX_FILE_BYTES, parse_json, read_bounded, write_new_file
 
 MAX_DEPTH = 8  # scenarios/tests/<name>.json is 3 levels; anything far deeper is not an environment
 MAX_ENTRIES = 5_000  # files and folders in one environment folder
@@ -180,10 +180,7 @@ def read_text(folder: Path, rel: str, *, max_bytes: int = MAX_FILE_BYTES, what: 
 
 def parse_json_object(data: bytes, where: str, what: str) -> dict[str, Any]:
     """Bytes read from a folder as a JSON object, bounded in depth; one-line `FolderError`s."""
-    try:
-        value = parse_json(data, where)
-    except InputError as e:
-        raise FolderError(str(e)) from None
+    value = parse_json(data, where, error=FolderError)
     if not isinstance(value, dict):
         raise FolderError(f"{where}: the {what} must be a JSON object")
     return value

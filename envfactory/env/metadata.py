@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from envfactory.errors import MetadataError
-from envfactory.inputs import InputError, read_json, write_atomic
+from envfactory.inputs import read_json, write_atomic
 
 Domain = Literal["commerce", "finance", "travel", "office", "lifestyle", "research", "utilities"]
 DOMAINS: tuple[str, ...] = Domain.__args__  # type: ignore[attr-defined]
@@ -198,10 +198,11 @@ def summarize_metadata(data: Any, source: str = "<metadata>") -> MetadataSummary
 def load_metadata(path: str | Path) -> EnvMetadata:
     """Load and validate `metadata.json`."""
     p = Path(path)
-    try:
-        data = read_json(p, what="metadata file")
-    except InputError as e:
-        raise MetadataError(str(p), "<file>", "cannot read: " + str(e).removeprefix(f"{p}: ")) from None
+    data = read_json(
+        p,
+        what="metadata file",
+        error=lambda m: MetadataError(str(p), "<file>", "cannot read: " + m.removeprefix(f"{p}: ")),
+    )
     return parse_metadata(data, str(p))
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfactory.errors import EnvFactoryError
-from envfactory.inputs import InputError, read_json_model, write_atomic
+from envfactory.errors import EnvError
+from envfactory.inputs import read_json_model, write_atomic
 
 
 class ServerEntry(BaseModel):
@@ -37,17 +37,16 @@ class Registry(BaseModel):
     mcpServers: dict[str, ServerEntry] = Field(default_factory=dict)
 
 
-class RegistryError(EnvFactoryError):
+class RegistryError(EnvError):
     pass
 
 
 def load_registry(path: Path) -> Registry:
     if not path.exists():
         return Registry()
-    try:
-        return read_json_model(path, Registry, what="registry file")
-    except InputError as e:
-        raise RegistryError(f"{e}; fix or delete it") from None
+    return read_json_model(
+        path, Registry, what="registry file", error=lambda m: RegistryError(f"{m}; fix or delete it")
+    )
 
 
 _THREAD_LOCK = threading.RLock()
@@ -80,7 +79,5 @@ def registry_lock(path: Path) -> Iterator[None]:
 def save_registry(path: Path, registry: Registry) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     ordered = Registry(mcpServers=dict(sorted(registry.mcpServers.items())))
-    try:  # atomic: a crash never leaves a half-written registry (callers hold registry_lock)
-        write_atomic(path, json.dumps(ordered.model_dump(mode="json"), indent=2) + "\n")
-    except InputError as e:
-        raise RegistryError(str(e)) from None
+    # atomic: a crash never leaves a half-written registry (callers hold registry_lock)
+    write_atomic(path, json.dumps(ordered.model_dump(mode="json"), indent=2) + "\n", error=RegistryError)

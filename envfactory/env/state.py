@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from envfactory.env.diff import StateDiff, diff_into
 from envfactory.errors import ConflictError, NotFoundError, ScenarioError, ToolError, first_error
-from envfactory.inputs import InputError, read_json
+from envfactory.inputs import read_json
 
 R = TypeVar("R", bound=BaseModel)
 S = TypeVar("S", bound="State")
@@ -108,10 +108,7 @@ class State(BaseModel):
     @classmethod
     def load_json(cls: type[S], path: str | Path) -> S:
         p = Path(path)
-        try:
-            data = read_json(p, what="state file")
-        except InputError as e:
-            raise ScenarioError(str(e)) from None
+        data = read_json(p, what="state file", error=ScenarioError)
         return cls.load(data, str(p))
 
     def dump(self) -> dict[str, Any]:

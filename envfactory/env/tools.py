@@ -13,6 +13,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import to_json
 
 from envfactory.env.metadata import ToolKind, ToolSpec
+from envfactory.errors import InputError
 
 
 class ArgumentProblem(BaseModel):
@@ -22,7 +23,7 @@ class ArgumentProblem(BaseModel):
     problem: str
 
 
-class ArgumentError(Exception):
+class ArgumentError(InputError):
     """Arguments do not fit the tool's schema (raised before the tool runs)."""
 
     def __init__(self, problems: list[ArgumentProblem]) -> None:

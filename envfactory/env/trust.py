@@ -24,8 +24,8 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from envfactory.env.folder import FolderError, read_bytes, walk
-from envfactory.errors import EnvFactoryError
-from envfactory.inputs import MAX_CODE_BYTES, MAX_FILE_BYTES, InputError, read_json_model, write_atomic
+from envfactory.errors import EnvError, EnvFactoryError
+from envfactory.inputs import MAX_CODE_BYTES, MAX_FILE_BYTES, read_json_model, write_atomic
 
 MAX_SNAPSHOT_BYTES = 2 * MAX_FILE_BYTES  # every hashed file of a folder together (the largest compiled: ~35 MB)
 _NOT_HASHED_DIRS = frozenset({"scenarios"})
@@ -34,7 +34,7 @@ CODE_FILE = "env.py"
 METADATA_FILE = "metadata.json"
 
 
-class TrustError(EnvFactoryError):
+class TrustError(EnvError):
     """The trust file is malformed, or an environment cannot be trusted as asked."""
 
 
@@ -104,10 +104,7 @@ def code_hash(folder: Path) -> str:
 def load_trust(path: Path) -> TrustFile:
     if not path.exists():
         return TrustFile()
-    try:
-        return read_json_model(path, TrustFile, what="trust file")
-    except InputError as e:
-        raise TrustError(f"{e}; fix or delete it") from None
+    return read_json_model(path, TrustFile, what="trust file", error=lambda m: TrustError(f"{m}; fix or delete it"))
 
 
 def is_trusted(path: Path, name: str, folder: Path) -> bool:

@@ -23,7 +23,7 @@ from urllib.parse import unquote
 
 from envfactory.env.metadata import Domain, EnvMetadata, parse_metadata
 from envfactory.errors import MetadataError
-from envfactory.inputs import InputError, parse_json, parse_yaml, read_text
+from envfactory.inputs import parse_json, parse_yaml, read_text
 from envfactory.words import snake_case
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -102,17 +102,19 @@ def _key(path: str, key: str | int) -> str:
 def load_openapi(path: str | Path) -> dict[str, Any]:
     """Read an OpenAPI document from a JSON or YAML file."""
     p = Path(path)
-    try:
-        text = read_text(p, what="OpenAPI document")
-    except InputError as e:
-        raise OpenAPIError(str(p), "<file>", "cannot read: " + str(e).removeprefix(f"{p}: ")) from None
+    text = read_text(
+        p,
+        what="OpenAPI document",
+        error=lambda m: OpenAPIError(str(p), "<file>", "cannot read: " + m.removeprefix(f"{p}: ")),
+    )
     kind = "JSON" if p.suffix.lower() == ".json" else "YAML"
-    try:
-        data = parse_json(text, str(p)) if kind == "JSON" else parse_yaml(text, str(p))
-    except InputError as e:
-        problem = str(e).removeprefix(f"{p}: ")
+
+    def invalid(message: str) -> OpenAPIError:
+        problem = message.removeprefix(f"{p}: ")
         problem = problem.removeprefix(f"invalid {kind}") if problem.startswith(f"invalid {kind}") else f": {problem}"
-        raise OpenAPIError(str(p), "<file>", f"not valid {kind}{problem}") from None
+        return OpenAPIError(str(p), "<file>", f"not valid {kind}{problem}")
+
+    data = parse_json(text, str(p), error=invalid) if kind == "JSON" else parse_yaml(text, str(p), error=invalid)
     if not isinstance(data, dict):
         raise OpenAPIError(str(p), "<root>", f"expected an object, got {type(data).__name__}")
     return data

@@ -28,12 +28,12 @@ from envfactory.env.trust import CODE_FILE
 from envfactory.envgen.checks import TestScenario
 from envfactory.envgen.health import HealthSettings, gate
 from envfactory.envgen.validate import sync_registry, validate_env
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvError, EnvFactoryError
 
 ENVGEN_FILE = "envgen.json"  # what EnvGen did: its reports; marks a folder EnvGen wrote (and may overwrite)
 
 
-class RegistrationError(EnvFactoryError):
+class RegistrationError(EnvError):
     """The environment was not registered (the message says why)."""
 
 

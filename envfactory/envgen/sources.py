@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from envfactory.config import Settings, get_settings
-from envfactory.errors import EnvFactoryError
+from envfactory.config import Settings
+from envfactory.errors import ServiceError
 from envfactory.inputs import InputError, parse_json, parse_yaml, read_file_bytes, read_text
 from envfactory.llm.embeddings import Embedder, IndexSync, TextEmbedder, max_batch, open_collection, text_hash
 
@@ -34,7 +34,7 @@ _LOCAL_KINDS: dict[str, SourceKind] = {"openapi": "openapi", "markdown": "markdo
 _HTTP_METHODS = ("get", "put", "post", "delete", "patch", "head", "options", "trace")
 
 
-class SourceSearchError(EnvFactoryError):
+class SourceSearchError(ServiceError):
     """A source search failed: web search refused or unreachable, or no source configured."""
 
     def __init__(self, message: str, status: int | None = None) -> None:
@@ -375,14 +375,13 @@ def _problem(what: str, status: int, e: Exception) -> str:
 
 def search_sources(
     query: str,
-    settings: Settings | None = None,
+    settings: Settings,
     k: int = 5,
     *,
     embedder: TextEmbedder | None = None,
     tavily_base_url: str = TAVILY_URL,
 ) -> list[SourceDoc]:
     """Sources for `query`: Tavily when a key is set (settings or TAVILY_API_KEY), else the local docs folder."""
-    settings = settings or get_settings()
     key = settings.tavily_api_key or os.environ.get("TAVILY_API_KEY")
     if key:
         return TavilySearch(key, tavily_base_url).search(query, k)

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from envfactory.env.pool import EnvPool
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError
 from envfactory.export import files as export_files
 from envfactory.export.errors import ExportError
 from envfactory.export.files import Split
@@ -27,7 +27,7 @@ from envfactory.records.models import Conversation, Node, States
 Kind = Literal["read", "write", "mixed", "none"]
 
 
-class EvalSourceError(EnvFactoryError):
+class EvalSourceError(DataError):
     """The evaluation's input cannot be read (the message names the file and the line)."""
 
 

@@ -12,8 +12,10 @@ from math import comb
 
 from pydantic import BaseModel, Field
 
+from envfactory.errors import DataError
 
-class MetricError(ValueError):
+
+class MetricError(DataError, ValueError):
     """Counts that cannot give the asked metric (k larger than the attempts, negative counts...)."""
 
 

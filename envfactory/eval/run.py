@@ -27,13 +27,13 @@ from pydantic import BaseModel, Field
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError
 from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem
 from envfactory.eval.metrics import PassRates, TaskOutcomes, pass_rates
 from envfactory.eval.score import score_attempt
 from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
-from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, write_atomic
+from envfactory.inputs import JsonlAppender, read_jsonl_log, write_atomic
 from envfactory.reward import CompositeReward
 from envfactory.run_settings import ModelIdentity, RunRecord, check_resume, has_lines, record_or_check
 
@@ -42,7 +42,7 @@ SUMMARY = "summary.json"
 FAILURES = "failures.jsonl"
 
 
-class EvalRunError(EnvFactoryError):
+class EvalRunError(DataError):
     """The evaluation cannot run or resume (the message says why)."""
 
 
@@ -167,10 +167,7 @@ def attempt(
 
 
 def done_attempts(out: Path) -> list[AttemptRecord]:
-    try:
-        return [AttemptRecord.model_validate(r) for r in read_jsonl_log(out / ATTEMPTS)]
-    except InputError as e:
-        raise EvalRunError(str(e)) from None
+    return [AttemptRecord.model_validate(r) for r in read_jsonl_log(out / ATTEMPTS, error=EvalRunError)]
 
 
 class HasId(Protocol):

@@ -20,13 +20,13 @@ from typing import Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError
 
 RESAMPLES = 2000
 LEVEL = 0.95
 
 
-class StatsError(EnvFactoryError):
+class StatsError(DataError):
     """Figures that cannot give an interval (no item, runs over different items...)."""
 
 

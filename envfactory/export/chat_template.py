@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from envfactory.errors import ConfigError
 from envfactory.export.errors import ExportError
-from envfactory.inputs import InputError, read_text
+from envfactory.inputs import read_text
 
 if TYPE_CHECKING:
     from envfactory.config import Settings
@@ -49,27 +50,25 @@ class ChatTemplateSetup(BaseModel):
     eos_token: str | None  # the new end-of-sequence token, when it was changed
 
 
-def tool_chat_template(settings: Settings | None = None) -> str:
-    """The template text, from the prompts folder (`ENVFACTORY_PROMPTS_DIR` overrides it)."""
-    from envfactory.config import get_settings
-
-    path = (settings or get_settings()).prompts_path / TEMPLATE_FILE
-    try:
-        return read_text(path)
-    except InputError as e:
-        raise ExportError(f"chat template {e}") from None
+def tool_chat_template(settings: Settings) -> str:
+    """The template text, from the settings' prompts folder (`ENVFACTORY_PROMPTS_DIR` overrides it)."""
+    path = settings.prompts_path / TEMPLATE_FILE
+    return read_text(path, error=lambda m: ExportError(f"chat template {m}"))
 
 
 def ensure_chat_template(
     tokenizer: ChatTokenizer, settings: Settings | None = None, *, set_eos: bool = True
 ) -> ChatTemplateSetup:
-    """Give a tokenizer without a chat template ours; one that has a template keeps it.
+    """Give a tokenizer without a chat template ours (read from `settings`' prompts folder, so they are needed
+    then); one that has a template keeps it.
 
     The turn markers become single special tokens when the vocabulary lacks them, and (with `set_eos`) the
     end-of-turn marker becomes the EOS token, so a trained model stops after its reply (TRL's GRPO cuts
     completions at EOS)."""
     if tokenizer.chat_template:
         return ChatTemplateSetup(installed=False, added_tokens=[], eos_token=None)
+    if settings is None:
+        raise ConfigError("installing the tool chat template needs the settings (their prompts folder holds it)")
     tokenizer.chat_template = tool_chat_template(settings)
     vocab = tokenizer.get_vocab()
     added = [t for t in TURN_TOKENS if t not in vocab]

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError
 
 
-class ExportError(EnvFactoryError):
+class ExportError(DataError):
     """Export failed: the CLI prints it on one line and exits 1."""

@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from envfactory.export.errors import ExportError
-from envfactory.inputs import InputError, read_json
+from envfactory.inputs import read_json
 from envfactory.records.models import Conversation
 from envfactory.records.run_folder import CONVERSATIONS, HELDOUT, SUMMARY, read_conversations
 
@@ -41,20 +41,18 @@ def training_conversations(source: Path) -> list[Conversation]:
 def _heldout_ids(summary: Path) -> set[str]:
     if not summary.is_file():
         return set()
-    try:
-        data = read_json(summary, what="run summary")
-    except InputError as e:
-        raise ExportError(f"{summary}: cannot tell the held-out conversations: {e}") from None
+    data = read_json(
+        summary,
+        what="run summary",
+        error=lambda m: ExportError(f"{summary}: cannot tell the held-out conversations: {m}"),
+    )
     units = (data.get("summary") or {}).get("heldout_units") if isinstance(data, dict) else None
     return {str(u) for u in units} if isinstance(units, list) else set()
 
 
 def load_conversations(source: Path, split: Split = "train") -> list[Conversation]:
     """Every conversation in the file; a torn last line (a run killed mid-write) is skipped, never repaired here."""
-    try:
-        return read_conversations(conversations_file(source, split))
-    except InputError as e:
-        raise ExportError(str(e)) from None
+    return read_conversations(conversations_file(source, split), error=ExportError)
 
 
 def write_jsonl(rows: Iterable[BaseModel], path: Path) -> int:

@@ -25,7 +25,7 @@ from envfactory.export.errors import ExportError
 from envfactory.export.messages import ChatMessage, ChatToolCall, FunctionCall, result_text
 from envfactory.export.options import ExportOptions
 from envfactory.export.tools_schema import ToolNamer
-from envfactory.inputs import InputError, read_yaml_model
+from envfactory.inputs import read_yaml_model
 from envfactory.records.models import Node, Step, ToolCall, ToolResult, UserToolCall
 
 # model-facing wording lives in the prompts folder (overridable with ENVFACTORY_PROMPTS_DIR)
@@ -40,10 +40,9 @@ class ExportWording(BaseModel):
 
 @lru_cache(maxsize=8)
 def load_wording(prompts_dir: Path) -> ExportWording:
-    try:
-        return read_yaml_model(prompts_dir / WORDING_FILE, ExportWording)
-    except InputError as e:
-        raise ExportError(f"export wording {e}") from None
+    return read_yaml_model(
+        prompts_dir / WORDING_FILE, ExportWording, error=lambda m: ExportError(f"export wording {m}")
+    )
 
 
 class Turn(BaseModel):

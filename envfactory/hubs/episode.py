@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvError, EnvFactoryError
 from envfactory.export.rl import RLSample
 from envfactory.export.tools_schema import ToolNamer, catalog_from_pool
 from envfactory.inputs import parse_json, read_text
@@ -23,7 +23,7 @@ from envfactory.reward.scorer import CompositeReward
 from envfactory.reward.settings import RewardResult
 
 
-class TaskError(EnvFactoryError):
+class TaskError(EnvError):
     """A task that does not exist or cannot be started."""
 
 

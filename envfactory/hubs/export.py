@@ -18,7 +18,7 @@ from typing import Literal
 from envfactory.env.folder import FolderError, read_bytes, walk, write_files
 from envfactory.env.pool import EnvPool
 from envfactory.env.trust import code_hash, pinned, trust
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError
 from envfactory.export.rl import RLSample
 from envfactory.hubs.episode import Task, task_id, tasks_jsonl
 from envfactory.hubs.package import MANIFEST_FILE, TASKS_FILE, Manifest
@@ -28,7 +28,7 @@ HubFormat = Literal["openenv", "verifiers"]
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,48}")  # the whole name (fullmatch): `$` let "pkg\n" through
 
 
-class HubExportError(EnvFactoryError):
+class HubExportError(DataError):
     """An export that cannot be written as asked."""
 
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_chec
 import numpy as np
 from pydantic import BaseModel
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ConfigError
 
 if TYPE_CHECKING:
     from chromadb.api.models.Collection import Collection
@@ -47,7 +47,7 @@ BACKENDS: tuple[EmbedBackend, ...] = get_args(EmbedBackend)
 log = logging.getLogger(__name__)
 
 
-class EmbeddingError(EnvFactoryError):
+class EmbeddingError(ConfigError):
     """The embedding model or the vector store is not installed, not available locally, or fails to load."""
 
 

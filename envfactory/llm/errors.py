@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ConfigError, ServiceError
 
 
-class LLMConfigError(EnvFactoryError):
+class LLMConfigError(ConfigError):
     """The LLM settings for a role cannot produce a model (provider none, missing file or package)."""
 
 
-class LLMCallError(EnvFactoryError):
+class LLMCallError(ServiceError):
     """A model call failed for a transport reason (timeout, connection, HTTP error) after the client's retries."""
 
 

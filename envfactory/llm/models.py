@@ -16,7 +16,7 @@ from pathlib import Path
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
 
-from envfactory.config import LLMSettings, Role, Settings, get_settings
+from envfactory.config import LLMSettings, Role, Settings
 from envfactory.llm.errors import LLMConfigError
 from envfactory.llm.llamacpp import LOCAL_HINT, LlamaCppChatModel
 from envfactory.llm.openai_compat import openai_model
@@ -89,9 +89,8 @@ def check_configured(roles: Iterable[Role], settings: Settings) -> None:
             chat_model(role, settings)  # cheap: a client object or a parsed script; or "no LLM is configured"
 
 
-def chat_model(role: Role, settings: Settings | None = None, usage: UsageTracker | None = None) -> BaseChatModel:
+def chat_model(role: Role, settings: Settings, usage: UsageTracker | None = None) -> BaseChatModel:
     """The chat model configured for `role`; with `usage`, its calls are counted under that role."""
-    settings = settings or get_settings()
     cfg = settings.llm_for(role)
     callbacks: list[BaseCallbackHandler] = [usage.handler(role)] if usage is not None else []
     if cfg.provider == "openai":

@@ -44,7 +44,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ConfigError
 
 EXPORT_VERSION = 1  # bump when the export recipe changes: cached exports are keyed by it
 MODEL_FILE = "model.onnx"
@@ -56,7 +56,7 @@ _RUN_PACKAGES = ("onnxruntime", "tokenizers")
 Precision = Literal["fp32", "int8"]
 
 
-class OnnxError(EnvFactoryError):
+class OnnxError(ConfigError):
     """The ONNX backend cannot export, load or run the model."""
 
 

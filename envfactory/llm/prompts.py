@@ -24,8 +24,8 @@ from typing import Any, Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envfactory.config import Settings, get_settings
-from envfactory.errors import EnvFactoryError, first_error
+from envfactory.config import Settings
+from envfactory.errors import ConfigError, first_error
 from envfactory.inputs import InputError, parse_yaml, read_yaml
 
 PROMPT_KEY = "prompt"  # additional_kwargs key of the first rendered message; the scripted model keys on it
@@ -33,7 +33,7 @@ SUFFIX = ".yaml"
 _PATH_SUFFIXES = (".yaml", ".yml")
 
 
-class PromptError(EnvFactoryError):
+class PromptError(ConfigError):
     """A prompt file is malformed, a variable is wrong, or a prompt name is unknown."""
 
 
@@ -170,10 +170,7 @@ def _parse(name: str, raw: object, source: str, inherit: Prompt | None = None) -
 
 
 def load_prompt_file(name: str, path: Path, inherit: Prompt | None = None) -> Prompt:
-    try:
-        raw = read_yaml(path, what="prompt file")
-    except InputError as e:
-        raise PromptError(f"prompt '{name}': {e}") from None
+    raw = read_yaml(path, what="prompt file", error=lambda m: PromptError(f"prompt '{name}': {m}"))
     return _parse(name, raw, str(path), inherit)
 
 
@@ -240,8 +237,6 @@ class PromptLibrary:
         return self.get(name).render(**variables)
 
 
-def library_from_settings(
-    settings: Settings | None = None, overrides: Mapping[str, str | Path] | None = None
-) -> PromptLibrary:
+def library_from_settings(settings: Settings, overrides: Mapping[str, str | Path] | None = None) -> PromptLibrary:
     """The library of `settings.prompts_path` (ENVFACTORY_PROMPTS_DIR, default <root>/prompts)."""
-    return PromptLibrary((settings or get_settings()).prompts_path, overrides)
+    return PromptLibrary(settings.prompts_path, overrides)

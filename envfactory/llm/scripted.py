@@ -22,15 +22,15 @@ from langchain_core.runnables import Runnable
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, model_validator
 
-from envfactory.errors import EnvFactoryError, first_error
-from envfactory.inputs import InputError, read_yaml
+from envfactory.errors import ServiceError, first_error
+from envfactory.inputs import read_yaml
 from envfactory.llm.errors import LLMConfigError
 from envfactory.llm.messages import ToolLike, message_text, prompt_name
 
 ANY_PROMPT = "*"  # script key for calls whose prompt has no responses of its own (or no prompt name)
 
 
-class ScriptExhaustedError(EnvFactoryError):
+class ScriptExhaustedError(ServiceError):
     """A scripted model was asked for more responses than its script holds."""
 
 
@@ -216,10 +216,7 @@ class ScriptedChatModel(BaseChatModel):
 
 def load_script(path: Path) -> Script:
     """Parse a script file: YAML (JSON is YAML too) holding a list or a mapping of lists of responses."""
-    try:
-        raw = read_yaml(Path(path))
-    except InputError as e:
-        raise LLMConfigError(f"script file {e}") from None
+    raw = read_yaml(Path(path), error=lambda m: LLMConfigError(f"script file {m}"))
     try:
         return _SCRIPT.validate_python(raw)
     except ValidationError as e:

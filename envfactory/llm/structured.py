@@ -22,6 +22,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 from pydantic import BaseModel, Field, ValidationError
 
+from envfactory.errors import ServiceError
 from envfactory.llm.messages import message_text, stopped_at_cap
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.thinking import strip_thinking
@@ -48,7 +49,7 @@ class Structured(BaseModel, Generic[V]):
     role: str | None = None
 
 
-class ExtractionError(ValueError):
+class ExtractionError(ServiceError, ValueError):
     """No JSON value could be taken from a reply."""
 
 

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envfactory.env.metadata import ToolKind
 from envfactory.env.tools import _strip_titles
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ServiceError
 
 HubErrorCode = Literal[
     "unknown_app",
@@ -25,7 +25,7 @@ HubErrorCode = Literal[
 ]
 
 
-class HubError(EnvFactoryError):
+class HubError(ServiceError):
     """An error a hub user can act on; `code` says which kind (the MCP server reports it as the error type)."""
 
     def __init__(self, code: HubErrorCode, message: str) -> None:

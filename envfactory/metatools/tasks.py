@@ -7,11 +7,15 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from envfactory.errors import first_error
-from envfactory.inputs import InputError, parse_json, read_text
+from envfactory.inputs import parse_json, read_text
 from envfactory.metatools.protocol import HubError
 from envfactory.records.models import Conversation, Task
 
 MAX_TASKS_BYTES = 2 * 1024**3  # a synth run's conversations.jsonl can serve as the tasks file: large, but bounded
+
+
+def _invalid_tasks_file(message: str) -> HubError:
+    return HubError("invalid_tasks_file", message)
 
 
 def load_tasks(path: str | Path) -> dict[str, Task]:
@@ -21,19 +25,13 @@ def load_tasks(path: str | Path) -> dict[str, Task]:
     naming the file and the line.
     """
     p = Path(path)
-    try:
-        text = read_text(p, max_bytes=MAX_TASKS_BYTES, what="tasks file")
-    except InputError as e:
-        raise HubError("invalid_tasks_file", str(e)) from None
+    text = read_text(p, max_bytes=MAX_TASKS_BYTES, what="tasks file", error=_invalid_tasks_file)
     tasks: dict[str, Task] = {}
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{p}: line {lineno}"
-        try:
-            data = parse_json(line, where)
-        except InputError as e:
-            raise HubError("invalid_tasks_file", str(e)) from None
+        data = parse_json(line, where, error=_invalid_tasks_file)
         if not isinstance(data, dict):
             raise HubError("invalid_tasks_file", f"{where}: expected a JSON object (a Conversation or a Task)")
         is_conversation = "task" in data and "nodes" in data

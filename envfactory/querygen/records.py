@@ -13,11 +13,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfactory.config import QUERYGEN_ROLES, Settings
-from envfactory.errors import EnvFactoryError, first_error
+from envfactory.errors import ConfigError, first_error
 from envfactory.records.models import PlannedCall, States, Step, ToolCall, ToolResult
 
 
-class QueryGenError(EnvFactoryError):
+class QueryGenError(ConfigError):
     """A QueryGen run cannot start: an unknown preset, a bad override, a malformed chain."""
 
 

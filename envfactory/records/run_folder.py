@@ -10,8 +10,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from envfactory.errors import first_error
-from envfactory.inputs import InputError, parse_json, read_file_bytes
+from envfactory.errors import EnvFactoryError, ErrorFactory, InputError, first_error
+from envfactory.inputs import parse_json, read_file_bytes
 from envfactory.records.models import Conversation
 
 CONVERSATIONS = "conversations.jsonl"  # the training split: what export reads
@@ -22,17 +22,17 @@ SUMMARY = "summary.json"  # the run's counts and settings (and which units are h
 MAX_CONVERSATIONS_BYTES = 2 * 1024**3  # a large synth run, bounded
 
 
-def read_conversations(path: Path) -> list[Conversation]:
+def read_conversations(path: Path, *, error: ErrorFactory = InputError) -> list[Conversation]:
     """Every conversation in a conversations JSONL file: the one reader of a run's conversations. A torn last line
     (a run killed mid-write) is skipped, never repaired here; anything else that is not a conversation is an
-    `InputError` naming the file and line."""
-    data = read_file_bytes(path, max_bytes=MAX_CONVERSATIONS_BYTES, what="conversations file")
+    `InputError` (or the caller's `error`) naming the file and line."""
+    data = read_file_bytes(path, max_bytes=MAX_CONVERSATIONS_BYTES, what="conversations file", error=error)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         tail = data.rfind(b"\n") + 1
         if data.endswith(b"\n") or e.start < tail:  # a bad byte in a whole line: not a torn write
-            raise InputError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+            raise error(f"{path}: not valid UTF-8 (byte {e.start})") from None
         text = data[:tail].decode("utf-8")  # a torn last line cut mid-character: skipped
     lines = text.split("\n")  # not splitlines(): U+2028, U+0085... are characters inside a JSON string
     conversations: list[Conversation] = []
@@ -41,12 +41,12 @@ def read_conversations(path: Path) -> list[Conversation]:
             continue
         torn = n == len(lines) and not text.endswith("\n")
         try:
-            conversations.append(Conversation.model_validate(parse_json(line, f"{path}:{n}")))
-        except InputError:
+            conversations.append(Conversation.model_validate(parse_json(line, f"{path}:{n}", error=error)))
+        except EnvFactoryError:  # what `error` made of an unreadable line
             if torn:
                 continue
             raise
         except ValidationError as e:
             where, msg = first_error(e, "<root>")
-            raise InputError(f"{path}:{n}: not a conversation: {where}: {msg}") from None
+            raise error(f"{path}:{n}: not a conversation: {where}: {msg}") from None
     return conversations

@@ -75,8 +75,8 @@ def _zero(reason: str, alpha: float, **counts: int) -> RewardResult:
 class CompositeReward:
     """Scores completions against RL records; keeps environments (an `EnvPool`) and parsed records cached."""
 
-    def __init__(self, pool: EnvPool | None = None, settings: RewardSettings | None = None) -> None:
-        self.pool = pool if pool is not None else EnvPool(get_settings())
+    def __init__(self, pool: EnvPool, settings: RewardSettings | None = None) -> None:
+        self.pool = pool
         self.settings = settings or RewardSettings()
         self._targets: OrderedDict[tuple[Any, ...], Target | RecordError] = OrderedDict()
         self._indexes: dict[tuple[tuple[str, BaseEnvironment], ...], ToolIndex] = {}

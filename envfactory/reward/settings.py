@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError
 from envfactory.records.models import MaskSpec
 
 
@@ -85,5 +85,5 @@ class RewardResult(BaseModel):
     reasons: list[str] = Field(default_factory=list)
 
 
-class RecordError(EnvFactoryError):
+class RecordError(DataError):
     """An RL record that cannot be scored against (bad JSON, unknown state shape): a data problem."""

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError
 
 
-class ScalingError(EnvFactoryError):
+class ScalingError(DataError):
     """Base class of the errors of `envfactory.scaling`."""
 
 

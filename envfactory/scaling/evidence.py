@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from envfactory.inputs import InputError, read_json
+from envfactory.inputs import read_json
 from envfactory.scaling.errors import RunTableError
 from envfactory.scaling.table import Run, RunTable, load_table, write_table
 
@@ -26,10 +26,7 @@ class _Composition(BaseModel):
 
 def _summary(folder: Path, what: str) -> dict[str, Any]:
     path = folder / "summary.json" if folder.is_dir() else folder
-    try:
-        data = read_json(path, what=f"{what} summary")
-    except InputError as e:
-        raise RunTableError(f"{e} (is {folder} a {what} folder?)") from None
+    data = read_json(path, what=f"{what} summary", error=lambda m: RunTableError(f"{m} (is {folder} a {what} folder?)"))
     if not isinstance(data, dict):
         raise RunTableError(f"{path}: not a {what} summary")
     return data

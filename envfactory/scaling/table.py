@@ -46,7 +46,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envfactory.inputs import InputError, parse_json, read_file_bytes
+from envfactory.inputs import parse_json, read_file_bytes
 from envfactory.scaling.errors import RunTableError
 from envfactory.scaling.laws import Features
 
@@ -169,10 +169,7 @@ def load_table(path: Path) -> RunTable:
     suffix = path.suffix.lower()
     if suffix not in (".csv", ".jsonl", ".json"):
         raise RunTableError(f"{path}: unknown table format '{suffix or '(none)'}'; use .csv, .jsonl or .json")
-    try:
-        raw = read_file_bytes(path)
-    except InputError as e:
-        raise RunTableError(str(e)) from None
+    raw = read_file_bytes(path, error=RunTableError)
     try:
         text = raw.decode("utf-8-sig")  # -sig: a BOM (spreadsheet exports) is not a column name
     except UnicodeDecodeError as e:
@@ -195,11 +192,11 @@ def load_table(path: Path) -> RunTable:
 
 
 def _parse_json(text: str, where: str) -> Any:
-    try:
-        return parse_json(text, where)
-    except InputError as e:
-        problem = str(e).removeprefix(f"{where}: ").removeprefix("invalid JSON ")
-        raise RunTableError(f"{where}: not valid JSON ({problem})") from None
+    def invalid(message: str) -> RunTableError:
+        problem = message.removeprefix(f"{where}: ").removeprefix("invalid JSON ")
+        return RunTableError(f"{where}: not valid JSON ({problem})")
+
+    return parse_json(text, where, error=invalid)
 
 
 def parse_csv(text: str, source: str = "<csv>") -> RunTable:

@@ -15,14 +15,14 @@ import re
 
 from pydantic import BaseModel, Field, field_validator
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ConfigError
 
 # matched whole (fullmatch): with `^...$` and match, a trailing newline got through and split the config's lines
 _ADDRESS = re.compile(r"[A-Za-z0-9.\-]+:\d{1,5}|\[[0-9A-Fa-f:]+\]:\d{1,5}")
 _SOCKET = re.compile(r"[A-Za-z0-9/._\-]+")
 
 
-class AffinityError(EnvFactoryError):
+class AffinityError(ConfigError):
     """A balancer configuration that cannot be written as asked."""
 
 

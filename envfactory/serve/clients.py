@@ -16,14 +16,14 @@ from urllib.parse import urlsplit
 
 from envfactory.config import Settings
 from envfactory.env.registry import load_registry
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ConfigError
 
 Client = Literal["claude-desktop", "cursor", "vscode", "inspector", "generic"]
 CLIENTS: tuple[str, ...] = ("claude-desktop", "cursor", "vscode", "inspector", "generic")
 HUB = "envfactory-hub"
 
 
-class ClientConfigError(EnvFactoryError):
+class ClientConfigError(ConfigError):
     """The configuration cannot be made (an unknown client or environment, HTTP asked where a client has none)."""
 
 

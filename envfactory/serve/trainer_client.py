@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ServiceError
 
 __all__ = [
     "ClientOptions",
@@ -65,7 +65,7 @@ TASK_HEADER = "x-envfactory-task"
 _MAX_HEAD = 64 * 1024
 
 
-class TrainerClientError(EnvFactoryError):
+class TrainerClientError(ServiceError):
     """A request of a `TrainerSession` failed (the subclasses say how)."""
 
 

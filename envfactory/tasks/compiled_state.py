@@ -22,7 +22,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Resource, schema_problems, type_of, validator_for
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvError
 from envfactory.tasks.values import ValueMaker, pattern_value
 from envfactory.words import singular, snake_case
 
@@ -37,7 +37,7 @@ class ScenarioSettings(BaseModel):
     seed: int = 0
 
 
-class ScenarioGenerationError(EnvFactoryError):
+class ScenarioGenerationError(EnvError):
     """No valid record can be made for a resource (a required field whose schema the generator cannot meet)."""
 
 

@@ -32,8 +32,8 @@ from pydantic import BaseModel, ConfigDict
 from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.metadata import EnvMetadata
-from envfactory.errors import EnvFactoryError
-from envfactory.inputs import InputError, read_yaml_model
+from envfactory.errors import InputError
+from envfactory.inputs import read_yaml_model
 from envfactory.records.models import PlannedCall, ToolResult
 from envfactory.records.spoken import DATE_STYLES, mentions, say
 from envfactory.tasks.compiled_refs import id_arguments
@@ -44,7 +44,7 @@ WORDING_FILE = Path("template") / "conversation" / "en.yaml"
 PHRASINGS_FILE = Path("template") / "conversation" / "tools.yaml"
 
 
-class WordingError(EnvFactoryError):
+class WordingError(InputError):
     """The conversation wording files are missing or malformed."""
 
 
@@ -149,11 +149,11 @@ class Phrasings(BaseModel):
 
 @lru_cache(maxsize=8)
 def load_wording(prompts_dir: Path) -> tuple[Wording, Phrasings]:
-    try:
-        wording = read_yaml_model(prompts_dir / WORDING_FILE, Wording)
-        return wording, read_yaml_model(prompts_dir / PHRASINGS_FILE, Phrasings)
-    except InputError as e:
-        raise WordingError(f"conversation wording {e}") from None
+    def error(message: str) -> WordingError:
+        return WordingError(f"conversation wording {message}")
+
+    wording = read_yaml_model(prompts_dir / WORDING_FILE, Wording, error=error)
+    return wording, read_yaml_model(prompts_dir / PHRASINGS_FILE, Phrasings, error=error)
 
 
 # ---- values as words ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvError, EnvFactoryError
 from envfactory.records.episode import replay
 from envfactory.records.models import (
     Assertion,
@@ -96,7 +96,7 @@ def initial_states(pool: EnvPool, servers: list[str], seed: int, depth: int) -> 
     return states, core
 
 
-class _NotNative(EnvFactoryError):
+class _NotNative(EnvError):
     pass
 
 

@@ -22,9 +22,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from envfactory.env.pool import EnvPool
-from envfactory.errors import EnvFactoryError, first_error
+from envfactory.errors import ConfigError, DataError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
-from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, read_yaml
+from envfactory.inputs import JsonlAppender, read_jsonl_log, read_yaml
 from envfactory.records.models import Conversation
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, read_conversations
 from envfactory.tasks.offline import Dropped, UnitOutcome, stable_seed
@@ -32,11 +32,11 @@ from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler
 
 
-class SynthError(EnvFactoryError):
+class SynthError(DataError):
     """A batch ran but produced nothing to train on."""
 
 
-class SynthConfigError(EnvFactoryError):
+class SynthConfigError(ConfigError):
     """A synth config file is missing, malformed or asks for something the pool cannot give."""
 
 
@@ -97,10 +97,7 @@ class SynthConfig(BaseModel):
 
 
 def load_config(path: Path) -> SynthConfig:
-    try:
-        data = read_yaml(path)
-    except InputError as e:
-        raise SynthConfigError(f"synth config {e}") from None
+    data = read_yaml(path, error=lambda m: SynthConfigError(f"synth config {m}"))
     if data is None:  # an empty file is a mistake (a wrong path, a truncated copy), not "all defaults"
         raise SynthConfigError(
             f"synth config {path} is empty: give at least `mode` and `envs` (see examples/synth.yaml), or `{{}}` for"
@@ -222,10 +219,7 @@ def _chains_from(sampler: TopologySampler, graph: ToolGraph, env: str, config: S
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    try:
-        return read_jsonl_log(path)
-    except InputError as e:
-        raise SynthConfigError(str(e)) from None
+    return read_jsonl_log(path, error=SynthConfigError)
 
 
 def done_keys(out: Path) -> set[str]:
@@ -363,7 +357,4 @@ def load_conversations(out: Path) -> list[Conversation]:
     path = out / CONVERSATIONS
     if not path.exists():
         return []
-    try:
-        return read_conversations(path)
-    except InputError as e:
-        raise SynthConfigError(str(e)) from None
+    return read_conversations(path, error=SynthConfigError)

@@ -40,7 +40,11 @@ from envfactory.toolgraph.settings import graph_path
 
 
 def tool_graph(
-    settings: Settings, config: SynthConfig, plan_envs: list[str] | None = None, err: Console | None = None
+    settings: Settings,
+    config: SynthConfig,
+    plan_envs: list[str] | None = None,
+    err: Console | None = None,
+    pool: EnvPool | None = None,
 ) -> ToolGraph:
     """The config's graph file, else the data dir's; built (and saved) when there is none (said on `err`)."""
     from envfactory.progress import phase_bars
@@ -53,7 +57,7 @@ def tool_graph(
     err = err or SafeConsole(stderr=True)
     err.print(f"no tool graph at {safe(path)}: building one over the pool (embeddings are cached)", highlight=False)
     with phase_bars(err) as progress:
-        graph, _ = build_pool_graph(settings, plan_envs, progress=progress)
+        graph, _ = build_pool_graph(settings, plan_envs, progress=progress, pool=pool)
     save_graph(graph, path)
     return graph
 
@@ -104,17 +108,20 @@ def run_batch(
     runner: UnitRunner | None = None,
     console: Console | None = None,
     executor: Executor | None = None,
+    *,
+    pool: EnvPool | None = None,
 ) -> BatchSummary:
-    """Plan, run what is not done yet, summarize, print statistics and write the plot.
+    """Plan, run what is not done yet, summarize, print statistics and write the plot. `pool`: the caller's (the
+    demo's, the runner's), else one over `settings`.
 
     What a run's data, the pool and the settings hold (names, paths, drop codes) is printed escaped
     (`envfactory.terminal`); a console of the caller's should be a `SafeConsole` (the net under it)."""
     out = console or SafeConsole()
     err = SafeConsole(stderr=True) if console is None else console
-    pool = EnvPool(settings)
+    pool = pool if pool is not None else EnvPool(settings)
     outdir = config.folder(settings.root)
     usage_before = process_usage().report()
-    graph = tool_graph(settings, config, err=err)
+    graph = tool_graph(settings, config, err=err, pool=pool)
     plan: Plan = plan_units(config, pool, graph)
     if runner is None:
         if config.mode != "offline":

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from faker import Faker
 from pydantic import BaseModel
 
+from envfactory.errors import EnvError
 from envfactory.tasks.exemplars import (
     Exemplars,
     Kind,
@@ -63,7 +64,7 @@ _UNIQUE_PROVIDERS: list[tuple[re.Pattern[str], str]] = [
 _QUANTA = (1000, 500, 100, 50, 10, 5, 1, 0.5, 0.25, 0.1, 0.05, 0.01)
 
 
-class FieldGenerationError(ValueError):
+class FieldGenerationError(EnvError, ValueError):
     """A field cannot be given a value (e.g. a required reference to a collection with no records)."""
 
     def __init__(self, path: str, problem: str) -> None:

@@ -18,15 +18,15 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from envfactory.env.metadata import EnvMetadata
-from envfactory.errors import EnvFactoryError
-from envfactory.inputs import InputError, read_yaml_model
+from envfactory.errors import InputError
+from envfactory.inputs import read_yaml_model
 from envfactory.records.models import PlannedCall
 from envfactory.words import spoken_name
 
 TEMPLATE_FILE = Path("template") / "query" / "en.yaml"
 
 
-class TemplateError(EnvFactoryError):
+class TemplateError(InputError):
     """The query template file is missing or malformed."""
 
 
@@ -47,10 +47,9 @@ class QueryTemplate(BaseModel):
 
 @lru_cache(maxsize=8)
 def load_template(prompts_dir: Path) -> QueryTemplate:
-    try:
-        return read_yaml_model(prompts_dir / TEMPLATE_FILE, QueryTemplate)
-    except InputError as e:
-        raise TemplateError(f"query template {e}") from None
+    return read_yaml_model(
+        prompts_dir / TEMPLATE_FILE, QueryTemplate, error=lambda m: TemplateError(f"query template {m}")
+    )
 
 
 def _action(description: str) -> str:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from langchain_core.language_models import BaseChatModel
@@ -38,6 +39,9 @@ from envfactory.toolgraph.grounding import ground_verdicts
 from envfactory.toolgraph.llm_classify import ClassifyReport, classify_env
 from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, output_params
 from envfactory.toolgraph.refine import RefineReport, refine_env
+
+if TYPE_CHECKING:
+    from envfactory.env.pool import EnvPool
 from envfactory.toolgraph.schema_edges import add_schema_edges
 from envfactory.toolgraph.settings import ToolGraphSettings
 from envfactory.toolgraph.similarity import Pairs, SimilarityPlan, codes
@@ -337,9 +341,11 @@ def build_pool_graph(
     no_llm: bool = False,
     threshold: float | None = None,
     progress: PhaseFn | None = None,
+    pool: EnvPool | None = None,
 ) -> tuple[ToolGraph, BuildReport]:
     """The graph of the pool's tools (or of `envs`), embedded through the data dir's cache; the LLM
-    classifies and refines when one is configured (and `no_llm` is not set)."""
+    classifies and refines when one is configured (and `no_llm` is not set). `pool`: the caller's, else one over
+    `settings`."""
     from envfactory.env.pool import EnvPool
     from envfactory.llm.embeddings import Embedder, EmbeddingCache
     from envfactory.llm.models import chat_model
@@ -351,7 +357,7 @@ def build_pool_graph(
     tg = ToolGraphSettings()
     if threshold is not None:
         tg = tg.model_copy(update={"build_edge_threshold": threshold})
-    sources = pool_sources(EnvPool(settings), list(envs) if envs else None)
+    sources = pool_sources(pool if pool is not None else EnvPool(settings), list(envs) if envs else None)
     if not sources:
         raise ToolGraphError("no tools to build a graph from (is the pool empty?)")
     use_llm = tg.use_llm and not no_llm and settings.llm_for(tg.llm_role).provider != "none"

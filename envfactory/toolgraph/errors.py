@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError
 
 
-class ToolGraphError(EnvFactoryError):
+class ToolGraphError(DataError):
     """The tool graph cannot be built, read or used as asked (the CLI prints it on one line)."""

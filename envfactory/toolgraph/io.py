@@ -18,7 +18,7 @@ from typing import Any
 
 import networkx as nx
 
-from envfactory.inputs import InputError, read_json
+from envfactory.inputs import read_json
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.schema_edges import add_schema_edges, schema_edges_stale
@@ -72,11 +72,8 @@ def load_graph(path: str | Path) -> ToolGraph:
     p = Path(path)
     if not p.exists():
         raise ToolGraphError(f"{p}: no tool graph here: build one with `envfactory graph build`")
-    try:
-        # a pool of hundreds of environments: tens of millions of values (bounded by the bytes, JSON has no aliases)
-        data = read_json(p, max_bytes=MAX_GRAPH_BYTES, what="tool graph", max_nodes=MAX_GRAPH_BYTES)
-    except InputError as e:
-        raise ToolGraphError(str(e)) from None
+    # a pool of hundreds of environments: tens of millions of values (bounded by the bytes, JSON has no aliases)
+    data = read_json(p, max_bytes=MAX_GRAPH_BYTES, what="tool graph", max_nodes=MAX_GRAPH_BYTES, error=ToolGraphError)
     return graph_from_data(data, str(p))
 
 

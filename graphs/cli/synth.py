@@ -68,4 +68,5 @@ def synth(
 
     with open_checkpointer(settings) as saver:  # one saver per process, shared by the batch's threads
         record_synth_settings(cfg, settings, config)
-        run_batch(cfg, settings, QueryGenRunner(settings, cfg, EnvPool(settings), saver), out, runs_on)
+        pool = EnvPool(settings)
+        run_batch(cfg, settings, QueryGenRunner(settings, cfg, pool, saver), out, runs_on, pool=pool)

@@ -19,9 +19,10 @@ from envfactory.env.sandbox.policy import (
     module_member_problem,
     module_problem,
 )
+from envfactory.errors import EnvError
 
 
-class SandboxViolation(PermissionError):
+class SandboxViolation(EnvError, PermissionError):
     """Generated code did something the guards refuse (a tool call reports it as internal_error)."""
 
 

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ValidationError
 from envfactory.env.sandbox.protocol import Hello, Isolation, WorkerLimits
 from envfactory.env.sandbox.wall import Wall, bwrap_args, child_env, startup_filter, worker_filter
 from envfactory.env.sandbox.wire import FrameReader, WireError, decode, encode, write_frame
+from envfactory.errors import EnvError
 
 DeathKind = Literal["timeout", "memory", "crashed", "protocol", "idle"]
 _TAIL_BYTES = 4000
@@ -51,7 +52,7 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="envfactory-sandbox-spawner")
 
 
-class WorkerDied(Exception):
+class WorkerDied(EnvError):
     """The worker is gone (killed by us or by a limit, or it exited); `kind` says how, `detail` why."""
 
     def __init__(self, kind: DeathKind, detail: str) -> None:

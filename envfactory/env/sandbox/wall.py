@@ -43,7 +43,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import EnvError
 
 SANDBOX_UID = 65534
 _UID_BASE = 1_000_000_000  # host uids of workers started by root: far above any account's
@@ -138,7 +138,7 @@ _WORKER_DENIED = (
 )
 
 
-class SandboxUnavailable(EnvFactoryError):
+class SandboxUnavailable(EnvError):
     """No OS boundary for untrusted code on this machine, and the unsafe opt-out was not given."""
 
 

@@ -17,12 +17,13 @@ import struct
 import time
 from typing import Any
 
+from envfactory.errors import EnvError
 from envfactory.inputs import parse_int
 
 _HEADER = struct.Struct(">I")
 
 
-class WireError(Exception):
+class WireError(EnvError):
     """A frame could not be read: malformed, too large, too deep, late, or the other side is gone."""
 
     def __init__(self, kind: str, message: str) -> None:

@@ -6,10 +6,11 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from envfactory.errors import InputError
 from envfactory.inputs import parse_python
 
 
-class CallSyntaxError(ValueError):
+class CallSyntaxError(InputError, ValueError):
     """A string that is not a plain function call with literal arguments."""
 
 

@@ -13,6 +13,8 @@ import re
 import sys
 from typing import Any
 
+from envfactory.errors import EnvError
+
 # Attributes that are not scenario state, so no dump holds them:
 # - `_api_description`: a constant string;
 # - `_random`: the seeded RNG behind ids, tokens and sensor readings. It is deterministic given the
@@ -26,7 +28,7 @@ _NOT_STATE_ALL = frozenset({"_api_description", "_random"})
 _NOT_STATE: dict[str, frozenset[str]] = {"TravelAPI": frozenset({"_flight_cost_lookup"})}
 
 
-class FolderCycleError(ValueError):
+class FolderCycleError(EnvError, ValueError):
     """BFCL's `cp` of a folder into itself links the folder into its own contents: no tree to dump."""
 
 

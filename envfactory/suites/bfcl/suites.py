@@ -17,7 +17,7 @@ from typing import Any
 
 from envfactory.env.metadata import Domain
 from envfactory.errors import ScenarioError
-from envfactory.inputs import InputError, parse_json, read_text
+from envfactory.inputs import parse_json, read_text
 
 
 @dataclass(frozen=True)
@@ -198,8 +198,9 @@ def func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """A BFCL data file: one JSON document a line, bounded and parsed with one-line errors."""
-    try:
-        text = read_text(path, what="BFCL data file")
-        return [parse_json(line, f"{path}:{n}") for n, line in enumerate(text.splitlines(), 1) if line.strip()]
-    except InputError as e:
-        raise ScenarioError(str(e)) from None
+    text = read_text(path, what="BFCL data file", error=ScenarioError)
+    return [
+        parse_json(line, f"{path}:{n}", error=ScenarioError)
+        for n, line in enumerate(text.splitlines(), 1)
+        if line.strip()
+    ]
