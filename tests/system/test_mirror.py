@@ -78,7 +78,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "envfactory/envgen/checks/verdict.py": "tests/envgen/checks/test_checks.py",
     "envfactory/envgen/register.py": "tests/env/sandbox/test_fingerprint.py",
     "envfactory/envgen/validate.py": "tests/envgen/test_health.py",
-    "envfactory/errors.py": "tests/llm/test_errors.py",
     "envfactory/eval/agent.py": "tests/eval/test_run.py",
     "envfactory/eval/items.py": "tests/eval/test_run.py",
     "envfactory/eval/score.py": "tests/eval/test_run.py",

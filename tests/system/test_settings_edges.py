@@ -5,9 +5,10 @@ program starts — the CLI, the graphs' entry and state, training and benchmark 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.support.paths import ROOT
+
+REPO = ROOT
 SCANNED = ("envfactory", "graphs", "training", "envfactory_agents", "benchmarks")
 
 # packages (folders under the repository) where a program starts: they read the settings
@@ -22,7 +23,7 @@ ENTRY_PACKAGES = {
 # library call sites that still read the settings themselves, each with why it cannot take them yet
 ALLOWED_CALLS = {
     ("envfactory/env/pool.py", "EnvPool.__init__"): "`EnvPool()` with no settings is the public default that "
-    "scripts and tests build (tests/test_health.py, tests/test_hub.py); library callers pass settings",
+    "scripts and tests build (tests/envgen/test_health.py, tests/metatools/test_hub.py); library callers pass settings",
     ("envfactory/export/turns.py", "export_wording"): "`ExportOptions.prompts_dir=None` means the settings' prompt "
     "folder, and export.json records the options as given: the CLI cannot fill it in without changing the file",
     ("envfactory/reward/scorer.py", "default_pool"): "the functional form `composite_reward` is what outside "
