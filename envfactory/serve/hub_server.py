@@ -37,7 +37,8 @@ from envfactory.metatools import (
 )
 from envfactory.records.models import Task
 from envfactory.records.run_folder import CONVERSATIONS
-from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
+from envfactory.serve.answers import answer_bytes, tool_result
+from envfactory.serve.base import STATE_TOOL, SessionServer
 from envfactory.serve.fair import OffLoop
 from envfactory.serve.limits import ServeLimits, drop
 

@@ -20,7 +20,8 @@ from mcp import types
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.session import Session
 from envfactory.errors import EnvFactoryError
-from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
+from envfactory.serve.answers import answer_bytes, tool_result
+from envfactory.serve.base import STATE_TOOL, SessionServer
 from envfactory.serve.limits import ServeLimits, drop
 
 __all__ = ["RESET_TOOL", "SCENARIO_HEADER", "STATE_TOOL", "EnvMCPServer", "build_server"]

@@ -13,7 +13,7 @@ async with await TrainerSession.open("http://127.0.0.1:8765/mcp", scenario="defa
 
 Each `TrainerSession` is one MCP session on its own connection (asyncio streams, no HTTP library): `initialize`
 and the `initialized` notification when it opens, then `tools/call` requests carrying its `mcp-session-id`,
-which the server answers on its fast path (`serve.base.FastToolCalls`), and a DELETE when it closes. Requests
+which the server answers on its fast path (`serve.asgi.FastToolCalls`), and a DELETE when it closes. Requests
 of one session go one at a time, in order; open as many sessions as there are rollouts. The server closes a
 connection idle for `ServeLimits.keep_alive_s` (5 s): a session whose connection was closed, or idle for
 `ClientOptions.idle_reconnect_s`, opens a new one before its next request (the MCP session lives on: it is

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -121,6 +123,22 @@ def _walk(value: Any, path: str = "") -> list[tuple[str, str, Any]]:
     return out
 
 
+Records = dict[str, dict[str, dict[str, Any]]]  # collection → record id → record
+
+
+@dataclass(frozen=True)
+class _CallBinding:
+    """The working state of binding one call, handed to the helpers that read it (never kept on the solver):
+    the tool's parameter descriptions (lower case), the collection it returns records of, its arguments → the
+    record fields they carry, and the sessions' records by environment, each read once while the call is bound
+    (nothing runs meanwhile, and binding reads them dozens of times)."""
+
+    views: dict[str, Records]
+    descriptions: dict[str, str]
+    returns: str | None
+    fields: dict[str, str]
+
+
 class _PiStar:
     def __init__(
         self,
@@ -141,16 +159,11 @@ class _PiStar:
         self.spoken: dict[str, tuple[Any, int]] = {}  # user-provided values already said: name → (value, call)
         self.targets: dict[tuple[str, str], str] = {}  # (env, collection) → record id the chain is about
         self.results: list[ToolResult] = []
-        self._descriptions: dict[str, str] = {}  # the current tool's parameter descriptions (lower case)
-        self._returns: str | None = None  # the collection the current tool returns records of
-        self._fields: dict[str, str] = {}  # the current tool's arguments → the record fields they carry
         self.force: dict[str, list[str]] = {}  # tool → inputs one of which it says it needs
-        self.missing: list[str] = []  # required ids of the call being bound that no earlier result gave
         self.planned: list[PlannedCall] = []
         self.turn_of: list[int] = []  # the turn of every executed call (inserted lookups join their consumer's)
         self.at: list[int] = []  # chain position → position among the executed calls
         self.learned: dict[tuple[str, str], tuple[float, float]] = {}  # (tool, parameter) → bounds it stated
-        self._views: dict[str, dict[str, dict[str, dict[str, Any]]]] | None = None  # records while a call is bound
         self.core_all = {i for env in core.values() for ids in env.values() for i in ids}
         self._plan_targets()
 
@@ -243,7 +256,9 @@ class _PiStar:
         order = sorted(range(len(items)), key=rank)
         return order[shift % len(order)]
 
-    def _from_output(self, src: InputSource, schema: dict[str, Any], shift: int) -> tuple[Any, str] | None:
+    def _from_output(
+        self, src: InputSource, schema: dict[str, Any], shift: int, bound: _CallBinding
+    ) -> tuple[Any, str] | None:
         # the chain's step `src.index` ran as call `self.at[src.index]` (lookups inserted before it shift it)
         if src.index is None or src.index >= len(self.at) or not self.results[self.at[src.index]].ok:
             return None
@@ -260,33 +275,42 @@ class _PiStar:
             wanted.append("id")
         for name in wanted:
             for path, key, value in _walk(result):
-                if key == name and fits(value, schema) and self._id_fits(src.parameter, value):
+                if key == name and fits(value, schema) and self._id_fits(src.parameter, value, bound):
                     return value, f"{prefix}.{path}" if prefix else path
         if not isinstance(result, dict | list) and fits(result, schema):
             return result, prefix or "."
         return None
 
-    def _id_fits(self, pname: str, value: Any) -> bool:
+    def _id_fits(self, pname: str, value: Any, bound: _CallBinding) -> bool:
         """An id goes only to an input of its own kind: a ticket's id is no `assignee_id` (a similarity
         edge of the tool graph may say so). The kind is the collection holding the value; it fits an
         input named after it, or one whose description names it ("assigned to this agent")."""
         if not pname.endswith("_id"):
             return True
-        owner = next((c for e in self.episode.sessions for c, r in self._records_of(e).items() if value in r), None)
+        sessions, views = self.episode.sessions, bound.views
+        owner = next((c for e in sessions for c, r in self._records_of(e, views).items() if value in r), None)
         if owner is None:
             return True
         noun = singular(owner)
         if pname[:-3] == noun or pname[:-3].endswith(noun) or noun.endswith("_" + pname[:-3]):
             return True
-        colls = {c for e in self.episode.sessions for c in self._records_of(e)}
+        colls = {c for e in self.episode.sessions for c in self._records_of(e, bound.views)}
         if collection_for(colls, pname) is not None:  # the input names another collection: not this one
             return False
         # an input named otherwise (`assignee_id`) takes a record its description names, unless that is
         # what the tool itself returns (a ticket filter is no place for a ticket's own id)
-        return owner != self._returns and noun.replace("_", " ") in self._descriptions.get(pname, "")
+        return owner != bound.returns and noun.replace("_", " ") in bound.descriptions.get(pname, "")
 
     def _record_from_earlier(
-        self, env: str, tool: str, pname: str, coll: str, args: dict[str, Any], shift: int, prefer: int | None
+        self,
+        env: str,
+        tool: str,
+        pname: str,
+        coll: str,
+        args: dict[str, Any],
+        shift: int,
+        prefer: int | None,
+        views: dict[str, Records],
     ) -> tuple[Any, str, int] | None:
         """A compiled tool's id argument from an earlier result: the id of a record of its resource `coll`
         that exists now and sits where the call's other arguments say (`compiled_refs.consistent`), read
@@ -295,7 +319,7 @@ class _PiStar:
         (`prefer`), then the most recent; `shift` moves along that order on retries."""
         environment = self.pool.get(env)
         assert isinstance(environment, CompiledEnvironment)
-        state = self._records_of(env)
+        state = self._records_of(env, views)
         members = state.get(coll, {})
         linking = {f for r in environment.plan.resources for f, o in links(environment, r.name).items() if o == coll}
         id_field = environment.resources[coll].id_field
@@ -322,12 +346,12 @@ class _PiStar:
         return found[shift % len(found)]
 
     def _from_earlier(
-        self, env: str, pname: str, schema: dict[str, Any], shift: int = 0
+        self, env: str, pname: str, schema: dict[str, Any], shift: int, bound: _CallBinding
     ) -> tuple[Any, str, int] | None:
         """An id for `pname` from any earlier result of the conversation (the chain's target first, then
         the most recent): the booking made two turns ago, the account listed before, one of a paper's
         `author_ids`; `shift` moves along that order on retries."""
-        colls = self._records_of(env) if env in self.episode.sessions else {}
+        colls = self._records_of(env, bound.views) if env in self.episode.sessions else {}
         coll = collection_for(colls, pname)
         members = set(colls.get(coll or "", {}))
         wanted = self.targets.get((env, coll or ""))
@@ -341,7 +365,7 @@ class _PiStar:
                 for i, item in enumerate(values):
                     is_record_id = key == "id" and item in members
                     named = key == pname or (key == pname + "s" and isinstance(value, list))
-                    if (named or is_record_id) and fits(item, schema) and self._id_fits(pname, item):
+                    if (named or is_record_id) and fits(item, schema) and self._id_fits(pname, item, bound):
                         where = f"{path}[{i}]" if values is value else path
                         if all(f[0] != item for f in found):
                             found.append((item, where, index))
@@ -352,19 +376,19 @@ class _PiStar:
 
     # ---- values from the state ------------------------------------------------------------------------
 
-    def _some_id(self, noun: str) -> str | None:
+    def _some_id(self, noun: str, views: dict[str, Records] | None = None) -> str | None:
         """An id of a record of collection `<noun>s` in any environment of the chain (core records first)."""
         for env in self.episode.sessions:
-            for coll, records in self._records_of(env).items():
+            for coll, records in self._records_of(env, views).items():
                 if singular(coll) == noun:
                     core = [i for i in self.core.get(env, {}).get(coll, []) if i in records]
                     return self.rng.choice(sorted(core or records))
         return None
 
-    def _target(self, env: str, names: list[str], new: bool) -> tuple[str, dict[str, Any]] | None:
+    def _target(self, env: str, names: list[str], new: bool, bound: _CallBinding) -> tuple[str, dict[str, Any]] | None:
         """The collection covering most of `names` (fields, or `x_id` of collection `xs`) and its target record."""
-        colls = self._records_of(env)
-        names = [self._fields.get(n, n) for n in names]
+        colls = self._records_of(env, bound.views)
+        names = [bound.fields.get(n, n) for n in names]
         best, best_score = None, 0
         for coll, records in colls.items():
             fields = _fields_of(records)
@@ -382,21 +406,23 @@ class _PiStar:
             self.targets[(env, best)] = chosen
         return best, {"id": chosen, **records[chosen]}
 
-    def _shared(self, env: str, coll: str, field: str, value: Any) -> bool:
+    def _shared(self, env: str, coll: str, field: str, value: Any, views: dict[str, Records]) -> bool:
         """True if `value` of a record's `field` also occurs in another collection: it refers to something
         (a payee's owner is an account holder), so a new record keeps it rather than making one up."""
         if not isinstance(value, str) or not value:
             return False
-        for other, records in self._records_of(env).items():
+        for other, records in self._records_of(env, views).items():
             if other != coll and any(value in r.values() for r in records.values()):
                 return True
         return False
 
-    def _field_values(self, env: str, field: str) -> list[Any]:
+    def _field_values(self, env: str, field: str, views: dict[str, Records]) -> list[Any]:
         """Values of a field of that name in the environment's records (the shape a new value should have)."""
-        return [r[field] for records in self._records_of(env).values() for r in records.values() if field in r]
+        return [r[field] for records in self._records_of(env, views).values() for r in records.values() if field in r]
 
-    def _returned(self, env: str, output: dict[str, Any] | None, tool: str | None = None) -> str | None:
+    def _returned(
+        self, env: str, output: dict[str, Any] | None, tool: str | None, views: dict[str, Records]
+    ) -> str | None:
         """The collection the tool's output is records of (a record or a list of them): a compiled tool's
         resource; else the one whose records have all of the output's fields, `id` included (a summary may
         leave fields out)."""
@@ -407,7 +433,7 @@ class _PiStar:
         if "id" not in keys:
             return None
         best: tuple[int, str] | None = None
-        for coll, records in self._records_of(env).items():
+        for coll, records in self._records_of(env, views).items():
             fields = _fields_of(records)
             if keys <= fields | {"id"}:
                 extra = len(fields - keys)
@@ -427,18 +453,21 @@ class _PiStar:
         args: dict[str, Any],
         bindings: list[Binding],
         required: set[str],
-    ) -> None:
+        views: dict[str, Records],
+    ) -> list[str]:
         """A compiled tool's id arguments, parents first: each from an earlier result (the record it names
         exists and sits under the parents bound before it), else, where no tool finds it (`say`), the id of
-        one of the user's own records that fits, said by the user; else missing (a lookup may find it)."""
+        one of the user's own records that fits, said by the user; else missing (a lookup may find it).
+        Returns the required ids left missing."""
         how = _ATTEMPTS[min(attempt, len(_ATTEMPTS) - 1)]
         environment = self.pool.get(env)
         assert isinstance(environment, CompiledEnvironment)
+        missing: list[str] = []
         for pname, coll in id_arguments(environment, tool).items():
             src = sources.get(pname)
             step = src.index if src is not None and src.source == "tool" else None
             prefer = self.at[step] if step is not None and step < len(self.at) else None
-            earlier = self._record_from_earlier(env, tool, pname, coll, args, how.element, prefer)
+            earlier = self._record_from_earlier(env, tool, pname, coll, args, how.element, prefer, views)
             if earlier is not None:
                 args[pname] = earlier[0]
                 bindings.append(
@@ -446,7 +475,7 @@ class _PiStar:
                 )
                 continue
             if pname in say or self.settings.ids_from_state:
-                state = self._records_of(env)
+                state = self._records_of(env, views)
                 records = state.get(coll, {})
                 id_field = environment.resources[coll].id_field
                 fitting = [
@@ -462,11 +491,17 @@ class _PiStar:
                     bindings.append(Binding(parameter=pname, source="state", value=value, path=f"{coll}.{pick}"))
                     continue
             if pname in required:
-                self.missing.append(pname)
-        self._bind_scopes(environment, tool, args, bindings)
+                missing.append(pname)
+        self._bind_scopes(environment, tool, args, bindings, views)
+        return missing
 
     def _bind_scopes(
-        self, environment: CompiledEnvironment, tool: str, args: dict[str, Any], bindings: list[Binding]
+        self,
+        environment: CompiledEnvironment,
+        tool: str,
+        args: dict[str, Any],
+        bindings: list[Binding],
+        views: dict[str, Records],
     ) -> None:
         """A compiled tool's namespace arguments (a subscription, a resource group) from the record the call
         names, or the one it is filed under: every record carries its scope, and the call finds it only there.
@@ -474,7 +509,7 @@ class _PiStar:
         op = operation(environment, tool)
         if op is None or not op.scopes:
             return
-        state = self._records_of(environment.name)
+        state = self._records_of(environment.name, views)
         named = [(op.id_param, op.resource)] if op.id_param is not None else []
         anchor = next(
             (
@@ -493,30 +528,22 @@ class _PiStar:
                 path = f"{resource}.{id_key(record.get(environment.resources[resource].id_field))}.{field}"
                 bindings.append(Binding(parameter=arg, source="state", value=record[field], path=path))
 
-    def _records_of(self, env: str) -> dict[str, dict[str, dict[str, Any]]]:
-        """The records of `env`'s session now, by collection: read once per binding of a call (nothing runs while
-        a call is bound, and binding reads them dozens of times), else from a fresh dump."""
-        if self._views is None:
+    def _records_of(self, env: str, views: dict[str, Records] | None) -> Records:
+        """The records of `env`'s session now, by collection: kept in `views` (a call's binding reads them once:
+        nothing runs while a call is bound, and binding reads them dozens of times), else from a fresh dump."""
+        if views is None:
             return _records(self.episode.sessions[env].dump())
-        view = self._views.get(env)
+        view = views.get(env)
         if view is None:
-            view = self._views[env] = _records(self.episode.sessions[env].dump())
+            view = views[env] = _records(self.episode.sessions[env].dump())
         return view
 
     def _bind(
-        self, qualified: str, inputs: list[InputSource], attempt: int, say: set[str] | None = None
-    ) -> tuple[ToolCall, list[Binding]]:
-        """One call's arguments (see the module's rules); `say`: id inputs no tool finds, which the user says
-        (ids of their own records). The session's records are read once while the call is bound."""
-        self._views = {}
-        try:
-            return self._bind_call(qualified, inputs, attempt, say or set())
-        finally:
-            self._views = None
-
-    def _bind_call(
         self, qualified: str, inputs: list[InputSource], attempt: int, say: set[str]
-    ) -> tuple[ToolCall, list[Binding]]:
+    ) -> tuple[ToolCall, list[Binding], list[str]]:
+        """One call's arguments (see the module's rules) and the required ids no earlier result gave (a lookup
+        may find them); `say`: id inputs no tool finds, which the user says (ids of their own records). The
+        session's records are read once while the call is bound (`_CallBinding.views`)."""
         how = _ATTEMPTS[min(attempt, len(_ATTEMPTS) - 1)]
         env, name = qualified.split(".", 1)
         spec = self.pool.get(env).metadata.tool(name)
@@ -524,23 +551,27 @@ class _PiStar:
         self.values.defs = spec.input_schema.get("$defs", {})
         sources = {s.parameter: s for s in inputs}
         index = len(self.results)  # this call's position in the conversation
-        self._descriptions = {k: str(v.get("description", "")).lower() for k, v in spec.parameters.items()}
-        self._fields = _argument_fields(self.pool.get(env), name)
-        self._returns = self._returned(env, spec.output_schema, name)
+        views: dict[str, Records] = {}
+        bound = _CallBinding(
+            views=views,
+            descriptions={k: str(v.get("description", "")).lower() for k, v in spec.parameters.items()},
+            returns=self._returned(env, spec.output_schema, name, views),
+            fields=_argument_fields(self.pool.get(env), name),
+        )
         required = set(spec.required)
         args: dict[str, Any] = {}
         bindings: list[Binding] = []
         masked: list[str] = []
         user_params: list[str] = []
-        self.missing = []
+        missing: list[str] = []
         compiled = isinstance(self.pool.get(env), CompiledEnvironment)
         record_ids = id_arguments(self.pool.get(env), name)
         op = operation(self.pool.get(env), name)
         paging = {op.offset_param, op.page_param} if op is not None else set()  # where a page starts: no user says
         # a compiled tool's other `*_id` inputs name nothing in the state (a client token, an external id): made up
-        self.values.id_lookup = None if compiled else self._some_id
+        self.values.id_lookup = None if compiled else partial(self._some_id, views=views)
         if compiled:
-            self._bind_record_ids(env, name, sources, attempt, say, args, bindings, required)
+            missing += self._bind_record_ids(env, name, sources, attempt, say, args, bindings, required, views)
         for pname, pschema in spec.parameters.items():
             src = sources.get(pname)
             if pname in record_ids or pname in args:  # (a compiled tool's ids and scopes: bound above)
@@ -557,7 +588,7 @@ class _PiStar:
                     user_params.append(pname)
                 continue
             if src is not None and src.source == "tool":
-                got = self._from_output(src, pschema, how.element)
+                got = self._from_output(src, pschema, how.element, bound)
                 if got is not None:
                     args[pname] = got[0]
                     at = self.at[src.index] if src.index is not None else None
@@ -566,7 +597,7 @@ class _PiStar:
             if pname.endswith("_id") and not (src is not None and src.source == "user" and is_identity(pname)):
                 # an id comes back from an earlier call of the conversation, never from the state: a user
                 # does not know it, and the agent must be able to find it
-                earlier = self._from_earlier(env, pname, pschema, how.element)
+                earlier = self._from_earlier(env, pname, pschema, how.element, bound)
                 if earlier is not None:
                     args[pname] = earlier[0]
                     bindings.append(
@@ -574,7 +605,7 @@ class _PiStar:
                     )
                 elif self.settings.ids_from_state or pname in say:
                     # reachability checks, or an id no tool finds: the user's own record, which they name
-                    colls = self._records_of(env)
+                    colls = self._records_of(env, views)
                     coll = collection_for(colls, pname)
                     ids = sorted(colls.get(coll or "", {}))
                     if ids:
@@ -583,9 +614,9 @@ class _PiStar:
                         args[pname] = value
                         bindings.append(Binding(parameter=pname, source="state", value=value, path=f"{coll}.{value}"))
                     elif pname in required:
-                        self.missing.append(pname)
+                        missing.append(pname)
                 elif pname in required:
-                    self.missing.append(pname)
+                    missing.append(pname)
                 continue
             if pname in required or (
                 not _PAGING.search(pname) and (how.all_optional or self.rng.random() < self.settings.optional_p)
@@ -594,17 +625,17 @@ class _PiStar:
         forced = [f for f in self.force.get(qualified, []) if f in spec.parameters and f not in args]
         if forced and not any(f in user_params for f in forced):
             user_params.append(forced[attempt % len(forced)])
-        target = self._target(env, user_params, how.new_target) if user_params else None
+        target = self._target(env, user_params, how.new_target, bound) if user_params else None
         if spec.kind == "read" and user_params:
             # a lookup searches for the record the conversation is about: its inputs come from that record
-            looked_for = self._returned(env, spec.output_schema, name)
+            looked_for = self._returned(env, spec.output_schema, name, views)
             chosen = self.targets.get((env, looked_for or ""))
-            records = self._records_of(env).get(looked_for or "", {})
+            records = self._records_of(env, views).get(looked_for or "", {})
             if looked_for is not None and chosen in records:
                 target = (looked_for, {"id": chosen, **records[chosen]})
         # a write returning a record of collection C creates or changes a C: its values are new, not
         # copied from an existing C (a second booking just like Maria's, a no-op update)
-        returned = self._returned(env, spec.output_schema, name) if spec.kind == "write" else None
+        returned = self._returned(env, spec.output_schema, name, views) if spec.kind == "write" else None
         for pname in user_params:
             pschema = spec.parameters[pname]
             said = self.spoken.get(pname)
@@ -615,10 +646,10 @@ class _PiStar:
             if target is not None and not (
                 (fresh or target[0] == returned)
                 and not pname.endswith("_id")
-                and not self._shared(env, target[0], pname, target[1].get(pname))
+                and not self._shared(env, target[0], pname, target[1].get(pname), views)
             ):
                 coll, record = target
-                field, value = _field_for(record, coll, pname, pschema, self._fields.get(pname, pname))
+                field, value = _field_for(record, coll, pname, pschema, bound.fields.get(pname, pname))
                 if field is not None:
                     args[pname] = value
                     path = f"{coll}.{record['id']}.{field}"
@@ -626,7 +657,7 @@ class _PiStar:
                     continue
             if pname not in required and not (fresh and how.all_optional) and pname not in forced:
                 continue  # optional and nothing in the state: leave it out
-            like = self._field_values(env, pname)
+            like = self._field_values(env, pname, views)
             args[pname] = self.values.make(pname, pschema, self.learned.get((qualified, pname)), like)
             bindings.append(Binding(parameter=pname, source="generated", value=args[pname]))
             if is_free_text(pname):
@@ -635,7 +666,7 @@ class _PiStar:
         args = {p: args[p] for p in sorted(args, key=order.__getitem__)}
         bindings.sort(key=lambda b: order[b.parameter])
         call = ToolCall(server=env, name=name, arguments=args, masked_arguments=masked, id=f"call_{index}")
-        return call, bindings
+        return call, bindings, missing
 
     # ---- lookups the chain lacks -------------------------------------------------------------------
 
@@ -678,9 +709,9 @@ class _PiStar:
         tried: set[str] = {qualified}
         say: set[str] = set()  # ids no lookup finds: the user's own records, which they name
         for attempt in range(self.settings.attempts_per_call):
-            call, bindings = self._bind(qualified, inputs, attempt, say)
-            while self.missing:
-                pname = self.missing[0]
+            call, bindings, missing = self._bind(qualified, inputs, attempt, say)
+            while missing:
+                pname = missing[0]
                 lookup = self._lookup_tool(env, name, pname, tried) if depth < _LOOKUP_DEPTH else None
                 if lookup is None:
                     if pname in say:  # no record of that kind to name either
@@ -690,13 +721,13 @@ class _PiStar:
                     tried.add(lookup)
                     # a lookup that cannot run leaves the state as it was: another one, or the user says it
                     self._execute(lookup, [], turn, depth + 1)
-                call, bindings = self._bind(qualified, inputs, attempt, say)
-            if self.missing:
+                call, bindings, missing = self._bind(qualified, inputs, attempt, say)
+            if missing:
                 return PiStarOutcome(
                     ok=False,
                     code="incoherent",
                     initial=self.initial,
-                    failure=f"incoherent: call {len(self.results) + 1} ({qualified}) needs {', '.join(self.missing)}, "
+                    failure=f"incoherent: call {len(self.results) + 1} ({qualified}) needs {', '.join(missing)}, "
                     "which no earlier call of the conversation returned, and no lookup finds it",
                 )
             rec = self.episode.call(env, name, call.arguments)

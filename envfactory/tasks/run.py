@@ -1,24 +1,22 @@
 """Run a batch end to end: the tool graph, the plan, the units (offline by default), the summary, the
-statistics table and plot, `summary.json`. `envfactory synth` and `envfactory demo` call `run_batch`;
-the LLM mode passes the QueryGen runner from graphs/ (envfactory/ never imports LangGraph)."""
+statistics and plot, `summary.json` (what it prints: `envfactory.tasks.report`). `envfactory synth` and
+`envfactory demo` call `run_batch`; the LLM mode passes the QueryGen runner from graphs/ (envfactory/ never
+imports LangGraph)."""
 
 from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
-from envfactory.llm.usage import process_usage, usage_table
-from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
+from envfactory.llm.usage import process_usage
+from envfactory.records.run_folder import DROPPED, HELDOUT, SUMMARY
 from envfactory.tasks.offline import UnitOutcome, synthesize_offline
 from envfactory.tasks.plan import (
     BatchSummary,
@@ -33,7 +31,8 @@ from envfactory.tasks.plan import (
     run_units,
     summarize,
 )
-from envfactory.tasks.stats import dataset_stats, plot_stats, stats_table
+from envfactory.tasks.report import say_extras, say_plan, say_results, say_where, unit_progress
+from envfactory.tasks.stats import dataset_stats, plot_stats
 from envfactory.terminal import SafeConsole, safe
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.settings import graph_path
@@ -95,13 +94,6 @@ def offline_runner(pool: EnvPool, settings: Settings) -> UnitRunner:
     return OfflineRunner(settings, pool)
 
 
-def summary_table(summary: BatchSummary) -> Table:
-    table = Table("units", "already done", "kept", "dropped", "drop reasons", title="synth")
-    reasons = ", ".join(f"{safe(k)}: {v}" for k, v in summary.dropped_by_code.items()) or "-"  # codes: run data
-    table.add_row(str(summary.planned), str(summary.skipped), str(summary.kept), str(summary.dropped), reasons)
-    return table
-
-
 def run_batch(
     config: SynthConfig,
     settings: Settings,
@@ -111,11 +103,10 @@ def run_batch(
     *,
     pool: EnvPool | None = None,
 ) -> BatchSummary:
-    """Plan, run what is not done yet, summarize, print statistics and write the plot. `pool`: the caller's (the
-    demo's, the runner's), else one over `settings`.
-
-    What a run's data, the pool and the settings hold (names, paths, drop codes) is printed escaped
-    (`envfactory.terminal`); a console of the caller's should be a `SafeConsole` (the net under it)."""
+    """Plan, run what is not done yet, summarize, print statistics (`envfactory.tasks.report`), write the plot
+    and `summary.json`; a run that kept nothing is an error (after its summary and drop reasons are written:
+    they say why). `pool`: the caller's (the demo's, the runner's), else one over `settings`. A console of the
+    caller's should be a `SafeConsole` (the net under the escaped printing)."""
     out = console or SafeConsole()
     err = SafeConsole(stderr=True) if console is None else console
     pool = pool if pool is not None else EnvPool(settings)
@@ -127,71 +118,32 @@ def run_batch(
         if config.mode != "offline":
             raise SynthConfigError("mode 'llm' needs the QueryGen runner: run it through `envfactory synth`")
         runner = offline_runner(pool, settings)
-    n = len(plan.units)
-    a, t, s = len(plan.envs), config.tasks, config.states
     where = f"{config.concurrency} at once" if executor is None else f"{executor.name} executor"
-    out.print(
-        f"A={a} T={t} S={s} D={config.depth}: N = {a}×{t}×{s} = {a * t * s} planned, {n} units "
-        f"({config.mode}; {safe(where)}) → {safe(outdir)}",
-        highlight=False,
-    )
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
-    ) as progress:
-        bar = progress.add_task("synth", total=n)
-        kept = dropped = 0
-
+    say_plan(out, config, plan, outdir, where)
+    with unit_progress(err, len(plan.units)) as advance:
         start = time.perf_counter()
-
-        def advance(outcome: UnitOutcome) -> None:
-            nonlocal kept, dropped
-            kept += outcome.conversation is not None
-            dropped += outcome.dropped is not None
-            rate = (kept + dropped) / max(time.perf_counter() - start, 1e-9)
-            progress.update(bar, advance=1, description=f"synth: {kept} kept, {dropped} dropped, {rate:.1f} units/s")
-
         log = RunLog()
         skipped, ran = run_units(
             plan.units, runner, outdir, concurrency=config.concurrency, progress=advance, executor=executor, log=log
         )
         elapsed = time.perf_counter() - start
-        progress.update(bar, completed=n)
     summary = summarize(plan, outdir, skipped, log)
-    out.print(summary_table(summary))
-    if ran:
-        out.print(f"{ran} units in {elapsed:.1f} s: {ran / max(elapsed, 1e-9):.1f} units/s", highlight=False)
-    for env, missing in summary.shortfall.items():
-        out.print(f"[yellow]{safe(env)}[/yellow]: the graph gave {missing} chain(s) fewer than T={t}", highlight=False)
     stats = dataset_stats(log.conversations())
-    out.print(stats_table(stats))
-    if config.plot and stats.conversations:
-        png = plot_stats(stats, outdir / "stats.png")
-        out.print(f"plot: {safe(png)}", highlight=False)
+    say_results(out, summary, ran=ran, elapsed=elapsed, tasks=config.tasks, stats=stats)
+    png = plot_stats(stats, outdir / "stats.png") if config.plot and stats.conversations else None
+    usage = process_usage().since(usage_before)  # this run's LLM calls here (Ray workers count in their own)
+    say_extras(out, png, usage)
     record: dict[str, Any] = {"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}
     record["composition"] = training_composition(config, plan).model_dump()
-    usage = process_usage().since(usage_before)  # this run's LLM calls here (Ray workers count in their own)
     if usage:
-        out.print(usage_table(usage))
         record["llm_usage"] = [row.model_dump() for row in usage]
     (outdir / SUMMARY).write_text(json.dumps(record, indent=2) + "\n")
-    _say_where(out, outdir, summary, stats.conversations)
-    return summary
-
-
-def _say_where(out: Console, outdir: Path, summary: BatchSummary, conversations: int) -> None:
-    """The files that hold the run's results, last, so they are what the user sees; a run that kept nothing
-    is an error (after its summary and drop reasons are written: they say why)."""
-    files = [(CONVERSATIONS, "the training split (what `envfactory export` reads)")]
-    if summary.heldout:
-        files.append((HELDOUT, "the held-out split (for `envfactory eval`)"))
-    files += [(DROPPED, "one line per dropped unit: its code and reason"), (SUMMARY, "counts and settings")]
-    for name, what in files:
-        if (outdir / name).is_file():
-            out.print(f"  {safe(outdir / name)}: {what}", highlight=False, soft_wrap=True)
+    say_where(out, outdir, summary)
     held = outdir / HELDOUT
-    if conversations == 0 and not (held.is_file() and held.stat().st_size > 0):  # the folder, resumed runs too
+    if stats.conversations == 0 and not (held.is_file() and held.stat().st_size > 0):  # the folder, resumed too
         reasons = ", ".join(f"{code} {n}" for code, n in summary.dropped_by_code.items()) or "none ran"
         raise SynthError(f"no conversation was kept ({reasons}); the reasons are in {outdir / DROPPED}")
+    return summary
 
 
 class Composition(BaseModel):

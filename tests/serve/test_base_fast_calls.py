@@ -1,4 +1,4 @@
-"""The tools/call fast path (`serve.base.FastToolCalls`): what it answers equals what the SDK answers.
+"""The tools/call fast path (`serve.asgi.FastToolCalls`): what it answers equals what the SDK answers.
 
 Two real servers of the same environment, one with the fast path and one without, get the same random
 call sequences over HTTP; every status, body and session header must be the same, and the fast one

@@ -13,7 +13,7 @@ import math
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from envfactory.serve.base import _response_body, tool_result
+from envfactory.serve.answers import response_body, tool_result
 from envfactory.serve.fair import FairLimiter, OffLoop
 
 
@@ -312,6 +312,6 @@ def test_a_response_body_is_the_sdks_as_json_whatever_the_answer(
         "id": request_id,
         "result": result.model_dump(by_alias=True, mode="json", exclude_none=True),
     }
-    assert json.loads(_response_body(request_id, result)) == whole
+    assert json.loads(response_body(request_id, result)) == whole
     special = tool_result({"x": float("nan")}, wrap=False)  # json.dumps writes NaN, the SDK null: not reused
-    assert json.loads(_response_body(1, special))["result"]["structuredContent"] == {"x": None}
+    assert json.loads(response_body(1, special))["result"]["structuredContent"] == {"x": None}

@@ -155,6 +155,20 @@ def test_the_records_import_nothing_above_the_runtime() -> None:
     assert above == [], "records/ sits below every stage that reads them (synthesis, rewards, export, eval, serve)"
 
 
+# serving's HTTP side (the per-session base, its ASGI layers, answers, uvicorn, limits, fair threads) may import only
+# itself and the input readers: it serves whatever `dispatch` answers and knows no environment, record or task
+SERVE_HTTP = ("asgi.py", "answers.py", "base.py", "fair.py", "http.py", "limits.py")
+SERVE_HTTP_MAY_IMPORT = ("envfactory.inputs", *(f"envfactory.serve.{name[:-3]}" for name in SERVE_HTTP))
+
+
+@pytest.mark.parametrize("name", SERVE_HTTP)
+def test_serving_s_http_side_imports_no_environment_record_or_task(name: str) -> None:
+    path = ROOT / "envfactory" / "serve" / name
+    library = [n for n in sorted(_imports(path)) if n.split(".")[0] == "envfactory" and n != "envfactory"]
+    outside = [n for n in library if not any(n == m or n.startswith(f"{m}.") for m in SERVE_HTTP_MAY_IMPORT)]
+    assert outside == [], f"serve/{name} is the HTTP side of a server: environments and records are the subclasses'"
+
+
 def _unit(module: str) -> str | None:
     """A module's unit for the cycle check: `envfactory.<subpackage>` or a top-level `envfactory.<module>`."""
     parts = module.split(".")

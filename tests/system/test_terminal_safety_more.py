@@ -40,7 +40,8 @@ from envfactory.records.models import (
 )
 from envfactory.records.run_folder import CONVERSATIONS
 from envfactory.tasks.plan import BatchSummary, Plan, SynthConfig
-from envfactory.tasks.run import summary_table, tool_graph
+from envfactory.tasks.report import summary_table
+from envfactory.tasks.run import tool_graph
 from envfactory.tasks.stats import dataset_stats, stats_table
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.terminal import visible
