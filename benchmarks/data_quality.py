@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool  # noqa: E402
-from envfactory.tasks.batch import SynthConfig, load_conversations, read_jsonl  # noqa: E402
+from envfactory.tasks.plan import SynthConfig, load_conversations, read_jsonl  # noqa: E402
 from envfactory.tasks.quality import PAPER_STEPS_PER_TURN, PAPER_TURNS_PER_CONVERSATION, measure  # noqa: E402
 from envfactory.tasks.run import run_batch  # noqa: E402
 

@@ -33,9 +33,9 @@ from envfactory.env.pool import EnvPool  # noqa: E402
 from envfactory.eval.agent import AgentLimits  # noqa: E402
 from envfactory.eval.items import EvalItem, items_from_conversations, load_conversations  # noqa: E402
 from envfactory.eval.run import EvalSettings, run_eval, turn_runner  # noqa: E402
-from envfactory.tasks.batch import SynthConfig  # noqa: E402
-from envfactory.tasks.episode import replay  # noqa: E402
-from envfactory.tasks.models import ToolCall  # noqa: E402
+from envfactory.records.episode import replay  # noqa: E402
+from envfactory.records.models import ToolCall  # noqa: E402
+from envfactory.tasks.plan import SynthConfig  # noqa: E402
 from envfactory.tasks.run import run_batch  # noqa: E402
 from tests.eval_helpers import GroundTruthModels  # noqa: E402
 

@@ -35,8 +35,8 @@ from envfactory.env.pool import EnvPool  # noqa: E402
 from envfactory.export import ExportOptions, convert_to_rl_data, convert_to_sft_data  # noqa: E402
 from envfactory.export.chat_template import tool_chat_template  # noqa: E402
 from envfactory.export.tools_schema import catalog_for  # noqa: E402
-from envfactory.tasks.batch import SynthConfig, load_conversations  # noqa: E402
-from envfactory.tasks.models import Conversation  # noqa: E402
+from envfactory.records.models import Conversation  # noqa: E402
+from envfactory.tasks.plan import SynthConfig, load_conversations  # noqa: E402
 from envfactory.tasks.run import run_batch  # noqa: E402
 
 DEMO_PLAN = {"T": 3, "S": 2, "D": 2, "seed": 0}

@@ -9,6 +9,12 @@ assert). Ray runs on a local instance of this machine (`num_cpus=2`); "steady" t
 result (actor start-up and the workers' imports excluded), "total" from the call. The scheduling overhead is a
 runner that returns at once, through the same executor. The driver's append rate is `JsonlAppender` writing
 (and fsync-ing) real conversation lines, nothing else.
+
+Per core (issue 29's target, >= 100 units per CPU-second on A9 T20 S2 D2 D=2): the units run one after another
+on this thread (`--per-core-only` skips the rest; pin the process with `taskset -c 1`), counted in CPU seconds
+(`time.process_time`), the run's summary and statistics included; "before" is the same run with the old costs
+put back in the same process (the summary read back from the output, a Faker built per initial state); the
+imports of a fresh interpreter (`envfactory.tasks.run`, CPU seconds of a child) added for the second figure.
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,9 +40,19 @@ from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool  # noqa: E402
 from envfactory.executor import Executor, ExecutorSettings, LocalExecutor, RayExecutor  # noqa: E402
 from envfactory.inputs import JsonlAppender  # noqa: E402
-from envfactory.tasks.batch import SynthConfig, plan_units, run_units  # noqa: E402
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED  # noqa: E402
+from envfactory.tasks import initial_state  # noqa: E402
+from envfactory.tasks.plan import (  # noqa: E402
+    Plan,
+    RunLog,
+    SynthConfig,
+    load_conversations,
+    plan_units,
+    run_units,
+    summarize,
+)
 from envfactory.tasks.run import OfflineRunner, tool_graph  # noqa: E402
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED  # noqa: E402
+from envfactory.tasks.stats import dataset_stats  # noqa: E402
 
 
 class Nothing:
@@ -85,16 +103,95 @@ def _append_rate(line: str, n: int, folder: Path) -> float:
     return n / (time.perf_counter() - start)
 
 
+class Serial:
+    """Units one after another on the calling thread (the per-core measure)."""
+
+    name = "serial"
+
+    def map(self, runner: Any, jobs: Any) -> Any:
+        for job in jobs:
+            try:
+                yield job, runner(job)
+            except Exception as e:  # recorded as an error drop, as the executors do
+                yield job, e
+
+
+def _fresh_faker(locale: str, seed: int) -> Any:
+    """The old way: a Faker built and seeded for every initial state."""
+    from faker import Faker
+
+    faker = Faker(locale)
+    faker.seed_instance(seed)
+    return faker
+
+
+def _per_core(runner: Any, plan: Plan, out: Path, *, before: bool) -> tuple[float, int, str]:
+    """(CPU seconds, units, output digest) of the plan run serially here, its summary and statistics included."""
+    real = initial_state._thread_faker
+    if before:
+        initial_state._thread_faker = _fresh_faker  # type: ignore[assignment]
+    try:
+        start = time.process_time()
+        if before:  # the summary and statistics read back from the output
+            skipped, ran = run_units(plan.units, runner, out, executor=Serial())
+            summarize(plan, out, skipped)
+            dataset_stats(load_conversations(out))
+        else:
+            log = RunLog()
+            skipped, ran = run_units(plan.units, runner, out, executor=Serial(), log=log)
+            summarize(plan, out, skipped, log)
+            dataset_stats(log.conversations())
+        cpu = time.process_time() - start
+    finally:
+        initial_state._thread_faker = real
+    return cpu, ran, _digest(out)
+
+
+def _import_cpu() -> float:
+    """CPU seconds a fresh interpreter spends importing what an offline run needs (its start-up included)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(
+        [sys.executable, "-c", "import envfactory.tasks.run, envfactory.cli.main"],
+        check=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def per_core_table(settings: Settings, pool: EnvPool, folder: Path, apps: int, tasks: int, states: int) -> Table:
+    config = SynthConfig.model_validate({"A": apps, "T": tasks, "S": states, "D": 2, "seed": 0, "out": folder})
+    plan = plan_units(config, pool, tool_graph(settings, config))
+    runner = OfflineRunner(settings, pool)
+    _per_core(runner, plan.model_copy(update={"units": plan.units[:20]}), folder / "warm", before=False)  # caches
+    imports = _import_cpu()
+    title = f"offline synth per core, A{apps} T{tasks} S{states} D2 ({len(plan.units)} units, target >= 100/CPU-s)"
+    table = Table(title=title)
+    for col in ("run", "CPU s", "units / CPU-s", "with imports", "output (sorted sha256)"):
+        table.add_column(col, justify="left" if col in ("run", "output (sorted sha256)") else "right")
+    for label, before in (("before: read back, Faker per state", True), ("now: RunLog, Faker per thread", False)):
+        cpu, ran, digest = _per_core(runner, plan, folder / ("before" if before else "now"), before=before)
+        table.add_row(label, f"{cpu:.2f}", f"{ran / cpu:.1f}", f"{ran / (cpu + imports):.1f}", digest)
+    table.caption = f"imports of a fresh interpreter: {imports:.2f} CPU-s; load {os.getloadavg()[0]:.2f}"
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=6)
     parser.add_argument("--states", type=int, default=2)
+    parser.add_argument("--per-core-plan", type=int, nargs=3, default=(9, 20, 2), metavar=("A", "T", "S"))
+    parser.add_argument("--per-core-only", action="store_true", help="only the per-core table (no threads, no Ray)")
     args = parser.parse_args()
     console = Console()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         settings = Settings(root=ROOT, bfcl=False)
         pool = EnvPool(settings)
+        console.print(per_core_table(settings, pool, folder / "per-core", *args.per_core_plan))
+        if args.per_core_only:
+            return
         config = SynthConfig.model_validate({"T": args.tasks, "S": args.states, "D": 1, "seed": 0, "out": folder})
         plan = plan_units(config, pool, tool_graph(settings, config))
         units = plan.units

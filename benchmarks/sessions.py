@@ -1,10 +1,14 @@
 """Sessions benchmark: fork, in-process vs sandboxed calls/s, MCP streamable HTTP vs one stdio process per conversation.
 
-    python benchmarks/sessions.py [--env hotels] [--concurrency 8] [--conversations 200] [--baseline 6] [--sandbox-only]
+    python benchmarks/sessions.py [--env hotels] [--concurrency 8] [--conversations 200] [--baseline 6]
+                                  [--sandbox-only | --lean-only]
 
 Tool calls/s over MCP HTTP are measured twice: with the SDK's client (`ClientSession` over
-`streamable_http_client`) and with a lean client that posts the JSON-RPC messages itself (httpx only), with
-N and with 64 sessions: the difference is the SDK client's own cost, what remains the server's.
+`streamable_http_client`) and with the trainers' client (`envfactory.serve.trainer_client`: the JSON-RPC
+messages written on one keep-alive connection per session, asyncio streams, no HTTP library), with N and with
+64 sessions: the difference is the SDK client's own cost, what remains the server's. Each session books
+first, then reads back in a loop (every result checked: the share of calls that succeeded is printed).
+`--lean-only` runs just the trainer client against one server process, with and without the fast path.
 
 The sandboxed rows load the same environment as an untrusted one: its sessions live in one worker
 process behind bubblewrap + seccomp, driven over a pipe (what a generated environment costs until
@@ -40,7 +44,10 @@ sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool, load_untrusted_folder  # noqa: E402
+from envfactory.env.sandbox.limits import worker_limits  # noqa: E402
 from envfactory.serve.net import free_port  # noqa: E402
+
+LEAN_TARGET = 5_000  # issue 29: tool calls/s from the trainers' client against one server process
 
 # the calls of one conversation, on the default scenario of the chosen environment
 CONVERSATIONS: dict[str, list[tuple[str, dict[str, Any]]]] = {
@@ -74,6 +81,57 @@ def bench_inprocess(env: Any, calls: list[tuple[str, dict[str, Any]]], seconds: 
         n += len(reads)
         session.history.clear()
     return n / (time.perf_counter() - start)
+
+
+def bench_worker_start(sandboxed: Any, env_name: str, n: int = 5) -> tuple[float, float, float, float]:
+    """Medians: a cold worker start (the wall's start-up only), a start from a warm spare (a hand-over), and
+    loading the environment again plus its first session with a spare ready, beside the same in-process."""
+    from envfactory.env.pool import load_env_folder
+    from envfactory.env.sandbox.process import SandboxProcess
+    from envfactory.env.sandbox.spare import SPARES
+    from envfactory.env.sandboxed import release_pool
+
+    pool = sandboxed.pool
+    s = pool.settings
+    limits = worker_limits(s.memory_mb, s.cpu_s)
+    channel = pool.channel.model_copy(update={"start_timeout_s": s.start_timeout_s})
+    release_pool(pool)  # its workers end: each load below starts one
+    cold: list[float] = []
+    warm: list[float] = []
+    use: list[float] = []
+    inproc: list[float] = []
+    for _ in range(n):
+        t = time.perf_counter()
+        process = SandboxProcess(s.wall, limits, tmpfs_mb=s.tmpfs_mb, channel=channel, monitor=True)
+        process.start()
+        cold.append(time.perf_counter() - t)
+        process.close()
+        SPARES.refill(s.wall, limits, s.tmpfs_mb, channel)
+        _wait_spare(SPARES, s, limits, channel)
+        t = time.perf_counter()
+        spare = SPARES.take(s.wall, limits, s.tmpfs_mb, channel)
+        warm.append(time.perf_counter() - t)
+        assert spare is not None, "no spare came up"
+        spare.close()
+        SPARES.refill(s.wall, limits, s.tmpfs_mb, channel)
+        _wait_spare(SPARES, s, limits, channel)
+        t = time.perf_counter()
+        again = load_untrusted_folder(ROOT / "envs" / env_name, Settings(root=ROOT, bfcl=False, sandbox_workers=1))
+        again.session("default")
+        use.append(time.perf_counter() - t)
+        release_pool(again.pool)
+        t = time.perf_counter()
+        load_env_folder(ROOT / "envs" / env_name).session("default")
+        inproc.append(time.perf_counter() - t)
+    return tuple(statistics.median(x) for x in (cold, warm, use, inproc))  # type: ignore[return-value]
+
+
+def _wait_spare(spares: Any, s: Any, limits: Any, channel: Any, timeout_s: float = 30.0) -> None:
+    key = (s.wall.kind, s.wall.bwrap, limits.model_dump_json(), s.tmpfs_mb, channel.model_dump_json())
+    stop = time.monotonic() + timeout_s
+    while key not in spares._ready and time.monotonic() < stop:
+        time.sleep(0.01)
+    time.sleep(0.2)  # let its start-up CPU settle (an idle worker shows none afterwards)
 
 
 def _env() -> dict[str, str]:
@@ -137,13 +195,15 @@ async def _calls_in_sessions(url: str, calls: list[Any], concurrency: int, secon
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
-    reads = [c for c in calls if not c[0].startswith(("book", "cancel", "modify"))]
+    setup, reads = _reads_after_writes(calls)
     counts = [0] * concurrency
     http = httpx.AsyncClient(timeout=30)
 
     async def worker(i: int, stop: float) -> None:
         async with streamable_http_client(url, http_client=http) as (r, w, _), ClientSession(r, w) as s:
             await s.initialize()
+            for tool, args in setup:  # book before reading it back
+                assert not (await s.call_tool(tool, args)).isError
             while time.perf_counter() < stop:
                 for tool, args in reads:
                     await s.call_tool(tool, args)
@@ -154,81 +214,44 @@ async def _calls_in_sessions(url: str, calls: list[Any], concurrency: int, secon
     return sum(counts) / (time.perf_counter() - start)
 
 
-class _Wire:
-    """One HTTP/1.1 keep-alive connection, requests written and responses read by hand (asyncio streams only)."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, path: str) -> None:
-        self.reader, self.writer, self.host, self.path = reader, writer, host, path
-
-    @classmethod
-    async def open(cls, url: str) -> _Wire:
-        from urllib.parse import urlsplit
-
-        parts = urlsplit(url)
-        reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
-        return cls(reader, writer, f"{parts.hostname}:{parts.port}", parts.path)
-
-    async def request(self, method: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
-        lines = [f"{method} {self.path} HTTP/1.1", f"host: {self.host}", f"content-length: {len(body)}"]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        self.writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status_line, *header_lines = head.decode("latin-1").split("\r\n")
-        got = {k.lower(): v.strip() for k, _, v in (h.partition(":") for h in header_lines if h)}
-        length = int(got.get("content-length", "0"))
-        return int(status_line.split()[1]), got, await self.reader.readexactly(length)
-
-    def close(self) -> None:
-        self.writer.close()
+def _reads_after_writes(calls: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(the conversation's calls up to its last write, its read calls): a session makes the first once (book
+    before reading back what it booked), then repeats the reads (repeated writes would pile up state)."""
+    writes = [k for k, c in enumerate(calls) if c[0].startswith(("book", "cancel", "modify"))]
+    setup = calls[: writes[-1] + 1] if writes else []
+    return setup, [c for c in calls if not c[0].startswith(("book", "cancel", "modify"))]
 
 
-async def _calls_raw(url: str, calls: list[Any], concurrency: int, seconds: float) -> tuple[float, int]:
-    """The same load from a lean client: MCP's JSON-RPC messages written on a keep-alive connection per
-    session (asyncio streams, no HTTP library, no SDK session): initialize, the initialized notification, then
-    tools/call in a loop, each carrying the session's `mcp-session-id`. What is left of a call's time is the
-    server's and the wire's. (An httpx client per session did ~1,000 calls/s here, its own cost the limit.)"""
-    reads = [c for c in calls if not c[0].startswith(("book", "cancel", "modify"))]
-    counts = [0] * concurrency
-    base = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+async def _calls_lean(url: str, calls: list[Any], concurrency: int, seconds: float) -> dict[str, float]:
+    """The same load from the trainers' client (`envfactory.serve.trainer_client`: MCP's JSON-RPC messages on a
+    keep-alive connection per session, asyncio streams, no HTTP library, no SDK session): each session books,
+    then reads in a loop. What is left of a call's time is the server's and the wire's. (An httpx client per
+    session did ~1,000 calls/s here, its own cost the limit.) Every call's result is checked: `failed` counts
+    the calls whose tool failed."""
+    from envfactory.serve.trainer_client import TrainerSession
+
+    setup, reads = _reads_after_writes(calls)
+    counts, failed = [0] * concurrency, [0] * concurrency
 
     async def worker(i: int, stop: float) -> None:
-        wire = await _Wire.open(url)
-
-        async def post(message: dict[str, Any], session: str | None) -> tuple[dict[str, str], bytes]:
-            extra = {"mcp-session-id": session, "mcp-protocol-version": "2025-06-18"} if session else {}
-            status, headers, body = await wire.request("POST", json.dumps(message).encode(), {**base, **extra})
-            if status >= 300:
-                raise RuntimeError(f"HTTP {status}: {body[:200]!r}")
-            return headers, body
-
-        params = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
-        hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": params}
-        session = (await post(hello, None))[0]["mcp-session-id"]
-        await post({"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
-        n = 1
-        while time.perf_counter() < stop:
-            for tool, args in reads:
-                n += 1
-                message = {
-                    "jsonrpc": "2.0",
-                    "id": n,
-                    "method": "tools/call",
-                    "params": {"name": tool, "arguments": args},
-                }
-                body = json.loads((await post(message, session))[1])
-                assert "result" in body, body  # a tool's own error is a result too, as for the SDK client
-            counts[i] += len(reads)
-        await wire.request("DELETE", b"", {"mcp-session-id": session})
-        wire.close()
+        async with await TrainerSession.open(url) as env:
+            for tool, args in setup:
+                failed[i] += (await env.call(tool, args)).is_error
+                counts[i] += 1
+            while time.perf_counter() < stop:
+                for tool, args in reads:
+                    failed[i] += (await env.call(tool, args)).is_error
+                counts[i] += len(reads)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker(i, start + seconds) for i in range(concurrency)))
-    return sum(counts) / (time.perf_counter() - start), sum(counts)
+    wall = time.perf_counter() - start
+    return {"per_s": sum(counts) / wall, "calls": sum(counts), "failed": sum(failed)}
 
 
 def client_main(argv: list[str]) -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--client", choices=["http", "stdio", "calls", "raw"])
+    p.add_argument("--client", choices=["http", "stdio", "calls", "lean"])
     p.add_argument("--target")
     p.add_argument("--env")
     p.add_argument("--total", type=int)
@@ -239,9 +262,8 @@ def client_main(argv: list[str]) -> None:
     calls = [] if a.no_calls else CONVERSATIONS[a.env]
     if a.client == "calls":
         out: Any = {"per_s": asyncio.run(_calls_in_sessions(a.target, calls, a.concurrency, a.seconds))}
-    elif a.client == "raw":
-        per_s, total = asyncio.run(_calls_raw(a.target, calls, a.concurrency, a.seconds))
-        out = {"per_s": per_s, "calls": total}
+    elif a.client == "lean":
+        out = asyncio.run(_calls_lean(a.target, calls, a.concurrency, a.seconds))
     else:
         out = asyncio.run(_run_many(a.client, a.target, calls, a.total, a.concurrency))
     print(json.dumps(out))
@@ -274,6 +296,45 @@ def _start_http(env_name: str, *extra: str) -> tuple[subprocess.Popen[bytes], st
     raise RuntimeError("HTTP server did not start")
 
 
+def _lean(server: subprocess.Popen[bytes], target: str, env: str, sessions: int, seconds: float) -> Any:
+    """(calls/s, the server's CPU share, calls per CPU-second of the server, the share of calls that succeeded)
+    from the trainers' client in its own process."""
+    cpu = psutil.Process(server.pid)
+    before, t0 = cpu.cpu_times(), time.perf_counter()
+    args = ("--target", target, "--env", env, "--concurrency", str(sessions), "--seconds", str(seconds))
+    out = _client("--client", "lean", *args)
+    after, wall = cpu.cpu_times(), time.perf_counter() - t0
+    used = (after.user + after.system) - (before.user + before.system)
+    return out["per_s"], used / wall, out["calls"] / used, 1 - out["failed"] / max(out["calls"], 1)
+
+
+def lean_main(env: str, sessions: list[int], seconds: float) -> None:
+    """`--lean-only`: the trainers' client against one server process, fast path and SDK path."""
+    t = Table(title=f"trainer client vs one server process: env={env}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
+    for col in ("server", "sessions", "calls/s", "target", "server busy", "per server CPU-s", "calls succeeded"):
+        t.add_column(col)
+    for path, extra in (("fast path", ()), ("SDK path (--no-fast-calls)", ("--no-fast-calls",))):
+        proc, url = _start_http(env, *extra)
+        try:
+            for n in sessions:
+                per_s, busy, per_cpu, ok = _lean(proc, url, env, n, seconds)
+                met = "" if extra else ("yes" if per_s >= LEAN_TARGET else "[red]no[/red]")
+                ok_s = f"{ok:.1%}" + ("" if ok == 1 else " [red]![/red]")
+                t.add_row(
+                    path,
+                    str(n),
+                    f"{per_s:,.0f}",
+                    f">= {LEAN_TARGET:,} /s {met}",
+                    f"{busy:.0%}",
+                    f"{per_cpu:,.0f}",
+                    ok_s,
+                )
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    Console(width=160).print(t)
+
+
 def main() -> None:
     if "--client" in sys.argv:
         client_main(sys.argv[1:])
@@ -285,7 +346,11 @@ def main() -> None:
     p.add_argument("--baseline", type=int, default=6, help="stdio process-per-conversation runs (slow)")
     p.add_argument("--seconds", type=float, default=3.0, help="duration of the calls/s measurements")
     p.add_argument("--sandbox-only", action="store_true", help="only the in-process and sandboxed rows")
+    p.add_argument("--lean-only", action="store_true", help="only the trainer client against one server process")
     a = p.parse_args()
+    if a.lean_only:
+        lean_main(a.env, sorted({a.concurrency, 64}), a.seconds)
+        return
 
     pool = EnvPool(Settings(root=ROOT, bfcl=False))
     env = pool.get(a.env)
@@ -297,11 +362,26 @@ def main() -> None:
     sb_start = time.perf_counter() - started
     sb_fork = bench_fork(sandboxed, 500)
     sb_calls = bench_inprocess(sandboxed, calls, a.seconds)
+    cold_start, spare_start, spare_use, inproc_use = bench_worker_start(sandboxed, a.env)
     sandbox_rows = [
         ("sandboxed worker start + code load (first use)", f"{sb_start * 1e3:.0f} ms", "", None),
+        ("worker start, cold (bubblewrap, seccomp, imports)", f"{cold_start * 1e3:.0f} ms", "", None),
+        ("worker start, warm spare (hand-over)", f"{spare_start * 1e3:.1f} ms", "<= 50 ms", spare_start <= 0.05),
+        (
+            "  load + first session, spare ready / in-process",
+            f"{spare_use * 1e3:.0f} / {inproc_use * 1e3:.0f} ms",
+            "",
+            None,
+        ),
         ("session fork, sandboxed (median)", f"{sb_fork * 1e6:.0f} µs", "< 5 ms", sb_fork < 5e-3),
         ("tool calls, sandboxed, 1 worker", f"{sb_calls:,.0f} /s", ">= 2,000 /s", sb_calls >= 2_000),
         ("  ratio in-process / sandboxed", f"{inproc / sb_calls:.1f}×", "", None),
+        (
+            "read-heavy session, sandboxed / in-process",
+            f"{sb_calls / inproc:.0%}",
+            ">= 50 %",
+            sb_calls / inproc >= 0.5,
+        ),
     ]
     if a.sandbox_only:
         t = Table(title=f"sessions benchmark (sandbox rows): env={a.env}, {os.cpu_count()} CPUs")
@@ -337,14 +417,8 @@ def main() -> None:
         http_start = conv("http", url, a.conversations, a.concurrency, "--no-calls")
         http_conv = conv("http", url, a.conversations, a.concurrency)
 
-        def lean(server: subprocess.Popen[bytes], target: str, sessions: int) -> tuple[float, float, float]:
-            """(calls/s, the server's CPU share, calls per CPU-second of the server) from the lean client."""
-            cpu = psutil.Process(server.pid)
-            before, t0 = cpu.cpu_times(), time.perf_counter()
-            out = _client("--client", "raw", "--target", target, "--env", a.env, "--concurrency", str(sessions))
-            after, wall = cpu.cpu_times(), time.perf_counter() - t0
-            used = (after.user + after.system) - (before.user + before.system)
-            return out["per_s"], used / wall, out["calls"] / used
+        def lean(server: subprocess.Popen[bytes], target: str, sessions: int) -> tuple[float, float, float, float]:
+            return _lean(server, target, a.env, sessions, a.seconds)  # type: ignore[no-any-return]
 
         def calls_per_s(client: str, sessions: int) -> float:
             args = ["--target", url, "--env", a.env, "--concurrency", str(sessions), "--seconds", str(a.seconds)]
@@ -382,14 +456,13 @@ def main() -> None:
     for sandbox_row in sandbox_rows:
         row(*sandbox_row)
     row(f"tool calls, MCP HTTP, {a.concurrency} sessions on 1 process", f"{http_calls['per_s']:,.0f} /s", "", None)
-    for (n, path), (per_s, busy, per_cpu_s) in raw_calls.items():
-        row(f"tool calls, MCP HTTP, {n} sessions, lean JSON-RPC client, {path}", f"{per_s:,.0f} /s", "", None)
-        row(
-            f"  per CPU-second of the server process (busy {busy:.0%})",
-            f"{per_cpu_s:,.0f} /s",
-            ">= 2,000 /s",
-            per_cpu_s >= 2000,
-        )
+    for (n, path), (per_s, busy, per_cpu_s, ok) in raw_calls.items():
+        fast = path == "fast path"
+        target = f">= {LEAN_TARGET:,} /s" if fast else ""
+        name = f"tool calls, MCP HTTP, {n} sessions, trainer client (serve.trainer_client), {path}"
+        row(name, f"{per_s:,.0f} /s", target, per_s >= LEAN_TARGET if fast else None)
+        row(f"  per CPU-second of the server process (busy {busy:.0%})", f"{per_cpu_s:,.0f} /s", target, None)
+        row("  calls that succeeded (book, then read back)", f"{ok:.1%}", "100 %", ok == 1)
     row("conversations started: HTTP session each", rate(http_start), "", None)
     row("conversations started: stdio process each (baseline)", rate(stdio_start), "", None)
     row("  ratio HTTP / baseline (started)", f"{ratio_start:.0f}×", ">= 50×", ratio_start >= 50)

@@ -119,6 +119,10 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="a sandboxed worker that does not start and load its code in time fails"
     )
     sandbox_workers: int = Field(default=2, ge=1, description="sandboxed worker processes per untrusted environment")
+    sandbox_spare: bool = Field(
+        default=True,
+        description="keep one sandboxed worker started ahead (walled, no code yet): a new worker is a hand-over",
+    )
     sandbox_worker_cpu_s: int = Field(
         default=120,
         ge=1,

@@ -27,8 +27,8 @@ from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.llm.structured import Structured, expect_model
 from envfactory.querygen.records import QUERY_ROLE, Preparation, QueryGenConfig
+from envfactory.records.models import Node, PlannedCall, States
 from envfactory.tasks.initial_state import generate_initial_state
-from envfactory.tasks.models import Node, PlannedCall, States
 from envfactory.tasks.pi_star import CoreIds, PiStarOutcome, solve_chain
 from envfactory.toolgraph.sampler import ToolChain
 from envfactory_agents.common import AgentDeps

@@ -20,8 +20,8 @@ from envfactory.llm.messages import message_text
 from envfactory.llm.thinking import split_thinking
 from envfactory.querygen.records import SOLVER_ROLE, Branch, SolveTask, UserCall, step_calls
 from envfactory.querygen.select import matcher_for, turn_goal_reached
-from envfactory.tasks.episode import Episode
-from envfactory.tasks.models import Node, States, Step, ToolCall, ToolResult
+from envfactory.records.episode import Episode
+from envfactory.records.models import Node, States, Step, ToolCall, ToolResult
 from envfactory_agents.common import AgentDeps
 from envfactory_agents.user import user_reply
 

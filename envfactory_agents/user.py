@@ -21,7 +21,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.llm.messages import message_text
 from envfactory.llm.thinking import strip_thinking
 from envfactory.querygen.records import USER_ROLE, SolveTask
-from envfactory.tasks.models import Step, ToolCall, ToolResult
+from envfactory.records.models import Step, ToolCall, ToolResult
 from envfactory_agents.common import AgentDeps
 from envfactory_agents.query import calls_view
 

@@ -17,7 +17,7 @@ from langgraph.checkpoint.sqlite import SqliteSaver
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.llm.scripted import ScriptedCall
-from envfactory.tasks.models import PlannedCall
+from envfactory.records.models import PlannedCall
 from envfactory.tasks.pi_star import solve_chain
 from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain
 from graphs.querygen import QueryGenContext, QueryGenOutcome, run_querygen

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from envfactory.config import Settings
-from envfactory.tasks.batch import Unit
+from envfactory.tasks.offline import UnitOutcome
+from envfactory.tasks.plan import Unit
 from envfactory.tasks.run import OfflineRunner
-from envfactory.tasks.synth import UnitOutcome
 
 
 class SlowRunner(OfflineRunner):

@@ -14,7 +14,7 @@ pytest.importorskip("bfcl_eval")
 from envfactory.config import Settings
 from envfactory.eval.contamination import check, ngrams, words
 from envfactory.suites.bfcl.entries import load_entries
-from envfactory.tasks.batch import SynthConfig, load_conversations
+from envfactory.tasks.plan import SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,10 +12,8 @@ import pytest
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
-from envfactory.tasks.batch import SynthConfig, load_conversations, read_jsonl
-from envfactory.tasks.conversation import ConversationWriter, Turn, _fill
-from envfactory.tasks.episode import replay
-from envfactory.tasks.models import (
+from envfactory.records.episode import replay
+from envfactory.records.models import (
     Binding,
     Conversation,
     Node,
@@ -26,10 +24,12 @@ from envfactory.tasks.models import (
     ToolCall,
     ToolResult,
 )
+from envfactory.records.spoken import renderings, say
+from envfactory.tasks.conversation import ConversationWriter, Turn, _fill
 from envfactory.tasks.pi_star import is_identity
+from envfactory.tasks.plan import SynthConfig, load_conversations, read_jsonl
 from envfactory.tasks.quality import is_id_parameter, measure
 from envfactory.tasks.run import run_batch
-from envfactory.tasks.spoken import renderings, say
 from envfactory.tasks.template import answer_fact
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from envfactory.eval.run import ATTEMPTS, EvalSettings, Runner, done_attempts, r
 from envfactory.eval.score import score_attempt
 from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.reward import CompositeReward
-from envfactory.tasks.batch import SynthConfig
+from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from envfactory.config import Settings
-from envfactory.tasks.batch import SynthConfig
+from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
 from tests.llama_server import llama_server as start_llama_server
 

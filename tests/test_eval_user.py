@@ -25,9 +25,9 @@ from envfactory.export.options import ExportOptions
 from envfactory.export.rl import convert_to_rl_data
 from envfactory.export.tools_schema import catalog_for
 from envfactory.llm.scripted import ScriptedChatModel
+from envfactory.records.models import Conversation
 from envfactory.reward import CompositeReward
-from envfactory.tasks.batch import SynthConfig
-from envfactory.tasks.models import Conversation
+from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,9 +23,9 @@ import pytest
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import ExecutorError, ExecutorSettings, RayExecutor, WorkerLost, executor_from
-from envfactory.tasks.batch import Plan, SynthConfig, plan_units, run_units
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED
+from envfactory.tasks.plan import Plan, SynthConfig, plan_units, run_units
 from envfactory.tasks.run import OfflineRunner, tool_graph
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED
 from tests.ray_helpers import SlowRunner
 
 # needs what `make test` neither installs nor starts: `make test-external` runs it (and .ci/run runs both)
@@ -129,7 +129,7 @@ DRIVER = textwrap.dedent(
     from envfactory.config import Settings
     from envfactory.env.pool import EnvPool
     from envfactory.executor import ExecutorSettings, RayExecutor
-    from envfactory.tasks.batch import SynthConfig, plan_units, run_units
+    from envfactory.tasks.plan import SynthConfig, plan_units, run_units
     from envfactory.tasks.run import tool_graph
     from tests.ray_helpers import SlowRunner
 
@@ -241,7 +241,7 @@ def test_llm_mode_synth_on_a_ray_worker_uses_the_runs_settings(tmp_path: Path, m
     """QueryGen units on a Ray worker: the runner carries the run's settings (the scripted model, the project),
     the worker opens its own pool and checkpointer, and the kept conversation is written by the driver."""
     from envfactory.config import get_settings
-    from envfactory.tasks.batch import Unit, load_conversations, read_jsonl
+    from envfactory.tasks.plan import Unit, load_conversations, read_jsonl
     from graphs.querygen.batch import QueryGenRunner
     from tests.querygen_helpers import SEED, base_script, hotels_chain, pi_star, setup
 

@@ -36,8 +36,7 @@ from envfactory.export import (
 from envfactory.export.llamafactory import sharegpt_messages
 from envfactory.export.tools_schema import conversation_servers
 from envfactory.export.trl_sft import record_messages
-from envfactory.tasks.batch import Unit, run_units
-from envfactory.tasks.models import (
+from envfactory.records.models import (
     Conversation,
     Node,
     Provenance,
@@ -48,6 +47,7 @@ from envfactory.tasks.models import (
     ToolResult,
     UserToolCall,
 )
+from envfactory.tasks.plan import Unit, run_units
 from envfactory.tasks.run import offline_runner
 from tests.chains import chain, from_tool, hotel_chain, user
 

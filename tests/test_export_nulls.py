@@ -27,7 +27,7 @@ from envfactory.env.metadata import EnvMetadata, ToolKind, ToolSpec
 from envfactory.export import ExportOptions, convert_to_rl_data, export_conversations
 from envfactory.hubs.episode import Task as HubTask
 from envfactory.hubs.episode import task_id, tasks_jsonl
-from envfactory.tasks.models import (
+from envfactory.records.models import (
     Conversation,
     Node,
     Provenance,

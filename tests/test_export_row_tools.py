@@ -21,7 +21,7 @@ from envfactory.env.metadata import EnvMetadata, ToolSpec
 from envfactory.export import ExportOptions, conversation_tools, convert_to_rl_data, convert_to_sft_data
 from envfactory.export.row_tools import called_names, compact_schema, short_description
 from envfactory.export.tools_schema import user_only_tools
-from envfactory.tasks.models import (
+from envfactory.records.models import (
     Conversation,
     Node,
     Provenance,

@@ -23,9 +23,9 @@ from typer.testing import CliRunner
 from envfactory.cli.main import app
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
-from envfactory.tasks.batch import Unit, run_units
+from envfactory.records.run_folder import CONVERSATIONS
+from envfactory.tasks.plan import Unit, run_units
 from envfactory.tasks.run import offline_runner
-from envfactory.tasks.run_folder import CONVERSATIONS
 from tests.chains import hotel_chain
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,9 +12,9 @@ from envfactory.config import Settings
 from envfactory.eval.items import load_conversations as eval_conversations
 from envfactory.export.errors import ExportError
 from envfactory.export.files import training_conversations
-from envfactory.tasks.batch import SynthConfig, heldout_tasks, read_jsonl
+from envfactory.records.run_folder import CONVERSATIONS, HELDOUT
+from envfactory.tasks.plan import SynthConfig, heldout_tasks, read_jsonl
 from envfactory.tasks.run import run_batch
-from envfactory.tasks.run_folder import CONVERSATIONS, HELDOUT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,7 +67,7 @@ def test_the_choice_is_seeded_and_bounded() -> None:
 
 
 def test_a_held_out_environment_outside_the_run_is_a_config_error(tmp_path: Path) -> None:
-    from envfactory.tasks.batch import SynthConfigError
+    from envfactory.tasks.plan import SynthConfigError
 
     settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path / "data")
     config = {"envs": ["hotels"], "T": 1, "out": tmp_path / "run", "plot": False, "holdout_envs": ["flights"]}

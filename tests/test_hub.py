@@ -17,9 +17,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from envfactory.env.pool import EnvPool
 from envfactory.metatools import META_TOOLS, Hub, HubError, load_tasks
-from envfactory.serve.hub_server import LOAD_TASK_TOOL, build_hub_server
-from envfactory.serve.mcp_server import STATE_TOOL
-from envfactory.tasks.models import (
+from envfactory.records.models import (
     Assertion,
     Conversation,
     Node,
@@ -29,6 +27,8 @@ from envfactory.tasks.models import (
     Task,
     ToolCall,
 )
+from envfactory.serve.hub_server import LOAD_TASK_TOOL, build_hub_server
+from envfactory.serve.mcp_server import STATE_TOOL
 from tests.serve_helpers import serving
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -32,7 +32,7 @@ from envfactory.hubs.episode import Task, load_tasks
 from envfactory.hubs.export import HubExportError
 from envfactory.reward.scorer import CompositeReward
 from envfactory.serve.net import free_port
-from envfactory.tasks.batch import SynthConfig
+from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
 from tests.hub_helpers import scripted_chat_server
 from tests.serve_helpers import wait_for_port

@@ -275,7 +275,7 @@ def _tasks(p: Path) -> Any:
 
 
 def _synth_config(p: Path) -> Any:
-    from envfactory.tasks.batch import load_config
+    from envfactory.tasks.plan import load_config
 
     return load_config(p)
 
@@ -323,7 +323,7 @@ def _graph(p: Path) -> Any:
 
 
 def _synth_jsonl(p: Path) -> Any:
-    from envfactory.tasks.batch import read_jsonl
+    from envfactory.tasks.plan import read_jsonl
 
     return read_jsonl(p)
 
@@ -435,7 +435,7 @@ def test_registry_messages_keep_their_advice(tmp_path: Path) -> None:
 
 def test_a_deep_jsonl_line_names_its_line(tmp_path: Path) -> None:
     from envfactory.metatools import HubError, load_tasks
-    from envfactory.tasks.batch import SynthConfigError, read_jsonl
+    from envfactory.tasks.plan import SynthConfigError, read_jsonl
 
     path = tmp_path / "conversations.jsonl"
     path.write_text("\n" + _deep_json() + "\n")  # blank lines are skipped, but counted
@@ -447,7 +447,7 @@ def test_a_deep_jsonl_line_names_its_line(tmp_path: Path) -> None:
 
 
 def test_the_synth_jsonl_reader_still_repairs_a_torn_tail(tmp_path: Path) -> None:
-    from envfactory.tasks.batch import read_jsonl
+    from envfactory.tasks.plan import read_jsonl
 
     path = tmp_path / "dropped.jsonl"
     path.write_bytes(b'{"key": "a"}\n{"key": "b", "co')
@@ -508,7 +508,7 @@ def test_prompt_folder_files_that_do_not_fit_their_model_name_the_file(tmp_path:
 
 
 def test_a_yaml_alias_bomb_synth_config_is_refused(tmp_path: Path) -> None:
-    from envfactory.tasks.batch import SynthConfigError, load_config
+    from envfactory.tasks.plan import SynthConfigError, load_config
 
     path = tmp_path / "synth.yaml"
     path.write_text(_alias_bomb())

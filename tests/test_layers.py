@@ -7,7 +7,9 @@
 - inside the library, a lower layer never imports a higher one (`LIBRARY_RULES`): the runtime and serving
   never import the generator (`envgen/`), rewards never import export, evaluation and the meta-tools never
   import a server (`serve/`), and what reads a run folder never imports the batch runner that writes it;
-- the bottom modules every layer uses (`words.py`, `env/state_path.py`) import nothing of the library.
+- the bottom modules every layer uses (`words.py`, `env/state_path.py`) import nothing of the library;
+- the shared records (`records/`: tasks, turns, episodes, verification, the run folder) import nothing above
+  the runtime: only `records/`, `env/` and the bottom modules (`words`, `errors`, `inputs`).
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def _importing(top: str, modules: tuple[str, ...]) -> list[str]:
     ]
 
 
-BATCH_RUNNER = ("envfactory.tasks.batch", "envfactory.tasks.run")
+BATCH_RUNNER = ("envfactory.tasks.plan", "envfactory.tasks.run")
 
 # (the importing folder, the modules it never imports, why): each was once broken and moved (docs/development.md)
 LIBRARY_RULES: list[tuple[str, tuple[str, ...], str]] = [
@@ -96,10 +98,14 @@ LIBRARY_RULES: list[tuple[str, tuple[str, ...], str]] = [
     ("envfactory/reward", ("envfactory.export",), "export sits above rewards (the demo's table: cli.reward_sanity)"),
     ("envfactory/eval", ("envfactory.serve",), "evaluation runs the hub in process (envfactory.metatools)"),
     ("envfactory/metatools", ("envfactory.serve",), "the meta-tools sit below the server that serves them"),
-    ("envfactory/export", BATCH_RUNNER, "export reads a run folder (tasks.run_folder), never the batch runner"),
+    ("envfactory/export", BATCH_RUNNER, "export reads a run folder (records.run_folder), never the batch runner"),
     ("envfactory/reward", BATCH_RUNNER, "rewards read records, never the batch runner"),
-    ("envfactory/eval", BATCH_RUNNER, "evaluation reads a run folder (tasks.run_folder), never the batch runner"),
-    ("envfactory/serve", BATCH_RUNNER, "the hub server reads a run folder (tasks.run_folder), never the batch runner"),
+    ("envfactory/eval", BATCH_RUNNER, "evaluation reads a run folder (records.run_folder), never the batch runner"),
+    (
+        "envfactory/serve",
+        BATCH_RUNNER,
+        "the hub server reads a run folder (records/), never the batch runner",
+    ),
     ("envfactory/metatools", BATCH_RUNNER, "the meta-tools read a tasks file, never the batch runner"),
 ]
 
@@ -124,6 +130,29 @@ BOTTOM = ("envfactory/words.py", "envfactory/env/state_path.py")
 @pytest.mark.parametrize("path", BOTTOM)
 def test_the_bottom_modules_import_nothing_of_the_library(path: str) -> None:
     assert [n for n in sorted(_imports(ROOT / path)) if n.split(".")[0] == "envfactory"] == []
+
+
+# what the records every stage shares may import: themselves, the runtime and the bottom modules
+RECORDS_MAY_IMPORT = (
+    "envfactory.records",
+    "envfactory.env",
+    "envfactory.words",
+    "envfactory.errors",
+    "envfactory.inputs",
+)
+
+
+def test_the_records_import_nothing_above_the_runtime() -> None:
+    assert _importing("envfactory/records", ("envfactory.env",))  # the check sees the records' imports
+    above = [
+        f"{p.relative_to(ROOT)} imports {name}"
+        for p in _files("envfactory/records")
+        for name in sorted(_imports(p))
+        if name.split(".")[0] == "envfactory"
+        and name != "envfactory"
+        and not any(name == m or name.startswith(f"{m}.") for m in RECORDS_MAY_IMPORT)
+    ]
+    assert above == [], "records/ sits below every stage that reads them (synthesis, rewards, export, eval, serve)"
 
 
 def _unit(module: str) -> str | None:

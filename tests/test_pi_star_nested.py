@@ -24,10 +24,10 @@ from envfactory.compiler.scenarios import generate_scenarios
 from envfactory.config import Settings
 from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Operation
 from envfactory.env.pool import EnvPool
-from envfactory.tasks.episode import Episode
-from envfactory.tasks.models import PlannedCall
+from envfactory.records.episode import Episode
+from envfactory.records.models import PlannedCall
+from envfactory.tasks.offline import initial_states
 from envfactory.tasks.pi_star import PiStarOutcome, PiStarSettings, solve_chain
-from envfactory.tasks.synth import initial_states
 from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain
 from tests.chains import chain
 

@@ -27,7 +27,7 @@ from envfactory.env.session import Session
 from envfactory.envgen.openapi import load_openapi
 from envfactory.errors import EnvLoadError, MetadataError
 from envfactory.metatools import Hub
-from envfactory.tasks.batch import SynthConfig, choose_envs
+from envfactory.tasks.plan import SynthConfig, choose_envs
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "tests" / "data" / "corpus" / "api" / "googleapis.com" / "tasks.json"

@@ -20,9 +20,9 @@ from envfactory.env.pool import EnvPool
 from envfactory.llm.scripted import ScriptExhaustedError, reset_scripted_models
 from envfactory.querygen.records import PRESETS, QueryGenError, preset_config
 from envfactory.querygen.select import filter_branch
-from envfactory.tasks.episode import replay
-from envfactory.tasks.models import Conversation, StateVerifier
-from envfactory.tasks.verifier import state_differences, verify
+from envfactory.records.episode import replay
+from envfactory.records.models import Conversation, StateVerifier
+from envfactory.records.verifier import state_differences, verify
 from envfactory_agents.common import reset_model_cache
 from graphs.querygen import QueryGenContext, build, run_querygen
 from tests.querygen_helpers import (
@@ -321,7 +321,7 @@ def test_filter_drops_a_failed_call_and_a_repeated_read(
 
 def test_filter_keeps_the_steps_when_the_replay_differs(pool: EnvPool, plan: Plan) -> None:
     from envfactory.querygen.records import Branch
-    from envfactory.tasks.models import Step, ToolCall, ToolResult
+    from envfactory.records.models import Step, ToolCall, ToolResult
 
     env = pool.get("hotels")
     initial = {"hotels": env.dump_state(env.new_state(LLM_STATE))}
@@ -512,7 +512,7 @@ def test_the_graph_takes_its_preset_from_a_plain_dict_context(
 def test_a_read_only_turn_needs_the_read_or_its_fact_in_the_answer(pool: EnvPool, plan: Plan) -> None:
     from envfactory.querygen.records import Branch, TurnDraft
     from envfactory.querygen.select import judge, matcher_for
-    from envfactory.tasks.models import Step, ToolCall
+    from envfactory.records.models import Step, ToolCall
 
     env = pool.get("hotels")
     initial = {"hotels": env.dump_state(env.new_state(LLM_STATE))}

@@ -10,6 +10,9 @@ from typing import Any
 import pytest
 
 from envfactory.env.pool import EnvPool
+from envfactory.records.episode import replay
+from envfactory.records.models import MaskSpec, States, ToolCall
+from envfactory.records.verifier import canonical
 from envfactory.reward import (
     CompositeReward,
     LinearSchedule,
@@ -22,9 +25,6 @@ from envfactory.reward import (
     same_value,
 )
 from envfactory.reward.tool_calls import ToolIndex, parse_tool_calls
-from envfactory.tasks.episode import replay
-from envfactory.tasks.models import MaskSpec, States, ToolCall
-from envfactory.tasks.verifier import canonical
 
 Call = tuple[str, dict[str, Any]]
 

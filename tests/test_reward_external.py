@@ -17,7 +17,7 @@ from envfactory.env.session import Session
 from envfactory.export import catalog_from_pool, convert_to_rl_data
 from envfactory.reward import CompositeReward
 from envfactory.suites import bfcl
-from envfactory.tasks.batch import SynthConfig, load_conversations
+from envfactory.tasks.plan import SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
+from envfactory.records.episode import Episode
+from envfactory.records.models import ToolCall
+from envfactory.records.verifier import canonical
 from envfactory.reward import CompositeReward, RewardSettings, apply_blanks, best_match, first_differences
-from envfactory.reward.state_term import dump_delta, touched_equal
-from envfactory.tasks.episode import Episode
-from envfactory.tasks.models import ToolCall
-from envfactory.tasks.verifier import canonical
+from envfactory.reward.state_term import dump_delta, touched_dump, touched_equal
 from tests.test_reward import BOOK, hermes, record
 
 Step = tuple[str, str, dict[str, Any]]
@@ -273,6 +273,8 @@ def test_comparing_what_the_calls_touched_equals_comparing_whole_dumps(
         actual.call(name, args)
     verdict = touched_equal(actual.state, goal_dump, dump_delta(initial, goal_dump))
     assert verdict is None or verdict == (actual.dump() == goal_dump)
+    partial, whole = touched_dump(actual.state, initial), actual.dump()  # dumped along what the calls touched
+    assert partial == whole and partial is not None and list(partial) == list(whole)
 
 
 def test_completions_that_differ_only_in_their_reads_share_one_replay(

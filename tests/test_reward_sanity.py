@@ -17,7 +17,7 @@ from envfactory.errors import EnvFactoryError
 from envfactory.export import FORMATS, convert_to_rl_data
 from envfactory.export.tools_schema import catalog_for
 from envfactory.reward import CompositeReward
-from envfactory.tasks.batch import SynthConfig, load_conversations
+from envfactory.tasks.plan import SynthConfig, load_conversations
 from envfactory.tasks.run import run_batch
 from envfactory.toolgraph import ToolGraph, save_graph
 

@@ -24,6 +24,7 @@ from envfactory.eval.items import items_from_conversations, load_conversations
 from envfactory.eval.run import ATTEMPTS, EvalSettings, done_attempts, run_eval, turn_runner
 from envfactory.export.errors import ExportError
 from envfactory.llm.scripted import ScriptedChatModel
+from envfactory.records.run_folder import CONVERSATIONS
 from envfactory.run_settings import (
     SETTINGS_FILE,
     RunRecord,
@@ -31,9 +32,8 @@ from envfactory.run_settings import (
     differences,
     record_or_check,
 )
-from envfactory.tasks.batch import SynthConfig, Unit, run_units
+from envfactory.tasks.plan import SynthConfig, Unit, run_units
 from envfactory.tasks.run import offline_runner
-from envfactory.tasks.run_folder import CONVERSATIONS
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.io import save_graph

@@ -18,8 +18,8 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.envgen.checks import schema_checks
 from envfactory.querygen.select import match_calls, matcher_for
+from envfactory.records.models import ToolCall
 from envfactory.reward import CompositeReward
-from envfactory.tasks.models import ToolCall
 
 
 def _variants(args: dict[str, Any], spec: Any, rng: random.Random) -> list[dict[str, Any]]:

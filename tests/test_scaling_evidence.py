@@ -18,7 +18,7 @@ from envfactory.eval.items import items_from_conversations, load_conversations
 from envfactory.eval.run import EvalSettings, run_eval, turn_runner
 from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.scaling.table import load_table
-from envfactory.tasks.batch import SynthConfig
+from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
 
 ROOT = Path(__file__).resolve().parent.parent

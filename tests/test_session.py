@@ -180,3 +180,22 @@ def test_reset_and_dump(s: Session) -> None:
     assert s.history == [] and set(s.dump()["accounts"]) == {"AC-0001", "AC-0002"}
     s.reset(None)
     assert s.dump()["accounts"] == {}
+
+
+def test_an_untraced_session_ends_in_the_same_state_and_keeps_the_contract_checks() -> None:
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("open_account", {"owner": "lena", "deposit": 20}),
+        ("transfer", {"from_id": "AC-0001", "to_id": "AC-0404", "amount": 10}),  # fails half-way: rolled back
+        ("crash", {"account_id": "AC-0002"}),
+        ("transfer", {"from_id": "AC-0001", "to_id": "AC-0003", "amount": 7.5}),
+        ("sneaky_read", {"account_id": "AC-0001"}),  # a read: traced, the violation caught
+        ("open_account", {"owner": "x", "deposit": -1}),
+    ]
+    traced, untraced = Session.fork(env, CONFIG), Session(env, env.new_state(CONFIG), traced=False)
+    for tool, args in calls:
+        a, b = traced.call(tool, args), untraced.call(tool, args)
+        assert (a.ok, a.result, a.error) == (b.ok, b.result, b.error)
+        assert untraced.dump() == traced.dump()
+        if b.ok:
+            assert b.diff.empty and b.changes == [] and not a.diff.empty  # what untraced leaves out
+    assert untraced.history[4].error.type == "contract_violation"  # type: ignore[union-attr]

@@ -12,10 +12,10 @@ from envfactory.config import Settings
 from envfactory.env.metadata import dump_metadata
 from envfactory.env.pool import EnvPool, load_env_folder
 from envfactory.env.trust import trust
-from envfactory.tasks.episode import replay
-from envfactory.tasks.models import Conversation
-from envfactory.tasks.synth import synthesize_offline
-from envfactory.tasks.verifier import verify
+from envfactory.records.episode import replay
+from envfactory.records.models import Conversation
+from envfactory.records.verifier import verify
+from envfactory.tasks.offline import synthesize_offline
 from envfactory.toolgraph import ToolGraph, TopologySampler
 from tests.chains import chain, from_tool, hotel_chain, user
 

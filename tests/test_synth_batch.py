@@ -16,7 +16,9 @@ import yaml
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
-from envfactory.tasks.batch import (
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED
+from envfactory.tasks.offline import UnitOutcome, synthesize_offline
+from envfactory.tasks.plan import (
     SynthConfig,
     SynthConfigError,
     Unit,
@@ -27,9 +29,7 @@ from envfactory.tasks.batch import (
     run_units,
     summarize,
 )
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED
 from envfactory.tasks.stats import dataset_stats, plot_stats
-from envfactory.tasks.synth import UnitOutcome, synthesize_offline
 from envfactory.toolgraph import ToolGraph, save_graph
 
 ROOT = Path(__file__).resolve().parent.parent

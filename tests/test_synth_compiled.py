@@ -16,12 +16,12 @@ from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.health import HealthSettings
 from envfactory.envgen.openapi import identifier
-from envfactory.tasks.batch import SynthConfig, load_conversations, plan_units, run_units
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED
 from envfactory.tasks.conversation import imperative
 from envfactory.tasks.initial_state import generate_initial_state
+from envfactory.tasks.plan import SynthConfig, load_conversations, plan_units, run_units
 from envfactory.tasks.quality import measure
 from envfactory.tasks.run import OfflineRunner
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED
 from envfactory.toolgraph.build import build_tool_graph
 from envfactory.toolgraph.collect import pool_sources
 from envfactory.toolgraph.graph import ToolGraph

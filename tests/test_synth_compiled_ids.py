@@ -24,13 +24,13 @@ from envfactory.compiler.compile import compile_spec
 from envfactory.compiler.scenarios import generate_scenarios
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
+from envfactory.records.models import Conversation
+from envfactory.records.verifier import answer_forms
 from envfactory.tasks.conversation import imperative, noun_phrase, record_noun
-from envfactory.tasks.models import Conversation
+from envfactory.tasks.offline import initial_states, synthesize_offline
 from envfactory.tasks.pi_star import solve_chain
 from envfactory.tasks.quality import measure
-from envfactory.tasks.synth import initial_states, synthesize_offline
 from envfactory.tasks.values import pattern_value
-from envfactory.tasks.verifier import answer_forms
 from tests.chains import chain
 from tests.test_synth import check_conversation
 

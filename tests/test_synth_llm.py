@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from envfactory.config import get_settings
-from envfactory.tasks.batch import SynthConfig, Unit, load_conversations, read_jsonl, run_units
+from envfactory.tasks.plan import SynthConfig, Unit, load_conversations, read_jsonl, run_units
 from graphs.querygen.batch import querygen_runner
 from tests.querygen_helpers import SEED, base_script, call, hotels_chain, model_calls, pi_star, setup, sqlite_saver
 

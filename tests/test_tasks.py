@@ -6,11 +6,11 @@ import random
 from datetime import datetime
 
 from envfactory.env.pool import EnvPool
-from envfactory.tasks.episode import replay
-from envfactory.tasks.models import Assertion, MaskSpec, StateVerifier, ToolCall
+from envfactory.records.episode import replay
+from envfactory.records.models import Assertion, MaskSpec, StateVerifier, ToolCall
+from envfactory.records.verifier import admissible, answer_forms, get_path, state_differences, verify
 from envfactory.tasks.pi_star import solve_chain
 from envfactory.tasks.values import ValueMaker, learned_bounds
-from envfactory.tasks.verifier import admissible, answer_forms, get_path, state_differences, verify
 from tests.chains import chain, from_tool, hotel_chain, user
 
 

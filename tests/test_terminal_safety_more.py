@@ -29,8 +29,7 @@ from envfactory.config import Settings, get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.hubs.export import HubExportError, export_package
 from envfactory.llm.usage import RoleUsage, usage_table
-from envfactory.tasks.batch import BatchSummary, Plan, SynthConfig
-from envfactory.tasks.models import (
+from envfactory.records.models import (
     Conversation,
     Node,
     Provenance,
@@ -39,8 +38,9 @@ from envfactory.tasks.models import (
     Task,
     ToolCall,
 )
+from envfactory.records.run_folder import CONVERSATIONS
+from envfactory.tasks.plan import BatchSummary, Plan, SynthConfig
 from envfactory.tasks.run import summary_table, tool_graph
-from envfactory.tasks.run_folder import CONVERSATIONS
 from envfactory.tasks.stats import dataset_stats, stats_table
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.terminal import visible

@@ -24,8 +24,8 @@ import yaml
 from envfactory.env.pool import EnvPool
 from envfactory.export import export_conversations
 from envfactory.export.tools_schema import catalog_for
-from envfactory.tasks.batch import SynthConfig, load_conversations, plan_units, run_units
-from envfactory.tasks.synth import UnitOutcome, synthesize_offline
+from envfactory.tasks.offline import UnitOutcome, synthesize_offline
+from envfactory.tasks.plan import SynthConfig, load_conversations, plan_units, run_units
 from envfactory.toolgraph import ToolGraph
 from training.environment import (
     EnvironmentRegistry,

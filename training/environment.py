@@ -12,7 +12,7 @@ factory) with an `environment` column on each row (`EnvironmentRegistry.add_envi
 per row, and renders each prompt with that class's tools only.
 
 Per rollout, TRL takes an instance from its pool and calls `reset(**row)`: the instance forks a fresh
-`envfactory.tasks.episode.Episode` (one isolated `Session` per environment) from the row's `initial_config`; each
+`envfactory.records.episode.Episode` (one isolated `Session` per environment) from the row's `initial_config`; each
 tool call of the model goes to that episode (`Session.call`: strict argument validation, structured errors,
 rollback) and returns the result as the JSON text the SFT data's tool messages hold. Nothing is shared between
 rollouts. A method takes `**arguments` behind its declared signature, so a wrong or missing argument reaches the
@@ -42,8 +42,8 @@ from typing import Any, ClassVar, Literal
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.export.messages import result_text
-from envfactory.tasks.episode import Episode
-from envfactory.tasks.models import States
+from envfactory.records.episode import Episode
+from envfactory.records.models import States
 
 log = logging.getLogger(__name__)
 

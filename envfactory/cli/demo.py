@@ -31,7 +31,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.envgen.validate import EnvReport, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from envfactory.serve.net import free_port
-from envfactory.tasks.batch import BatchSummary, SynthConfig, load_conversations
+from envfactory.tasks.plan import BatchSummary, SynthConfig, load_conversations
 from envfactory.tasks.quality import PAPER_STEPS_PER_TURN, PAPER_TURNS_PER_CONVERSATION, QualityFigures, measure
 from envfactory.tasks.run import run_batch
 from envfactory.terminal import SafeConsole, safe

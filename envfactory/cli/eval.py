@@ -52,8 +52,8 @@ from envfactory.executor import executor_from
 from envfactory.export.errors import ExportError
 from envfactory.export.files import conversations_file
 from envfactory.llm.models import chat_model, check_configured
+from envfactory.records.run_folder import HELDOUT
 from envfactory.run_settings import SETTINGS_FILE, file_sha256, model_identity
-from envfactory.tasks.run_folder import HELDOUT
 from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(

@@ -183,6 +183,7 @@ def load_untrusted_folder(folder: Path, settings: Settings, snap: CodeSnapshot |
         cpu_s=settings.sandbox_worker_cpu_s,
         canary_calls=settings.sandbox_canary_calls,
         canary_s=settings.sandbox_canary_s,
+        spare=settings.sandbox_spare,
     )
     return load_sandboxed_folder(folder, meta, source, pool_settings, snap.sha256)
 

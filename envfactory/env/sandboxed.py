@@ -59,6 +59,7 @@ from envfactory.env.sandbox.ast_check import static_check
 from envfactory.env.sandbox.limits import WORKER_CPU_S, worker_limits
 from envfactory.env.sandbox.process import ChannelLimits, SandboxProcess, WorkerDied
 from envfactory.env.sandbox.protocol import CallAnswer, JudgedRun, LoadAnswer, load_fields, state_digest
+from envfactory.env.sandbox.spare import SPARES
 from envfactory.env.sandbox.wall import Wall
 from envfactory.env.session import ERROR_TYPES, CallRecord, Session, ToolErrorInfo
 from envfactory.env.tools import ArgumentError, ArgumentProblem
@@ -96,6 +97,7 @@ class PoolSettings:
         cpu_s: int = WORKER_CPU_S,
         canary_calls: int = 1000,
         canary_s: float = 60.0,
+        spare: bool = False,
     ) -> None:
         self.wall = wall
         self.memory_mb = memory_mb
@@ -106,6 +108,7 @@ class PoolSettings:
         self.cpu_s = cpu_s  # each worker's RLIMIT_CPU: a worker close to it is retired
         self.canary_calls = canary_calls
         self.canary_s = canary_s
+        self.spare = spare  # start workers from a warm spare (`sandbox/spare.py`) and keep one ready
 
 
 _SERIALS = itertools.count(1)
@@ -197,17 +200,15 @@ class WorkerPool:
     def _start(self) -> _Pooled:
         self._refuse()
         s = self.settings
-        process = SandboxProcess(
-            s.wall,
-            worker_limits(s.memory_mb, s.cpu_s),
-            tmpfs_mb=s.tmpfs_mb,
-            channel=self.channel.model_copy(update={"start_timeout_s": s.start_timeout_s}),
-            monitor=True,
-        )
+        limits = worker_limits(s.memory_mb, s.cpu_s)
+        channel = self.channel.model_copy(update={"start_timeout_s": s.start_timeout_s})
+        spare = SPARES.take(s.wall, limits, s.tmpfs_mb, channel) if s.spare else None
+        process = spare or SandboxProcess(s.wall, limits, tmpfs_mb=s.tmpfs_mb, channel=channel, monitor=True)
         pool = weakref.ref(self)
         process.on_idle_cpu = lambda died: _tell(pool, died)
         try:
-            process.start()
+            if spare is None:
+                process.start()
             raw = process.request("load", s.start_timeout_s, **load_fields(self.source, self.name))
         except WorkerDied as e:
             process.close()
@@ -232,6 +233,8 @@ class WorkerPool:
         if self.unhealthy is not None:
             process.close()
             self._refuse()
+        if s.spare:  # the next start is a hand-over (started now: it does not slow this one)
+            SPARES.refill(s.wall, limits, s.tmpfs_mb, channel)
         return worker
 
     def _spent(self, worker: _Pooled) -> bool:
@@ -288,10 +291,14 @@ class WorkerPool:
             raise
 
     def shutdown(self) -> None:
+        """End every worker, and the warm spare too (it has no code, but a shutdown leaves no sandbox
+        process behind; the next start anywhere is cold and refills it)."""
         with self._lock:
             for w in self._workers:
                 w.process.close()
             self._workers.clear()
+        if self.settings.spare:
+            SPARES.close()
 
     # ---- canaries ----------------------------------------------------------------------------------
     def set_judged(self, runs: list[tuple[JudgedRun, str]]) -> None:
@@ -540,6 +547,7 @@ def shutdown_pools() -> None:
         _POOLS.clear()
     for pool in pools:
         pool.shutdown()
+    SPARES.close()
 
 
 class _RemoteBinding:
@@ -638,6 +646,7 @@ class SandboxedSession(Session):
         self.source = source
         self.config = config
         self.history: list[CallRecord] = []
+        self._calls = 0  # calls made on this session (a caller may clear `history`: sampling counts these)
         self._replay: list[tuple[str, dict[str, Any], Any]] = []
         self._replay_s = 0.0  # what replaying `_replay` would take: checkpointed past half a call's limit
         self._worker: _Pooled | None = None
@@ -721,6 +730,7 @@ class SandboxedSession(Session):
             self.config, self.source, self._replay, self._replay_s = old
             raise
         self.history.clear()
+        self._calls = 0
         self.broken = None
         self._ref = None
         self._sampled = False
@@ -751,7 +761,8 @@ class SandboxedSession(Session):
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=pool.refusal()))
         if self.broken is not None:
             return self._record(tool, args, error=ToolErrorInfo(type="internal_error", message=self.broken))
-        n = len(self.history)
+        n = self._calls
+        self._calls += 1
         if self._sampled and n and pool._rng.randrange(n + 1) == 0:
             self._record_again(n)  # the window recorded starts at a random call of the session (1/(n+1) here)
         for attempt in (1, 2):

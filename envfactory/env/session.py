@@ -8,7 +8,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field
 
 from envfactory.env.diff import StateDiff
-from envfactory.env.environment import BaseEnvironment
+from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.state import Change
 from envfactory.env.tools import ArgumentError
 from envfactory.errors import ToolError
@@ -70,10 +70,17 @@ def _tool_error(e: ToolError) -> ToolErrorInfo:
 class Session:
     """Fork with `Session.fork(env, config)`; `call(tool, args)`; `dump()`. Sessions share nothing."""
 
-    def __init__(self, env: BaseEnvironment, state: Any, *, strict: bool = False, source: str = "<config>") -> None:
+    def __init__(
+        self, env: BaseEnvironment, state: Any, *, strict: bool = False, source: str = "<config>", traced: bool = True
+    ) -> None:
+        """`traced=False`: a native environment's write calls are recorded without their diff and change
+        list (computing them is a third of a bundled tool's call), for replays that only want the final
+        state (the reward's). Reads, strict sessions and environments with their own bookkeeping are
+        always traced: that is where the contract checks live."""
         self.env = env
         self.state = state
         self.strict = strict
+        self.traced = traced
         self.source = source
         self.history: list[CallRecord] = []
 
@@ -177,6 +184,8 @@ class Session:
                 args,
                 error=ToolErrorInfo(type="internal_error", message=f"{type(e).__name__}: {e}"),
             )
+        if not self.traced and not self.strict and binding.kind != "read" and type(env).finish is Environment.finish:
+            return self._record(tool, args, result=result)  # untraced: the native log keeps what changed
         try:
             diff, changes, violation = env.finish(state, token, self.strict)
         except ToolError as e:  # the environment refuses the state the call left: undone, as a refusal

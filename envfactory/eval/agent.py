@@ -29,9 +29,9 @@ from envfactory.llm.messages import message_text, stopped_at_cap
 from envfactory.llm.models import setting_var
 from envfactory.llm.thinking import strip_thinking
 from envfactory.metatools import CALL_TOOL, COMPLETE_TASK, META_TOOLS, Hub
+from envfactory.records.episode import Episode
+from envfactory.records.models import States, StateVerifier, Task, ToolCall, ToolResult
 from envfactory.reward.tool_calls import parse_tool_calls
-from envfactory.tasks.episode import Episode
-from envfactory.tasks.models import States, StateVerifier, Task, ToolCall, ToolResult
 
 ROLE: Role = "eval"
 

@@ -18,10 +18,10 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
+from envfactory.records.models import Conversation
 from envfactory.suites.bfcl.calls import CallSyntaxError, parse_call
 from envfactory.suites.bfcl.entries import load_entries
 from envfactory.suites.bfcl.suites import MULTI_TURN_CATEGORIES, SUITES_BY_CLASS, class_importable
-from envfactory.tasks.models import Conversation
 
 _WORD = re.compile(r"[a-z0-9]+")
 

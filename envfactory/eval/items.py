@@ -22,7 +22,7 @@ from envfactory.export.files import Split
 from envfactory.export.options import ExportOptions
 from envfactory.export.rl import GroundTruthCall, RLSample, convert_to_rl_data
 from envfactory.export.tools_schema import Catalog, catalog_from_pool, conversation_servers
-from envfactory.tasks.models import Conversation, Node, States
+from envfactory.records.models import Conversation, Node, States
 
 Kind = Literal["read", "write", "mixed", "none"]
 

@@ -17,10 +17,10 @@ from pydantic import BaseModel, Field
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentRun
 from envfactory.eval.items import EvalItem
+from envfactory.records.episode import replay
+from envfactory.records.models import StateVerifier, ToolCall
+from envfactory.records.verifier import verify
 from envfactory.reward import CompositeReward, RewardResult
-from envfactory.tasks.episode import replay
-from envfactory.tasks.models import StateVerifier, ToolCall
-from envfactory.tasks.verifier import verify
 
 
 class Score(BaseModel):

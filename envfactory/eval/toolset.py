@@ -15,8 +15,8 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
 from envfactory.env.pool import EnvPool
-from envfactory.tasks.episode import Episode, result_of
-from envfactory.tasks.models import Node, ToolCall, ToolResult
+from envfactory.records.episode import Episode, result_of
+from envfactory.records.models import Node, ToolCall, ToolResult
 
 UNKNOWN_SERVER = "unknown"
 

@@ -20,7 +20,7 @@ from envfactory.export.options import ExportOptions
 from envfactory.export.rl import convert_to_rl_data
 from envfactory.export.sft import convert_to_sft_data
 from envfactory.export.tools_schema import Catalog
-from envfactory.tasks.models import Conversation
+from envfactory.records.models import Conversation
 
 ExportFormat = Literal["trl-sft", "trl-grpo", "llamafactory", "verl"]
 FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)

@@ -6,15 +6,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from envfactory.errors import first_error
 from envfactory.export.errors import ExportError
-from envfactory.inputs import InputError, parse_json, read_file_bytes, read_json
-from envfactory.tasks.models import Conversation
-from envfactory.tasks.run_folder import CONVERSATIONS, HELDOUT, SUMMARY
+from envfactory.inputs import InputError, read_json
+from envfactory.records.models import Conversation
+from envfactory.records.run_folder import CONVERSATIONS, HELDOUT, SUMMARY, read_conversations
 
-MAX_JSONL_BYTES = 2 * 1024**3  # a large synth run, bounded
 Split = Literal["train", "heldout"]
 SPLIT_FILES: dict[str, str] = {"train": CONVERSATIONS, "heldout": HELDOUT}
 
@@ -53,34 +51,10 @@ def _heldout_ids(summary: Path) -> set[str]:
 
 def load_conversations(source: Path, split: Split = "train") -> list[Conversation]:
     """Every conversation in the file; a torn last line (a run killed mid-write) is skipped, never repaired here."""
-    path = conversations_file(source, split)
     try:
-        data = read_file_bytes(path, max_bytes=MAX_JSONL_BYTES, what="conversations file")
+        return read_conversations(conversations_file(source, split))
     except InputError as e:
         raise ExportError(str(e)) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        tail = data.rfind(b"\n") + 1
-        if data.endswith(b"\n") or e.start < tail:  # a bad byte in a whole line: not a torn write
-            raise ExportError(f"{path}: not valid UTF-8 (byte {e.start})") from None
-        text = data[:tail].decode("utf-8")  # a torn last line cut mid-character: skipped
-    lines = text.split("\n")  # not splitlines(): U+2028, U+0085... are characters inside a JSON string
-    conversations: list[Conversation] = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        torn = n == len(lines) and not text.endswith("\n")
-        try:
-            conversations.append(Conversation.model_validate(parse_json(line, f"{path}:{n}")))
-        except InputError as e:
-            if torn:
-                continue
-            raise ExportError(str(e)) from None
-        except ValidationError as e:
-            where, msg = first_error(e, "<root>")
-            raise ExportError(f"{path}:{n}: not a conversation: {where}: {msg}") from None
-    return conversations
 
 
 def write_jsonl(rows: Iterable[BaseModel], path: Path) -> int:

@@ -21,7 +21,7 @@ from envfactory.export.row_tools import row_tools
 from envfactory.export.sft import system_messages
 from envfactory.export.tools_schema import Catalog, ToolNamer, ToolSchema, conversation_tools, tools_json
 from envfactory.export.turns import conversation_turns
-from envfactory.tasks.models import Conversation, Node, ToolCall
+from envfactory.records.models import Conversation, Node, ToolCall
 
 DATA_SOURCE = "EnvFactory"
 AGENT_NAME = "tool_agent"

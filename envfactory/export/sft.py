@@ -17,7 +17,7 @@ from envfactory.export.options import ExportOptions
 from envfactory.export.row_tools import row_tools
 from envfactory.export.tools_schema import Catalog, ToolSchema, conversation_tools
 from envfactory.export.turns import conversation_turns
-from envfactory.tasks.models import Conversation
+from envfactory.records.models import Conversation
 
 
 class SFTSample(BaseModel):

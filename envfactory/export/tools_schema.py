@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
 from envfactory.export.errors import ExportError
-from envfactory.tasks.models import Conversation
+from envfactory.records.models import Conversation
 
 if TYPE_CHECKING:
     from envfactory.env.pool import EnvPool

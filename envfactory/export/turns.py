@@ -26,7 +26,7 @@ from envfactory.export.messages import ChatMessage, ChatToolCall, FunctionCall, 
 from envfactory.export.options import ExportOptions
 from envfactory.export.tools_schema import ToolNamer
 from envfactory.inputs import InputError, read_yaml_model
-from envfactory.tasks.models import Node, Step, ToolCall, ToolResult, UserToolCall
+from envfactory.records.models import Node, Step, ToolCall, ToolResult, UserToolCall
 
 # model-facing wording lives in the prompts folder (overridable with ENVFACTORY_PROMPTS_DIR)
 WORDING_FILE = Path("template") / "export" / "en.yaml"

@@ -30,9 +30,9 @@ from envfactory.metatools.protocol import (
     ToolList,
     one_line,
 )
-from envfactory.tasks.episode import Episode
-from envfactory.tasks.models import States, Task
-from envfactory.tasks.verifier import verify
+from envfactory.records.episode import Episode
+from envfactory.records.models import States, Task
+from envfactory.records.verifier import verify
 
 # ---- episodes -------------------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 from envfactory.errors import first_error
 from envfactory.inputs import InputError, parse_json, read_text
 from envfactory.metatools.protocol import HubError
-from envfactory.tasks.models import Conversation, Task
+from envfactory.records.models import Conversation, Task
 
 MAX_TASKS_BYTES = 2 * 1024**3  # a synth run's conversations.jsonl can serve as the tasks file: large, but bounded
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfactory.config import QUERYGEN_ROLES, Settings
 from envfactory.errors import EnvFactoryError, first_error
-from envfactory.tasks.models import PlannedCall, States, Step, ToolCall, ToolResult
+from envfactory.records.models import PlannedCall, States, Step, ToolCall, ToolResult
 
 
 class QueryGenError(EnvFactoryError):

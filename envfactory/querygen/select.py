@@ -25,10 +25,10 @@ from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.querygen.records import Branch, SolveTask, TurnDraft, UserCall
+from envfactory.records.episode import replay
+from envfactory.records.models import MaskSpec, PlannedCall, States, StateVerifier, Step, ToolCall, ToolResult
+from envfactory.records.verifier import answer_forms, state_differences, verify
 from envfactory.reward.matching import CallMatcher
-from envfactory.tasks.episode import replay
-from envfactory.tasks.models import MaskSpec, PlannedCall, States, StateVerifier, Step, ToolCall, ToolResult
-from envfactory.tasks.verifier import answer_forms, state_differences, verify
 
 # ---- matching calls: the reward's own rule (envfactory.reward.matching.CallMatcher) ----------------
 

@@ -31,7 +31,7 @@ that is not text/messages at all, or that tried to call tools but none could be 
   harsher of the two; and F1 is the usual tool-call metric.
 
 **R_state ∈ [0, 1]**: the predicted calls are replayed in fresh isolated sessions (an `Episode`,
-what `envfactory.tasks.episode.replay` runs) forked from `initial_config` (a server missing there
+what `envfactory.records.episode.replay` runs) forked from `initial_config` (a server missing there
 starts from its default scenario), only for the servers the calls write to; read calls are not
 replayed — a read tool cannot change a state (sessions enforce it) — unless `replay_reads`. A call
 to a server outside `mcp_servers` or to an unknown tool is a failed call, never an exception. Each

@@ -21,7 +21,7 @@ from pydantic_core import to_jsonable_python
 
 if TYPE_CHECKING:
     from envfactory.env.environment import BaseEnvironment
-    from envfactory.tasks.models import ToolCall
+    from envfactory.records.models import ToolCall
 
 
 def same_value(a: Any, b: Any, *, case_sensitive: bool = False, rel_tol: float = 1e-6, abs_tol: float = 1e-9) -> bool:

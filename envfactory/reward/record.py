@@ -13,11 +13,11 @@ from pydantic import BaseModel
 from pydantic_core import to_json
 
 from envfactory.env.environment import BaseEnvironment
+from envfactory.records.models import ToolCall
 from envfactory.reward.settings import RecordError
 from envfactory.reward.state_masking import Blank, apply_blanks
 from envfactory.reward.state_term import CallKey, Delta, LiveReplay, Replayed
 from envfactory.reward.tool_calls import ToolIndex, json_problem
-from envfactory.tasks.models import ToolCall
 
 _PATH_SHOWN = 3
 

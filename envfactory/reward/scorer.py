@@ -16,6 +16,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.env.state import State
 from envfactory.errors import EnvFactoryError
+from envfactory.records.models import ToolCall
 from envfactory.reward.matching import CallMatcher, best_match
 from envfactory.reward.record import (
     CallKey,
@@ -31,9 +32,8 @@ from envfactory.reward.record import (
 )
 from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
-from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_equal
+from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_dump, touched_equal
 from envfactory.reward.tool_calls import ParsedCompletion, ToolIndex, parse_tool_calls
-from envfactory.tasks.models import ToolCall
 
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
 
@@ -463,7 +463,8 @@ class CompositeReward:
         env = self.pool.get(server)
         data = t.forks.get(server)
         if data is not None and env is t.envs.get(server):
-            return Session(env, env.state_model.load_bytes(data))  # type: ignore[attr-defined]
+            # untraced: a replay wants the final state, not each call's diff (reads are traced all the same)
+            return Session(env, env.state_model.load_bytes(data), traced=False)  # type: ignore[attr-defined]
         return Session.fork(env, t.initial[server])
 
     def _replay(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None]) -> Replayed:
@@ -536,7 +537,9 @@ class CompositeReward:
                 delta = t.goal_delta.get(srv)
                 if delta is not None and isinstance(session.state, State):
                     exact = touched_equal(session.state, t.goal_dump[srv], delta)
-                if not exact:
+                    if exact is False:  # differs: dumped along what the calls touched
+                        dump = touched_dump(session.state, t.initial[srv])
+                if not exact and dump is None:
                     dump = session.dump()
                     if exact is None and dump == t.goal_dump[srv]:
                         exact = True

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envfactory.errors import EnvFactoryError
-from envfactory.tasks.models import MaskSpec
+from envfactory.records.models import MaskSpec
 
 
 class LinearSchedule(BaseModel):

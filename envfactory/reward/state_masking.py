@@ -11,8 +11,8 @@ from typing import Any
 from pydantic_core import to_json
 
 from envfactory.env.diff import state_part
-from envfactory.tasks.models import MaskSpec
-from envfactory.tasks.verifier import MASKED, canonical, new_ids, record_collections, replace_ids
+from envfactory.records.models import MaskSpec
+from envfactory.records.verifier import MASKED, canonical, new_ids, record_collections, replace_ids
 
 Blank = tuple[str | None, tuple[str | None, ...]]  # (collection or None for a top-level field, path; None = any index)
 

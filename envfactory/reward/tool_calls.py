@@ -46,7 +46,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from envfactory.llm.thinking import split_thinking
-from envfactory.tasks.models import ToolCall
+from envfactory.records.models import ToolCall
 
 MAX_CHARS = 200_000  # longer text is cut here before parsing (noted)
 MAX_CALLS = 64  # calls kept; further ones are only counted (`dropped`)

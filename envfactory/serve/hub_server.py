@@ -35,11 +35,11 @@ from envfactory.metatools import (
     TaskLoaded,
     load_tasks,
 )
+from envfactory.records.models import Task
+from envfactory.records.run_folder import CONVERSATIONS
 from envfactory.serve.base import STATE_TOOL, SessionServer, answer_bytes, tool_result
 from envfactory.serve.fair import OffLoop
 from envfactory.serve.limits import ServeLimits, drop
-from envfactory.tasks.models import Task
-from envfactory.tasks.run_folder import CONVERSATIONS
 
 LOAD_TASK_TOOL = "envfactory_load_task"
 TASK_HEADER = "x-envfactory-task"

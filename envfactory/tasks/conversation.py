@@ -34,10 +34,10 @@ from envfactory.env.environment import BaseEnvironment
 from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import InputError, read_yaml_model
+from envfactory.records.models import PlannedCall, ToolResult
+from envfactory.records.spoken import DATE_STYLES, mentions, say
 from envfactory.tasks.compiled_refs import id_arguments
-from envfactory.tasks.models import PlannedCall, ToolResult
 from envfactory.tasks.pi_star import LABEL_FIELDS, is_identity, label_of
-from envfactory.tasks.spoken import DATE_STYLES, mentions, say
 from envfactory.words import singular, spoken_name
 
 WORDING_FILE = Path("template") / "conversation" / "en.yaml"

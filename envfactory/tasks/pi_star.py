@@ -38,6 +38,8 @@ from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord
 from envfactory.env.state import DEFAULT_CLOCK
+from envfactory.records.episode import Episode, result_of
+from envfactory.records.models import Binding, PlannedCall, States, ToolCall, ToolResult
 from envfactory.tasks.compiled_refs import (
     ancestors,
     consistent,
@@ -48,8 +50,6 @@ from envfactory.tasks.compiled_refs import (
     nesting,
     operation,
 )
-from envfactory.tasks.episode import Episode, result_of
-from envfactory.tasks.models import Binding, PlannedCall, States, ToolCall, ToolResult
 from envfactory.tasks.values import ValueMaker, fits, learned_bounds
 from envfactory.toolgraph.sampler import InputSource, ToolChain
 from envfactory.words import is_free_text, singular

@@ -40,9 +40,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from envfactory.tasks.models import Conversation, ToolCall, ToolResult
+from envfactory.records.models import Conversation, ToolCall, ToolResult
+from envfactory.records.spoken import renderings
 from envfactory.tasks.pi_star import IDENTITY, is_identity
-from envfactory.tasks.spoken import renderings
 from envfactory.words import singular
 
 PAPER_TURNS_PER_CONVERSATION = 4.82

@@ -18,22 +18,22 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
 from envfactory.llm.usage import process_usage, usage_table
-from envfactory.tasks.batch import (
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
+from envfactory.tasks.offline import UnitOutcome, synthesize_offline
+from envfactory.tasks.plan import (
     BatchSummary,
     Plan,
+    RunLog,
     SynthConfig,
     SynthConfigError,
     SynthError,
     Unit,
     UnitRunner,
-    load_conversations,
     plan_units,
     run_units,
     summarize,
 )
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
 from envfactory.tasks.stats import dataset_stats, plot_stats, stats_table
-from envfactory.tasks.synth import UnitOutcome, synthesize_offline
 from envfactory.terminal import SafeConsole, safe
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.settings import graph_path
@@ -143,18 +143,19 @@ def run_batch(
             rate = (kept + dropped) / max(time.perf_counter() - start, 1e-9)
             progress.update(bar, advance=1, description=f"synth: {kept} kept, {dropped} dropped, {rate:.1f} units/s")
 
+        log = RunLog()
         skipped, ran = run_units(
-            plan.units, runner, outdir, concurrency=config.concurrency, progress=advance, executor=executor
+            plan.units, runner, outdir, concurrency=config.concurrency, progress=advance, executor=executor, log=log
         )
         elapsed = time.perf_counter() - start
         progress.update(bar, completed=n)
-    summary = summarize(plan, outdir, skipped)
+    summary = summarize(plan, outdir, skipped, log)
     out.print(summary_table(summary))
     if ran:
         out.print(f"{ran} units in {elapsed:.1f} s: {ran / max(elapsed, 1e-9):.1f} units/s", highlight=False)
     for env, missing in summary.shortfall.items():
         out.print(f"[yellow]{safe(env)}[/yellow]: the graph gave {missing} chain(s) fewer than T={t}", highlight=False)
-    stats = dataset_stats(load_conversations(outdir))
+    stats = dataset_stats(log.conversations())
     out.print(stats_table(stats))
     if config.plot and stats.conversations:
         png = plot_stats(stats, outdir / "stats.png")

@@ -9,7 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 from rich.table import Table
 
-from envfactory.tasks.models import Conversation
+from envfactory.records.models import Conversation
 from envfactory.terminal import safe
 
 

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from envfactory.config import QUERYGEN_ROLES, Settings
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
 from envfactory.run_settings import RunRecord, file_sha256, has_lines, model_identity, record_or_check
-from envfactory.tasks.batch import SynthConfig
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT
+from envfactory.tasks.plan import SynthConfig
 from envfactory.toolgraph.settings import graph_path
 
 NOT_SHAPING = {"out", "concurrency", "plot"}

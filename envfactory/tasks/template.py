@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import InputError, read_yaml_model
-from envfactory.tasks.models import PlannedCall
+from envfactory.records.models import PlannedCall
 from envfactory.words import spoken_name
 
 TEMPLATE_FILE = Path("template") / "query" / "en.yaml"

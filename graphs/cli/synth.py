@@ -17,7 +17,7 @@ from envfactory.errors import EnvFactoryError
 from envfactory.executor import executor_from
 from envfactory.llm.models import check_configured
 from envfactory.querygen.records import QUERY_ROLE, SOLVER_ROLE, USER_ROLE
-from envfactory.tasks.batch import load_config
+from envfactory.tasks.plan import load_config
 from envfactory.tasks.run import run_batch
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.terminal import SafeConsole

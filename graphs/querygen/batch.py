@@ -18,8 +18,8 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import Shipped
-from envfactory.tasks.batch import SynthConfig, Unit, UnitRunner
-from envfactory.tasks.synth import Dropped, UnitOutcome, initial_states
+from envfactory.tasks.offline import Dropped, UnitOutcome, initial_states
+from envfactory.tasks.plan import SynthConfig, Unit, UnitRunner
 from graphs.checkpoint import process_checkpointer
 from graphs.querygen.run import run_querygen
 from graphs.querygen.state import QueryGenContext

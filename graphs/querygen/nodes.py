@@ -9,8 +9,8 @@ from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.querygen.records import Branch, SolveTask, TurnDraft, model_names, preset_config
 from envfactory.querygen.select import filter_branch, matcher_for, select_branch
-from envfactory.tasks.episode import replay
-from envfactory.tasks.models import (
+from envfactory.records.episode import replay
+from envfactory.records.models import (
     Assertion,
     Conversation,
     Node,
@@ -22,8 +22,8 @@ from envfactory.tasks.models import (
     ToolResult,
     UserToolCall,
 )
+from envfactory.records.verifier import admissible
 from envfactory.tasks.template import answer_fact
-from envfactory.tasks.verifier import admissible
 from envfactory.toolgraph.sampler import ToolChain
 from envfactory_agents.query import TurnQuery, generate, given_schema, prepare, refine, schema_generate, turns_of
 from envfactory_agents.solver import solve_branch

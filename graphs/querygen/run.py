@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from envfactory.env.pool import EnvPool
 from envfactory.querygen.records import preset_config
-from envfactory.tasks.models import Conversation, States
+from envfactory.records.models import Conversation, States
 from envfactory.toolgraph.sampler import ToolChain
 from graphs.querygen.graph import build
 from graphs.querygen.state import QueryGenContext

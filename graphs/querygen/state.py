@@ -14,7 +14,7 @@ from typing_extensions import TypedDict  # pydantic (Studio's JSON schemas) need
 from envfactory.config import Settings, get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.querygen.records import Preparation, QueryGenConfig
-from envfactory.tasks.models import Node, PlannedCall, States
+from envfactory.records.models import Node, PlannedCall, States
 from envfactory.toolgraph.sampler import ToolChain
 from envfactory_agents.common import AgentDeps
 

@@ -21,11 +21,8 @@ from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
-from envfactory.tasks.compose import join
-from envfactory.tasks.conversation import ConversationWriter, Turn, spec_tools
-from envfactory.tasks.episode import replay
-from envfactory.tasks.initial_state import generate_initial_state
-from envfactory.tasks.models import (
+from envfactory.records.episode import replay
+from envfactory.records.models import (
     Assertion,
     Conversation,
     Node,
@@ -37,9 +34,12 @@ from envfactory.tasks.models import (
     Task,
     ToolResult,
 )
+from envfactory.records.verifier import admissible, verify
+from envfactory.tasks.compose import join
+from envfactory.tasks.conversation import ConversationWriter, Turn, spec_tools
+from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.pi_star import CoreIds, PiStarOutcome, PiStarSettings, solve_chain
 from envfactory.tasks.template import TemplateWriter, answer_fact, load_template
-from envfactory.tasks.verifier import admissible, verify
 from envfactory.toolgraph.sampler import ToolChain
 
 DropCode = Literal[

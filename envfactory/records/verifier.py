@@ -17,8 +17,8 @@ from typing import Any
 
 from envfactory.env.diff import diff_states, state_part
 from envfactory.env.state_path import get_path
-from envfactory.tasks.models import Assertion, MaskSpec, States, StateVerifier, Verdict
-from envfactory.tasks.spoken import renderings
+from envfactory.records.models import Assertion, MaskSpec, States, StateVerifier, Verdict
+from envfactory.records.spoken import renderings
 
 MASKED = "<masked>"
 _MAX_REASONS = 8

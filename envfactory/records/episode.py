@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord, Session, ToolErrorInfo
-from envfactory.tasks.models import States, ToolCall, ToolResult
+from envfactory.records.models import States, ToolCall, ToolResult
 
 
 class Episode:

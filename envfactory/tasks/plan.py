@@ -25,9 +25,9 @@ from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
 from envfactory.inputs import InputError, JsonlAppender, read_jsonl_log, read_yaml
-from envfactory.tasks.models import Conversation
-from envfactory.tasks.run_folder import CONVERSATIONS, DROPPED, HELDOUT
-from envfactory.tasks.synth import Dropped, UnitOutcome, stable_seed
+from envfactory.records.models import Conversation
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, read_conversations
+from envfactory.tasks.offline import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler
 
@@ -230,9 +230,36 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def done_keys(out: Path) -> set[str]:
     """Units already finished in `out`: kept ones, and drops other than errors (those are retried)."""
-    kept = {r["id"] for r in [*read_jsonl(out / CONVERSATIONS), *read_jsonl(out / HELDOUT)]}
-    dropped = {r["key"] for r in read_jsonl(out / DROPPED) if r.get("code") != "error"}
-    return kept | dropped
+    return RunLog.read(out).done()
+
+
+class RunLog:
+    """What a run folder holds, kept in memory as it is written: the lines there before this run (read once,
+    for the units to skip) and this run's outcomes in the order they were appended. The summary and the
+    statistics come from it, not from reading the (large) files back."""
+
+    def __init__(self) -> None:
+        self.train: list[Conversation | dict[str, Any]] = []  # conversations.jsonl, in file order
+        self.heldout_ids: list[str] = []  # heldout.jsonl's ids
+        self.drops: list[tuple[str, str]] = []  # dropped.jsonl's (key, code), in file order
+
+    @classmethod
+    def read(cls, out: Path) -> RunLog:
+        log = cls()
+        log.train = list(read_jsonl(out / CONVERSATIONS))
+        log.heldout_ids = [r["id"] for r in read_jsonl(out / HELDOUT)]
+        log.drops = [(r["key"], r["code"]) for r in read_jsonl(out / DROPPED)]
+        return log
+
+    def train_ids(self) -> list[str]:
+        return [c.id if isinstance(c, Conversation) else c["id"] for c in self.train]
+
+    def done(self) -> set[str]:
+        return {*self.train_ids(), *self.heldout_ids} | {k for k, code in self.drops if code != "error"}
+
+    def conversations(self) -> list[Conversation]:
+        """The training split as `load_conversations` reads it from the folder."""
+        return [c if isinstance(c, Conversation) else Conversation.model_validate(c) for c in self.train]
 
 
 # ---- running --------------------------------------------------------------------------------------
@@ -263,12 +290,17 @@ def run_units(
     concurrency: int = 2,
     progress: Progress | None = None,
     executor: Executor | None = None,
+    log: RunLog | None = None,
 ) -> tuple[int, int]:
     """Run the units not yet in `out` on `executor` (default: `concurrency` local threads); returns (skipped,
     ran). This process writes every outcome as it arrives; a unit's exception or a lost worker becomes an
-    `error` drop with the reason (a rerun tries it again)."""
+    `error` drop with the reason (a rerun tries it again). A `log` given (empty) ends up holding what the
+    folder holds: its earlier lines and this run's."""
     out.mkdir(parents=True, exist_ok=True)
-    done = done_keys(out)
+    earlier = RunLog.read(out)
+    if log is not None:
+        log.train, log.heldout_ids, log.drops = earlier.train, earlier.heldout_ids, earlier.drops
+    done = earlier.done()
     todo = [u for u in units if u.key not in done]
     kept, dropped = JsonlAppender(out / CONVERSATIONS), JsonlAppender(out / DROPPED)
     heldout = JsonlAppender(out / HELDOUT)
@@ -283,31 +315,39 @@ def run_units(
                 key=unit.key, dropped=Dropped(key=unit.key, code="error", reason=reason, tools=unit.chain.tools)
             )
         if outcome.conversation is not None:
-            to = heldout if split.get(outcome.key) == "heldout" else kept
-            to.write(outcome.conversation.model_dump_json())
+            held = split.get(outcome.key) == "heldout"
+            (heldout if held else kept).write(outcome.conversation.model_dump_json())
+            if log is not None and held:
+                log.heldout_ids.append(outcome.conversation.id)
+            elif log is not None:
+                log.train.append(outcome.conversation)
         elif outcome.dropped is not None:
             dropped.write(outcome.dropped.model_dump_json())
+            if log is not None:
+                log.drops.append((outcome.dropped.key, outcome.dropped.code))
         if progress is not None:
             progress(outcome)
     return skipped, len(todo)
 
 
-def summarize(plan: Plan, out: Path, skipped: int) -> BatchSummary:
+def summarize(plan: Plan, out: Path, skipped: int, log: RunLog | None = None) -> BatchSummary:
+    """The counts of `plan` in `out`, from `log` (what `run_units` kept while writing) or else read from
+    the folder."""
+    log = log if log is not None else RunLog.read(out)
     planned = {u.key for u in plan.units}
-    train = [r for r in read_jsonl(out / CONVERSATIONS) if r["id"] in planned]
-    held = [r for r in read_jsonl(out / HELDOUT) if r["id"] in planned]
-    kept = train + held
-    kept_keys = {r["id"] for r in kept}
+    train = [k for k in log.train_ids() if k in planned]
+    held = [k for k in log.heldout_ids if k in planned]
+    kept_keys = {*train, *held}
     # the latest line per key wins: a unit that errored and then succeeded on resume counts once, as kept
-    drops: dict[str, dict[str, Any]] = {}
-    for r in read_jsonl(out / DROPPED):
-        if r["key"] in planned and r["key"] not in kept_keys:
-            drops[r["key"]] = r
-    codes = Counter(r["code"] for r in drops.values())
+    drops: dict[str, str] = {}
+    for key, code in log.drops:
+        if key in planned and key not in kept_keys:
+            drops[key] = code
+    codes = Counter(drops.values())
     return BatchSummary(
         planned=len(plan.units),
         skipped=skipped,
-        kept=len(kept),
+        kept=len(train) + len(held),
         heldout=len(held),
         heldout_envs=[e for e in plan.envs if {u.split for u in plan.units if u.env == e} == {"heldout"}],
         heldout_units=sorted(u.key for u in plan.units if u.split == "heldout"),
@@ -319,4 +359,11 @@ def summarize(plan: Plan, out: Path, skipped: int) -> BatchSummary:
 
 
 def load_conversations(out: Path) -> list[Conversation]:
-    return [Conversation.model_validate(r) for r in read_jsonl(out / CONVERSATIONS)]
+    """The kept conversations of a run folder (none before the first is kept), through the one reader."""
+    path = out / CONVERSATIONS
+    if not path.exists():
+        return []
+    try:
+        return read_conversations(path)
+    except InputError as e:
+        raise SynthConfigError(str(e)) from None

@@ -1,0 +1,1 @@
+"""The records every stage shares: tasks, turns, conversations, episodes, verification, the run folder."""

@@ -1,0 +1,52 @@
+"""A synth run folder's file names, in one place: the batch writes them, export, eval, the hub and resume read them;
+and the one reader of its conversations (`read_conversations`, safe against a torn last line).
+
+Every layer that reads a run folder can name its files without importing the batch runner (`envfactory.tasks.plan`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from envfactory.errors import first_error
+from envfactory.inputs import InputError, parse_json, read_file_bytes
+from envfactory.records.models import Conversation
+
+CONVERSATIONS = "conversations.jsonl"  # the training split: what export reads
+HELDOUT = "heldout.jsonl"  # the held-out split: for evaluation only, never exported
+DROPPED = "dropped.jsonl"  # one line per dropped unit: its code and reason
+SUMMARY = "summary.json"  # the run's counts and settings (and which units are held out)
+
+MAX_CONVERSATIONS_BYTES = 2 * 1024**3  # a large synth run, bounded
+
+
+def read_conversations(path: Path) -> list[Conversation]:
+    """Every conversation in a conversations JSONL file: the one reader of a run's conversations. A torn last line
+    (a run killed mid-write) is skipped, never repaired here; anything else that is not a conversation is an
+    `InputError` naming the file and line."""
+    data = read_file_bytes(path, max_bytes=MAX_CONVERSATIONS_BYTES, what="conversations file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        tail = data.rfind(b"\n") + 1
+        if data.endswith(b"\n") or e.start < tail:  # a bad byte in a whole line: not a torn write
+            raise InputError(f"{path}: not valid UTF-8 (byte {e.start})") from None
+        text = data[:tail].decode("utf-8")  # a torn last line cut mid-character: skipped
+    lines = text.split("\n")  # not splitlines(): U+2028, U+0085... are characters inside a JSON string
+    conversations: list[Conversation] = []
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        torn = n == len(lines) and not text.endswith("\n")
+        try:
+            conversations.append(Conversation.model_validate(parse_json(line, f"{path}:{n}")))
+        except InputError:
+            if torn:
+                continue
+            raise
+        except ValidationError as e:
+            where, msg = first_error(e, "<root>")
+            raise InputError(f"{path}:{n}: not a conversation: {where}: {msg}") from None
+    return conversations

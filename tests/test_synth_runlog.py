@@ -1,0 +1,98 @@
+"""Offline synthesis is the same for the same seed however it runs: serial or on threads, the summary and
+statistics kept while writing (RunLog) or read back from the folder, a resumed run, and the initial-state
+generator's per-thread Faker against a Faker built and seeded per state (the old way)."""
+
+from __future__ import annotations
+
+import random
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from faker import Faker
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.executor import LocalExecutor
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
+from envfactory.tasks import initial_state
+from envfactory.tasks.initial_state import generate_initial_state
+from envfactory.tasks.plan import (
+    RunLog,
+    SynthConfig,
+    load_conversations,
+    plan_units,
+    run_units,
+    summarize,
+)
+from envfactory.tasks.run import OfflineRunner
+from envfactory.tasks.stats import dataset_stats
+from envfactory.toolgraph import ToolGraph
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Serial:
+    """Units one after another on the calling thread."""
+
+    name = "serial"
+
+    def map(self, runner: Any, jobs: Any) -> Any:
+        for job in jobs:
+            yield job, runner(job)
+
+
+def _sorted_bytes(out: Path) -> dict[str, bytes]:
+    return {
+        name: b"".join(sorted((out / name).read_bytes().splitlines(keepends=True))) if (out / name).exists() else b""
+        for name in (CONVERSATIONS, DROPPED, HELDOUT)
+    }
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_same_seed_same_files_serial_threads_and_resumed(
+    seed: int, tmp_path: Path, pool: EnvPool, graph: ToolGraph
+) -> None:
+    config = SynthConfig.model_validate(
+        {"A": 3, "T": 2, "S": 2, "D": 2, "seed": seed, "holdout_tasks": 0.5, "out": tmp_path}
+    )
+    plan = plan_units(config, pool, graph)
+    runner = OfflineRunner(Settings(root=ROOT, bfcl=False), pool)
+    outputs = []
+    for label, executor in (("serial", Serial()), ("threads", LocalExecutor(2))):
+        log = RunLog()
+        out = tmp_path / label
+        assert run_units(plan.units, runner, out, executor=executor, log=log) == (0, len(plan.units))
+        # what was kept while writing is what the folder says
+        assert summarize(plan, out, 0, log) == summarize(plan, out, 0)
+        assert dataset_stats(log.conversations()) == dataset_stats(load_conversations(out))
+        outputs.append(_sorted_bytes(out))
+    resumed = tmp_path / "resumed"
+    run_units(plan.units[:3], runner, resumed, executor=Serial())
+    log = RunLog()
+    assert run_units(plan.units, runner, resumed, executor=LocalExecutor(2), log=log) == (3, len(plan.units) - 3)
+    assert summarize(plan, resumed, 3, log) == summarize(plan, resumed, 3)
+    assert dataset_stats(log.conversations()) == dataset_stats(load_conversations(resumed))
+    outputs.append(_sorted_bytes(resumed))
+    assert outputs[0][CONVERSATIONS] and outputs[0] == outputs[1] == outputs[2]
+
+
+def test_thread_faker_gives_a_seeded_new_fakers_states(pool: EnvPool, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(3)
+    jobs = [(name, rng.getrandbits(32)) for name in sorted(pool.native_names())[:4] for _ in range(3)]
+
+    def states() -> list[str]:
+        with ThreadPoolExecutor(2) as ex:  # two threads, states of several environments interleaved on each
+            made = ex.map(lambda j: generate_initial_state(pool.get(j[0]), seed=j[1], depth=2), jobs)
+            return [s.model_dump_json() for s in made]
+
+    shared = states()
+
+    def fresh(locale: str, seed: int) -> Faker:
+        faker = Faker(locale)
+        faker.seed_instance(seed)
+        return faker
+
+    monkeypatch.setattr(initial_state, "_thread_faker", fresh)
+    assert shared == states()

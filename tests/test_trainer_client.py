@@ -1,0 +1,241 @@
+"""The trainers' client (`envfactory.serve.trainer_client`) against a real server over real HTTP.
+
+Its answers must be what the environment answers in-process (random call sequences), its sessions isolated,
+its errors the named exceptions (an ended session, a JSON-RPC error, a tool's own failure, a dead or
+non-HTTP server), and a connection the server closed for idling must be replaced without the caller seeing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.env.session import Session
+from envfactory.serve.limits import ServeLimits
+from envfactory.serve.mcp_server import EnvMCPServer
+from envfactory.serve.net import free_port
+from envfactory.serve.trainer_client import (
+    ClientOptions,
+    ConnectionLostError,
+    JSONRPCError,
+    ProtocolError,
+    ServerHTTPError,
+    ToolCallError,
+    TrainerClientError,
+    TrainerSession,
+)
+from tests.serve_helpers import PROTOCOL, serving
+
+ROOT = Path(__file__).resolve().parent.parent
+ANA = {"hotel_id": "HT-LIS-01", "guest_name": "Ana", "check_in": "2026-03-01", "nights": 1}
+
+
+@pytest.fixture(scope="module")
+def hotels() -> Any:
+    return EnvPool(Settings(root=ROOT, bfcl=False)).get("hotels")
+
+
+@pytest.fixture(scope="module")
+def served(hotels: Any) -> Iterator[tuple[EnvMCPServer, str]]:
+    server = EnvMCPServer(hotels, default_config="default")
+    with serving(server) as url:
+        yield server, url
+
+
+def _calls() -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
+    hotel = st.sampled_from(["HT-LIS-01", "HT-POR-01", "HT-NOPE"])
+    booking = st.sampled_from(["BK-0001", "BK-0002", "BK-0003", "BK-9999"])
+    return st.one_of(
+        st.tuples(st.just("search_hotels"), st.fixed_dictionaries({"city": st.sampled_from(["Lisbon", "Porto", "X"])})),
+        st.tuples(
+            st.just("book_room"),
+            st.fixed_dictionaries(
+                {
+                    "hotel_id": hotel,
+                    "guest_name": st.sampled_from(["Ana Costa", "Bo"]),
+                    "check_in": st.just("2026-03-01"),
+                    "nights": st.integers(-1, 4),
+                }
+            ),
+        ),
+        st.tuples(st.just("get_booking"), st.fixed_dictionaries({"booking_id": booking})),
+        st.tuples(st.just("cancel_booking"), st.fixed_dictionaries({"booking_id": booking})),
+        st.tuples(st.just("get_booking"), st.fixed_dictionaries({"booking_id": st.integers()})),  # a wrong type
+        st.tuples(st.just("no_such_tool"), st.just({})),
+    )
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=st.lists(_calls(), max_size=8))
+def test_answers_and_state_are_the_environments(
+    served: tuple[EnvMCPServer, str], hotels: Any, calls: list[tuple[str, dict[str, Any]]]
+) -> None:
+    _, url = served
+    alone = Session.fork(hotels, "default")
+
+    async def run() -> None:
+        async with await TrainerSession.open(url) as env:
+            for tool, arguments in calls:
+                result = await env.call(tool, arguments)
+                record = alone.call(tool, arguments)
+                assert result.is_error == (not record.ok), (tool, arguments, result)
+                assert result.data == record.payload()
+            assert await env.state() == alone.dump()
+
+    asyncio.run(run())
+
+
+async def test_sessions_are_isolated_and_count_on_the_fast_path(served: tuple[EnvMCPServer, str]) -> None:
+    server, url = served
+    assert server.fast is not None
+    before = server.fast.answered
+
+    async def one(i: int) -> tuple[str, dict[str, Any]]:
+        async with await TrainerSession.open(url) as env:
+            booked = await env.call(
+                "book_room",
+                {"hotel_id": "HT-LIS-01", "guest_name": f"Guest {i}", "check_in": "2026-03-01", "nights": 1},
+            )
+            booking = booked.raise_for_error("book_room").data["id"]
+            read = (await env.call("get_booking", {"booking_id": booking})).raise_for_error()
+            assert read.data["guest_name"] == f"Guest {i}"
+            return booking, await env.state()
+
+    results = await asyncio.gather(*(one(i) for i in range(12)))
+    assert {booking for booking, _ in results} == {results[0][0]}  # each session books on its own fresh state
+    for i, (_, state) in enumerate(results):
+        guests = sorted(b["guest_name"] for b in state["bookings"].values())
+        assert guests == sorted(["Maria Silva", f"Guest {i}"])  # the scenario's booking and its own, no other
+    assert server.fast.answered - before >= 12 * 3 - 12  # all but each session's first call
+
+
+async def test_scenario_reset_and_tools(served: tuple[EnvMCPServer, str], hotels: Any) -> None:
+    _, url = served
+    async with await TrainerSession.open(url, scenario="default") as env:
+        names = {t.name for t in await env.tools()}
+        assert {"search_hotels", "book_room", "envfactory_state", "envfactory_reset"} <= names
+        await env.call("book_room", ANA)
+        assert await env.state() != Session.fork(hotels, "default").dump()
+        await env.reset(scenario="default")
+        assert await env.state() == Session.fork(hotels, "default").dump()
+        with pytest.raises(ToolCallError, match="envfactory_reset"):
+            await env.reset(scenario="no-such-scenario")
+
+
+async def test_a_tools_failure_is_a_result_until_raised(served: tuple[EnvMCPServer, str]) -> None:
+    _, url = served
+    async with await TrainerSession.open(url) as env:
+        result = await env.call("get_booking", {"booking_id": "BK-9999"})
+        assert result.is_error and "not_found" in result.text
+        with pytest.raises(ToolCallError, match="get_booking"):
+            result.raise_for_error("get_booking")
+
+
+async def test_an_ended_session_and_json_rpc_errors_raise(served: tuple[EnvMCPServer, str]) -> None:
+    _, url = served
+    env = await TrainerSession.open(url)
+    with pytest.raises(JSONRPCError) as rpc:
+        await env.call("search_hotels", ["not", "an", "object"])  # type: ignore[arg-type]
+    assert rpc.value.code == -32602
+    assert (await env.call("search_hotels", {"city": "Lisbon"})).data  # the session goes on after an error
+    async with httpx.AsyncClient() as http:  # the session ended by someone else
+        ended = await http.delete(
+            url, headers={"mcp-session-id": env.session_id or "", "mcp-protocol-version": PROTOCOL}
+        )
+        assert ended.status_code == 200
+    with pytest.raises(ServerHTTPError) as gone:
+        await env.call("search_hotels", {"city": "Lisbon"})
+    assert gone.value.status == 404 and "not found" in gone.value.message.lower()
+    await env.close()
+    await env.close()  # twice is fine
+    with pytest.raises(TrainerClientError, match="closed"):
+        await env.call("search_hotels", {"city": "Lisbon"})
+
+
+async def test_close_ends_the_session_on_the_server(served: tuple[EnvMCPServer, str]) -> None:
+    _, url = served
+    env = await TrainerSession.open(url)
+    session_id = env.session_id
+    await env.close()
+    async with httpx.AsyncClient() as http:
+        message = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "search_hotels", "arguments": {}},
+        }
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "mcp-session-id": session_id or "",
+            "mcp-protocol-version": PROTOCOL,
+        }
+        assert (await http.post(url, json=message, headers=headers)).status_code == 404
+
+
+async def test_a_connection_closed_for_idling_is_replaced(hotels: Any) -> None:
+    server = EnvMCPServer(hotels, default_config="default", limits=ServeLimits(keep_alive_s=1))
+    with serving(server) as url:
+        # idle_reconnect_s far above the server's keep-alive: the client must notice the server's close itself
+        env = await TrainerSession.open(url, options=ClientOptions(idle_reconnect_s=60))
+        await env.call("book_room", ANA)
+        first = env._conn
+        await asyncio.sleep(1.6)
+        assert first is not None and first.closed  # the server closed it
+        read = await env.call("get_booking", {"booking_id": "BK-0002"})
+        assert not read.is_error and read.data["guest_name"] == "Ana"  # same MCP session on a new connection
+        assert env._conn is not first
+        await env.close()
+
+
+async def test_no_server_and_not_http_raise() -> None:
+    with pytest.raises(ConnectionLostError, match="cannot connect"):
+        await TrainerSession.open(f"http://127.0.0.1:{free_port()}/mcp")
+    with pytest.raises(TrainerClientError, match="plain-HTTP"):
+        await TrainerSession.open("https://127.0.0.1:1/mcp")
+
+    async def babble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"SSH-2.0-OpenSSH\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n{")  # then the connection ends
+        await writer.drain()
+        writer.close()
+
+    for handler, error in ((babble, ProtocolError), (hang_up, ConnectionLostError)):
+        port = free_port()
+        server = await asyncio.start_server(handler, "127.0.0.1", port)
+        async with server:
+            with pytest.raises(error):
+                await TrainerSession.open(f"http://127.0.0.1:{port}/mcp")
+
+
+@pytest.fixture
+async def slow_server() -> AsyncIterator[str]:
+    """A server that reads a request and never answers."""
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await asyncio.sleep(30)
+
+    port = free_port()
+    server = await asyncio.start_server(silent, "127.0.0.1", port)
+    async with server:
+        yield f"http://127.0.0.1:{port}/mcp"
+
+
+async def test_a_request_past_its_timeout_raises(slow_server: str) -> None:
+    with pytest.raises(ConnectionLostError, match="timeout_s"):
+        await TrainerSession.open(slow_server, options=ClientOptions(timeout_s=0.3))
