@@ -63,6 +63,7 @@ class LoadedModel:
 
 
 _LOADED: dict[tuple[str, str, str], LoadedModel] = {}
+_LLAMAS: dict[tuple[str, int], Any] = {}  # one llama.cpp model per GGUF and context: its prompt cache spans calls
 _LOADING = threading.Lock()
 
 
@@ -109,7 +110,6 @@ class TransformersChat(BaseChatModel):
     gguf: str | None = None  # generate with llama.cpp over this file (the prompt still rendered by `spec`)
     n_ctx: int = 8192
     _loaded: LoadedModel | None = PrivateAttr(default=None)
-    _llama: Any = PrivateAttr(default=None)
 
     @property
     def _llm_type(self) -> str:
@@ -181,14 +181,10 @@ class TransformersChat(BaseChatModel):
         """The reply to a rendered prompt from llama.cpp over `gguf` (sampled as the transformers path samples)."""
         loaded = self.loaded
         with loaded.lock:
-            if self._llama is None:
-                from envfactory.llm.llamacpp import _import_llama_cpp
-
-                llama_cpp = _import_llama_cpp()
-                self._llama = llama_cpp.Llama(model_path=self.gguf, n_ctx=self.n_ctx, verbose=False)
-            tokens = self._llama.tokenize(prompt.encode(), add_bos=False, special=True)
+            llama = shared_llama(self.gguf, self.n_ctx)
+            tokens = llama.tokenize(prompt.encode(), add_bos=False, special=True)
             sample = self.temperature > 0
-            response = self._llama.create_completion(
+            response = llama.create_completion(
                 tokens,
                 max_tokens=self.max_tokens,
                 temperature=self.temperature if sample else 0.0,
@@ -210,6 +206,19 @@ class TransformersChat(BaseChatModel):
             ),
         )
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+
+def shared_llama(gguf: str, n_ctx: int) -> Any:
+    """The process's one llama.cpp model over `gguf` (loaded on first use). Shared by every client, so that
+    llama.cpp's prefix cache spans them: the attempts of one item, and the items of one environment, share
+    their prompt's start (system text and tool list), which is evaluated once instead of once per call."""
+    with _LOADING:
+        key = (gguf, n_ctx)
+        if key not in _LLAMAS:
+            from envfactory.llm.llamacpp import _import_llama_cpp
+
+            _LLAMAS[key] = _import_llama_cpp().Llama(model_path=gguf, n_ctx=n_ctx, verbose=False)
+        return _LLAMAS[key]
 
 
 def from_settings(cfg: LLMSettings, settings: Settings, callbacks: list[BaseCallbackHandler]) -> BaseChatModel:
