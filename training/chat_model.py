@@ -150,7 +150,7 @@ class TransformersChat(BaseChatModel):
         import torch
 
         if self.gguf is not None:
-            return self._generate_llama(self.render(messages, kwargs.get("tools")), stop)
+            return self._generate_llama(self.gguf, self.render(messages, kwargs.get("tools")), stop)
         loaded = self.loaded
         prompt = self.render(messages, kwargs.get("tools"))
         tokenizer = loaded.tokenizer
@@ -177,11 +177,11 @@ class TransformersChat(BaseChatModel):
         message = AIMessage(content=text.strip(), usage_metadata=cast(Any, usage))
         return ChatResult(generations=[ChatGeneration(message=message)])
 
-    def _generate_llama(self, prompt: str, stop: list[str] | None) -> ChatResult:
+    def _generate_llama(self, gguf: str, prompt: str, stop: list[str] | None) -> ChatResult:
         """The reply to a rendered prompt from llama.cpp over `gguf` (sampled as the transformers path samples)."""
         loaded = self.loaded
         with loaded.lock:
-            llama = shared_llama(self.gguf, self.n_ctx)
+            llama = shared_llama(gguf, self.n_ctx)
             tokens = llama.tokenize(prompt.encode(), add_bos=False, special=True)
             sample = self.temperature > 0
             response = llama.create_completion(
