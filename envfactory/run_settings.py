@@ -43,6 +43,7 @@ class ModelIdentity(BaseModel):
     temperature: float
     top_p: float
     max_tokens: int | None
+    gguf: str | None = Field(default=None, description="transformers: the GGUF that llama.cpp generates with")
 
     @property
     def label(self) -> str:
@@ -58,6 +59,7 @@ def model_identity(settings: Settings, role: Role) -> ModelIdentity:
         temperature=cfg.temperature,
         top_p=cfg.top_p,
         max_tokens=cfg.max_tokens,
+        gguf=str(cfg.gguf_path) if cfg.provider == "transformers" and cfg.gguf_path is not None else None,
     )
 
 

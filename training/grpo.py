@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("training.grpo")
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "grpo.yaml"
-REQUIRED_COLUMNS = ("prompt", "tools", "ground_truth", "initial_config", "final_config", "mcp_servers")
+REQUIRED_COLUMNS = (("prompt", "tools", "ground_truth", "initial_config", "final_config", "mcp_servers"),)
 
 
 class GRPORunConfig(RunConfig):

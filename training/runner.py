@@ -89,15 +89,17 @@ def require_train_extra() -> None:
         )
 
 
-def load_dataset_rows(config: RunConfig, required: tuple[str, ...] = (), export: str = "") -> Dataset:
-    """The rows of the config's data file; `required` columns missing is a `ConfigError` naming the export that
-    makes them (an SFT run pointed at a GRPO export, say), caught here rather than as a KeyError inside TRL."""
+def load_dataset_rows(config: RunConfig, required: tuple[tuple[str, ...], ...] = (), export: str = "") -> Dataset:
+    """The rows of the config's data file. `required` lists the column sets a row may have (SFT takes
+    prompt-completion rows or whole-conversation `messages` rows); a file matching none is a `ConfigError`
+    naming the export that makes them (an SFT run pointed at a GRPO export, say), caught here rather than as a
+    KeyError inside TRL."""
     import datasets
 
     path = dataset_file(config.data)
     columns = first_row_columns(path)  # checked before the loader runs: its errors are log lines and tracebacks
-    missing = [c for c in required if c not in columns]
-    if missing:
+    if required and not any(all(c in columns for c in option) for option in required):
+        missing = min(([c for c in option if c not in columns] for option in required), key=len)
         hint = f"; run `envfactory export RUN --format {export} --out DIR`" if export else ""
         raise ConfigError(
             f"{config.data}: not a {export or 'training'} export (missing columns: {', '.join(missing)}; it has "

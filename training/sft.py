@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("training.sft")
 
-REQUIRED_COLUMNS = ("prompt", "completion")  # TRL's prompt-completion format, as `export --format trl-sft` writes
+# the two TRL conversational formats `export --format trl-sft` writes: per turn (the default) or `--per conversation`
+REQUIRED_COLUMNS = (("prompt", "completion"), ("messages",))
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "sft.yaml"
 
 

@@ -277,3 +277,29 @@ def test_a_training_mistake_is_one_line(
     assert "Traceback" not in captured.err
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], captured.err
     assert not Path(scratch["tmp"], "never").exists()
+
+
+def test_sft_reads_both_trl_sft_formats(scratch: dict[str, str]) -> None:
+    """`export --format trl-sft` writes prompt-completion rows (per turn) or `messages` rows (`--per
+    conversation`); the SFT column check takes both and still refuses a GRPO export."""
+    pytest.importorskip("trl")
+    from training.runconfig import ConfigError
+    from training.runner import load_dataset_rows
+    from training.sft import REQUIRED_COLUMNS, SFTRunConfig
+
+    whole = Path(scratch["tmp"]) / "sft-conversations"
+    with pytest.MonkeyPatch.context() as mp:
+        _environment(mp, scratch)
+        code, output = invoke(f"export {scratch['run']} --format trl-sft --out {whole} --per conversation".split())
+    assert code == 0, output
+    for data, columns in ((scratch["sft"], {"prompt", "completion"}), (str(whole), {"messages"})):
+        rows = load_dataset_rows(
+            SFTRunConfig(model="m", data=Path(data), output=Path(scratch["tmp"]) / "never"), REQUIRED_COLUMNS, "trl-sft"
+        )
+        assert len(rows) > 0 and columns <= set(rows.column_names)
+    with pytest.raises(ConfigError, match="missing columns: completion"):
+        load_dataset_rows(
+            SFTRunConfig(model="m", data=Path(scratch["grpo"]), output=Path(scratch["tmp"]) / "never"),
+            REQUIRED_COLUMNS,
+            "trl-sft",
+        )
