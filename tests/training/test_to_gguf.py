@@ -13,9 +13,8 @@ from pathlib import Path
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
-from tests.llama_server import model_file
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.llama_server import model_file
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")
