@@ -1,20 +1,43 @@
 """Settings (pydantic-settings): every value can be set with an `ENVFACTORY_*` environment variable.
 
 Nested values use `__`: `ENVFACTORY_LLM__PROVIDER=openai`, `ENVFACTORY_LLM__MODEL=qwen3-8b`,
-`ENVFACTORY_LLM_ROLES__CODE__MODEL=qwen3-coder` (one role overridden).
+`ENVFACTORY_LLM_ROLES__CODE__MODEL=qwen3-coder` (one role overridden), `ENVFACTORY_TOOLGRAPH__EMBED_BACKEND=torch`
+(the tool graph's settings; the older `ENVFACTORY_TOOLGRAPH_EMBED_BACKEND` spelling is still read, with a warning).
 """
 
 from __future__ import annotations
 
+import os
+import warnings
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
 Role = Literal["search", "code", "test", "query", "user", "solver", "eval"]
 ROLES: tuple[Role, ...] = ("search", "code", "test", "query", "user", "solver", "eval")
 QUERYGEN_ROLES: tuple[Role, ...] = ("query", "solver", "user")  # the roles a synth run in llm mode plays
+
+
+def _legacy_toolgraph_values() -> dict[str, str]:
+    prefix = "ENVFACTORY_TOOLGRAPH_"
+    found = {
+        key[len(prefix) :].lower(): value
+        for key, value in os.environ.items()
+        if key.upper().startswith(prefix)
+        and not key[len(prefix) :].startswith("_")
+        and key[len(prefix) :].lower() in ToolGraphSettings.model_fields
+    }
+    if found:
+        names = ", ".join(f"{prefix}{k.upper()}" for k in sorted(found))
+        warnings.warn(
+            f"{names}: the tool graph's settings are nested now; spell it {prefix}_<NAME> (two underscores)",
+            FutureWarning,  # shown by default (a DeprecationWarning is not, outside __main__)
+            stacklevel=2,
+        )
+    return found
 
 
 def _project_root() -> Path:
@@ -23,6 +46,82 @@ def _project_root() -> Path:
     if (cwd / "envs").is_dir():
         return cwd
     return Path(__file__).resolve().parent.parent
+
+
+CrossEnvEdges = Literal["none", "external", "all"]
+
+
+class ToolGraphSettings(BaseModel):
+    """Graph construction and topology-aware sampling (`Settings().toolgraph`, `ENVFACTORY_TOOLGRAPH__*`).
+    Defaults follow the EnvFactory write-up (section 3.3). Unknown keys are ignored: a graph file keeps the
+    settings it was built with, and one written by an older version may name a setting since removed."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    # ---- similarity edges ------------------------------------------------------------------------
+    build_edge_threshold: float = Field(default=0.85, description="an output→input pair above this is an edge")
+    name_type_weight: float = Field(
+        default=0.6, ge=0, le=1, description="weight of name/type similarity; the description cosine gets the rest"
+    )
+    name_share: float = Field(
+        default=0.75, ge=0, le=1, description="inside name/type similarity: the name's share (the type gets the rest)"
+    )
+    cross_env_edges: CrossEnvEdges = Field(
+        default="external",
+        description="edges between tools of different environments: none, only into user-provided inputs "
+        "(an id lives in its own environment's state; a city or a date can travel), or all",
+    )
+    cross_env_top_k: int = Field(default=3, ge=0, description="at most this many cross-environment producers per input")
+    schema_edges: bool = Field(
+        default=True,
+        description="add the edges the tools' schemas imply (an id input and the record it names, a list and "
+        "its items, the same name, a value its description names, values of one kind) beside the similarity ones",
+    )
+    validate_hops: int = Field(
+        default=3, ge=1, description="Parameter_Relate hops validate_parameter follows (1: direct producers only)"
+    )
+    block_cells: int = Field(
+        default=1 << 24, ge=1 << 16, description="key pairs scored per step of the similarity (memory bound)"
+    )
+    embed_batch: int = Field(default=512, ge=1, description="texts per embedding call (one progress step)")
+    embed_backend: EmbedBackend = Field(
+        default="onnx",
+        description="how the embedding model runs: onnx (the model exported once to ONNX under the data dir, "
+        "the same vectors as torch to float rounding, ~2x faster), torch (sentence-transformers), or onnx-int8 "
+        "(faster again, but moves about one edge in eight of a large graph); onnx falls back to torch where "
+        "its packages are missing",
+    )
+    embed_threads: int = Field(default=0, ge=0, description="cores the ONNX backend embeds on (0: all available)")
+    onnx_export_min_texts: int = Field(
+        default=2000,
+        ge=0,
+        description="a build with fewer texts to embed than this, while the model has no ONNX export yet, embeds "
+        "them with torch: the export (seconds, once) would cost more than it saves; the vectors are the same",
+    )
+
+    # ---- user_provided ---------------------------------------------------------------------------
+    lean_internal_threshold: float = Field(
+        default=0.92, description="heuristic: an ambiguous input some tool outputs at least this similarly is internal"
+    )
+
+    # ---- LLM -------------------------------------------------------------------------------------
+    use_llm: bool = Field(default=True, description="classify and refine with the LLM when one is configured")
+    llm_role: Role = Field(default="search", description="the role whose chat model classifies and refines")
+
+    # ---- sampler ---------------------------------------------------------------------------------
+    skip_optional_p: float = Field(default=0.6, ge=0, le=1)
+    skip_satisfied_p: float = Field(default=0.9, ge=0, le=1)
+    max_servers: int = Field(default=3, ge=1, description="distinct environments per chain")
+    max_depth: int = Field(default=3, ge=0, description="recursion depth of prior resolution")
+    turn_min: int = Field(default=1, ge=1)
+    turn_max: int = Field(default=5, ge=1)
+    attempts_per_chain: int = Field(default=50, ge=1, description="start tools tried before a chain is given up")
+
+    @model_validator(mode="after")
+    def _turns(self) -> ToolGraphSettings:
+        if self.turn_min > self.turn_max:
+            raise ValueError(f"turn_min ({self.turn_min}) is above turn_max ({self.turn_max})")
+        return self
 
 
 class LLMSettings(BaseModel):
@@ -87,6 +186,9 @@ class Settings(BaseSettings):
 
     # ---- LLMs and prompts ----------------------------------------------------------------
     llm: LLMSettings = Field(default_factory=LLMSettings, description="the default chat model for every role")
+    toolgraph: ToolGraphSettings = Field(
+        default_factory=ToolGraphSettings, description="the tool graph's construction and sampling"
+    )
     llm_roles: dict[Role, LLMSettings] = Field(default_factory=dict, description="per-role overrides")
     prompts_dir: Path | None = Field(default=None, description="prompt folder; default <root>/prompts")
     structured_retries: int = Field(default=2, description="re-asks after an unparseable or invalid answer")
@@ -145,6 +247,20 @@ class Settings(BaseSettings):
     trust_path: Path | None = Field(
         default=None, description="reviewed environments allowed to run in-process; default <root>/configs/trusted.json"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_toolgraph_env(cls, data: object) -> object:
+        """`ENVFACTORY_TOOLGRAPH_<NAME>` (one underscore: the tool graph's variables when its settings were a root
+        of their own) still sets `toolgraph.<name>` where `ENVFACTORY_TOOLGRAPH__<NAME>` does not, with a warning."""
+        legacy = _legacy_toolgraph_values()
+        if not legacy or not isinstance(data, dict):
+            return data
+        nested = data.get("toolgraph")
+        if isinstance(nested, BaseModel):
+            return data  # given as an object: the caller chose every value
+        merged = {**legacy, **(nested if isinstance(nested, dict) else {})}
+        return {**data, "toolgraph": merged}
 
     @model_validator(mode="after")
     def _default_docs(self) -> Settings:

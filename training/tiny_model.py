@@ -18,6 +18,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from envfactory.config import get_settings
+from envfactory.export.chat_template import tool_chat_template
 from training.loading import (
     align_model,
     cache_root,
@@ -58,7 +60,10 @@ def build_tiny_model(out: Path | None = None, config: TinyModelConfig | None = N
 
     config = config or TinyModelConfig()
     tokenizer_dir = gguf_tokenizer_dir(gemma_gguf_path())
-    target = out or cache_root() / f"tiny-gemma3-{config.key()}-{tokenizer_dir.name.rsplit('-', 1)[-1]}"
+    # the folder saves the tool template it was built with: a changed template is a new folder, not a stale one
+    template = hashlib.sha256(tool_chat_template(get_settings()).encode()).hexdigest()[:8]
+    tokens = tokenizer_dir.name.rsplit("-", 1)[-1]
+    target = out or cache_root() / f"tiny-gemma3-{config.key()}-{tokens}-{template}"
     if _complete(target) and not force:
         return target
 

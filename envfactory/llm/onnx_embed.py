@@ -212,7 +212,7 @@ def ensure_export(model_name: str, folder: Path, cache_dir: Path, precision: Pre
             except Exception as e:
                 raise OnnxError(
                     f"exporting '{model_name}' to ONNX failed: {type(e).__name__}: {e}. "
-                    "Use the torch backend (ENVFACTORY_TOOLGRAPH_EMBED_BACKEND=torch)."
+                    "Use the torch backend (ENVFACTORY_TOOLGRAPH__EMBED_BACKEND=torch)."
                 ) from e
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)

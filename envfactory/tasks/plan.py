@@ -29,7 +29,7 @@ from envfactory.records.models import Conversation
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, read_conversations
 from envfactory.tasks.offline import Dropped, UnitOutcome, stable_seed
 from envfactory.toolgraph.graph import ToolGraph
-from envfactory.toolgraph.sampler import ToolChain, TopologySampler
+from envfactory.toolgraph.sampler import ToolChain, TopologySampler, split_into
 
 
 class SynthError(DataError):
@@ -56,7 +56,9 @@ class SynthConfig(BaseModel):
     seed: int = 0
     chain_length: tuple[int, int] = (2, 4)
     turns: tuple[int, int] = Field(
-        default=(3, 5), description="offline mode: turns per conversation (chains are joined until it has them)"
+        default=(3, 5),
+        description="turns per conversation, both modes: offline joins chains until it has them; llm mode cuts "
+        "its chain into that many turns (at most one per tool)",
     )
     ambiguity: float = Field(
         default=0.15,
@@ -161,8 +163,10 @@ def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
             raise SynthConfigError(f"the tool graph has no tools of '{env}': rebuild it (`envfactory graph build`)")
         sampler = TopologySampler(graph if config.cross_env else graph.subgraph(env))
         offline = config.mode == "offline"
-        # offline: each conversation joins several chains into 3-5 goal turns (the LLM path keeps its own turns)
+        # offline: each conversation joins several chains into `turns` goal turns; llm: its chain is cut into them
         pool_of = _chains_from(sampler, graph, env, config, config.tasks * 4 if offline else config.tasks)
+        if not offline:
+            pool_of = [_cut(chain, config, env, t) for t, chain in enumerate(pool_of)]
         chains = pool_of[: config.tasks]
         if len(chains) < config.tasks:
             shortfall[env] = config.tasks - len(chains)
@@ -189,6 +193,12 @@ def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
                     )
                 )
     return Plan(envs=envs, units=units, shortfall=shortfall)
+
+
+def _cut(chain: ToolChain, config: SynthConfig, env: str, task: int) -> ToolChain:
+    """An llm-mode chain cut into a seeded number of turns from the plan's `turns` (at most one per tool)."""
+    rng = random.Random(stable_seed(config.seed, env, task, "turns"))
+    return chain.model_copy(update={"turns": split_into(chain.tools, rng.randint(*config.turns), rng)})
 
 
 def heldout_tasks(config: SynthConfig, env: str, n: int) -> set[int]:

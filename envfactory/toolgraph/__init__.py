@@ -2,7 +2,8 @@
 
 Modules, one concept each:
 
-- `settings`: `ToolGraphSettings` (threshold, weights, cross-environment policy, sampler constants);
+- `settings`: where the graph's files live (`ToolGraphSettings` — threshold, weights, cross-environment
+  policy, sampler constants — is in the one settings root, `envfactory.config`: `Settings().toolgraph`);
 - (names as tokens — split, singular, qualifiers, record-id names — are `envfactory.words`, shared with synthesis);
 - `params`: `ToolSource` (a tool of the pool) and `ParamSpec` (an input or output parameter), with
   the rules that read outputs from output schemas or descriptions;
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from envfactory.toolgraph.classify import Verdict, classify
 
 if TYPE_CHECKING:
+    from envfactory.config import ToolGraphSettings
     from envfactory.toolgraph.build import BuildReport, BuildTimings, build_tool_graph, embed_texts
     from envfactory.toolgraph.collect import env_sources, pool_sources
     from envfactory.toolgraph.errors import ToolGraphError
@@ -36,9 +38,9 @@ if TYPE_CHECKING:
     from envfactory.toolgraph.html import render_env_html
     from envfactory.toolgraph.io import FORMAT_VERSION, export_graphml, load_graph, save_graph
     from envfactory.toolgraph.params import ParamSpec, ToolSource, input_params, output_params
-    from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain, TopologySampler, split_turns
+    from envfactory.toolgraph.sampler import ChainStep, InputSource, ToolChain, TopologySampler, split_into, split_turns
     from envfactory.toolgraph.schema_edges import add_schema_edges, schema_pairs
-    from envfactory.toolgraph.settings import ToolGraphSettings, cache_path, graph_path
+    from envfactory.toolgraph.settings import cache_path, graph_path
     from envfactory.toolgraph.similarity import naive_pairs, similar_pairs
     from envfactory.toolgraph.synthetic import synthetic_sources
 
@@ -55,7 +57,7 @@ _WHERE: dict[str, str] = {
     "ToolChain": "envfactory.toolgraph.sampler",
     "ToolGraph": "envfactory.toolgraph.graph",
     "ToolGraphError": "envfactory.toolgraph.errors",
-    "ToolGraphSettings": "envfactory.toolgraph.settings",
+    "ToolGraphSettings": "envfactory.config",
     "ToolSource": "envfactory.toolgraph.params",
     "TopologySampler": "envfactory.toolgraph.sampler",
     "add_schema_edges": "envfactory.toolgraph.schema_edges",
@@ -74,6 +76,7 @@ _WHERE: dict[str, str] = {
     "save_graph": "envfactory.toolgraph.io",
     "schema_pairs": "envfactory.toolgraph.schema_edges",
     "similar_pairs": "envfactory.toolgraph.similarity",
+    "split_into": "envfactory.toolgraph.sampler",
     "split_turns": "envfactory.toolgraph.sampler",
     "synthetic_sources": "envfactory.toolgraph.synthetic",
 }
@@ -120,6 +123,7 @@ __all__ = [
     "save_graph",
     "schema_pairs",
     "similar_pairs",
+    "split_into",
     "split_turns",
     "synthetic_sources",
 ]

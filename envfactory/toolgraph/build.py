@@ -42,8 +42,8 @@ from envfactory.toolgraph.refine import RefineReport, refine_env
 
 if TYPE_CHECKING:
     from envfactory.env.pool import EnvPool
+from envfactory.config import ToolGraphSettings
 from envfactory.toolgraph.schema_edges import add_schema_edges
-from envfactory.toolgraph.settings import ToolGraphSettings
 from envfactory.toolgraph.similarity import Pairs, SimilarityPlan, codes
 
 ProgressFn = Callable[[int, int], None]
@@ -354,7 +354,7 @@ def build_pool_graph(
     from envfactory.toolgraph.collect import pool_sources
     from envfactory.toolgraph.settings import cache_path, onnx_path
 
-    tg = ToolGraphSettings()
+    tg = settings.toolgraph
     if threshold is not None:
         tg = tg.model_copy(update={"build_edge_threshold": threshold})
     sources = pool_sources(pool if pool is not None else EnvPool(settings), list(envs) if envs else None)

@@ -31,8 +31,8 @@ from typing import Any, Literal
 import networkx as nx
 from pydantic import BaseModel
 
+from envfactory.config import ToolGraphSettings
 from envfactory.toolgraph.params import ParamSpec, ToolSource
-from envfactory.toolgraph.settings import ToolGraphSettings
 
 FoundBy = Literal["similarity", "schema", "llm"]
 TOOL, PARAMETER = "tool", "parameter"

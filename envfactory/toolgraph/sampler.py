@@ -21,15 +21,16 @@ chain's own `seed` reproduces it alone (`sample_chain(seed)`). The global RNG is
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from envfactory.config import ToolGraphSettings
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
-from envfactory.toolgraph.settings import ToolGraphSettings
 
 
 class InputSource(BaseModel):
@@ -233,6 +234,14 @@ class TopologySampler:
             target_length=target,
             steps=[ChainStep(tool=t, inputs=chain.steps[t]) for t in tools],
         )
+
+
+def split_into(tools: list[str], count: int, rng: random.Random) -> list[list[str]]:
+    """`tools` cut into `count` consecutive non-empty turns at seeded places (fewer tools than that: one each)."""
+    count = max(1, min(count, len(tools)))
+    cuts = sorted(rng.sample(range(1, len(tools)), count - 1)) if count > 1 else []
+    bounds = [0, *cuts, len(tools)]
+    return [tools[a:b] for a, b in itertools.pairwise(bounds)]
 
 
 def split_turns(tools: list[str], rng: random.Random, lo: int = 1, hi: int = 5) -> list[list[str]]:

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
+from envfactory.config import ToolGraphSettings
 from envfactory.toolgraph.params import ParamSpec
-from envfactory.toolgraph.settings import ToolGraphSettings
 from envfactory.words import tokens
 
 _SCALARS = ("string", "integer", "number", "boolean", "object", "any")

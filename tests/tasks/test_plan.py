@@ -63,6 +63,24 @@ def test_plan_composes_a_t_s_d_and_is_deterministic(pool: EnvPool, graph: ToolGr
     assert [u.seed for u in other.units] != [u.seed for u in plan.units]
 
 
+@pytest.mark.parametrize("turns", [(1, 1), (2, 2), (2, 4), (5, 9)])
+def test_llm_mode_cuts_each_chain_into_the_plans_turns(pool: EnvPool, graph: ToolGraph, turns: tuple[int, int]) -> None:
+    """One `turns` knob for both modes: llm mode cuts each chain into a seeded count from the range (at most one
+    turn per tool), consecutive and covering the chain; offline mode passes the range on to its joiner."""
+    base = {"A": 3, "T": 3, "seed": 2, "chain_length": [2, 5], "turns": list(turns)}
+    plan = plan_units(SynthConfig.model_validate({**base, "mode": "llm"}), pool, graph)
+    assert plan.units
+    for unit in plan.units:
+        chain = unit.chain
+        assert [t for turn in chain.turns for t in turn] == chain.tools and all(chain.turns)
+        assert len(chain.turns) <= min(turns[1], len(chain.tools))
+        assert len(chain.turns) >= min(turns[0], len(chain.tools))
+    again = plan_units(SynthConfig.model_validate({**base, "mode": "llm"}), pool, graph)
+    assert [u.chain.turns for u in again.units] == [u.chain.turns for u in plan.units]  # seeded
+    offline = plan_units(SynthConfig.model_validate({**base, "mode": "offline"}), pool, graph)
+    assert {u.turns for u in offline.units} == {turns}
+
+
 def test_run_resume_torn_line_and_retried_errors(tmp_path: Path, pool: EnvPool, graph: ToolGraph) -> None:
     config = SynthConfig.model_validate({"envs": ["hotels", "banking"], "T": 3, "S": 2, "seed": 1})
     plan = plan_units(config, pool, graph)
