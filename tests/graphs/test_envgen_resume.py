@@ -16,6 +16,7 @@ import pytest
 from envfactory.config import get_settings
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import build
+from tests.support.cli import CliRun, run_cli
 from tests.support.envgen import METADATA, SCENARIOS, code, fenced, node_sequence, setup_project
 
 THREAD = "envgen-killed"
@@ -23,14 +24,14 @@ THREAD = "envgen-killed"
 SLOW_GOOD = code("good") + "\n\n_WARM_UP = sum(i * i for i in range(12_000_000))\n"
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "envfactory.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "250"},
-    )
+def _cli(*args: str) -> CliRun:
+    """`envfactory ARGS` in this process (the project's settings come from the test's environment)."""
+    return run_cli(list(args))
+
+
+@pytest.fixture(autouse=True)
+def _wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")  # Rich's tables: a thread id is not wrapped
 
 
 def _snapshot() -> Any:
@@ -87,7 +88,7 @@ def test_sigkill_mid_loop_then_resume(tmp_path: Path, monkeypatch: pytest.Monkey
     assert len(killed.values["reports"]) == 1  # the interrupted round left nothing behind
 
     resumed = _cli("envgen", "resume", THREAD)
-    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.code == 0, resumed.stderr
     assert "registered" in resumed.stdout
     with open_checkpointer(get_settings()) as saver:
         graph = build(saver)
@@ -98,11 +99,11 @@ def test_sigkill_mid_loop_then_resume(tmp_path: Path, monkeypatch: pytest.Monkey
     assert final.values["status"] == "registered" and len(final.values["reports"]) == 2
 
     history = _cli("envgen", "history", THREAD)
-    assert history.returncode == 0 and "revise" in history.stdout
+    assert history.code == 0 and "revise" in history.stdout
     again = _cli("envgen", "resume", THREAD)
-    assert again.returncode == 0 and "has finished" in again.stdout
+    assert again.code == 0 and "has finished" in again.stdout
     missing = _cli("envgen", "resume", "no-such-thread")
-    assert missing.returncode == 1 and "no checkpoint for thread 'no-such-thread'" in missing.stderr
+    assert missing.code == 1 and "no checkpoint for thread 'no-such-thread'" in missing.stderr
 
 
 def test_cli_interrupt_before_revise_then_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -113,13 +114,13 @@ def test_cli_interrupt_before_revise_then_resume(tmp_path: Path, monkeypatch: py
     )
     thread = "envgen-stepped"
     first = _cli("envgen", "run", "--metadata", str(METADATA), "--thread-id", thread, "--interrupt-before", "revise")
-    assert first.returncode == 0, first.stderr
+    assert first.code == 0, first.stderr
     assert "interrupted before revise" in first.stdout and f"envfactory envgen resume {thread}" in first.stdout
     assert "LLM usage" in first.stdout  # token usage per role, reported at the end of the run
     resumed = _cli("envgen", "resume", thread)
-    assert resumed.returncode == 0 and "registered" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert resumed.code == 0 and "registered" in resumed.stdout, resumed.stdout + resumed.stderr
     bad = _cli("envgen", "run", "--metadata", str(METADATA), "--interrupt-before", "nowhere")
-    assert bad.returncode == 1 and "unknown node 'nowhere'" in bad.stderr
+    assert bad.code == 1 and "unknown node 'nowhere'" in bad.stderr
 
 
 def test_cli_batch_runs_concurrently_and_refuses_a_bad_file_before_any_thread(
@@ -135,10 +136,10 @@ def test_cli_batch_runs_concurrently_and_refuses_a_bad_file_before_any_thread(
     args = ("envgen", "run", "--metadata", str(METADATA), "--metadata", str(METADATA), "--concurrency", "2")
     refused = _cli(*args, "--metadata", str(broken))  # a user's mistake: one line before any work
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
-    assert refused.returncode == 1 and len(lines) == 1 and "broken_metadata.json" in lines[0], refused
+    assert refused.code == 1 and len(lines) == 1 and "broken_metadata.json" in lines[0], refused
     assert "no EnvGen threads yet" in _cli("envgen", "threads").stdout  # nothing started for it
     res = _cli(*args)
-    assert res.returncode == 0, res.stderr
+    assert res.code == 0, res.stderr
     rows = [line for line in res.stdout.splitlines() if "envgen-" in line]
     assert len(rows) == 2 and all("registered" in r for r in rows), res.stdout
     listed = _cli("envgen", "threads").stdout
@@ -152,7 +153,7 @@ def test_a_failed_run_leaves_its_code_and_report_on_disk_and_exits_non_zero(
     The code and the run's record were only in the checkpoint; now they are files the summary names."""
     setup_project(tmp_path, monkeypatch, {"code/generate": [fenced(code("good"))]})
     res = _cli("envgen", "run", "--metadata", str(METADATA))
-    assert res.returncode == 1 and "no environment was registered (failed)" in res.stderr, res
+    assert res.code == 1 and "no environment was registered (failed)" in res.stderr, res
     kept = list((get_settings().data_path / "envgen" / "failed").glob("envgen-*"))
     assert len(kept) == 1, res.stdout
     assert (kept[0] / "env.py").read_text() == code("good")

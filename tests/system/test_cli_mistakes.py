@@ -14,13 +14,13 @@ import functools
 import importlib
 import json
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import typer
 
+from tests.support.cli import run_cli
 from tests.support.paths import ROOT
 
 cli = importlib.import_module("envfactory.cli.main")  # the module (the package's `main` is its function)
@@ -217,22 +217,9 @@ def _environment(mp: pytest.MonkeyPatch, values: dict[str, str]) -> None:
 
 
 def invoke(argv: list[str]) -> tuple[int, str]:
-    """`envfactory ARGV` in this process: its exit code and everything it printed (stdout and stderr)."""
-    import contextlib
-    import io
-
-    out, err = io.StringIO(), io.StringIO()
-    saved = sys.argv
-    sys.argv = ["envfactory", *argv]
-    code = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            cli.main()
-    except SystemExit as e:
-        code = int(e.code or 0) if not isinstance(e.code, str) else 1
-    finally:
-        sys.argv = saved
-    return code, err.getvalue() + out.getvalue()
+    """`envfactory ARGV` in this process: its exit code and everything it printed (stderr, then stdout)."""
+    run = run_cli(argv)
+    return run.code, run.stderr + run.stdout
 
 
 def files_under(folder: Path) -> set[Path]:
