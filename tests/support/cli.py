@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import sys
 from typing import NamedTuple
+
+from rich.console import Console
 
 from envfactory import cli
 
@@ -17,11 +20,23 @@ class CliRun(NamedTuple):
     stderr: str
 
 
+def _cli_consoles() -> list[Console]:
+    """The CLI's module-level consoles (made once, at import, with the width of that moment's `COLUMNS`)."""
+    modules = [m for name, m in list(sys.modules.items()) if name.startswith("envfactory.cli") and m is not None]
+    return [v for m in modules for v in vars(m).values() if isinstance(v, Console)]
+
+
 def run_cli(argv: list[str]) -> CliRun:
-    """The CLI's `main()` (plugins included) with `argv`; the environment is the caller's (monkeypatch it)."""
+    """The CLI's `main()` (plugins included) with `argv`; the environment is the caller's (monkeypatch it). The
+    consoles print as wide as `COLUMNS` says now (default 80), as a new process's would, whatever width the
+    test that first imported them had."""
     out, err = io.StringIO(), io.StringIO()
     saved = sys.argv
     sys.argv = ["envfactory", *argv]
+    columns = os.environ.get("COLUMNS", "")
+    consoles = {id(c): (c, c._width) for c in _cli_consoles()}
+    for console, _ in consoles.values():
+        console.width = int(columns) if columns.isdigit() else 80
     code = 0
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -30,4 +45,6 @@ def run_cli(argv: list[str]) -> CliRun:
         code = int(e.code or 0) if not isinstance(e.code, str) else 1
     finally:
         sys.argv = saved
+        for console, width in consoles.values():
+            console._width = width
     return CliRun(code, out.getvalue(), err.getvalue())
