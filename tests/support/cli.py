@@ -21,8 +21,10 @@ class CliRun(NamedTuple):
 
 
 def _cli_consoles() -> list[Console]:
-    """The CLI's module-level consoles (made once, at import, with the width of that moment's `COLUMNS`)."""
-    modules = [m for name, m in list(sys.modules.items()) if name.startswith("envfactory.cli") and m is not None]
+    """The CLI's module-level consoles (made once, at import, with the width of that moment's `COLUMNS`): its own
+    modules' and its sub-commands' (the `envfactory.cli` entry points: graphs.cli.envgen, ...)."""
+    homes = ("envfactory.cli", "graphs.cli")
+    modules = [m for name, m in list(sys.modules.items()) if name.startswith(homes) and m is not None]
     return [v for m in modules for v in vars(m).values() if isinstance(v, Console)]
 
 
