@@ -12,8 +12,10 @@ import warnings
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from envfactory.errors import ConfigError, first_error
 
 EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
 Role = Literal["search", "code", "test", "query", "user", "solver", "eval"]
@@ -302,4 +304,11 @@ class Settings(BaseSettings):
 
 
 def get_settings() -> Settings:
-    return Settings()
+    """The settings from the environment (`ENVFACTORY_*`); a value that does not validate is a one-line
+    `ConfigError` naming the setting and its variable, not a validation traceback."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        loc, msg = first_error(e)
+        variable = "ENVFACTORY_" + "__".join(loc.split(".")).upper()
+        raise ConfigError(f"setting '{loc}' (environment variable {variable}): {msg}") from None

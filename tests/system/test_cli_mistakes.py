@@ -290,3 +290,22 @@ def test_sft_reads_both_trl_sft_formats(scratch: dict[str, str]) -> None:
             REQUIRED_COLUMNS,
             "trl-sft",
         )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "needle"),
+    [
+        ("ENVFACTORY_LLM__TEMPERATURE", "hot", "setting 'llm.temperature' (environment variable"),
+        ("ENVFACTORY_HTTP_PORT", "0", "setting 'http_port'"),
+        ("ENVFACTORY_TOOLGRAPH__EMBED_BACKEND", "bogus", "setting 'toolgraph.embed_backend'"),
+    ],
+)
+def test_a_bad_setting_in_the_environment_is_one_line(
+    scratch: dict[str, str], monkeypatch: pytest.MonkeyPatch, variable: str, value: str, needle: str
+) -> None:
+    _environment(monkeypatch, scratch)
+    monkeypatch.setenv(variable, value)
+    code, output = invoke(["envs", "list"])
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert code == 1 and len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], output
+    assert variable in lines[0]
