@@ -122,7 +122,7 @@ def load_embedder(settings: Settings, backend: str) -> tuple[Embedder, float, st
 def bench_scale(
     name: str, sources: list[ToolSource], settings: Settings, backends: list[str], naive: bool, tmp: Path
 ) -> list[dict[str, str]]:
-    tg = ToolGraphSettings()
+    tg = settings.toolgraph  # ENVFACTORY_TOOLGRAPH__* set what the build runs with
     rows: list[dict[str, str]] = []
     base_edges: tuple[set[tuple[str, str]], set[tuple[str, str]]] | None = None
     for backend in backends:

@@ -8,12 +8,13 @@ Nested values use `__`: `ENVFACTORY_LLM__PROVIDER=openai`, `ENVFACTORY_LLM__MODE
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from envfactory.errors import ConfigError, first_error
 
@@ -23,23 +24,42 @@ ROLES: tuple[Role, ...] = ("search", "code", "test", "query", "user", "solver", 
 QUERYGEN_ROLES: tuple[Role, ...] = ("query", "solver", "user")  # the roles a synth run in llm mode plays
 
 
+LEGACY_TOOLGRAPH_PREFIX = "ENVFACTORY_TOOLGRAPH_"  # the tool graph's variables when its settings were a root
+
+
 def _legacy_toolgraph_values() -> dict[str, str]:
-    prefix = "ENVFACTORY_TOOLGRAPH_"
-    found = {
+    """`ENVFACTORY_TOOLGRAPH_<NAME>` values (one underscore, any case) that name a tool-graph setting."""
+    prefix = LEGACY_TOOLGRAPH_PREFIX
+    return {
         key[len(prefix) :].lower(): value
         for key, value in os.environ.items()
         if key.upper().startswith(prefix)
         and not key[len(prefix) :].startswith("_")
         and key[len(prefix) :].lower() in ToolGraphSettings.model_fields
     }
-    if found:
-        names = ", ".join(f"{prefix}{k.upper()}" for k in sorted(found))
-        warnings.warn(
-            f"{names}: the tool graph's settings are nested now; spell it {prefix}_<NAME> (two underscores)",
-            FutureWarning,  # shown by default (a DeprecationWarning is not, outside __main__)
-            stacklevel=2,
-        )
-    return found
+
+
+def _warn_legacy(names: list[str]) -> None:
+    spelled = ", ".join(f"{LEGACY_TOOLGRAPH_PREFIX}{k.upper()}" for k in sorted(names))
+    warnings.warn_explicit(  # from the environment, not from a line of ours: no file and source line to show
+        f"{spelled}: the tool graph's settings are nested now; spell it {LEGACY_TOOLGRAPH_PREFIX}_<NAME> "
+        "(two underscores)",
+        FutureWarning,  # shown by default (a DeprecationWarning is not, outside __main__)
+        filename="<environment>",
+        lineno=0,
+    )
+
+
+def _variable(loc: str) -> str:
+    """The environment variable that sets the setting at a pydantic location (`llm.temperature`)."""
+    parts = [p for p in loc.split(".") if p and not p.startswith("[")]
+    if parts[:1] == ["toolgraph"]:
+        if len(parts) == 1:  # a check across the tool graph's settings (turn_min above turn_max)
+            return "ENVFACTORY_TOOLGRAPH__*"
+        upper = {k.upper() for k in os.environ}
+        nested, legacy = f"ENVFACTORY_TOOLGRAPH__{parts[1].upper()}", f"{LEGACY_TOOLGRAPH_PREFIX}{parts[1].upper()}"
+        return legacy if legacy in upper and nested not in upper else nested
+    return "ENVFACTORY_" + "__".join(parts).upper()
 
 
 def _project_root() -> Path:
@@ -261,8 +281,11 @@ class Settings(BaseSettings):
         nested = data.get("toolgraph")
         if isinstance(nested, BaseModel):
             return data  # given as an object: the caller chose every value
-        merged = {**legacy, **(nested if isinstance(nested, dict) else {})}
-        return {**data, "toolgraph": merged}
+        given = nested if isinstance(nested, dict) else {}
+        used = [k for k in legacy if k not in given]
+        if used:
+            _warn_legacy(used)
+        return {**data, "toolgraph": {**legacy, **given}}
 
     @model_validator(mode="after")
     def _default_docs(self) -> Settings:
@@ -310,5 +333,9 @@ def get_settings() -> Settings:
         return Settings()
     except ValidationError as e:
         loc, msg = first_error(e)
-        variable = "ENVFACTORY_" + "__".join(loc.split(".")).upper()
-        raise ConfigError(f"setting '{loc}' (environment variable {variable}): {msg}") from None
+        raise ConfigError(f"setting '{loc}' (environment variable {_variable(loc)}): {msg}") from None
+    except SettingsError as e:  # a nested setting's variable that is not JSON (`ENVFACTORY_TOOLGRAPH=x`)
+        field = re.search(r'field "(\w+)"', str(e))
+        named = f"ENVFACTORY_{field.group(1).upper()}" if field else "an ENVFACTORY_* variable"
+        raise ConfigError(f"settings from the environment: {named} must be a JSON object (or set its fields "
+                          f"one by one, {named}__<NAME>)") from None  # fmt: skip

@@ -385,8 +385,9 @@ def _add_plugins(argv: list[str]) -> None:
     from importlib.metadata import entry_points
 
     wanted = argv[1] if len(argv) > 1 else "--help"
+    registered = {group.name for group in app.registered_groups}
     for ep in entry_points(group="envfactory.cli"):
-        if wanted not in (ep.name, "--help"):
+        if wanted not in (ep.name, "--help") or ep.name in registered:  # main() called again in one process
             continue
         try:
             app.add_typer(ep.load(), name=ep.name)

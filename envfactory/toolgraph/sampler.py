@@ -238,6 +238,8 @@ class TopologySampler:
 
 def split_into(tools: list[str], count: int, rng: random.Random) -> list[list[str]]:
     """`tools` cut into `count` consecutive non-empty turns at seeded places (fewer tools than that: one each)."""
+    if not tools:
+        return []  # no tools, no turns (not one empty turn)
     count = max(1, min(count, len(tools)))
     cuts = sorted(rng.sample(range(1, len(tools)), count - 1)) if count > 1 else []
     bounds = [0, *cuts, len(tools)]

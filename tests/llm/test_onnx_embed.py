@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -235,6 +236,7 @@ def test_the_data_dir_settings_name_the_export_folder(tmp_path: Path, monkeypatc
     monkeypatch.setenv("ENVFACTORY_TOOLGRAPH_EMBED_BACKEND", "torch")  # the spelling of old: read, with a warning
     with pytest.warns(FutureWarning, match="ENVFACTORY_TOOLGRAPH__<NAME>"):
         assert Settings(root=ROOT).toolgraph.embed_backend == "torch"
-    monkeypatch.setenv("ENVFACTORY_TOOLGRAPH__EMBED_BACKEND", "onnx-int8")  # the nested spelling wins
-    with pytest.warns(FutureWarning):
+    monkeypatch.setenv("ENVFACTORY_TOOLGRAPH__EMBED_BACKEND", "onnx-int8")  # the nested spelling wins, unwarned
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
         assert Settings(root=ROOT).toolgraph.embed_backend == "onnx-int8"

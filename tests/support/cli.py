@@ -12,6 +12,9 @@ from typing import NamedTuple
 from rich.console import Console
 
 from envfactory import cli
+from envfactory.llm import usage
+from envfactory.llm.scripted import reset_scripted_models
+from envfactory_agents.common import reset_model_cache
 
 
 class CliRun(NamedTuple):
@@ -39,6 +42,11 @@ def run_cli(argv: list[str]) -> CliRun:
     consoles = {id(c): (c, c._width) for c in _cli_consoles()}
     for console, _ in consoles.values():
         console.width = int(columns) if columns.isdigit() else 80
+    # what a new process starts without: scripted replies from the top, no models loaded, no LLM usage counted
+    reset_model_cache()
+    reset_scripted_models()
+    counted = usage._PROCESS_USAGE
+    usage._PROCESS_USAGE = usage.UsageTracker()
     code = 0
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -47,6 +55,7 @@ def run_cli(argv: list[str]) -> CliRun:
         code = int(e.code or 0) if not isinstance(e.code, str) else 1
     finally:
         sys.argv = saved
-        for console, width in consoles.values():
-            console._width = width
+        usage._PROCESS_USAGE = counted
+        for console in _cli_consoles():  # a console made during the run goes back to the default width
+            console._width = consoles.get(id(console), (console, None))[1]
     return CliRun(code, out.getvalue(), err.getvalue())

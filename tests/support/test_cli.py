@@ -20,3 +20,12 @@ def test_consoles_follow_columns_per_run(monkeypatch: pytest.MonkeyPatch, module
     run_cli(["envgen", "threads"] if module.startswith("graphs") else ["envs", "list"])
     assert seen and set(seen) == {217}
     assert console._width == made  # put back for the next test
+
+
+def test_a_sub_command_is_registered_once_however_many_runs() -> None:
+    from envfactory.cli.main import app
+
+    for _ in range(3):
+        assert run_cli(["envgen", "threads"]).code == 0
+    names = [group.name for group in app.registered_groups]
+    assert names.count("envgen") == 1, names
