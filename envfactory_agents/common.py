@@ -23,7 +23,6 @@ V = TypeVar("V")
 # script across the nodes of a run, and a local GGUF model is loaded once.
 _MODELS: dict[tuple[str, str], BaseChatModel] = {}
 _LOCK = threading.Lock()
-_USAGE = process_usage()  # token usage and structured asks of every model this process built, per role
 
 
 @dataclass
@@ -46,17 +45,17 @@ class AgentDeps:
         retries = self.settings.structured_retries if retries is None else retries
         try:
             model, library = self.model(role), self.prompts
-            return ask(model, messages, expect, library=library, retries=retries, role=role, usage=_USAGE)
+            return ask(model, messages, expect, library=library, retries=retries, role=role, usage=process_usage())
         except LLMRequestRefused as e:  # this request, not the server: the step fails with why, the run goes on
             result = Structured[V](ok=False, error=str(e), attempts=1, role=role)
-            _USAGE.asked(role, result.attempts, result.ok, result.unreadable)
+            process_usage().asked(role, result.attempts, result.ok, result.unreadable)
             return result
 
     def model(self, role: Role) -> BaseChatModel:
         key = (role, self.settings.llm_for(role).model_dump_json())
         with _LOCK:
             if key not in _MODELS:
-                _MODELS[key] = chat_model(role, self.settings, usage=_USAGE)
+                _MODELS[key] = chat_model(role, self.settings, usage=process_usage())
             return _MODELS[key]
 
 
