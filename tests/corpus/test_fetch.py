@@ -70,6 +70,14 @@ def build_tarball(
     return sri_sha512(path)
 
 
+def fetched_data_dir(folder: Path) -> Path:
+    """`folder` as a data folder holding the fetched test corpus (the tarball built from tests/data/corpus)."""
+    tarball = folder / "fixture.tgz"
+    integrity = build_tarball(tarball)
+    Corpus(Settings(root=ROOT, data_dir=folder), CorpusSettings(tarball=tarball, integrity=integrity)).fetch()
+    return folder
+
+
 def corpus_for(tmp_path: Path, tarball: Path | None, integrity: str, **more: Any) -> Corpus:
     settings = Settings(root=ROOT, data_dir=tmp_path / "data")
     return Corpus(settings, CorpusSettings(tarball=tarball, integrity=integrity, **more))

