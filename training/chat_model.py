@@ -62,7 +62,7 @@ class LoadedModel:
         self.lock = threading.Lock()
 
 
-_LOADED: dict[tuple[str, str, str], LoadedModel] = {}
+_LOADED: dict[tuple[str, Dtype, ChatTemplateMode, bool], LoadedModel] = {}
 _LLAMAS: dict[tuple[str, int], Any] = {}  # one llama.cpp model per GGUF and context: its prompt cache spans calls
 _LOADING = threading.Lock()
 
@@ -72,7 +72,7 @@ def load_shared(
 ) -> LoadedModel:
     """The process's one copy of `spec` (loaded on first use); `tokenizer_only`: its tokenizer, set up as for
     training, without the weights (llama.cpp generates)."""
-    key = (spec, dtype, chat_template + (":tokenizer" if tokenizer_only else ""))
+    key = (spec, dtype, chat_template, tokenizer_only)
     with _LOADING:
         if key not in _LOADED:
             if tokenizer_only:
