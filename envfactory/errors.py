@@ -5,7 +5,7 @@ walks the package and checks it). Code raises the specific class; nothing catche
 raise another class: a reader takes the caller's class as `error=` (see `envfactory.inputs`) and raises it
 directly. The CLI catches the root and prints its message on one line (exit 1).
 
-Boundary classes and every class under each (module under `envfactory.`):
+Boundary classes and every class under each (module under `envfactory.`, or `training.` where it says so):
 
 `InputError`: a file, argument or request the user or a client hands us.
     `InputError` (errors, re-exported by inputs), `ArgumentError` (env.tools), `CallSyntaxError`
@@ -14,7 +14,8 @@ Boundary classes and every class under each (module under `envfactory.`):
 `ConfigError`: settings, a missing extra, no model configured.
     `SynthConfigError` (tasks.plan), `LLMConfigError` (llm.errors), `PromptError` (llm.prompts),
     `EmbeddingError` (llm.embeddings), `OnnxError` (llm.onnx_embed), `ExecutorError` (executor),
-    `ClientConfigError` (serve.clients), `AffinityError` (serve.affinity), `QueryGenError` (querygen.records).
+    `ClientConfigError` (serve.clients), `AffinityError` (serve.affinity), `QueryGenError` (querygen.records),
+    `RunConfigError` (training.runconfig), `ConversionError` (training.to_gguf).
 
 `EnvError`: an environment: its folder, metadata, code, scenarios or sandbox.
     `MetadataError`, `ContractError`, `EnvNotFoundError`, `EnvLoadError`, `ScenarioError` (errors);
@@ -29,7 +30,8 @@ Boundary classes and every class under each (module under `envfactory.`):
     `CorpusError` (corpus.models), `ExportError` (export.errors), `HubExportError` (hubs.export), `RecordError`
     (reward.settings), `RunSettingsError` (run_settings), `SynthError` (tasks.plan), `EvalRunError` (eval.run),
     `EvalSourceError` (eval.items), `StatsError` (eval.stats), `MetricError` (eval.metrics), `ScalingError`,
-    `BudgetError`, `FitError`, `RunTableError` (scaling.errors), `ToolGraphError` (toolgraph.errors).
+    `BudgetError`, `FitError`, `RunTableError` (scaling.errors), `ToolGraphError` (toolgraph.errors),
+    `EnvironmentSetupError` (training.environment).
 
 `ServiceError`: a server, an HTTP peer or an LLM endpoint.
     `LLMCallError`, `LLMRequestRefused` (llm.errors), `ScriptExhaustedError` (llm.scripted), `ExtractionError`

@@ -1,6 +1,6 @@
-"""The error model (`envfactory/errors.py`): every exception class envfactory defines stands under exactly one
-boundary class, the module's table names each under its boundary, and nothing catches an `InputError` only to
-raise another class (readers take the caller's class as `error=` instead)."""
+"""The error model (`envfactory/errors.py`): every exception class envfactory and training/ define stands under
+exactly one boundary class, the module's table names each under its boundary, and nothing catches an
+`InputError` only to raise another class (readers take the caller's class as `error=` instead)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import envfactory
+import training
 from envfactory import errors
 from envfactory.errors import (
     ConfigError,
@@ -43,6 +44,7 @@ def _modules() -> list[str]:
     not installed) is left out, any other import failure fails the test. `pkgutil.walk_packages` lists the
     packages, the files under the root add the modules of a folder without `__init__.py` (compiler/)."""
     walked = {info.name for info in pkgutil.walk_packages(envfactory.__path__, "envfactory.")}
+    walked |= {info.name for info in pkgutil.walk_packages(training.__path__, "training.")}
     files = {".".join(p.relative_to(ROOT.parent).with_suffix("").parts) for p in ROOT.rglob("*.py")}
     names = []
     for name in sorted(walked | {f.removesuffix(".__init__") for f in files}):
@@ -51,7 +53,7 @@ def _modules() -> list[str]:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as e:
-            if (e.name or "").split(".")[0] == "envfactory":
+            if (e.name or "").split(".")[0] in ("envfactory", "training"):
                 raise
             continue
         names.append(name)
@@ -73,7 +75,11 @@ CLASSES = _exception_classes()
 
 def test_the_walk_finds_the_classes_it_should() -> None:
     """The walk reaches deep modules (a broken walk would make the checks below pass vacuously)."""
-    for name in ("envfactory.env.sandbox.process.WorkerDied", "envfactory.scaling.errors.FitError"):
+    for name in (
+        "envfactory.env.sandbox.process.WorkerDied",
+        "envfactory.scaling.errors.FitError",
+        "training.runconfig.RunConfigError",
+    ):
         assert name in CLASSES
     assert len(CLASSES) > 60
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from envfactory.env.pool import EnvPool
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import DataError, EnvFactoryError
 from envfactory.export.messages import result_text
 from envfactory.records.episode import Episode
 from envfactory.records.models import States
@@ -52,7 +52,7 @@ _SEPARATOR = "__"
 _DOC_HEADINGS = re.compile(r"\b(Args|Arguments|Returns|Raises|Yields|Examples?)\s*:")
 
 
-class EnvironmentSetupError(EnvFactoryError):
+class EnvironmentSetupError(DataError):
     """A dataset row whose tools or environments cannot be turned into a GRPO environment."""
 
 

@@ -35,7 +35,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.reward import RewardSettings, ToolUseReward
 from training.environment import EnvironmentRegistry, EnvironmentSetupError, use_exact_tool_schemas
 from training.loading import TokenizerSetup, load_model_and_tokenizer, resolve_model
-from training.runconfig import ConfigError, RunConfig, trainer_arguments, trainer_error
+from training.runconfig import RunConfig, RunConfigError, trainer_arguments, trainer_error
 from training.runner import TrainResult, cli_main, load_dataset_rows, train_and_save
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def load_grpo_dataset(config: RunConfig, registry: EnvironmentRegistry) -> Datas
     try:
         return registry.add_environment_column(dataset)
     except EnvironmentSetupError as e:
-        raise ConfigError(f"{config.data}: {e}") from None
+        raise RunConfigError(f"{config.data}: {e}") from None
 
 
 def build_trainer(
@@ -99,18 +99,18 @@ def build_trainer(
     try:
         settings = RewardSettings(**config.reward)
     except ValueError as e:
-        raise ConfigError(f"reward: {e}") from None
+        raise RunConfigError(f"reward: {e}") from None
     reward = ToolUseReward(pool, settings)
 
     arguments = trainer_arguments(config)
     try:
         args = GRPOConfig(**arguments)
     except (TypeError, ValueError) as e:  # an unknown field; bf16 without a GPU (`--profile cpu` is the CPU run)
-        raise ConfigError(f"trainer: {trainer_error(e)}") from None
+        raise RunConfigError(f"trainer: {trainer_error(e)}") from None
     setup: TokenizerSetup | None = None
     if model is None or tokenizer is None:
         if args.beta != 0.0 and resolve_model(config.model).is_gguf:
-            raise ConfigError(
+            raise RunConfigError(
                 "beta > 0 needs a reference model TRL can reload from a folder; a GGUF model has none. "
                 "Fine-tune it with training/sft.py first and start GRPO from that checkpoint, or set beta: 0."
             )

@@ -15,14 +15,14 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from envfactory.errors import first_error
+from envfactory.errors import ConfigError, first_error
 from envfactory.inputs import InputError, parse_yaml, read_yaml
 from training.loading import ChatTemplateMode, Dtype
 
 C = TypeVar("C", bound="RunConfig")
 
 
-class ConfigError(ValueError):
+class RunConfigError(ConfigError, ValueError):
     """A config file that cannot be read or does not validate: the message says where."""
 
 
@@ -58,20 +58,20 @@ def read_config_file(path: Path, profile: str | None = None) -> dict[str, Any]:
     try:
         raw = read_yaml(path, what="run config")
     except InputError as e:
-        raise ConfigError(str(e)) from None
+        raise RunConfigError(str(e)) from None
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: must hold a mapping")
+        raise RunConfigError(f"{path}: must hold a mapping")
     profiles = raw.pop("profiles", None) or {}
     if not isinstance(profiles, dict):
-        raise ConfigError(f"{path}: profiles must map names to overrides")
+        raise RunConfigError(f"{path}: profiles must map names to overrides")
     if profile is not None:
         if profile not in profiles:
             known = ", ".join(sorted(profiles)) or "none"
-            raise ConfigError(f"{path}: no profile '{profile}' (profiles: {known})")
+            raise RunConfigError(f"{path}: no profile '{profile}' (profiles: {known})")
         if not isinstance(profiles[profile], dict):
-            raise ConfigError(f"{path}: profile '{profile}' must be a mapping")
+            raise RunConfigError(f"{path}: profile '{profile}' must be a mapping")
         raw = deep_merge(raw, profiles[profile])
     return raw
 
@@ -86,14 +86,14 @@ def load_run_config(
         return cls.model_validate(raw)
     except ValidationError as e:
         where, msg = first_error(e, "<root>")
-        raise ConfigError(f"{path or 'config'}: {where}: {msg}") from None
+        raise RunConfigError(f"{path or 'config'}: {where}: {msg}") from None
 
 
 def dataset_file(data: Path) -> Path:
     """`train.jsonl` of an export folder, or the file itself."""
     path = data / "train.jsonl" if data.is_dir() else data
     if not path.is_file():
-        raise ConfigError(f"{data}: no exported dataset there (run `envfactory export RUN --format ... --out DIR`)")
+        raise RunConfigError(f"{data}: no exported dataset there (run `envfactory export RUN --format ... --out DIR`)")
     return path
 
 
@@ -140,17 +140,17 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
     for item in args.set:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set {item!r}: expected KEY=VALUE")
+            raise RunConfigError(f"--set {item!r}: expected KEY=VALUE")
         node = out
         *parents, leaf = key.strip().split(".")
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"--set {item!r}: '{part}' is set to a value and a mapping")
+                raise RunConfigError(f"--set {item!r}: '{part}' is set to a value and a mapping")
         try:
             node[leaf] = _number(parse_yaml(value, f"--set {item!r}"))
         except InputError as e:
-            raise ConfigError(str(e)) from None
+            raise RunConfigError(str(e)) from None
     flags: dict[str, Any] = {
         "data": args.data,
         "model": args.model,

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel, Field
 
 from training.runconfig import (
-    ConfigError,
     RunConfig,
+    RunConfigError,
     add_common_arguments,
     dataset_file,
     load_run_config,
@@ -56,7 +56,7 @@ MAX_ROW_BYTES = 64 * 1024 * 1024  # one exported row: a long conversation with i
 
 def first_row_columns(path: Path) -> list[str]:
     """The keys of the file's first row, read without loading the rest; a file that is not JSON lines of objects
-    is a `ConfigError` naming it."""
+    is a `RunConfigError` naming it."""
     from envfactory.inputs import InputError, parse_json
 
     with path.open("rb") as f:
@@ -64,15 +64,15 @@ def first_row_columns(path: Path) -> list[str]:
         while not line.strip():
             line = f.readline(MAX_ROW_BYTES + 1)
             if not line:
-                raise ConfigError(f"{path}: the dataset is empty")
+                raise RunConfigError(f"{path}: the dataset is empty")
     if len(line) > MAX_ROW_BYTES:
-        raise ConfigError(f"{path}: line 1 is over {MAX_ROW_BYTES} bytes: not an exported dataset")
+        raise RunConfigError(f"{path}: line 1 is over {MAX_ROW_BYTES} bytes: not an exported dataset")
     try:
         row = parse_json(line, f"{path}:1")
     except InputError as e:
-        raise ConfigError(f"not a JSON-lines dataset: {e}") from None
+        raise RunConfigError(f"not a JSON-lines dataset: {e}") from None
     if not isinstance(row, dict):
-        raise ConfigError(f"{path}: not a JSON-lines dataset: line 1 is not a JSON object")
+        raise RunConfigError(f"{path}: not a JSON-lines dataset: line 1 is not a JSON object")
     return [str(k) for k in row]
 
 
@@ -84,14 +84,14 @@ def require_train_extra() -> None:
     `ModuleNotFoundError` traceback from the middle of an import."""
     missing = [m for m in TRAIN_MODULES if importlib.util.find_spec(m) is None]
     if missing:
-        raise ConfigError(
+        raise RunConfigError(
             f"training needs {', '.join(missing)}, not installed here: pip install -e '.[train]' (or `make setup`)"
         )
 
 
 def load_dataset_rows(config: RunConfig, required: tuple[tuple[str, ...], ...] = (), export: str = "") -> Dataset:
     """The rows of the config's data file. `required` lists the column sets a row may have (SFT takes
-    prompt-completion rows or whole-conversation `messages` rows); a file matching none is a `ConfigError`
+    prompt-completion rows or whole-conversation `messages` rows); a file matching none is a `RunConfigError`
     naming the export that makes them (an SFT run pointed at a GRPO export, say), caught here rather than as a
     KeyError inside TRL."""
     import datasets
@@ -101,7 +101,7 @@ def load_dataset_rows(config: RunConfig, required: tuple[tuple[str, ...], ...] =
     if required and not any(all(c in columns for c in option) for option in required):
         missing = min(([c for c in option if c not in columns] for option in required), key=len)
         hint = f"; run `envfactory export RUN --format {export} --out DIR`" if export else ""
-        raise ConfigError(
+        raise RunConfigError(
             f"{config.data}: not a {export or 'training'} export (missing columns: {', '.join(missing)}; it has "
             f"{', '.join(columns)}){hint}"
         )
@@ -109,11 +109,13 @@ def load_dataset_rows(config: RunConfig, required: tuple[tuple[str, ...], ...] =
     try:
         dataset = datasets.load_dataset("json", data_files=str(path), split="train")
     except Exception as e:  # a later row that is not JSON: datasets raises its own classes
-        raise ConfigError(f"{path}: not a JSON-lines dataset: {str(e).splitlines()[0] or type(e).__name__}") from None
+        raise RunConfigError(
+            f"{path}: not a JSON-lines dataset: {str(e).splitlines()[0] or type(e).__name__}"
+        ) from None
     if config.max_samples is not None:
         dataset = dataset.select(range(min(config.max_samples, len(dataset))))
     if len(dataset) == 0:
-        raise ConfigError(f"{config.data}: the dataset is empty")
+        raise RunConfigError(f"{config.data}: the dataset is empty")
     return dataset
 
 
@@ -186,7 +188,7 @@ def cli_main(
 
         resolve_model(config.model)  # a model that is not here: one line before the data and trainer are built
         result = run(config)
-    except (ConfigError, OSError) as e:  # OSError: a model folder or file that cannot be read (one line, too)
+    except (RunConfigError, OSError) as e:  # OSError: a model folder or file that cannot be read (one line, too)
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)
         return 1
     print_log(result, title)

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 from training.loading import TokenizerSetup, load_model_and_tokenizer
 from training.runconfig import (
-    ConfigError,
     RunConfig,
+    RunConfigError,
     trainer_arguments,
     trainer_error,
 )
@@ -65,7 +65,7 @@ def build_trainer(
     try:
         args = SFTConfig(**arguments)
     except (TypeError, ValueError) as e:  # an unknown field; bf16 without a GPU (`--profile cpu` is the CPU run)
-        raise ConfigError(f"trainer: {trainer_error(e)}") from None
+        raise RunConfigError(f"trainer: {trainer_error(e)}") from None
     setup: TokenizerSetup | None = None
     if model is None or tokenizer is None:
         model, tokenizer, setup = load_model_and_tokenizer(config.model, config.dtype, config.chat_template)

@@ -20,13 +20,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-from envfactory.errors import EnvFactoryError
+from envfactory.errors import ConfigError, EnvFactoryError
 from training.loading import load_model_and_tokenizer
 
 OUTTYPES = ("f32", "f16", "bf16", "q8_0")
 
 
-class ConversionError(EnvFactoryError):
+class ConversionError(ConfigError):
     """The checkpoint could not be converted (no converter, a bad output place, the converter failed)."""
 
 

@@ -271,7 +271,7 @@ def test_sft_reads_both_trl_sft_formats(scratch: dict[str, str]) -> None:
     """`export --format trl-sft` writes prompt-completion rows (per turn) or `messages` rows (`--per
     conversation`); the SFT column check takes both and still refuses a GRPO export."""
     pytest.importorskip("trl")
-    from training.runconfig import ConfigError
+    from training.runconfig import RunConfigError
     from training.runner import load_dataset_rows
     from training.sft import REQUIRED_COLUMNS, SFTRunConfig
 
@@ -285,7 +285,7 @@ def test_sft_reads_both_trl_sft_formats(scratch: dict[str, str]) -> None:
             SFTRunConfig(model="m", data=Path(data), output=Path(scratch["tmp"]) / "never"), REQUIRED_COLUMNS, "trl-sft"
         )
         assert len(rows) > 0 and columns <= set(rows.column_names)
-    with pytest.raises(ConfigError, match="missing columns: completion"):
+    with pytest.raises(RunConfigError, match="missing columns: completion"):
         load_dataset_rows(
             SFTRunConfig(model="m", data=Path(scratch["grpo"]), output=Path(scratch["tmp"]) / "never"),
             REQUIRED_COLUMNS,

@@ -38,7 +38,7 @@ from training.environment import (
     rollout_states,
     route_tools,
 )
-from training.runconfig import ConfigError, load_run_config
+from training.runconfig import RunConfigError, load_run_config
 
 CONFIGS = ROOT / "training" / "configs"
 
@@ -102,9 +102,9 @@ def test_configs_load_with_profiles_and_overrides() -> None:
     grpo = load_run_config(GRPORunConfig, CONFIGS / "grpo.yaml")
     assert grpo.trainer["num_generations"] == 8 and grpo.reward["alpha"] == 0.5
     assert grpo.trainer["use_vllm"] is True and grpo.trainer["max_tool_calling_iterations"] == 10
-    with pytest.raises(ConfigError, match="no profile 'gpu9'"):
+    with pytest.raises(RunConfigError, match="no profile 'gpu9'"):
         load_run_config(SFTRunConfig, CONFIGS / "sft.yaml", "gpu9")
-    with pytest.raises(ConfigError, match="dtype"):
+    with pytest.raises(RunConfigError, match="dtype"):
         load_run_config(SFTRunConfig, CONFIGS / "sft.yaml", None, {"dtype": "int3"})
     # command-line flags: --set for any key (YAML values), the named flags on top
     import argparse
@@ -124,7 +124,7 @@ def test_configs_load_with_profiles_and_overrides() -> None:
     assert (
         merged.trainer["learning_rate"] == 5e-05 and merged.trainer["run_name"] == "1e"
     )  # YAML 1.1 reads 5e-05 as text
-    with pytest.raises(ConfigError, match="KEY=VALUE"):
+    with pytest.raises(RunConfigError, match="KEY=VALUE"):
         overrides_from(parser.parse_args(["--set", "nothing"]))
     # every trainer key is a real TRL config field (TRL validates them; a typo would fail a GPU run late)
     from trl import GRPOConfig, SFTConfig
