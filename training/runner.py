@@ -184,9 +184,9 @@ def cli_main(
     try:
         require_train_extra()
         config = load_run_config(config_cls, args.config, args.profile, overrides_from(args))
-        from training.loading import resolve_model
+        from training.loading import check_model
 
-        resolve_model(config.model)  # a model that is not here: one line before the data and trainer are built
+        check_model(config.model)  # a model that is not here: one line before the data and trainer are built
         result = run(config)
     except (RunConfigError, OSError) as e:  # OSError: a model folder or file that cannot be read (one line, too)
         print(f"error: {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=sys.stderr)

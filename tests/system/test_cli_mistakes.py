@@ -254,9 +254,17 @@ def test_a_mistake_is_one_line_and_leaves_nothing(
 
 @pytest.mark.parametrize(("script", "argv", "needle"), TRAINING_CASES, ids=[" ".join(c[1]) for c in TRAINING_CASES])
 def test_a_training_mistake_is_one_line(
-    scratch: dict[str, str], capsys: pytest.CaptureFixture[str], script: str, argv: list[str], needle: str
+    scratch: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    script: str,
+    argv: list[str],
+    needle: str,
 ) -> None:
     pytest.importorskip("trl")
+    # an empty training cache, as on a fresh machine: the mistake is found before the tiny model is built
+    cache = Path(scratch["tmp"]).parent / "training-cache"
+    monkeypatch.setenv("ENVFACTORY_TRAINING_CACHE", str(cache))
     module = importlib.import_module(f"training.{script}")
     code = module.main([fill(a, scratch) for a in argv] + ["--output", f"{scratch['tmp']}/never"])
     captured = capsys.readouterr()
@@ -265,6 +273,7 @@ def test_a_training_mistake_is_one_line(
     assert "Traceback" not in captured.err
     assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], captured.err
     assert not Path(scratch["tmp"], "never").exists()
+    assert not cache.exists() or not any(cache.iterdir()), "work started before the mistake was found"
 
 
 def test_sft_reads_both_trl_sft_formats(scratch: dict[str, str]) -> None:
