@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from training.fingerprint import lean_tokenizer_hashing
 from training.loading import TokenizerSetup, load_model_and_tokenizer
 from training.runconfig import (
     RunConfig,
@@ -69,6 +70,7 @@ def build_trainer(
     setup: TokenizerSetup | None = None
     if model is None or tokenizer is None:
         model, tokenizer, setup = load_model_and_tokenizer(config.model, config.dtype, config.chat_template)
+    lean_tokenizer_hashing(tokenizer)  # TRL's dataset maps hash the tokenizer: not its 262k-entry Python vocab
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     return trainer, setup
 
