@@ -146,7 +146,7 @@ def _lines(out: Path) -> int:
 def test_cli_resumes_after_sigkill_without_duplicates_or_losses(tmp_path: Path, graph: ToolGraph) -> None:
     graph_file = save_graph(graph, tmp_path / "graph.json")
     killed, clean = tmp_path / "killed", tmp_path / "clean"
-    base = {"T": 6, "S": 3, "D": 2, "seed": 3, "concurrency": 1, "graph": str(graph_file), "plot": False}
+    base = {"T": 3, "S": 2, "D": 1, "seed": 3, "concurrency": 1, "graph": str(graph_file), "plot": False}
     cfg = tmp_path / "synth.yaml"
     cfg.write_text(yaml.safe_dump({**base, "out": str(killed)}))
     cmd = [sys.executable, "-m", "envfactory.cli", "synth", "--config", str(cfg)]

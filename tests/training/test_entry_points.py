@@ -10,6 +10,7 @@ gradient. `ENVFACTORY_TEST_GGUF_SFT=1` adds one SFT step on the real Gemma 3 270
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import math
@@ -235,7 +236,7 @@ def test_sft_assistant_only_loss_trains_and_saves(tmp_path: Path, exported: dict
     from training.runner import save_final, summarize
     from training.sft import SFTRunConfig, build_trainer
 
-    max_length = 768
+    max_length = 384
     config = load_run_config(
         SFTRunConfig,
         CONFIGS / "sft.yaml",
@@ -245,7 +246,12 @@ def test_sft_assistant_only_loss_trains_and_saves(tmp_path: Path, exported: dict
             "data": exported["trl-sft"],
             "output": tmp_path / "sft",
             # CPU scores every position over the 262k vocabulary: keep the sequences short (the turn is at the end)
-            "trainer": {"max_steps": 2, "max_length": max_length, "truncation_mode": "keep_end"},
+            "trainer": {
+                "max_steps": 2,
+                "max_length": max_length,
+                "truncation_mode": "keep_end",
+                "activation_checkpointing": False,
+            },
         },
     )
     trainer, setup = build_trainer(config)
@@ -253,6 +259,7 @@ def test_sft_assistant_only_loss_trains_and_saves(tmp_path: Path, exported: dict
 
     # the labels: exactly the completion's assistant tokens (template's {% generation %} ∩ completion), else -100
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    assert_lean_fingerprint(tokenizer, trainer.processing_class)
     raw = rows(exported["trl-sft"])
     prepared = trainer.train_dataset
     assert len(prepared) == len(raw)
@@ -301,6 +308,29 @@ def test_sft_assistant_only_loss_trains_and_saves(tmp_path: Path, exported: dict
         assert (out / name).is_file(), name
     reloaded = AutoTokenizer.from_pretrained(out)
     assert reloaded.eos_token == "<|im_end|>" and reloaded.chat_template == tokenizer.chat_template
+
+
+def assert_lean_fingerprint(tokenizer: Any, prepared: Any) -> None:
+    """TRL's dataset maps hashed the run's tokenizer with the lean reducer (training/fingerprint.py), which is
+    stable and still sees a changed template, added tokens; the backend's truncation is set aside and restored."""
+    from datasets.fingerprint import Hasher
+    from datasets.utils._dill import Pickler
+
+    from training.fingerprint import _save_lean
+
+    assert Pickler.dispatch[type(prepared)] is _save_lean and type(tokenizer) is type(prepared)
+    first = Hasher.hash(tokenizer)
+    tokenizer.backend_tokenizer.enable_truncation(max_length=7)
+    assert Hasher.hash(tokenizer) == first and tokenizer.backend_tokenizer.truncation["max_length"] == 7
+    tokenizer.backend_tokenizer.no_truncation()
+    template = tokenizer.chat_template
+    tokenizer.chat_template = template + " "
+    assert Hasher.hash(tokenizer) != first
+    tokenizer.chat_template = template
+    other = copy.copy(tokenizer)  # the vocabulary lives in the backend: a token added there is seen
+    other._tokenizer = copy.deepcopy(tokenizer._tokenizer)
+    other._tokenizer.add_tokens(["<not-in-the-vocabulary>"])
+    assert Hasher.hash(other) != first
 
 
 # ---- GRPO -----------------------------------------------------------------------------------------------------
