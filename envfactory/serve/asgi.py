@@ -82,6 +82,7 @@ class NoServerStream:
 _LOG = logging.getLogger("envfactory.serve")
 MAX_BODY_BYTES = SDK_MAX_BODY_BYTES  # the default; `ServeLimits.max_body_bytes` is never larger
 PARSED_BODY = "envfactory.parsed_body"  # ASGI scope key: (the body's JSON, its size in bytes)
+HOLD_SLACK_S = 1.0  # how far a session's idle deadline may lag a full timeout before it is pushed (`_hold`)
 
 
 class BoundedJSONBody:
@@ -245,10 +246,15 @@ class FastToolCalls:
         server.fast = self
 
     def _hold(self, transport: Any) -> None:
-        """Push the session's idle deadline (the SDK's `session_idle_timeout`) to a full timeout from now."""
+        """Push the session's idle deadline (the SDK's `session_idle_timeout`) to a full timeout from now, to
+        within `HOLD_SLACK_S` (or 1 % of the timeout): every move of the deadline reschedules the scope's timer
+        (a `call_at` and a cancel on the loop), which a session calling thousands of times a second need not
+        pay for each call; a session's end and its eviction's idle time move by at most that slack."""
         idle, timeout = transport.idle_scope, self.server.session_manager.session_idle_timeout
         if idle is not None and timeout is not None:
-            idle.deadline = max(idle.deadline, anyio.current_time() + timeout)
+            deadline = anyio.current_time() + timeout
+            if deadline - idle.deadline > min(HOLD_SLACK_S, timeout / 100):
+                idle.deadline = deadline
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         parsed = scope.get(PARSED_BODY)

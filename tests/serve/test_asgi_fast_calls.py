@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -176,6 +177,26 @@ def test_fast_calls_keep_a_session_alive_and_idle_ones_expire(hotels: Any) -> No
         assert server.fast.answered == before + 8
         asyncio.run(asyncio.sleep(1.5))  # idle past the timeout: the SDK ends the session
         assert s.call("search_hotels", {"city": "Lisbon"}).status_code == 404
+
+
+def test_back_to_back_fast_calls_leave_the_idle_deadline_in_place_until_it_lags(hotels: Any) -> None:
+    """Each push of a session's idle deadline reschedules its timer: calls closer together than the slack
+    (1 % of the timeout here: 0.3 s) leave it where it is, a call after a longer pause pushes it a full
+    timeout on, and the SDK's own requests still hold the session as before."""
+    server = EnvMCPServer(hotels, default_config="default")
+    server.settings.session_idle_timeout = 30.0
+    with serving(server.streamable_http_app()) as url, httpx.Client(timeout=30) as http:
+        s = RawSession(http, url)
+        assert s.call(STATE_TOOL, {}).status_code == 200
+        scope = server.session_manager._server_instances[s.id].idle_scope
+        assert scope is not None and math.isfinite(scope.deadline)
+        first = scope.deadline
+        for _ in range(5):
+            assert s.call("search_hotels", {"city": "Lisbon"}).status_code == 200
+        assert scope.deadline == first
+        asyncio.run(asyncio.sleep(0.4))
+        assert s.call("search_hotels", {"city": "Lisbon"}).status_code == 200
+        assert scope.deadline >= first + 0.4
 
 
 async def test_concurrent_fast_sessions_stay_isolated(pair: tuple[EnvMCPServer, str, str], hotels: Any) -> None:

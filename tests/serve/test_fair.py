@@ -300,13 +300,21 @@ JSON = st.recursive(
 
 
 @settings(max_examples=300, deadline=None)
-@given(payload=JSON, wrap=st.booleans(), error=st.booleans(), request_id=st.integers() | st.text(max_size=8))
+@given(
+    payload=JSON,
+    wrap=st.booleans(),
+    error=st.booleans(),
+    request_id=st.integers() | st.text(max_size=8),
+    meta=st.none() | st.dictionaries(st.text(max_size=4), JSON, max_size=2),
+)
 def test_a_response_body_is_the_sdks_as_json_whatever_the_answer(
-    payload: object, wrap: bool, error: bool, request_id: int | str
+    payload: object, wrap: bool, error: bool, request_id: int | str, meta: dict[str, object] | None
 ) -> None:
     """The fast path writes an answer's body by splicing in the structured content's JSON (the text, encoded
-    once) instead of encoding it again: the body parses to exactly what encoding the whole result gives."""
+    once) instead of encoding it again, the common answer (no `_meta`) written directly: the body parses to
+    exactly what encoding the whole result gives."""
     result = tool_result(payload, wrap=wrap, error=error)
+    result.meta = meta
     whole = {
         "jsonrpc": "2.0",
         "id": request_id,
