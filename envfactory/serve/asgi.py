@@ -26,7 +26,7 @@ from mcp.server.streamable_http import MCP_PROTOCOL_VERSION_HEADER, MCP_SESSION_
 from mcp.server.transport_security import TransportSecurityMiddleware
 from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse
 
 from envfactory.inputs import MAX_DEPTH, InputError, parse_json
 from envfactory.serve.answers import response_body
@@ -82,6 +82,7 @@ class NoServerStream:
 _LOG = logging.getLogger("envfactory.serve")
 MAX_BODY_BYTES = SDK_MAX_BODY_BYTES  # the default; `ServeLimits.max_body_bytes` is never larger
 PARSED_BODY = "envfactory.parsed_body"  # ASGI scope key: (the body's JSON, its size in bytes)
+_SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 HOLD_SLACK_S = 1.0  # how far a session's idle deadline may lag a full timeout before it is pushed (`_hold`)
 
 
@@ -284,8 +285,14 @@ class FastToolCalls:
         if content is None:
             content = response_body(message["id"], result)
         self.answered += 1
-        headers = {"content-type": "application/json", MCP_SESSION_ID_HEADER: session_id}
-        await Response(content, 200, headers)(scope, receive, send)
+        # what starlette's Response(content, 200, headers) sends, without building one a call
+        headers = [
+            (b"content-length", str(len(content)).encode()),
+            (b"content-type", b"application/json"),
+            (_SESSION_HEADER, session_id.encode("latin-1")),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
 
     def _eligible(self, scope: Any, message: Any, size: int) -> tuple[str, Any] | None:
         """(session id, SDK transport: the session's held key) when the SDK would serve this tools/call as
