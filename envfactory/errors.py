@@ -37,7 +37,7 @@ Boundary classes and every class under each (module under `envfactory.`, or `tra
     `LLMCallError`, `LLMRequestRefused` (llm.errors), `ScriptExhaustedError` (llm.scripted), `ExtractionError`
     (llm.structured), `SourceSearchError` (envgen.sources), `HubError` (metatools.protocol),
     `TrainerClientError`, `ConnectionLostError`, `JSONRPCError`, `ProtocolError`, `ServerHTTPError`,
-    `ToolCallError` (serve.trainer_client).
+    `ToolCallError` (serve.trainer_client), `BindError` (serve.net).
 
 `ToolError`: one tool call, refused: recorded as state (a `Session` turns it into an error result and rolls back).
     `ToolError`, `NotFoundError`, `ConflictError` (errors).

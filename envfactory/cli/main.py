@@ -304,6 +304,9 @@ def serve(
         fast_calls=fast_calls,
     )
     if transport is Transport.http:
+        from envfactory.serve.net import check_bindable
+
+        check_bindable(server.settings.host, server.settings.port)  # a taken port: one line, before "serving"
         err.print(f"serving {name} on http://{safe(server.settings.host)}:{server.settings.port}/mcp", highlight=False)
         server.run(transport="streamable-http")
     else:
@@ -333,6 +336,9 @@ def hub_serve(
         port=port or settings.http_port,
     )
     if transport is Transport.http:
+        from envfactory.serve.net import check_bindable
+
+        check_bindable(host or settings.http_host, port or settings.http_port)
         address = f"{host or settings.http_host}:{port or settings.http_port}"
         err.print(f"serving the hub on http://{safe(address)}/mcp", highlight=False)
     server.run(transport="streamable-http" if transport is Transport.http else "stdio")

@@ -14,6 +14,7 @@ import functools
 import importlib
 import json
 import shutil
+import socket
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,8 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("serve nosuch", "no environment 'nosuch'"),
     case("serve hotels --scenario nosuch", "no scenario 'nosuch'"),
     case("serve hotels --scenario {tmp}/bad.json", "invalid JSON"),
+    case("serve hotels --transport http --port {busy}", "another process is listening there"),
+    case("serve hotels --transport http --host nosuch.invalid --port {busy}", "not a host name or address"),
     case("call nosuch get_hotel", "no environment 'nosuch'"),
     case("call hotels get_hotel --args {bad", "invalid JSON"),
     case("call hotels get_hotel --args {} --state {tmp}/bad.json", "invalid JSON"),
@@ -64,6 +67,7 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("hub serve --tasks {tmp}/adir", "has no conversations.jsonl"),
     case("hub serve --tasks {tmp}/bad.json", "invalid JSON"),
     case("hub serve --app nosuch", "nosuch"),
+    case("hub serve --transport http --port {busy}", "another process is listening there"),
     case("prompts show nosuch", "unknown prompt 'nosuch'"),
     case("prompts show code/generate --set {tmp}/nope.yaml", ""),
     case("mcp config nosuch", "nosuch"),
@@ -206,7 +210,11 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         code, output = invoke(f"export {run} --format trl-grpo --out {base}/grpo".split())
         assert code == 0, output
     values |= {"run": str(run), "sft": str(base / "sft"), "grpo": str(base / "grpo")}
-    yield values
+    with socket.socket() as busy:  # a port another process listens on
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        values["busy"] = str(busy.getsockname()[1])
+        yield values
 
 
 def _environment(mp: pytest.MonkeyPatch, values: dict[str, str]) -> None:
