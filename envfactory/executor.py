@@ -329,12 +329,17 @@ def make_executor(settings: ExecutorSettings) -> Executor:
     return LocalExecutor(settings.concurrency)
 
 
-def executor_from(kind: str, address: str | None, workers: int | None, concurrency: int) -> Executor:
-    """The command-line flags (`--executor`, `--ray-address`, `--workers`, `--concurrency`) as an executor."""
+def check_executor_flags(kind: str, address: str | None, workers: int | None) -> None:
+    """The command-line flags' mistakes (`ExecutorError`), for a command to find before it starts any work."""
     if kind not in ("local", "ray"):
         raise ExecutorError(f"--executor is local or ray, not '{kind}'")
     if kind == "local" and (address or workers):
         raise ExecutorError("--ray-address and --workers need --executor ray")
+
+
+def executor_from(kind: str, address: str | None, workers: int | None, concurrency: int) -> Executor:
+    """The command-line flags (`--executor`, `--ray-address`, `--workers`, `--concurrency`) as an executor."""
+    check_executor_flags(kind, address, workers)
     return make_executor(
         ExecutorSettings(
             kind="ray" if kind == "ray" else "local", concurrency=concurrency, address=address, workers=workers

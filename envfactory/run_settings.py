@@ -144,9 +144,12 @@ def check_resume(folder: Path, record: RunRecord, *, holds_results: bool, out_op
                 " over"
             )
         return False
+    if earlier.command != record.command:  # another command's folder: its results are not this one's to replace
+        raise RunSettingsError(
+            f"{folder} is an `envfactory {earlier.command}` folder ({folder / SETTINGS_FILE} says so), not one of"
+            f" `{record.command}`: give another {out_option}"
+        )
     changed = differences(earlier.settings, record.settings)
-    if earlier.command != record.command:
-        changed.insert(0, f"command: {earlier.command} → {record.command}")
     if changed and holds_results:
         raise RunSettingsError(
             f"{folder} holds a run made with other settings ({'; '.join(changed)}): rerun with the settings "

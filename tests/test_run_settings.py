@@ -287,3 +287,14 @@ def test_a_resume_is_refused_exactly_when_a_setting_differs(before: dict[str, An
             assert "\n" not in str(caught.value) and all(f"{key}: " in str(caught.value) for key in differ)
         else:
             record_or_check(run, RunRecord(command="eval", settings=now), holds_results=True)
+
+
+@pytest.mark.parametrize("holds_results", [False, True])
+def test_another_commands_folder_is_refused_whatever_it_holds(tmp_path: Path, holds_results: bool) -> None:
+    """An evaluation's --out pointed at a synth run (or a synth's at an evaluation) is refused before any work,
+    even where nothing of this command's is there yet: the other command's settings stay as they were."""
+    record_or_check(tmp_path, RunRecord(command="synth", settings={"T": 2}), holds_results=False)
+    before = (tmp_path / SETTINGS_FILE).read_bytes()
+    with pytest.raises(RunSettingsError, match=r"is an `envfactory synth` folder .* give another --out"):
+        record_or_check(tmp_path, RunRecord(command="eval", settings={"T": 2}), holds_results=holds_results)
+    assert (tmp_path / SETTINGS_FILE).read_bytes() == before

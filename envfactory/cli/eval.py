@@ -48,7 +48,7 @@ from envfactory.eval.run import (
     run_eval,
 )
 from envfactory.eval.stats import pass_at_1
-from envfactory.executor import executor_from
+from envfactory.executor import check_executor_flags, executor_from
 from envfactory.export.errors import ExportError
 from envfactory.export.files import conversations_file
 from envfactory.llm.models import chat_model, check_configured
@@ -94,6 +94,7 @@ def evaluate(
     """Run (or resume) an evaluation and print its summary."""
     settings = get_settings()
     check_configured(("eval",), settings)  # no model: one line now, not a table of zeros after every item failed
+    check_executor_flags(executor, ray_address, workers)
     if tools not in (None, "direct", "meta"):
         raise EvalRunError(f"--tools is direct or meta, not '{tools}'")
     if mode not in (None, "turn", "conversation"):
