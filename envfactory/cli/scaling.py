@@ -9,6 +9,7 @@ high-compute runs against an N-only baseline, plot it, and suggest a composition
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, cast, get_args
@@ -109,6 +110,10 @@ def fit_cmd(
     restarts: RestartsOption = 8,
 ) -> None:
     """Fit the composition law and the N-only baseline on the lower-compute runs; score both on the rest."""
+    if plot is not None:
+        from envfactory.scaling.plot import check_plot_path
+
+        check_plot_path(plot)  # before the fit: an unwritable figure must not cost the fit, or leave --json alone
     table = _load(table_path, model)
     report = evaluate_holdout(table, fraction=holdout, proxy=proxy.value, seed=seed, restarts=restarts)
     print_params(report.composition.fit, "composition law")
@@ -247,6 +252,9 @@ def simulate_cmd(
     depths: Annotated[str, typer.Option("--depths", help="D values")] = "1,2,4",
 ) -> None:
     """Write a synthetic run table: every (A, T, S, D) of the grid, scored by the law plus noise."""
+    for name, value in (("--c0", c0), ("--ca", ca), ("--b0", b0), ("--bt", bt), ("--nu", nu), ("--noise", noise)):
+        if not math.isfinite(value):
+            raise ScalingError(f"{name} must be a finite number, got {value:g}")
     if nu <= 0:
         raise ScalingError(f"--nu must be positive, got {nu:g}")
     params = CompositionParams(c0=c0, ca=ca, b0=b0, bt=bt, nu=nu)

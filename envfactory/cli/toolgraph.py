@@ -52,7 +52,10 @@ def build(
     graphml: Annotated[Path | None, typer.Option(help="also export GraphML here", callback=out_file_option)] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="only these environments (repeatable)")] = None,
     no_llm: Annotated[bool, typer.Option("--no-llm", help="heuristic classification, no refinement")] = False,
-    threshold: Annotated[float | None, typer.Option(help="build_edge_threshold (default 0.85)")] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(min=-1.0, max=1.0, help="build_edge_threshold, a cosine (default 0.85)"),
+    ] = None,
 ) -> None:
     """Build the graph over the pool (envs/ and BFCL's environments) and save it."""
     from envfactory.llm.usage import process_usage

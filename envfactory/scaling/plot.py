@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from envfactory.scaling.budget import CompositionLimits, suggest_compositions
+from envfactory.scaling.errors import ScalingError
 from envfactory.scaling.fit import HoldoutReport
 from envfactory.scaling.laws import CompositionParams
 
@@ -55,6 +56,18 @@ def frontier(
             top = suggest_compositions(params, budget, capped, top=1)[0]
             best[i] = top.predicted if np.isnan(best[i]) else max(best[i], top.predicted)
     return best
+
+
+def check_plot_path(path: Path) -> None:
+    """A `ScalingError` before any work when matplotlib cannot write a figure named so (its suffix names the
+    format: .png, .svg, .pdf...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix.lower().lstrip(".")
+    if suffix not in formats:
+        named = f"'.{suffix}'" if suffix else "no suffix"
+        raise ScalingError(f"{path}: {named} is not a figure format; name it .png (or .{', .'.join(sorted(formats))})")
 
 
 def plot_holdout(report: HoldoutReport, path: Path, limits: CompositionLimits | None = None) -> Path:

@@ -119,7 +119,7 @@ def run(
     corpus: Annotated[
         list[str] | None, typer.Option(help="start from API corpus spec(s) by id (envfactory corpus list); repeatable")
     ] = None,
-    n: Annotated[int, typer.Option(help="with neither: search the pool's gaps for N new environments")] = 1,
+    n: Annotated[int, typer.Option(min=1, help="with neither: search the pool's gaps for N new environments")] = 1,
     domain: Annotated[str | None, typer.Option(help="domain to search (default: the least covered)")] = None,
     hint: Annotated[str, typer.Option(help="an idea for the Search Agent")] = "",
     concurrency: Annotated[int, typer.Option(min=1, help="environments generated at once")] = 2,
@@ -131,8 +131,11 @@ def run(
     interrupt_before: Annotated[list[str] | None, typer.Option(help="stop before this node; repeatable")] = None,
     thread_id: Annotated[str | None, typer.Option(help="thread id (one environment only)")] = None,
     prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE; repeatable")] = None,
-    budget: Annotated[int | None, typer.Option(help="revision budget (default from settings)")] = None,
-    threshold: Annotated[float | None, typer.Option(help="pass threshold (default from settings)")] = None,
+    budget: Annotated[int | None, typer.Option(min=0, help="revision budget (default from settings)")] = None,
+    threshold: Annotated[
+        float | None,
+        typer.Option(min=0.0, max=1.0, help="pass threshold, 0-1 (default from settings)"),
+    ] = None,
     draft: Annotated[
         bool,
         typer.Option(
@@ -198,8 +201,10 @@ def resume(
     thread: str,
     interrupt_before: Annotated[list[str] | None, typer.Option(help="stop before this node again")] = None,
     prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE")] = None,
-    budget: Annotated[int | None, typer.Option(help="revision budget")] = None,
-    threshold: Annotated[float | None, typer.Option(help="pass threshold")] = None,
+    budget: Annotated[int | None, typer.Option(min=0, help="revision budget")] = None,
+    threshold: Annotated[
+        float | None, typer.Option(min=0.0, max=1.0, help="pass threshold, 0-1")
+    ] = None,
     draft: Annotated[
         bool, typer.Option("--draft/--no-draft", help="as for `run`, when the code step is still to come")
     ] = True,
