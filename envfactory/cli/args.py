@@ -110,4 +110,3 @@ def out_file_option(ctx: typer.Context, param: typer.CallbackParam, value: Path 
     if value is None or str(value) == "-":
         return value
     return output_file(value, option=_option_name(param))
-
