@@ -202,9 +202,7 @@ def resume(
     interrupt_before: Annotated[list[str] | None, typer.Option(help="stop before this node again")] = None,
     prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE")] = None,
     budget: Annotated[int | None, typer.Option(min=0, help="revision budget")] = None,
-    threshold: Annotated[
-        float | None, typer.Option(min=0.0, max=1.0, help="pass threshold, 0-1")
-    ] = None,
+    threshold: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="pass threshold, 0-1")] = None,
     draft: Annotated[
         bool, typer.Option("--draft/--no-draft", help="as for `run`, when the code step is still to come")
     ] = True,

@@ -14,10 +14,10 @@ from envfactory.cli.args import out_dir_option
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
-from envfactory.executor import executor_from
+from envfactory.executor import check_executor_flags, executor_from
 from envfactory.llm.models import check_configured
 from envfactory.querygen.records import QUERY_ROLE, SOLVER_ROLE, USER_ROLE
-from envfactory.tasks.plan import load_config
+from envfactory.tasks.plan import choose_envs, load_config
 from envfactory.tasks.run import run_batch
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.terminal import SafeConsole
@@ -52,10 +52,13 @@ def synth(
         update["concurrency"] = concurrency
     cfg = cfg.model_copy(update=update)
     settings = get_settings()
-    runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
+    check_executor_flags(executor, ray_address, workers)
+    pool = EnvPool(settings)
+    choose_envs(cfg, pool)  # an unknown environment: one line before the run's folder holds anything
     if cfg.mode == "offline":
         record_synth_settings(cfg, settings, config)  # what shapes the run; a resume made otherwise stops here
-        run_batch(cfg, settings, console=out, executor=runs_on)
+        runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
+        run_batch(cfg, settings, console=out, executor=runs_on, pool=pool)
         return
     check_configured((QUERY_ROLE, SOLVER_ROLE, USER_ROLE), settings)  # before any work, not once per unit
     try:
@@ -68,5 +71,5 @@ def synth(
 
     with open_checkpointer(settings) as saver:  # one saver per process, shared by the batch's threads
         record_synth_settings(cfg, settings, config)
-        pool = EnvPool(settings)
+        runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
         run_batch(cfg, settings, QueryGenRunner(settings, cfg, pool, saver), out, runs_on, pool=pool)

@@ -122,6 +122,7 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("synth --config {tmp}/adir", "not a regular file"),
     case("synth --config {tmp}/llm.yaml", "no LLM is configured for role 'query'"),
     case("synth --config {tmp}/offline.yaml --out {tmp}/afile", "is a file"),
+    case("synth --config {tmp}/unknown.yaml --out {tmp}/r", "unknown environment(s) ['nosuch']"),
     case("export {run} --format trl-sft --out {tmp}/afile", "is a file"),
     case("export {run} --format trl-sft --out /proc/envfactory-nowhere/x", "cannot create"),
     case("export {tmp}/nope --format trl-sft --out {tmp}/o", "does not exist"),
@@ -205,6 +206,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     (tmp / "empty.jsonl").write_text("")
     (tmp / "llm.yaml").write_text("mode: llm\nenvs: [hotels]\n")
     (tmp / "offline.yaml").write_text("mode: offline\nenvs: [hotels]\n")
+    (tmp / "unknown.yaml").write_text("mode: offline\nenvs: [nosuch]\n")
     (tmp / "script.json").write_text("[]\n")
     meta = json.loads((ROOT / "envs" / "hotels" / "metadata.json").read_text())
     meta["name"] = "inns"
