@@ -168,8 +168,13 @@ def search(
     as_json: JsonOption = False,
 ) -> None:
     """Specs whose API or operations are nearest to QUERY, best first (an empty index is built first)."""
+    from envfactory.corpus import CorpusError
+
+    if not query.strip():
+        raise CorpusError("give a query: what the API should do, e.g. 'book a table'")
+    chosen = _domain(domain)  # before the index is opened: a wrong name creates nothing
     settings = get_settings()
-    hits = _index(settings, _corpus()).search(query, k, domain=_domain(domain))
+    hits = _index(settings, _corpus()).search(query, k, domain=chosen)
     if as_json:
         _write_json([h.model_dump() for h in hits])
         return
@@ -238,15 +243,15 @@ def compile_corpus(
     Add the folder to the pool with ENVFACTORY_COMPILED_DIR."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from envfactory.compiler.build import BuildSettings, build_many, corpus_jobs, read_reports, yield_of
-    from envfactory.executor import ExecutorSettings, ProcessExecutor, make_executor
+    from envfactory.compiler.build import REPORT_FILE, BuildSettings, build_many, corpus_jobs, read_reports, yield_of
+    from envfactory.corpus import CorpusError
+    from envfactory.executor import ExecutorSettings, ProcessExecutor, check_executor_flags, make_executor
 
+    check_executor_flags(executor, ray_address, None)
     settings = get_settings()
     target = out_dir or settings.data_path / "compiled"
     jobs = corpus_jobs(_corpus(), ids)
     jobs = jobs[:limit] if limit else jobs
-    if executor not in ("local", "ray"):
-        raise typer.BadParameter("--executor is local or ray")
     runner = (
         ProcessExecutor(processes)
         if executor == "local"
@@ -273,4 +278,6 @@ def compile_corpus(
     out.print(table)
     if y.failing:
         out.print("unhealthy by dimension: " + ", ".join(f"{safe(k)} {v}" for k, v in sorted(y.failing.items())))
+    if jobs and not y.healthy:  # a run that made nothing says so, and where the reasons are
+        raise CorpusError(f"no spec compiled into a healthy environment; why, spec by spec: {target / REPORT_FILE}")
     out.print(f"environments in {safe(target)}; add them to the pool with ENVFACTORY_COMPILED_DIR={safe(target)}")

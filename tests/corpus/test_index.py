@@ -208,3 +208,22 @@ def test_an_unknown_domain_is_refused(index: CorpusIndex) -> None:
 
     with pytest.raises(CorpusError, match="--domain must be one of commerce"):
         _domain("space")
+
+
+def test_cli_a_blank_query_and_a_compile_that_makes_nothing_are_one_line_errors(
+    monkeypatch: pytest.MonkeyPatch, data_dir: Path, tmp_path: Path
+) -> None:
+    res = _cli(monkeypatch, data_dir, "corpus", "search", "  ")
+    assert res.code == 1 and res.stderr.strip().splitlines() == [
+        "error: give a query: what the API should do, e.g. 'book a table'"
+    ]
+    before = sorted(p.name for p in (data_dir / "corpus").iterdir())
+    res = _cli(monkeypatch, data_dir, "corpus", "search", "pets", "--domain", "nosuch")
+    assert res.code == 1 and "--domain must be one of" in res.stderr
+    assert sorted(p.name for p in (data_dir / "corpus").iterdir()) == before  # no index opened for it
+    # no honest environment comes of NASA's APOD spec (tests/compiler: no_environment): the reason is in the report
+    out = tmp_path / "compiled"
+    res = _cli(monkeypatch, data_dir, "corpus", "compile", "--id", "nasa.gov/apod", "--out", str(out), "--processes", "1")
+    lines = res.stderr.strip().splitlines()
+    assert res.code == 1 and lines[-1].startswith("error: no spec compiled into a healthy environment"), res.stderr
+    assert str(out / "compile-report.jsonl") in lines[-1] and (out / "compile-report.jsonl").is_file()
