@@ -223,7 +223,8 @@ def test_cli_a_blank_query_and_a_compile_that_makes_nothing_are_one_line_errors(
     assert sorted(p.name for p in (data_dir / "corpus").iterdir()) == before  # no index opened for it
     # no honest environment comes of NASA's APOD spec (tests/compiler: no_environment): the reason is in the report
     out = tmp_path / "compiled"
-    res = _cli(monkeypatch, data_dir, "corpus", "compile", "--id", "nasa.gov/apod", "--out", str(out), "--processes", "1")
+    argv = ["corpus", "compile", "--id", "nasa.gov/apod", "--out", str(out), "--processes", "1"]
+    res = _cli(monkeypatch, data_dir, *argv)
     lines = res.stderr.strip().splitlines()
     assert res.code == 1 and lines[-1].startswith("error: no spec compiled into a healthy environment"), res.stderr
     assert str(out / "compile-report.jsonl") in lines[-1] and (out / "compile-report.jsonl").is_file()
