@@ -85,6 +85,8 @@ def export(
     from envfactory.export.tools_schema import catalog_for
     from envfactory.run_settings import file_sha256
 
+    if per is Per.conversation and fmt.value not in ("trl-sft", "llamafactory"):  # RL rows are turns
+        raise ExportError(f"--per conversation shapes SFT rows (trl-sft, llamafactory); {fmt.value} rows are turns")
     check_earlier(out_dir, fmt.value)  # before the source is read
     conversations = training_conversations(source)
     if not conversations:  # nothing to train on: said before anything is written

@@ -111,6 +111,8 @@ def envs_export(
     from envfactory.export.tools_schema import catalog_for
     from envfactory.hubs.export import HubExportError, export_package
 
+    if all_envs and names:
+        raise HubExportError("give environment names or --all, not both")
     pool = _pool()
     records = []
     if tasks is not None:

@@ -47,7 +47,11 @@ def prompts_show(
         if not sep:
             raise EnvFactoryError(f"--set expects name=value, got '{item}'")
         values[key] = value
-    text = prompt.text(**values)  # unknown --set names fail here, naming the variable
+    unknown = [k for k in values if k not in prompt.variables]
+    if unknown:
+        known = ", ".join(prompt.variables) or "none"
+        raise EnvFactoryError(f"--set {unknown[0]}: prompt '{name}' has no such variable (it has: {known})")
+    text = prompt.text(**values)
     out.print(f"[bold]{safe(prompt.name)}[/bold] — {safe(prompt.description)}", highlight=False)
     out.print(f"source: {safe(prompt.source)}", highlight=False)
     out.print(f"variables: {safe(', '.join(prompt.variables) or 'none')}", highlight=False)
