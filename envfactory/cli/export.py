@@ -91,7 +91,7 @@ def export(
     conversations = training_conversations(source)
     if not conversations:  # nothing to train on: said before anything is written
         raise ExportError(
-            f"{source}: nothing to export: it holds no conversation (give a synth run folder or its conversations.jsonl)"
+            f"{source}: nothing to export: it holds no conversation (give a synth run or its conversations.jsonl)"
         )
     path = conversations_file(source)
     origin = ExportSource(path=str(path.resolve()), sha256=file_sha256([path]))
