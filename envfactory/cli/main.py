@@ -180,7 +180,7 @@ def envs_validate(
 @envs_app.command("health")
 def envs_health(
     name: Annotated[str | None, typer.Argument(help="one environment; the whole pool when omitted")] = None,
-    calls: Annotated[int, typer.Option(min=1, help="agent-like calls per scenario")] = 60,
+    calls: Annotated[int, typer.Option(min=1, max=100_000, help="agent-like calls per scenario")] = 60,
     seed: Annotated[int, typer.Option(help="seed of the call sequences")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="the reports as JSON, one list")] = False,
 ) -> None:

@@ -66,11 +66,12 @@ class NoServerStream:
     is pure cost: without it the server starts sessions about a third faster.
     """
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
+    def __init__(self, app: Any, path: str) -> None:
+        self.app, self.path = app, path
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope["method"] == "GET":
+        # on the MCP endpoint only: a GET of any other path is starlette's 404 (or the app's own route)
+        if scope["type"] == "http" and scope["method"] == "GET" and scope.get("path") == self.path:
             response = PlainTextResponse(
                 "this server sends no server-initiated messages", status_code=405, headers={"Allow": "POST, DELETE"}
             )

@@ -113,7 +113,7 @@ class SessionServer(FastMCP, Generic[H]):
     def streamable_http_app(self) -> Starlette:
         app = super().streamable_http_app()
         if not self.server_stream:
-            app.add_middleware(NoServerStream)
+            app.add_middleware(NoServerStream, path=self.settings.streamable_http_path)
         if self.fast_calls:
             app.add_middleware(FastToolCalls, server=self)
         app.add_middleware(BoundedJSONBody, limits=self.limits)

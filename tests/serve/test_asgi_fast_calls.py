@@ -179,6 +179,15 @@ def test_fast_calls_keep_a_session_alive_and_idle_ones_expire(hotels: Any) -> No
         assert s.call("search_hotels", {"city": "Lisbon"}).status_code == 404
 
 
+def test_a_get_is_405_on_the_mcp_endpoint_and_404_elsewhere(hotels: Any) -> None:
+    server = EnvMCPServer(hotels, default_config="default")
+    with serving(server.streamable_http_app()) as url, httpx.Client(timeout=30) as http:
+        stream = http.get(url, headers={"accept": "text/event-stream"})
+        assert stream.status_code == 405 and stream.headers["allow"] == "POST, DELETE"
+        elsewhere = url.rsplit("/", 1)[0] + "/nosuch"
+        assert http.get(elsewhere).status_code == 404 and http.post(elsewhere, json={}).status_code == 404
+
+
 def test_back_to_back_fast_calls_leave_the_idle_deadline_in_place_until_it_lags(hotels: Any) -> None:
     """Each push of a session's idle deadline reschedules its timer: calls closer together than the slack
     (1 % of the timeout here: 0.3 s) leave it where it is, a call after a longer pause pushes it a full

@@ -79,6 +79,8 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("mcp haproxy --backend 127.0.0.1:1 --out /proc/envfactory-nowhere/x", "cannot"),
     case("corpus fetch --tarball {tmp}/nope.tgz", "nope.tgz"),
     case("corpus fetch --tarball {tmp}/bad.json", "bad.json"),
+    case("corpus fetch --tarball {tmp}/adir", "adir is a folder"),
+    case("envs health hotels --calls 99999999999", "--calls"),
     case("corpus list", "not fetched yet"),
     case("corpus show apis.guru", "not fetched yet"),
     case("corpus index", "not fetched yet"),
