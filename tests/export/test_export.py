@@ -558,6 +558,8 @@ def test_cli_exports_a_run_dir(run_dir: Path, tmp_path: Path) -> None:
     assert "trl-sft: 6 samples from 3 conversations (6 turns;" in res.output
     assert len((tmp_path / "sft" / "train.jsonl").read_text().splitlines()) == 6
     res = cli(str(run_dir / CONVERSATIONS), "--format", "verl", "--out", str(tmp_path / "v"), "--per", "conversation")
+    assert res.exit_code == 1 and not (tmp_path / "v").exists()  # RL rows are turns: the option would be ignored
+    res = cli(str(run_dir / CONVERSATIONS), "--format", "verl", "--out", str(tmp_path / "v"))
     assert res.exit_code == 0 and (tmp_path / "v" / "train.parquet").is_file(), res.output
     res = cli(str(run_dir), "--format", "llamafactory", "--out", str(tmp_path / "lf"), "--system", "Be brief.")
     assert res.exit_code == 0 and (tmp_path / "lf" / "dataset_info.json").is_file(), res.output
