@@ -334,7 +334,8 @@ def check_executor_flags(kind: str, address: str | None, workers: int | None) ->
     if kind not in ("local", "ray"):
         raise ExecutorError(f"--executor is local or ray, not '{kind}'")
     if kind == "local" and (address or workers):
-        raise ExecutorError("--ray-address and --workers need --executor ray")
+        given = [name for name, value in (("--ray-address", address), ("--workers", workers)) if value]
+        raise ExecutorError(f"{' and '.join(given)} {'need' if len(given) > 1 else 'needs'} --executor ray")
 
 
 def executor_from(kind: str, address: str | None, workers: int | None, concurrency: int) -> Executor:

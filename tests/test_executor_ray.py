@@ -173,8 +173,10 @@ def test_a_killed_driver_resumes_with_no_unit_lost_or_repeated(plan: Plan, local
 def test_an_unreachable_cluster_is_one_clear_line(tmp_path: Path) -> None:
     with pytest.raises(ExecutorError, match=r"cannot reach the Ray cluster at 127\.0\.0\.1:1: "):
         executor_from("ray", "127.0.0.1:1", None, 2)
-    with pytest.raises(ExecutorError, match="--ray-address and --workers need --executor ray"):
+    with pytest.raises(ExecutorError, match=r"^--ray-address needs --executor ray$"):
         executor_from("local", "auto", None, 2)
+    with pytest.raises(ExecutorError, match=r"^--ray-address and --workers need --executor ray$"):
+        executor_from("local", "auto", 2, 2)
     config = tmp_path / "synth.yaml"
     config.write_text(f"envs: [hotels]\nT: 1\nout: {tmp_path / 'out'}\n")
     start = time.monotonic()

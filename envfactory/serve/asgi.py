@@ -309,6 +309,11 @@ class FastToolCalls:
             and scope.get("user") is None  # sessions bound to a credential: the SDK checks the owner
         ):
             return None
+        if isinstance(request_id := message["id"], str) and not request_id.isascii():
+            try:  # a lone surrogate (the body parser keeps them) cannot be written back as UTF-8: the SDK answers
+                request_id.encode()
+            except UnicodeEncodeError:
+                return None
         headers = scope.get("headers") or []
         session_id = _header(headers, MCP_SESSION_ID_HEADER.encode())
         accept = _header(headers, b"accept") or ""

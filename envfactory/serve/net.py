@@ -21,17 +21,33 @@ def free_port() -> int:
 
 
 def check_bindable(host: str, port: int) -> None:
-    """Bind (host, port) as uvicorn will (SO_REUSEADDR, the address's own family) and let go: a `BindError`
-    naming the address and why, before a server prints that it serves there."""
+    """Bind (host, port) as asyncio's `create_server` will for uvicorn, and let go: every address the host
+    resolves to, SO_REUSEADDR, IPV6_V6ONLY on IPv6, an address this machine lacks skipped. A `BindError` naming
+    the address and why when none binds or the port is taken, before a server prints that it serves there."""
+    shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (OSError, UnicodeError) as e:
         raise BindError(f"cannot serve on {host!r}: not a host name or address of this machine ({e})") from None
-    family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    why = "no address of it can be bound here"
+    for family, kind, proto, _, address in dict.fromkeys(infos):
         try:
-            s.bind(address)
-        except OSError as e:
-            taken = " (another process is listening there: pick another --port)" if e.errno == errno.EADDRINUSE else ""
-            raise BindError(f"cannot serve on {host}:{port}: {e.strerror or e}{taken}") from None
+            s = socket.socket(family, kind, proto)
+        except OSError:  # this machine has no such family (IPv6 off): asyncio skips it too
+            continue
+        with s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                s.bind(address)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    raise BindError(
+                        f"cannot serve on {shown}: the port is in use (another process is listening there: pick"
+                        " another --port)"
+                    ) from None
+                why = e.strerror or str(e)
+                continue
+        return
+    raise BindError(f"cannot serve on {shown}: {why}")

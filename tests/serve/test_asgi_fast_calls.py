@@ -113,6 +113,9 @@ REFUSED: dict[str, dict[str, Any]] = {
     },
     "no id": {"body": {"jsonrpc": "2.0", "method": "tools/call", "params": {"name": STATE_TOOL}}},
     "boolean id": {"body": {"jsonrpc": "2.0", "id": True, "method": "tools/call", "params": {"name": STATE_TOOL}}},
+    "an id no UTF-8 can write": {  # a lone surrogate, escaped in the JSON: the SDK answers, not a bare 500
+        "body": {"jsonrpc": "2.0", "id": "\ud800", "method": "tools/call", "params": {"name": STATE_TOOL}}
+    },
     "another method": {"body": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}},
 }
 

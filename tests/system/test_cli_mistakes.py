@@ -88,7 +88,7 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("corpus gaps", "not fetched yet"),
     case("corpus compile --out {tmp}/afile", "is a file"),
     case("corpus compile --out {tmp}/o", "not fetched yet"),
-    case("corpus compile --out {tmp}/o --ray-address auto", "--ray-address and --workers need --executor ray"),
+    case("corpus compile --out {tmp}/o --ray-address auto", "error: --ray-address needs --executor ray"),
     case("corpus search pets --domain nosuch", "--domain must be one of"),
     case("envgen run --metadata {tmp}/nope.json", "no such metadata file"),
     case("envgen run --n 0", "--n", **SCRIPTED),

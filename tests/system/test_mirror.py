@@ -126,7 +126,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "envfactory/serve/http.py": "tests/serve/test_abuse.py",
     "envfactory/serve/hub_server.py": "tests/serve/test_abuse.py",
     "envfactory/serve/limits.py": "tests/serve/test_abuse.py",
-    "envfactory/serve/net.py": "tests/serve/test_affinity.py",
     "envfactory/suites/bfcl/calls.py": "tests/suites/bfcl/test_judge.py",
     "envfactory/suites/bfcl/dump.py": "tests/suites/bfcl/test_adapter.py",
     "envfactory/suites/bfcl/entries.py": "tests/suites/bfcl/test_judge.py",
