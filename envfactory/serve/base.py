@@ -26,7 +26,7 @@ import logging
 import math
 import weakref
 from abc import abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -251,6 +251,24 @@ class SessionServer(FastMCP, Generic[H]):
         result, _ = await self.respond(key, choice, name, args, size)
         return result
 
+    @contextlib.contextmanager
+    def _held_off(self, key: Any) -> Iterator[None]:
+        """While a call of a session the fast path answers (its key is the SDK's transport) waits off the loop, the
+        session's idle timer is held off (deadline ∞, as the SDK holds its own requests): neither the idle timeout
+        nor eviction (`_longest_idle` skips such sessions) ends it mid-call. After, the deadline is a full timeout
+        from now. A session the SDK itself is serving (deadline already ∞) is left to the SDK."""
+        idle = getattr(key, "idle_scope", None)  # None: not an HTTP session (stdio's has no manager at all)
+        timeout = self.session_manager.session_idle_timeout if idle is not None else None
+        if idle is None or timeout is None or not math.isfinite(idle.deadline):
+            yield
+            return
+        idle.deadline = math.inf
+        try:
+            yield
+        finally:
+            if not idle.cancel_called:
+                idle.deadline = anyio.current_time() + timeout
+
     async def respond(
         self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int = 0, request_id: Any = None
     ) -> tuple[types.CallToolResult, bytes | None]:
@@ -279,19 +297,21 @@ class SessionServer(FastMCP, Generic[H]):
                 self.ran(key, name, args, *watch.stop(), inline=True)
             if request_id is None or answer_bytes(result) <= self.limits.inline_body_bytes:
                 return result, None if request_id is None else response_body(request_id, result)
-            async with self._slots(key, choice, name, args, size, first) as (threads, turns):  # a large answer
-                encoded, spent = await anyio.to_thread.run_sync(timed_body, request_id, result, limiter=threads)
-                for turn in turns:
-                    turn.cost = spent
+            with self._held_off(key):
+                async with self._slots(key, choice, name, args, size, first) as (threads, turns):  # a large answer
+                    encoded, spent = await anyio.to_thread.run_sync(timed_body, request_id, result, limiter=threads)
+                    for turn in turns:
+                        turn.cost = spent
             return result, encoded
         if lock is None:
             lock = self._locks.setdefault(key, anyio.Lock())
-        async with lock, self._slots(key, choice, name, args, size, first) as (threads, turns):
-            result, cpu, blocked, cost, body = await anyio.to_thread.run_sync(
-                self._run, key, choice, name, args, size, request_id, limiter=threads
-            )
-            for turn in turns:
-                turn.cost = cost
+        with self._held_off(key):  # the wait for a thread included
+            async with lock, self._slots(key, choice, name, args, size, first) as (threads, turns):
+                result, cpu, blocked, cost, body = await anyio.to_thread.run_sync(
+                    self._run, key, choice, name, args, size, request_id, limiter=threads
+                )
+                for turn in turns:
+                    turn.cost = cost
         if in_process:
             self.ran(key, name, args, cpu, blocked, inline=False)
         elif name not in self.offloaded_tools and self.in_process(key, name, args):

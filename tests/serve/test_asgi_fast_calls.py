@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -189,6 +190,32 @@ def test_a_get_is_405_on_the_mcp_endpoint_and_404_elsewhere(hotels: Any) -> None
         assert stream.status_code == 405 and stream.headers["allow"] == "POST, DELETE"
         elsewhere = url.rsplit("/", 1)[0] + "/nosuch"
         assert http.get(elsewhere).status_code == 404 and http.post(elsewhere, json={}).status_code == 404
+
+
+def test_a_call_off_the_loop_longer_than_the_idle_timeout_keeps_its_session(
+    hotels: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK holds a session's idle timer while it serves a request; the fast path does too while a call waits
+    off the loop (a control tool, a slow environment): a 1 s call under a 0.6 s idle timeout, then the next."""
+    server = EnvMCPServer(hotels, default_config="default")
+    server.settings.session_idle_timeout = 0.6
+    dispatch = server.dispatch
+    during: list[float] = []
+
+    def slow(key: Any, *args: Any, **kwargs: Any) -> Any:  # the environment's call, on its worker thread
+        if args[1] == STATE_TOOL:
+            during.append(key.idle_scope.deadline)
+            time.sleep(1.0)
+        return dispatch(key, *args, **kwargs)
+
+    monkeypatch.setattr(server, "dispatch", slow)
+    with serving(server.streamable_http_app()) as url, httpx.Client(timeout=30) as http:
+        s = RawSession(http, url)
+        assert s.call("search_hotels", {"city": "Lisbon"}).status_code == 200  # opens the session's state
+        assert server.fast is not None and server.fast.answered == 1
+        assert s.call(STATE_TOOL, {}).status_code == 200
+        assert server.fast.answered == 2 and during == [math.inf]  # held off while it ran, as the SDK would
+        assert s.call("search_hotels", {"city": "Lisbon"}).status_code == 200
 
 
 def test_back_to_back_fast_calls_leave_the_idle_deadline_in_place_until_it_lags(hotels: Any) -> None:
