@@ -149,6 +149,17 @@ def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict[str, Any]]:
     return thread, box
 
 
+def processes_left(spawned: list[SandboxProcess], within_s: float = 3.0) -> list[int]:
+    """The sandbox processes (bwrap or worker) still alive after waiting up to `within_s` for them to go: killed,
+    then reaped, which a loaded machine takes its time over."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = [pid for p in spawned for pid in (p.pid, p.child_pid) if host_process_alive(pid)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.1)
+
+
 def host_process_alive(pid: int | None) -> bool:
     """`pid` still names a live process started by the sandbox (bwrap or the worker), not a zombie."""
     if not pid:
@@ -661,13 +672,7 @@ def test_a_worker_that_dies_on_every_fork_costs_one_start_per_session(
     assert len(spawned) - before <= 3, f"{len(spawned) - before} workers started for 3 sessions"
     assert len([w for w in env.pool._workers if w.process.alive]) <= 1
     env.pool.shutdown()
-    deadline = time.monotonic() + 3  # killed, then reaped: a loaded machine takes its time (as the test below)
-    left: list[int] = []
-    while time.monotonic() < deadline:
-        left = [pid for p in spawned for pid in (p.pid, p.child_pid) if host_process_alive(pid)]
-        if not left:
-            break
-        time.sleep(0.1)
+    left = processes_left(spawned)
     assert left == [], f"processes left behind: {left}"
 
 
@@ -714,13 +719,7 @@ def test_dead_and_dying_workers_leave_no_process_descriptor_or_thread(
     for name, payload in LEAVERS.items():
         result, _ = run_round(hostile_env(textwrap.dedent(payload)), meta, [scenario(ATTACK_STEP, PING)], limits)
         assert result.status in ("crashed", "timeout"), (name, result.status, result.detail)
-    deadline = time.monotonic() + 3
-    left: list[int] = []
-    while time.monotonic() < deadline:
-        left = [pid for p in spawned for pid in (p.pid, p.child_pid) if host_process_alive(pid)]
-        if not left:
-            break
-        time.sleep(0.1)
+    left = processes_left(spawned)
     assert left == [], f"sandbox processes left behind: {left}"
     assert len(spawned) >= len(LEAVERS)
     assert len(os.listdir("/proc/self/fd")) <= fds, "descriptors leaked"
