@@ -329,20 +329,15 @@ def hub_serve(
 
     settings = get_settings()
     apps = env_names(app_name) if app_name is not None else None
+    bind_host, bind_port = host or settings.http_host, port or settings.http_port
     server = build_hub_server(  # tasks and apps checked here: an error comes before "serving ..."
-        EnvPool(settings),
-        tasks,
-        apps=apps,
-        default_task=task,
-        host=host or settings.http_host,
-        port=port or settings.http_port,
+        EnvPool(settings), tasks, apps=apps, default_task=task, host=bind_host, port=bind_port
     )
     if transport is Transport.http:
         from envfactory.serve.net import check_bindable
 
-        check_bindable(host or settings.http_host, port or settings.http_port)
-        address = f"{host or settings.http_host}:{port or settings.http_port}"
-        err.print(f"serving the hub on http://{safe(address)}/mcp", highlight=False)
+        check_bindable(bind_host, bind_port)
+        err.print(f"serving the hub on http://{safe(f'{bind_host}:{bind_port}')}/mcp", highlight=False)
     server.run(transport="streamable-http" if transport is Transport.http else "stdio")
 
 
