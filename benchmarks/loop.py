@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,13 +100,13 @@ class Stages:
         return entry
 
 
-def synth_config(work: Path, tasks: int) -> Path:
+def synth_config(work: Path, tasks: int, samples: int = 2, depth: int = 1) -> Path:
     config = {
         "mode": "offline",
         "envs": ENVS,
         "T": tasks,
-        "S": 2,
-        "D": 1,
+        "S": samples,
+        "D": depth,
         "seed": SEED,
         "chain_length": [1, 3],
         "turns": [2, 3],
@@ -119,16 +120,27 @@ def synth_config(work: Path, tasks: int) -> Path:
     return path
 
 
-def eval_set(run: Path, out: Path, n: int) -> dict[str, int]:
-    """A seeded sample of held-out conversations: half from unseen apps, half unseen tasks of seen apps."""
-    lines = [line for line in (run / "heldout.jsonl").read_text().splitlines() if line.strip()]
-    apps = [line for line in lines if _servers(line) & set(HELDOUT_APPS)]
-    tasks = [line for line in lines if not _servers(line) & set(HELDOUT_APPS)]
-    rng = random.Random(SEED)
-    chosen_apps = rng.sample(apps, min(len(apps), n // 2))
-    chosen_tasks = rng.sample(tasks, min(len(tasks), n - len(chosen_apps)))
-    out.write_text("\n".join(chosen_apps + chosen_tasks) + "\n")
-    return {"unseen_apps": len(chosen_apps), "unseen_tasks": len(chosen_tasks)}
+def eval_set(run: Path, out: Path, n: int, part: str = "all", reuse: Path | None = None) -> dict[str, int]:
+    """A seeded sample of held-out conversations: half from unseen apps, half unseen tasks of seen apps — or,
+    with `reuse`, another loop's evaluation set, so that two arms are measured on the same items (refused if
+    one of its tasks is in this run's training split). `part` keeps one split of it."""
+    if reuse is not None:
+        chosen = [line for line in reuse.read_text().splitlines() if line.strip()]
+        seen = {tuple(json.loads(line)["tools"]) for line in (run / "conversations.jsonl").read_text().splitlines()}
+        leaked = [json.loads(line)["id"] for line in chosen if tuple(json.loads(line)["tools"]) in seen]
+        if leaked:
+            sys.exit(f"--eval-set {reuse}: {len(leaked)} of its tasks are in this run's training split ({leaked[0]})")
+    else:
+        lines = [line for line in (run / "heldout.jsonl").read_text().splitlines() if line.strip()]
+        apps = [line for line in lines if _servers(line) & set(HELDOUT_APPS)]
+        tasks = [line for line in lines if not _servers(line) & set(HELDOUT_APPS)]
+        rng = random.Random(SEED)
+        chosen_apps = rng.sample(apps, min(len(apps), n // 2))
+        chosen = chosen_apps + rng.sample(tasks, min(len(tasks), n - len(chosen_apps)))
+    chosen = [line for line in chosen if any(SPLITS[part](env) for env in _servers(line))]
+    out.write_text("\n".join(chosen) + "\n")
+    apps_n = sum(bool(_servers(line) & set(HELDOUT_APPS)) for line in chosen)
+    return {"unseen_apps": apps_n, "unseen_tasks": len(chosen) - apps_n}
 
 
 def _servers(line: str) -> set[str]:
@@ -182,17 +194,25 @@ def _figures(records: list[AttemptRecord], k: int) -> dict[str, Any]:
     return out
 
 
-def differences(work: Path, labels: list[str], k: int) -> dict[str, dict[str, Any]]:
-    """Each trained model against the base, and each against the one it was trained from (GRPO − SFT), paired
-    over the same items: pass@1 and mean reward, after − before, with paired 95 % bootstrap intervals; per split.
-    Runs over different items give the reason instead."""
+def differences(work: Path, labels: list[str], k: int, against: Sequence[Path] = ()) -> dict[str, dict[str, Any]]:
+    """Each trained model against the base, GRPO against SFT, and this loop's SFT against each `against` loop's
+    (an ablation arm), paired over the same items: pass@1 and mean reward, after − before, with paired 95 %
+    bootstrap intervals; per split. Runs over different items give the reason instead."""
     from envfactory.eval.run import done_attempts
+
+    folders = {label: work / f"eval-{label}" for label in labels}
+    pairs_of = [(label, "base") for label in labels if "base" in labels and label != "base"]
+    pairs_of += [("grpo", "sft")] if {"grpo", "sft"} <= set(labels) else []
+    for other in against:
+        folders[f"sft@{other.name}"] = other / "eval-sft"
+        pairs_of += [("sft", f"sft@{other.name}")]
+    runs = {label: done_attempts(folder) for label, folder in folders.items()}
+    return paired(runs, pairs_of, k)
+
+
+def paired(runs: dict[str, list[AttemptRecord]], pairs_of: list[tuple[str, str]], k: int) -> dict[str, dict[str, Any]]:
     from envfactory.eval.stats import StatsError, compare
 
-    runs = {label: done_attempts(work / f"eval-{label}") for label in labels}
-    pairs_of = [(label, labels[0]) for label in labels[1:]] + [
-        (labels[i], labels[i - 1]) for i in range(2, len(labels))
-    ]
     out: dict[str, dict[str, Any]] = {}
     for label, base in pairs_of:
         pairs: dict[str, Any] = {}
@@ -222,7 +242,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", type=Path, default=ROOT / ".envfactory" / "loop")
     parser.add_argument("--tasks", type=int, default=6, help="T: tasks per environment in the synth run")
+    parser.add_argument("--samples", type=int, default=2, help="S: state variants per task in the synth run")
+    parser.add_argument("--depth", type=int, default=1, help="D: data depth (1: no distractor records)")
     parser.add_argument("--conversations", type=int, default=12, help="held-out conversations evaluated")
+    parser.add_argument(
+        "--eval-set", type=Path, default=None, help="another loop's eval-set.jsonl: the same items (ablation arms)"
+    )
+    parser.add_argument("--split", choices=list(SPLITS), default="all", help="evaluate only this split's items")
+    parser.add_argument(
+        "--base", action=argparse.BooleanOptionalAction, default=True, help="evaluate the untrained model too"
+    )
+    parser.add_argument(
+        "--against",
+        type=Path,
+        action="append",
+        default=[],
+        help="another loop's work folder (an arm evaluated on the same items): paired SFT − SFT differences",
+    )
     parser.add_argument("--attempts", type=int, default=2, help="k of pass@k / pass^k")
     parser.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of the evaluated model")
     parser.add_argument("--max-tokens", type=int, default=160, help="new tokens per model step in evaluation")
@@ -264,7 +300,8 @@ def main() -> None:
     cli = [PY, "-m", "envfactory.cli"]
     run = work / "run"
 
-    stages.run("synth", run / "summary.json", [*cli, "synth", "--config", str(synth_config(work, args.tasks))])
+    config = synth_config(work, args.tasks, args.samples, args.depth)
+    stages.run("synth", run / "summary.json", [*cli, "synth", "--config", str(config)])
     rows = ["--tools", args.tools, "--schemas", args.schemas, "--distractors", str(args.distractors)]
     rows += ["--seed", str(SEED)]
     for fmt in ("trl-sft", "trl-grpo"):
@@ -274,7 +311,7 @@ def main() -> None:
             work / fmt / "train.jsonl",
             [*cli, "export", str(run), "--format", fmt, "--out", str(work / fmt), *rows, *per],
         )
-    split = eval_set(run, work / "eval-set.jsonl", args.conversations)
+    split = eval_set(run, work / "eval-set.jsonl", args.conversations, args.split, args.eval_set)
     stages.record["eval_set"] = split
 
     def evaluate(label: str, model: Path) -> dict[str, Any]:
@@ -300,7 +337,7 @@ def main() -> None:
         entry = stages.run(f"eval-{label}", out / "summary.json", argv, env)
         return {**entry, **scores(out, args.attempts)}
 
-    results: dict[str, dict[str, Any]] = {"base": evaluate("base", gguf)}
+    results: dict[str, dict[str, Any]] = {"base": evaluate("base", gguf)} if args.base else {}
     sft_dir = work / "sft"
     sft_argv = [PY, "training/sft.py", "--profile", "cpu", "--model", str(gguf), "--data", str(work / "trl-sft")]
     sft_argv += [
@@ -336,7 +373,7 @@ def main() -> None:
         if args.eval_grpo:
             results["grpo"] = evaluate("grpo", grpo_dir)
 
-    diffs = differences(work, list(results), args.attempts)
+    diffs = differences(work, list(results), args.attempts, [w.resolve() for w in args.against])
     stages.record.update(
         {
             "results": results,
