@@ -231,6 +231,20 @@ def test_synth_in_llm_mode_records_the_querygen_models(tmp_path: Path) -> None:
         record_synth_settings(config, served)
 
 
+def test_a_relative_synth_out_lands_under_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As every `--out` of the CLI: not under the project root, which (from a folder without envs/) is the
+    installed checkout — a tester's synth run wrote there."""
+    here = tmp_path / "work"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    config = SynthConfig.model_validate({"mode": "offline", "envs": ["hotels"], "out": "runs/a"})
+    folder = record_synth_settings(config, Settings(root=ROOT))
+    assert folder == here / "runs" / "a" and (folder / SETTINGS_FILE).is_file()
+    assert not (ROOT / "runs" / "a").exists()
+
+
 # ---- export ----------------------------------------------------------------------------------------------------
 
 

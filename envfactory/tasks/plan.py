@@ -74,7 +74,9 @@ class SynthConfig(BaseModel):
         default=0.0, ge=0.0, lt=1.0, description="share of each other environment's tasks held out (unseen tasks)"
     )
     concurrency: int = Field(default=2, ge=1)
-    out: Path = Field(default=Path(".envfactory/synth/run"), description="output folder (relative: to the root)")
+    out: Path = Field(
+        default=Path(".envfactory/synth/run"), description="output folder (relative: to the working directory)"
+    )
     graph: Path | None = Field(default=None, description="tool graph file; default: the data dir's, built if missing")
     preset: str = Field(default="SFT_NON_CONV", description="llm mode: SFT_NON_CONV, SFT_CONV or RL_NON_CONV")
     querygen: dict[str, Any] = Field(default_factory=dict, description="llm mode: QueryGenConfig overrides (pass_k...)")
@@ -83,9 +85,10 @@ class SynthConfig(BaseModel):
     )
     plot: bool = True
 
-    def folder(self, root: Path) -> Path:
-        """The output folder (`out`; a relative one under the project root)."""
-        return self.out if self.out.is_absolute() else root / self.out
+    def folder(self) -> Path:
+        """The output folder: `out`, a relative one under the working directory, as every `--out` of the CLI
+        (not under the project root, which is the installed checkout when the working directory has no envs/)."""
+        return self.out.resolve()
 
     @model_validator(mode="after")
     def _lengths(self) -> SynthConfig:

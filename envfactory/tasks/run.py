@@ -110,7 +110,7 @@ def run_batch(
     out = console or SafeConsole()
     err = SafeConsole(stderr=True) if console is None else console
     pool = pool if pool is not None else EnvPool(settings)
-    outdir = config.folder(settings.root)
+    outdir = config.folder()
     usage_before = process_usage().report()
     graph = tool_graph(settings, config, err=err, pool=pool)
     plan: Plan = plan_units(config, pool, graph)

@@ -38,7 +38,7 @@ def synth_record(config: SynthConfig, settings: Settings, config_file: Path | No
 def record_synth_settings(config: SynthConfig, settings: Settings, config_file: Path | None = None) -> Path:
     """Before any unit runs: record the run's settings in its folder, or refuse a resume made otherwise.
     Returns the folder."""
-    folder = config.folder(settings.root)
+    folder = config.folder()
     holds = any(has_lines(folder / name) for name in (CONVERSATIONS, HELDOUT, DROPPED))
     record_or_check(folder, synth_record(config, settings, config_file), holds_results=holds)
     return folder
