@@ -10,6 +10,11 @@ LLAMA_CONVERTER := $(LLAMA_SHARE)/convert_hf_to_gguf.py
 # `make test` runs the suite on one pytest-xdist worker per core plus one: many tests wait on a server, a
 # sandbox or a subprocess, so a worker over the cores keeps them busy (WORKERS=0: in this process)
 WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
+# Python's bytecode cache on (a shell that sets PYTHONDONTWRITEBYTECODE, as this machine's does, left every
+# process compiling the project from source again, and pytest rewriting every test module's asserts again in each
+# worker: ~5 CPU-s a worker). Environment code is unaffected: it is compiled from its source bytes, never read
+# from __pycache__ (envfactory/env/folder.py), and the sandbox's workers keep their own setting.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup setup-external demo test test-external lint typecheck pytest bench clean system test-system
 

@@ -4,10 +4,20 @@ CLI's module-level consoles were made with."""
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
 
 from tests.support.cli import run_cli
+from tests.support.paths import ROOT
+
+
+@pytest.fixture(autouse=True)
+def _own_data_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`envgen threads` reads the data folder's checkpoints: this test's own, not the checkout's (which other
+    tests' runs may hold locked: one failed so under the full suite's load)."""
+    monkeypatch.setenv("ENVFACTORY_ROOT", str(ROOT))
+    monkeypatch.setenv("ENVFACTORY_DATA_DIR", str(tmp_path / "data"))
 
 
 @pytest.mark.parametrize("module", ["envfactory.cli.main", "graphs.cli.envgen"])
