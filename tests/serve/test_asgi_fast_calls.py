@@ -316,3 +316,77 @@ def test_blocking_environments_take_the_fast_path_in_order(tmp_path: Path) -> No
         for tool, arguments in calls:
             assert _answer(a.call(tool, arguments))[:2] == _answer(b.call(tool, arguments))[:2]
         assert fast.fast.answered == before + len(calls)
+
+
+# ---- one write an answer --------------------------------------------------------------------------------------
+
+
+class _RecordingTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+def _cycle(keep_alive: bool) -> tuple[Any, _RecordingTransport, list[bool]]:
+    import logging
+
+    from uvicorn.protocols.http.flow_control import FlowControl
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    transport, done = _RecordingTransport(), []
+    scope = {"type": "http", "method": "POST", "http_version": "1.1", "path": "/mcp", "headers": []}
+    cycle = RequestResponseCycle(
+        scope,  # type: ignore[arg-type]
+        transport,
+        FlowControl(transport),
+        logging.getLogger("t"),
+        logging.getLogger("t.access"),
+        False,
+        [(b"server", b"uvicorn")],
+        asyncio.Event(),
+        False,
+        keep_alive,
+        lambda: done.append(True),
+    )
+    return cycle, transport, done
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+async def test_a_fast_answer_leaves_in_one_write_as_uvicorn_would_send_it(keep_alive: bool) -> None:
+    """uvicorn writes the head and the body of an answer apart (two send system calls on an idle connection);
+    the fast path gathers them into one write: the same bytes, the cycle finished as uvicorn finishes it, and
+    a connection uvicorn closes after the answer closed after the write."""
+    from envfactory.serve.asgi import send_as_one_write
+
+    headers = [(b"content-length", b"11"), (b"content-type", b"application/json")]
+    cycle, transport, done = _cycle(keep_alive)
+    await send_as_one_write(cycle.send, headers, b'{"ok": true}'[:11])
+    two, two_transport, _ = _cycle(keep_alive)  # what uvicorn writes for the same two messages
+    await two.send({"type": "http.response.start", "status": 200, "headers": headers})
+    await two.send({"type": "http.response.body", "body": b'{"ok": true}'[:11]})
+    assert len(transport.writes) == 1 and len(two_transport.writes) == 2
+    assert transport.writes[0] == b"".join(two_transport.writes)
+    assert cycle.response_complete and done == [True] and cycle.transport is transport
+    assert transport.closed is (not keep_alive) is two_transport.closed
+
+
+async def test_a_send_that_is_not_uvicorns_gets_the_two_asgi_messages() -> None:
+    from envfactory.serve.asgi import send_as_one_write
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await send_as_one_write(send, [(b"content-length", b"2")], b"{}")
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"] and sent[1]["body"] == b"{}"
