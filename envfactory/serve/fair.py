@@ -181,8 +181,14 @@ class Stopwatch:
         self.wall, self.cpu, self.process = time.perf_counter(), time.thread_time(), time.process_time()
         self.queued = run_queue_s()
 
-    def stop(self) -> tuple[float, float]:
+    def stop(self, cheap_under: float = 0.0) -> tuple[float, float]:
+        """(CPU seconds, blocked seconds). A call whose wall time is at most `cheap_under` gives (its wall time, 0.0)
+        without reading the other clocks (three system calls, ~5 % of a fast-path call's server CPU): one thread
+        uses no more CPU than wall time, and is blocked no longer, so to a caller asking only whether either passed
+        a bound >= `cheap_under` (`OffLoop`) the answer is the same."""
         wall = time.perf_counter() - self.wall
+        if wall <= cheap_under:
+            return wall, 0.0
         cpu = time.thread_time() - self.cpu
         process = time.process_time() - self.process
         queued = run_queue_s() - self.queued

@@ -290,6 +290,27 @@ def test_a_session_caught_by_chance_stays_on_the_loop_and_a_loaded_one_leaves_it
     assert _run(off, loaded, [True] * 50) == 0
 
 
+def test_a_short_call_skips_the_stopwatchs_other_clocks_and_is_judged_the_same() -> None:
+    """Under `cheap_under` the stopwatch reads only the wall clock and gives (wall, 0.0): no more CPU than the wall
+    time, no longer blocked; `OffLoop` judges such a call cheap either way. Over it, every clock is read."""
+    import time
+
+    from envfactory.serve.fair import Stopwatch
+
+    watch = Stopwatch()
+    cpu, blocked = watch.stop(cheap_under=10.0)
+    assert blocked == 0.0 and 0 <= cpu < 10.0
+    full = Stopwatch()
+    time.sleep(0.03)  # blocked, not CPU: only the full reading can tell
+    cpu, blocked = full.stop(cheap_under=0.002)
+    assert cpu < 0.01 and blocked > 0.02
+    off = OffLoop(cpu_s=0.002, blocked_s=0.02)
+    key = Session()
+    for _ in range(3):
+        off.ran(key, *Stopwatch().stop(cheap_under=min(off.cpu_s, off.blocked_s)), inline=True)
+    assert key not in off
+
+
 # ---- a response body reuses the answer's own JSON --------------------------------------------------------------
 
 JSON = st.recursive(
