@@ -31,7 +31,7 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle as _HTTPT
 
 from envfactory.inputs import MAX_DEPTH, InputError, parse_json
 from envfactory.serve.answers import response_body
-from envfactory.serve.http import guard_event_loop, harden_logging
+from envfactory.serve.http import CYCLE, guard_event_loop, harden_logging
 from envfactory.serve.limits import SDK_MAX_BODY_BYTES, LogBudget, ServeLimits
 
 if TYPE_CHECKING:
@@ -241,16 +241,19 @@ class _Gathered:
         self.closed = True
 
 
-async def send_as_one_write(send: Any, headers: list[tuple[bytes, bytes]], content: bytes) -> None:
-    """A 200 answer, its head and body in one write to the socket. uvicorn (httptools) writes the head when
-    it is sent and the body when it is, and each write of an idle connection is a `send` system call of its
-    own: a second call's worth of the kernel's loopback work in every fast-path answer (~5 % of a call's server
-    CPU, measured). Under another server, or a wrapped `send`, the two ASGI messages go as they are."""
-    cycle = getattr(send, "__self__", None)
-    if not isinstance(cycle, _HTTPTOOLS_CYCLE):
+async def send_as_one_write(send: Any, headers: list[tuple[bytes, bytes]], content: bytes, scope: Any) -> bool:
+    """A 200 answer, its head and body in one write to the socket; True if it went so. uvicorn (httptools)
+    writes the head when it is sent and the body when it is, and each write of an idle connection is a `send`
+    system call of its own: a second call's worth of the kernel's loopback work in every fast-path answer. The
+    two ASGI messages still go through `send` (every middleware's wrapper sees them); only the request's cycle
+    (`CYCLE` in the scope, set by `GuardedHTTP`) writes into a gatherer meanwhile. Under another server the
+    two messages go as they are."""
+    ref = scope.get(CYCLE)
+    cycle = ref() if ref is not None else None
+    if not isinstance(cycle, _HTTPTOOLS_CYCLE) or cycle.response_started:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": content})
-        return
+        return False
     real, gathered = cycle.transport, _Gathered()
     cycle.transport = gathered  # type: ignore[assignment]
     try:
@@ -262,6 +265,7 @@ async def send_as_one_write(send: Any, headers: list[tuple[bytes, bytes]], conte
             real.write(b"".join(gathered.parts))
         if gathered.closed:
             real.close()
+    return True
 
 
 class FastToolCalls:
@@ -286,6 +290,7 @@ class FastToolCalls:
         self.path = server.settings.streamable_http_path
         self.security = TransportSecurityMiddleware(server.settings.transport_security)
         self.answered = 0  # tool calls this layer answered (the rest went to the SDK)
+        self.one_write = 0  # of them, answers written to the socket at once (under GuardedHTTP)
         server.fast = self
 
     def _hold(self, transport: Any) -> None:
@@ -333,7 +338,7 @@ class FastToolCalls:
             (b"content-type", b"application/json"),
             (_SESSION_HEADER, session_id.encode("latin-1")),
         ]
-        await send_as_one_write(send, headers, content)
+        self.one_write += await send_as_one_write(send, headers, content, scope)
 
     def _eligible(self, scope: Any, message: Any, size: int) -> tuple[str, Any] | None:
         """(session id, SDK transport: the session's held key) when the SDK would serve this tools/call as

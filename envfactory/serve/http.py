@@ -30,6 +30,7 @@ import logging
 import os
 import socket
 import sys
+import weakref
 from typing import Any
 
 import uvicorn
@@ -69,6 +70,9 @@ def _over_capacity(message: str) -> Any:
         await send({"type": "http.response.body", "body": body})
 
     return app
+
+
+CYCLE = "envfactory.cycle"  # scope key: a weak reference to the request's uvicorn cycle (set by GuardedHTTP)
 
 
 class GuardedHTTP(_BaseHTTP):
@@ -181,6 +185,12 @@ class GuardedHTTP(_BaseHTTP):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         super().connection_lost(exc)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        """The request's cycle, weakly, in its scope (`CYCLE`): middleware wraps `send`, so the fast path finds
+        the cycle there to write an answer's head and body at once (`serve.asgi.send_as_one_write`)."""
+        cycle.scope[CYCLE] = weakref.ref(cycle)
+        super()._start_asgi_task(cycle, app)
 
 
 def guarded_protocol(limits: ServeLimits, cap: int) -> type[GuardedHTTP]:

@@ -36,10 +36,11 @@ def hotels() -> Any:
 
 @pytest.fixture(scope="module")
 def pair(hotels: Any) -> Iterator[tuple[EnvMCPServer, str, str]]:
-    """(the fast server, its URL, the URL of the same environment served through the SDK only)."""
+    """(the fast server, its URL, the URL of the same environment served through the SDK only). The fast one as
+    `envfactory serve` runs it (its own uvicorn configuration: GuardedHTTP and the limits)."""
     fast = EnvMCPServer(hotels, default_config="default")
     plain = EnvMCPServer(hotels, default_config="default", fast_calls=False)
-    with serving(fast.streamable_http_app()) as fast_url, serving(plain.streamable_http_app()) as plain_url:
+    with serving(fast) as fast_url, serving(plain.streamable_http_app()) as plain_url:
         yield fast, fast_url, plain_url
 
 
@@ -88,12 +89,13 @@ def test_fast_path_answers_exactly_as_the_sdk(pair: tuple[EnvMCPServer, str, str
         a, b = RawSession(http, fast_url), RawSession(http, plain_url)
         first = a.call(STATE_TOOL, {}), b.call(STATE_TOOL, {})  # a session's first call goes through the SDK
         assert json.loads(first[0].content) == json.loads(first[1].content)
-        before = fast.fast.answered
+        before, gathered = fast.fast.answered, fast.fast.one_write
         for tool, arguments in calls:
             got, want = a.call(tool, arguments), b.call(tool, arguments)
             assert _answer(got)[:3] == _answer(want)[:3], (tool, arguments)
             assert got.headers["mcp-session-id"] == a.id and want.headers["mcp-session-id"] == b.id
         assert fast.fast.answered == before + len(calls)  # every one of them answered by the fast path
+        assert fast.fast.one_write == gathered + len(calls)  # each in one write to the socket, under real uvicorn
         a.close()
         b.close()
 
@@ -312,10 +314,11 @@ def test_blocking_environments_take_the_fast_path_in_order(tmp_path: Path) -> No
         a.call(STATE_TOOL, {})
         b.call(STATE_TOOL, {})
         assert fast.fast is not None
-        before = fast.fast.answered
+        before, gathered = fast.fast.answered, fast.fast.one_write
         for tool, arguments in calls:
             assert _answer(a.call(tool, arguments))[:2] == _answer(b.call(tool, arguments))[:2]
         assert fast.fast.answered == before + len(calls)
+        assert fast.fast.one_write == gathered  # plain uvicorn (no GuardedHTTP): no cycle in the scope, two writes
 
 
 # ---- one write an answer --------------------------------------------------------------------------------------
@@ -339,12 +342,15 @@ class _RecordingTransport(asyncio.Transport):
 
 def _cycle(keep_alive: bool) -> tuple[Any, _RecordingTransport, list[bool]]:
     import logging
+    import weakref
 
     from uvicorn.protocols.http.flow_control import FlowControl
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
+    from envfactory.serve.http import CYCLE
+
     transport, done = _RecordingTransport(), []
-    scope = {"type": "http", "method": "POST", "http_version": "1.1", "path": "/mcp", "headers": []}
+    scope: dict[str, Any] = {"type": "http", "method": "POST", "http_version": "1.1", "path": "/mcp", "headers": []}
     cycle = RequestResponseCycle(
         scope,  # type: ignore[arg-type]
         transport,
@@ -358,6 +364,7 @@ def _cycle(keep_alive: bool) -> tuple[Any, _RecordingTransport, list[bool]]:
         keep_alive,
         lambda: done.append(True),
     )
+    scope[CYCLE] = weakref.ref(cycle)  # as GuardedHTTP puts it there
     return cycle, transport, done
 
 
@@ -370,7 +377,7 @@ async def test_a_fast_answer_leaves_in_one_write_as_uvicorn_would_send_it(keep_a
 
     headers = [(b"content-length", b"11"), (b"content-type", b"application/json")]
     cycle, transport, done = _cycle(keep_alive)
-    await send_as_one_write(cycle.send, headers, b'{"ok": true}'[:11])
+    assert await send_as_one_write(cycle.send, headers, b'{"ok": true}'[:11], cycle.scope)
     two, two_transport, _ = _cycle(keep_alive)  # what uvicorn writes for the same two messages
     await two.send({"type": "http.response.start", "status": 200, "headers": headers})
     await two.send({"type": "http.response.body", "body": b'{"ok": true}'[:11]})
@@ -380,7 +387,7 @@ async def test_a_fast_answer_leaves_in_one_write_as_uvicorn_would_send_it(keep_a
     assert transport.closed is (not keep_alive) is two_transport.closed
 
 
-async def test_a_send_that_is_not_uvicorns_gets_the_two_asgi_messages() -> None:
+async def test_without_uvicorns_cycle_in_the_scope_the_two_asgi_messages_go_as_they_are() -> None:
     from envfactory.serve.asgi import send_as_one_write
 
     sent: list[dict[str, Any]] = []
@@ -388,5 +395,5 @@ async def test_a_send_that_is_not_uvicorns_gets_the_two_asgi_messages() -> None:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await send_as_one_write(send, [(b"content-length", b"2")], b"{}")
+    assert not await send_as_one_write(send, [(b"content-length", b"2")], b"{}", {})
     assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"] and sent[1]["body"] == b"{}"
