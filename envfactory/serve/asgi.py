@@ -251,21 +251,21 @@ async def send_as_one_write(send: Any, headers: list[tuple[bytes, bytes]], conte
     ref = scope.get(CYCLE)
     cycle = ref() if ref is not None else None
     if not isinstance(cycle, _HTTPTOOLS_CYCLE) or cycle.response_started:
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
-        return False
-    real, gathered = cycle.transport, _Gathered()
-    cycle.transport = gathered  # type: ignore[assignment]
+        cycle = None
+    else:
+        real, gathered = cycle.transport, _Gathered()
+        cycle.transport = gathered  # type: ignore[assignment]
     try:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": content})
     finally:
-        cycle.transport = real
-        if gathered.parts:
-            real.write(b"".join(gathered.parts))
-        if gathered.closed:
-            real.close()
-    return True
+        if cycle is not None:
+            cycle.transport = real
+            if gathered.parts:
+                real.write(b"".join(gathered.parts))
+            if gathered.closed:
+                real.close()
+    return cycle is not None
 
 
 class FastToolCalls:

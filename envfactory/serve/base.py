@@ -106,7 +106,6 @@ class SessionServer(FastMCP, Generic[H]):
         self._locks: weakref.WeakKeyDictionary[Any, anyio.Lock] = weakref.WeakKeyDictionary()
         self._rings: weakref.WeakKeyDictionary[Any, CallRing] = weakref.WeakKeyDictionary()
         self._off_loop = OffLoop(limits.inline_cpu_s, limits.inline_call_s)
-        self._cheap_inline = min(limits.inline_cpu_s, limits.inline_call_s)  # an inline call this short was cheap
         self._limiters: dict[str, FairLimiter] = {}
         self.fast: FastToolCalls | None = None
         self.evicted = 0  # idle sessions ended to make room for new ones
@@ -295,7 +294,7 @@ class SessionServer(FastMCP, Generic[H]):
             try:
                 result = self.dispatch(key, choice, name, args, size)
             finally:
-                self.ran(key, name, args, *watch.stop(self._cheap_inline), inline=True)
+                self.ran(key, name, args, *watch.stop(self._off_loop.cheap_under), inline=True)
             if request_id is None or answer_bytes(result) <= self.limits.inline_body_bytes:
                 return result, None if request_id is None else response_body(request_id, result)
             with self._held_off(key):

@@ -263,6 +263,12 @@ class OffLoop:
         # [strikes, calls left off the loop, cheap calls on the loop since the last strike] per key
         self._marks: MutableMapping[Any, list[int]] = weakref.WeakKeyDictionary() if weak else {}
 
+    @property
+    def cheap_under(self) -> float:
+        """A call on the loop no longer than this (wall time) is cheap whatever its CPU and blocked time
+        (`Stopwatch.stop(cheap_under)`): it cannot have passed either bound."""
+        return min(self.cpu_s, self.blocked_s)
+
     def __contains__(self, key: Any) -> bool:
         """The next call of session (or tool) `key` must leave the loop."""
         mark = self._marks.get(key)

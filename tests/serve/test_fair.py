@@ -305,9 +305,10 @@ def test_a_short_call_skips_the_stopwatchs_other_clocks_and_is_judged_the_same()
     cpu, blocked = full.stop(cheap_under=0.002)
     assert cpu < 0.01 and blocked > 0.02
     off = OffLoop(cpu_s=0.002, blocked_s=0.02)
+    assert off.cheap_under == 0.002  # the smaller bound
     key = Session()
     for _ in range(3):
-        off.ran(key, *Stopwatch().stop(cheap_under=min(off.cpu_s, off.blocked_s)), inline=True)
+        off.ran(key, *Stopwatch().stop(cheap_under=off.cheap_under), inline=True)
     assert key not in off
 
 
