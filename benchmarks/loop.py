@@ -129,7 +129,7 @@ def eval_set(run: Path, out: Path, n: int, part: str = "all", reuse: Path | None
     if reuse is not None:
         chosen = [line for line in reuse.read_text().splitlines() if line.strip()]
         seen = {tuple(json.loads(line)["tools"]) for line in (run / "conversations.jsonl").read_text().splitlines()}
-        leaked = [json.loads(line)["id"] for line in chosen if tuple(json.loads(line)["tools"]) in seen]
+        leaked = [c["id"] for c in map(json.loads, chosen) if tuple(c["tools"]) in seen]
         if leaked:
             sys.exit(f"--eval-set {reuse}: {len(leaked)} of its tasks are in this run's training split ({leaked[0]})")
     else:
@@ -201,6 +201,7 @@ def differences(work: Path, labels: list[str], k: int, against: Sequence[Path] =
     (an ablation arm), paired over the same items: pass@1 and mean reward, after − before, with paired 95 %
     bootstrap intervals; per split. Runs over different items give the reason instead."""
     from envfactory.eval.run import done_attempts
+    from envfactory.eval.stats import StatsError, compare
 
     folders = {label: work / f"eval-{label}" for label in labels}
     pairs_of = [(label, "base") for label in labels if "base" in labels and label != "base"]
@@ -209,12 +210,6 @@ def differences(work: Path, labels: list[str], k: int, against: Sequence[Path] =
         folders[f"sft@{other.name}"] = other / "eval-sft"
         pairs_of += [("sft", f"sft@{other.name}")]
     runs = {label: done_attempts(folder) for label, folder in folders.items()}
-    return paired(runs, pairs_of, k)
-
-
-def paired(runs: dict[str, list[AttemptRecord]], pairs_of: list[tuple[str, str]], k: int) -> dict[str, dict[str, Any]]:
-    from envfactory.eval.stats import StatsError, compare
-
     out: dict[str, dict[str, Any]] = {}
     for label, base in pairs_of:
         pairs: dict[str, Any] = {}
