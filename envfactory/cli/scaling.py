@@ -1,7 +1,7 @@
 """`envfactory scaling`: fit SynthAPI's composition law to a table of runs, check it on held-out
 high-compute runs against an N-only baseline, plot it, and suggest a composition for a task budget.
 
-    envfactory scaling fit TABLE [--holdout 0.25] [--plot out.png] [--json report.json]
+    envfactory scaling fit TABLE [--holdout 0.25] [--fix bt=0 ...] [--plot out.png] [--json report.json]
     envfactory scaling suggest TABLE --budget N [--max-apps A] [--depths 1,2,4]
     envfactory scaling add TABLE --run SYNTH_RUN --eval EVAL_DIR [--metric success_rate] [--model M]
     envfactory scaling simulate --out table.csv [--c0 ... --nu ...] [--noise 0.01]
@@ -21,7 +21,7 @@ from rich.table import Table
 from envfactory.cli.args import out_file_option
 from envfactory.scaling.budget import CompositionLimits, suggest_compositions
 from envfactory.scaling.errors import ScalingError
-from envfactory.scaling.fit import HoldoutReport, LawFit, evaluate_holdout, fit_law
+from envfactory.scaling.fit import HoldoutReport, LawFit, check_fixed, evaluate_holdout, fit_law
 from envfactory.scaling.laws import COMPOSITION, CompositionParams
 from envfactory.scaling.simulate import DEFAULT_PARAMS, SimulationGrid, simulate_table
 from envfactory.scaling.table import RunTable, load_table, write_table
@@ -46,6 +46,32 @@ ModelOption = Annotated[
 ]
 SeedOption = Annotated[int, typer.Option("--seed", help="seed of the random restarts")]
 RestartsOption = Annotated[int, typer.Option("--restarts", min=1, help="fit starts (the best converged one wins)")]
+FixOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--fix",
+        help="hold a parameter at a value in every law that has it, NAME=VALUE (repeat; e.g. --fix bt=0 --fix nu=1 "
+        "for runs at one T): a small table fits the rest",
+    ),
+]
+
+
+def _fixed(items: list[str] | None) -> dict[str, float]:
+    fixed: dict[str, float] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not sep or not name or not math.isfinite(number):
+            raise ScalingError(f"--fix expects NAME=NUMBER (e.g. --fix nu=1), got '{item}'")
+        if name in fixed:
+            raise ScalingError(f"--fix names '{name}' twice")
+        fixed[name] = number
+    check_fixed(fixed)
+    return fixed
 
 
 def _ints(text: str, option: str) -> list[int]:
@@ -71,7 +97,8 @@ def print_params(fit: LawFit, title: str) -> None:
     out.print(f"[bold]{safe(title)}[/bold]: {safe(fit.formula)}", highlight=False)
     table = Table("parameter", "value", "std. error")
     for p in fit.params:
-        table.add_row(safe(p.display), f"{p.value:.4f}", _number(p.stderr) + (" (at bound)" if p.at_bound else ""))
+        error = "fixed" if p.fixed else _number(p.stderr) + (" (at bound)" if p.at_bound else "")
+        table.add_row(safe(p.display), f"{p.value:.4f}", error)
     out.print(table)
 
 
@@ -108,14 +135,16 @@ def fit_cmd(
     model: ModelOption = None,
     seed: SeedOption = 0,
     restarts: RestartsOption = 8,
+    fix: FixOption = None,
 ) -> None:
     """Fit the composition law and the N-only baseline on the lower-compute runs; score both on the rest."""
+    fixed = _fixed(fix)
     if plot is not None:
         from envfactory.scaling.plot import check_plot_path
 
         check_plot_path(plot)  # before the fit: an unwritable figure must not cost the fit, or leave --json alone
     table = _load(table_path, model)
-    report = evaluate_holdout(table, fraction=holdout, proxy=proxy.value, seed=seed, restarts=restarts)
+    report = evaluate_holdout(table, fraction=holdout, proxy=proxy.value, seed=seed, restarts=restarts, fixed=fixed)
     print_params(report.composition.fit, "composition law")
     print_params(report.n_only.fit, "N-only baseline")
     out.print(mae_table(report))
@@ -169,8 +198,10 @@ def suggest_cmd(
     model: ModelOption = None,
     seed: SeedOption = 0,
     restarts: RestartsOption = 8,
+    fix: FixOption = None,
 ) -> None:
     """Fit the composition law on every run and list the best compositions for a budget of N instances."""
+    fixed = _fixed(fix)
     table = _load(table_path, model)
     states = [r.states for r in table.runs]
     try:
@@ -183,7 +214,7 @@ def suggest_cmd(
         )
     except ValidationError as e:
         raise ScalingError(f"limits: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
-    fit = fit_law(COMPOSITION, table, seed=seed, restarts=restarts)
+    fit = fit_law(COMPOSITION, table, seed=seed, restarts=restarts, fixed=fixed)
     params: CompositionParams = fit.composition()
     suggestions = suggest_compositions(params, budget, limits, top=top)
     print_params(fit, "composition law, fitted on all runs")

@@ -6,8 +6,15 @@ squared error of the score, within box bounds: intercepts in [−50, 50], slopes
 trades against the intercept). Starts: a linear regression of logit(score) on the law's variables
 first, then `restarts − 1` random starts from a generator seeded by `seed` — the same table and seed
 give the same fit. The lowest sum of squares among the converged starts wins; when none converges,
-`FitError`. A law needs more runs than parameters (6 for the composition law, 4 for the baseline)
+`FitError`. A law needs more runs than free parameters (6 for the composition law, 4 for the baseline)
 and runs that vary in its variables.
+
+**Fixed parameters** — a small table (the first real runs of a project: three or four compositions)
+cannot pin five parameters. `fixed` holds named parameters at given values in every law that has them
+(`nu` is in both) and fits the rest, so a law needs one run more than its *free* parameters. At a
+single T the task factor σ(b₀ + b_t·log₂T)^ν is one constant: fixing b_t and ν (and b₀, to give that
+constant a value) leaves σ(c₀ + c_a·log₂(A·S·D)), the diversity term alone. A fixed parameter is
+reported with its value, no standard error, and `fixed`; it is never "at its bound".
 
 **Standard errors** — from the Jacobian J at the optimum: cov = s²·(JᵀJ)⁻¹ with s² = RSS/(n − p), what
 `curve_fit` reports with ``absolute_sigma=False``. A parameter at a bound, or on a direction the runs
@@ -23,6 +30,7 @@ SynthAPI reports 0.0285 for the composition law against 0.1706 for the N-only ba
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Literal
 
 import numpy as np
@@ -43,6 +51,30 @@ from envfactory.scaling.laws import (
 from envfactory.scaling.table import ComputeProxy, RunTable
 
 LawName = Literal["composition", "n_only"]
+Fixed = Mapping[str, float]
+
+
+def check_fixed(fixed: Fixed) -> None:
+    """Every fixed name is some law's parameter, and its value lies within that parameter's bounds."""
+    known = {name for spec in LAWS.values() for name in spec.param_names}
+    for name, value in fixed.items():
+        if name not in known:
+            raise ScalingError(f"cannot fix '{name}': the laws' parameters are {', '.join(sorted(known))}")
+        if not math.isfinite(value):
+            raise ScalingError(f"cannot fix {name} at {value}: a fixed value must be a finite number")
+        for spec in LAWS.values():
+            if name in spec.param_names:
+                i = spec.param_names.index(name)
+                lo, hi = spec.bounds[0][i], spec.bounds[1][i]
+                if not lo <= value <= hi:
+                    raise ScalingError(
+                        f"cannot fix {name} at {value:g}: the {spec.title} bounds it to [{lo:g}, {hi:g}]"
+                    )
+
+
+def free_count(law: Law | str, fixed: Fixed | None = None) -> int:
+    """How many of the law's parameters a fit with `fixed` estimates."""
+    return sum(1 for name in _law(law).param_names if name not in (fixed or {}))
 
 
 class ParamEstimate(BaseModel):
@@ -52,6 +84,7 @@ class ParamEstimate(BaseModel):
     value: float
     stderr: float | None = None
     at_bound: bool = False
+    fixed: bool = Field(default=False, description="held at its value, not fitted")
 
     @property
     def display(self) -> str:
@@ -101,18 +134,39 @@ def _law(law: Law | str) -> Law:
         raise ScalingError(f"unknown law '{law}' (laws: {', '.join(LAWS)})") from None
 
 
-def fit_law(law: Law | str, table: RunTable, *, seed: int = 0, restarts: int = 8) -> LawFit:
-    """Fit one law to every run of `table` (module docstring: starts, bounds, standard errors)."""
-    spec = _law(law)
+def _too_few(spec: Law, fixed: Fixed | None, runs: int, detail: str = "") -> FitError:
+    free = free_count(spec, fixed)
     p = len(spec.param_names)
+    what = f"{p} parameters" if free == p else f"{free} free parameters ({p - free} fixed)"
+    hint = "" if free < p else "; or hold some parameters fixed (--fix)"
+    return FitError(f"the {spec.title} has {what} and needs at least {free + 1} runs to fit; got {runs}{detail}{hint}")
+
+
+def fit_law(law: Law | str, table: RunTable, *, seed: int = 0, restarts: int = 8, fixed: Fixed | None = None) -> LawFit:
+    """Fit one law to every run of `table` (module docstring: starts, bounds, standard errors, fixed
+    parameters)."""
+    spec = _law(law)
+    fixed = dict(fixed or {})
+    check_fixed(fixed)
     if restarts < 1:
         raise ScalingError(f"restarts must be at least 1, got {restarts}")
-    if len(table) < p + 1:
-        raise FitError(f"the {spec.title} has {p} parameters and needs at least {p + 1} runs to fit; got {len(table)}")
+    free = np.array([name not in fixed for name in spec.param_names])
+    if not free.any():
+        raise ScalingError(f"every parameter of the {spec.title} is fixed: there is nothing to fit")
+    if len(table) < int(free.sum()) + 1:
+        raise _too_few(spec, fixed, len(table))
     f, y = table.features(), table.scores()
-    spec.check_identifiable(f)
+    spec.check_identifiable(f, frozenset(n for n in spec.param_names if n not in fixed))
+    held = np.array([fixed.get(name, 0.0) for name in spec.param_names], dtype=float)
     rng = np.random.default_rng(seed)
     starts = [spec.linear_start(f, y)] + [spec.random_start(rng) for _ in range(restarts - 1)]
+    starts = [x0[free] for x0 in starts]
+    lo, hi = (np.asarray(b, dtype=float)[free] for b in spec.bounds)
+
+    def full(x: np.ndarray) -> np.ndarray:
+        theta = held.copy()
+        theta[free] = x
+        return theta
 
     best: np.ndarray | None = None
     best_cost = math.inf
@@ -121,10 +175,10 @@ def fit_law(law: Law | str, table: RunTable, *, seed: int = 0, restarts: int = 8
     for x0 in starts:
         try:
             res = least_squares(
-                lambda th: spec.predict(th, f) - y,
+                lambda x: spec.predict(full(x), f) - y,
                 x0,
-                jac=lambda th: spec.jacobian(th, f),
-                bounds=spec.bounds,
+                jac=lambda x: spec.jacobian(full(x), f)[:, free],
+                bounds=(lo, hi),
                 method="trf",
                 x_scale="jac",
                 max_nfev=2000,
@@ -144,8 +198,9 @@ def fit_law(law: Law | str, table: RunTable, *, seed: int = 0, restarts: int = 8
             "check that the scores vary with the composition, or raise --restarts"
         )
 
-    resid = spec.predict(best, f) - y
-    params, warnings = _estimates(spec, best, spec.jacobian(best, f), resid)
+    theta = full(best)
+    resid = spec.predict(theta, f) - y
+    params, warnings = _estimates(spec, theta, spec.jacobian(theta, f), resid, free)
     return LawFit(
         law=spec.name,
         formula=spec.formula,
@@ -161,12 +216,15 @@ def fit_law(law: Law | str, table: RunTable, *, seed: int = 0, restarts: int = 8
 
 
 def _estimates(
-    spec: Law, theta: np.ndarray, jac: np.ndarray, resid: np.ndarray
+    spec: Law, theta: np.ndarray, full_jac: np.ndarray, resid: np.ndarray, free: np.ndarray
 ) -> tuple[list[ParamEstimate], list[str]]:
+    """Standard errors of the free parameters (the columns of `full_jac` where `free`)."""
+    jac = full_jac[:, free]
     n, p = jac.shape
-    lo, hi = (np.asarray(b, dtype=float) for b in spec.bounds)
-    at_bound = np.abs(theta - lo) <= 1e-5 * (hi - lo)
-    at_bound |= np.abs(hi - theta) <= 1e-5 * (hi - lo)
+    lo, hi = (np.asarray(b, dtype=float)[free] for b in spec.bounds)
+    x = theta[free]
+    at_bound = np.abs(x - lo) <= 1e-5 * (hi - lo)
+    at_bound |= np.abs(hi - x) <= 1e-5 * (hi - lo)
     stderr = np.full(p, np.nan)
     undetermined = np.zeros(p, dtype=bool)
     _, sing, vt = np.linalg.svd(jac, full_matrices=False)
@@ -182,11 +240,16 @@ def _estimates(
         stderr = np.sqrt(np.clip(np.diag(cov), 0.0, None))
     warnings: list[str] = []
     params: list[ParamEstimate] = []
-    for i, name in enumerate(spec.param_names):
+    free_names = [name for name, is_free in zip(spec.param_names, free, strict=True) if is_free]
+    for name, value in zip(spec.param_names, theta, strict=True):
+        if name not in free_names:
+            params.append(ParamEstimate(name=name, value=float(value), fixed=True))
+            continue
+        i = free_names.index(name)
         se: float | None = float(stderr[i])
         label = DISPLAY.get(name, name)
         if at_bound[i]:
-            bound = lo[i] if abs(theta[i] - lo[i]) < abs(hi[i] - theta[i]) else hi[i]
+            bound = lo[i] if abs(x[i] - lo[i]) < abs(hi[i] - x[i]) else hi[i]
             warnings.append(f"{label} sits at its bound {bound:g}: the runs do not pin it")
             se = None
         elif undetermined[i]:
@@ -194,7 +257,7 @@ def _estimates(
             se = None
         elif se is None or not math.isfinite(se):
             se = None
-        params.append(ParamEstimate(name=name, value=float(theta[i]), stderr=se, at_bound=bool(at_bound[i])))
+        params.append(ParamEstimate(name=name, value=float(value), stderr=se, at_bound=bool(at_bound[i])))
     return params, warnings
 
 
@@ -241,6 +304,7 @@ class HoldoutReport(BaseModel):
     )
     composition: ModelScore
     n_only: ModelScore
+    fixed: dict[str, float] = Field(default={}, description="parameters held at these values in every law")
     ratio: float | None = Field(default=None, description="baseline held-out MAE / composition held-out MAE")
     rows: list[RowPrediction]
 
@@ -265,19 +329,21 @@ def evaluate_holdout(
     proxy: ComputeProxy = "nd",
     seed: int = 0,
     restarts: int = 8,
+    fixed: Fixed | None = None,
 ) -> HoldoutReport:
-    """Hold out the top `fraction` of runs by compute, fit both laws on the rest, score both."""
+    """Hold out the top `fraction` of runs by compute, fit both laws on the rest (holding `fixed`
+    parameters at their values), score both."""
+    fixed = dict(fixed or {})
+    check_fixed(fixed)
     fit_idx, held_idx = split_by_compute(table, fraction, proxy)
     fit_table = table.subset(fit_idx)
     held = len(held_idx)
     for spec in (COMPOSITION, N_ONLY):
-        p = len(spec.param_names)
-        if len(fit_idx) < p + 1:
-            raise FitError(
-                f"the {spec.title} has {p} parameters and needs at least {p + 1} runs to fit; "
-                f"got {len(fit_idx)} ({len(table)} runs, {held} held out)"
-            )
-    fits = {spec.name: fit_law(spec, fit_table, seed=seed, restarts=restarts) for spec in (COMPOSITION, N_ONLY)}
+        if len(fit_idx) < free_count(spec, fixed) + 1:
+            raise _too_few(spec, fixed, len(fit_idx), f" ({len(table)} runs, {held} held out)")
+    fits = {
+        spec.name: fit_law(spec, fit_table, seed=seed, restarts=restarts, fixed=fixed) for spec in (COMPOSITION, N_ONLY)
+    }
 
     f, y, compute = table.features(), table.scores(), table.compute(proxy)
     pred = {name: fit.predict(f) for name, fit in fits.items()}
@@ -325,6 +391,7 @@ def evaluate_holdout(
         extrapolation=float(compute[held_mask].max() / compute[~held_mask].max()) if held else None,
         composition=comp,
         n_only=base,
+        fixed=fixed,
         ratio=ratio,
         rows=rows,
     )

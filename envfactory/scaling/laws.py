@@ -111,8 +111,8 @@ class Law(ABC):
         """A random start in a range where such laws usually live."""
 
     @abstractmethod
-    def check_identifiable(self, f: Features) -> None:
-        """Raise `FitError` when the runs cannot determine the parameters (a variable never varies)."""
+    def check_identifiable(self, f: Features, free: frozenset[str]) -> None:
+        """Raise `FitError` when the runs cannot determine the `free` parameters (a variable never varies)."""
 
     def clip(self, theta: np.ndarray) -> np.ndarray:
         lo, hi = (np.asarray(b, dtype=float) for b in self.bounds)
@@ -170,11 +170,14 @@ class CompositionLaw(Law):
             )
         )
 
-    def check_identifiable(self, f: Features) -> None:
-        if len(np.unique(f.log_diversity)) < 2:
+    def check_identifiable(self, f: Features, free: frozenset[str]) -> None:
+        if "ca" in free and len(np.unique(f.log_diversity)) < 2:
             raise FitError("every run has the same A·S·D: the composition law's c_a cannot be fitted; vary A, S or D")
-        if len(np.unique(f.tasks)) < 2:
-            raise FitError("every run has the same T: the composition law's task term cannot be fitted; vary T")
+        if "bt" in free and len(np.unique(f.tasks)) < 2:
+            raise FitError(
+                "every run has the same T: the composition law's task term cannot be fitted; "
+                "vary T, or hold it fixed (--fix bt=0 --fix nu=1)"
+            )
 
 
 class NOnlyLaw(Law):
@@ -205,8 +208,8 @@ class NOnlyLaw(Law):
             np.array([rng.uniform(-4, 4), rng.uniform(0.0, 1.5), float(np.exp(rng.uniform(np.log(0.25), np.log(4.0))))])
         )
 
-    def check_identifiable(self, f: Features) -> None:
-        if len(np.unique(f.log_n)) < 2:
+    def check_identifiable(self, f: Features, free: frozenset[str]) -> None:
+        if "a1" in free and len(np.unique(f.log_n)) < 2:
             raise FitError("every run has the same N = A·T·S: the N-only baseline cannot be fitted; vary the budget")
 
 
