@@ -34,6 +34,7 @@ from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.reward import RewardSettings, ToolUseReward
 from training.environment import EnvironmentRegistry, EnvironmentSetupError, use_exact_tool_schemas
+from training.fused_head import score_only_completions
 from training.loading import TokenizerSetup, load_model_and_tokenizer, resolve_model
 from training.runconfig import RunConfig, RunConfigError, trainer_arguments, trainer_error
 from training.runner import TrainResult, cli_main, load_dataset_rows, train_and_save
@@ -115,6 +116,7 @@ def build_trainer(
                 "Fine-tune it with training/sft.py first and start GRPO from that checkpoint, or set beta: 0."
             )
         model, tokenizer, setup = load_model_and_tokenizer(config.model, config.dtype, config.chat_template)
+    score_only_completions()  # CPU: the fused LM head projects the completion, not the tool-list prompt
     reward_funcs: list[Any] = [reward]
     factories: Any = registry.factories()  # TRL types it with a private protocol (reset only)
     trainer = GRPOTrainer(
