@@ -1,12 +1,14 @@
 """TRL's fused LM head, made to score only the completion positions on CPU.
 
-GRPO scores a rollout's completion tokens through TRL's fused LM head (`trl.trainer.utils.add_fused_lm_head`):
-the backbone's hidden states times the vocabulary matrix, in tiles, never the whole logits tensor. On a device
+GRPO and SFT score the trained tokens (a rollout's completion; the assistant's tokens) through TRL's fused
+LM head (`trl.trainer.utils.add_fused_lm_head`): the backbone's hidden states times the vocabulary matrix, in
+tiles, never the whole logits tensor. On a device
 with Triton (CUDA, XPU) it projects only the positions whose label is not -100 — the completion. Elsewhere it
 projects *every* position and masks the result afterwards (TRL 1.16: so that tile shapes stay fixed on
 compiling devices such as Neuron). On CPU that is the prompt too: a GRPO prompt is mostly its tool list (1–3k
 tokens) against a completion of a few hundred, so the CPU run projected ~8× the positions it needed through
-a 262k-token vocabulary, forward and backward — 16 of the 35 s of the suite's one-step GRPO run.
+a 262k-token vocabulary, forward and backward — 16 of the 35 s of the suite's one-step GRPO run. SFT rows
+are the same shape: a tool list, then the assistant's few labelled tokens.
 
 `score_only_completions()` makes that choice "compact" on CPU as well: the same log-probabilities and
 gradients (tests/training/test_fused_head.py checks both against the unpatched head), fewer positions.

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from training.fingerprint import lean_tokenizer_hashing
+from training.fused_head import score_only_completions
 from training.loading import TokenizerSetup, load_model_and_tokenizer
 from training.runconfig import (
     RunConfig,
@@ -71,6 +72,7 @@ def build_trainer(
     if model is None or tokenizer is None:
         model, tokenizer, setup = load_model_and_tokenizer(config.model, config.dtype, config.chat_template)
     lean_tokenizer_hashing(tokenizer)  # TRL's dataset maps hash the tokenizer: not its 262k-entry Python vocab
+    score_only_completions()  # CPU: the fused LM head projects the assistant tokens, not the prompt
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     return trainer, setup
 

@@ -23,7 +23,7 @@ def restore() -> Iterator[None]:
     trl_utils._use_triton = before
 
 
-def _run(compact: bool, restore: None) -> tuple[Any, Any, Any, Any]:
+def _run(compact: bool, restore: None) -> tuple[Any, ...]:
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     torch.manual_seed(0)
@@ -40,7 +40,7 @@ def _run(compact: bool, restore: None) -> tuple[Any, Any, Any, Any]:
         sliding_window=16,
     )
     model = Gemma3ForCausalLM(config)
-    trl_utils.add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy"))
+    trl_utils.add_fused_lm_head(model, temperature=0.7, outputs=("log_probs", "entropy", "is_top1"))
     ids = torch.randint(0, 300, (2, 40), generator=torch.Generator().manual_seed(1))
     labels = ids.clone()
     labels[:, :30] = -100  # a long prompt, a short completion: what GRPO scores
@@ -60,7 +60,7 @@ def _run(compact: bool, restore: None) -> tuple[Any, Any, Any, Any]:
     out.loss.backward()
     assert called, "TRL's fused forward no longer reads trl.trainer.utils._use_triton: the patch does nothing"
     grad = model.model.embed_tokens.weight.grad.clone()
-    return out.log_probs.detach(), out.entropy.detach(), out.loss.detach(), grad
+    return out.log_probs.detach(), out.entropy.detach(), out.is_top1, out.loss.detach(), grad
 
 
 def test_compact_scoring_gives_the_same_log_probs_and_gradients(restore: None) -> None:
