@@ -117,7 +117,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "envfactory/reward/trl.py": "tests/reward/test_scorer.py",
     "envfactory/scaling/budget.py": "tests/scaling/test_laws.py",
     "envfactory/scaling/errors.py": "tests/scaling/test_evidence.py",
-    "envfactory/scaling/fit.py": "tests/scaling/test_laws.py",
     "envfactory/scaling/plot.py": "tests/scaling/test_laws.py",
     "envfactory/scaling/simulate.py": "tests/scaling/test_laws.py",
     "envfactory/scaling/table.py": "tests/scaling/test_evidence.py",
