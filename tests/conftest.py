@@ -13,9 +13,10 @@ from filelock import FileLock
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
-from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder, EmbeddingCache
+from envfactory.llm.embeddings import EmbeddingCache
 from envfactory.toolgraph import ToolGraph, ToolGraphSettings, ToolSource, build_tool_graph, pool_sources
 from envfactory.toolgraph.build import BuildReport
+from tests.support.embeddings import packaged_embedder
 from tests.support.paths import ROOT
 
 pytest_plugins = ["tests.support.slow_first"]
@@ -33,7 +34,8 @@ def sources(pool: EnvPool) -> list[ToolSource]:
 
 @pytest.fixture(scope="session")
 def cache(tmp_path_factory: pytest.TempPathFactory) -> EmbeddingCache:
-    return EmbeddingCache(tmp_path_factory.mktemp("tg-embeddings"), Embedder(PACKAGED_MODEL, batch_size=128))
+    """The embedding cache of the shared tool graph, over the suite's embedder (`packaged_embedder`: ONNX)."""
+    return EmbeddingCache(tmp_path_factory.mktemp("tg-embeddings"), packaged_embedder())
 
 
 @pytest.fixture(scope="session")

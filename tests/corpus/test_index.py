@@ -15,15 +15,16 @@ from envfactory.corpus import Corpus, CorpusError, CorpusSettings
 from envfactory.corpus.index import CorpusIndex, corpus_gaps, corpus_sources
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.coverage import PoolIndex
-from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder
+from envfactory.llm.embeddings import Embedder
 from tests.corpus.test_fetch import ROOT, fetched_data_dir, spec_files
 from tests.support.cli import CliRun, run_cli
+from tests.support.embeddings import packaged_embedder
 from tests.support.envgen import run_graph, setup_project
 
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    return Embedder(PACKAGED_MODEL, batch_size=128)
+    return packaged_embedder()
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from envfactory.env.pool import EnvPool
-from envfactory.llm.embeddings import PACKAGED_MODEL, Embedder
+from envfactory.llm.embeddings import Embedder
 from envfactory.llm.prompts import PromptLibrary
 from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.llm.structured import parse_reply
@@ -16,6 +16,7 @@ from envfactory.toolgraph import ToolGraphError, ToolGraphSettings, ToolSource, 
 from envfactory.toolgraph.build import CLASSIFY_PHASE, EMBED_PHASE, REFINE_PHASE
 from envfactory.toolgraph.llm_classify import UserProvidedAnswer
 from envfactory.toolgraph.refine import RefineAnswer
+from tests.support.embeddings import packaged_embedder
 from tests.support.paths import ROOT, TEST_DATA
 
 DATA = TEST_DATA / "toolgraph"
@@ -33,7 +34,7 @@ def hotels(pool: EnvPool) -> list[ToolSource]:
 
 @pytest.fixture(scope="module")
 def embedder() -> Embedder:
-    return Embedder(PACKAGED_MODEL)
+    return packaged_embedder()
 
 
 def script() -> dict[str, list[str]]:
