@@ -6,7 +6,6 @@ Draft mode (`revise_plan`): given a compiled environment (a plan, data) as its s
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from pathlib import Path
@@ -18,6 +17,7 @@ from envfactory.compiler.revision import PlanRevision, RevisionError, apply_revi
 from envfactory.env.compiled import CompiledPlan
 from envfactory.env.metadata import EnvMetadata
 from envfactory.envgen.checks import ErrorReport
+from envfactory.inputs import parse_python
 from envfactory.llm.structured import Expect, Structured, parse_reply
 from envfactory_agents.common import AgentDeps
 
@@ -33,7 +33,7 @@ def extract_code(text: str) -> tuple[str | None, str | None]:
     if not code.strip():
         return None, "the answer holds no code: reply with one ```python block holding the complete env.py"
     try:
-        ast.parse(code)
+        parse_python(code)  # one thread at a time: EnvGen batches run threads (envfactory.inputs)
     except SyntaxError as e:
         where = "the ```python block" if blocks else "the answer (no ```python block found)"
         return None, f"{where} is not valid Python: line {e.lineno}: {e.msg}"

@@ -207,3 +207,23 @@ def test_no_top_level_package_takes_a_name_another_library_uses() -> None:
     assert not origin or Path(origin).parent != ROOT / "agents", origin  # empty: openai-agents not installed
     tops = {p.parent.name for p in ROOT.glob("*/__init__.py")}
     assert "agents" not in tops and "envfactory_agents" in tops
+
+
+def test_python_is_parsed_one_thread_at_a_time() -> None:
+    """Every `ast.parse` of the project goes through `envfactory.inputs.parse_python` (a lock): CPython 3.11's AST
+    conversion keeps its recursion depth per interpreter, and two threads parsing at once (an EnvGen batch's code
+    agents) failed a run with "SystemError: AST constructor recursion depth mismatch" (cpython gh-106905)."""
+    direct: list[str] = []
+    for package in ("envfactory", "envfactory_agents", "graphs", "training"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "parse"
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "ast"
+                ):
+                    direct.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert direct, "the check no longer finds parse_python's own ast.parse"
+    assert [d for d in direct if not d.startswith("envfactory/inputs.py:")] == []
