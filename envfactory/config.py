@@ -330,7 +330,7 @@ def get_settings() -> Settings:
     """The settings from the environment (`ENVFACTORY_*`); a value that does not validate is a one-line
     `ConfigError` naming the setting and its variable, not a validation traceback."""
     try:
-        return Settings()
+        settings = Settings()
     except ValidationError as e:
         loc, msg = first_error(e)
         raise ConfigError(f"setting '{loc}' (environment variable {_variable(loc)}): {msg}") from None
@@ -339,3 +339,26 @@ def get_settings() -> Settings:
         named = f"ENVFACTORY_{field.group(1).upper()}" if field else "an ENVFACTORY_* variable"
         raise ConfigError(f"settings from the environment: {named} must be a JSON object (or set its fields "
                           f"one by one, {named}__<NAME>)") from None  # fmt: skip
+    _check_folders(settings)
+    return settings
+
+
+def _check_folders(settings: Settings) -> None:
+    """The folders the environment names: a pool or prompt folder is read from, so it must exist (a missing or
+    wrong one would give an empty pool, not an error); the data folder is created on first use, so it must be
+    a folder or missing under a folder. Checked where the CLI reads its settings (`get_settings`): code that
+    builds `Settings` itself may name folders it creates afterwards."""
+    for field in ("envs_dir", "prompts_dir"):
+        value = getattr(settings, field)
+        if value is not None and not value.expanduser().is_dir():
+            state = "is not a folder" if value.expanduser().exists() else "does not exist"
+            raise ConfigError(f"setting '{field}' (environment variable {_variable(field)}): {value} {state}")
+    data = settings.data_dir
+    if data is not None:
+        path = data.expanduser()
+        anchor = path
+        while not anchor.exists() and anchor.parent != anchor:
+            anchor = anchor.parent
+        if not anchor.is_dir():
+            what = "is a file, not a folder" if anchor == path else f"is under {anchor}, which is not a folder"
+            raise ConfigError(f"setting 'data_dir' (environment variable {_variable('data_dir')}): {data} {what}")

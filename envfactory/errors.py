@@ -56,9 +56,10 @@ from pydantic import ValidationError
 
 
 def first_error(e: ValidationError, root: str = "") -> tuple[str, str]:
-    """The first error of a pydantic validation: where (a dotted location, or `root` at the top) and what."""
+    """The first error of a pydantic validation: where (a dotted location, or `root` at the top) and what (without
+    pydantic's "Value error, " in front of a validator's own message)."""
     err = e.errors()[0]
-    return ".".join(str(x) for x in err["loc"]) or root, err["msg"]
+    return ".".join(str(x) for x in err["loc"]) or root, str(err["msg"]).removeprefix("Value error, ")
 
 
 class EnvFactoryError(Exception):

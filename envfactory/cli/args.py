@@ -110,3 +110,28 @@ def out_file_option(ctx: typer.Context, param: typer.CallbackParam, value: Path 
     if value is None or str(value) == "-":
         return value
     return output_file(value, option=_option_name(param))
+
+
+def _resolved(path: Path) -> Path:
+    try:
+        return path.expanduser().resolve()
+    except (OSError, RuntimeError):  # a symlink loop: compared as written
+        return path.expanduser().absolute()
+
+
+def refuse_overwriting_input(out: Path | None, option: str, *inputs: Path | None) -> None:
+    """An output that would replace what the command reads: the same file as an input, or an existing file
+    inside an input folder (a run's conversations, a table's own file), is one line before any work. A new
+    file beside the inputs, or '-' (stdout), passes."""
+    if out is None or str(out) == "-":
+        return
+    target = _resolved(out)
+    for given in inputs:
+        if given is None:
+            continue
+        source = _resolved(given)
+        if target == source or (source.is_dir() and target.is_file() and source in target.parents):
+            raise EnvFactoryError(
+                f"{option} {shorten(str(out))} would overwrite {shorten(str(given))}, "
+                "which this command reads or writes: write elsewhere"
+            )

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from envfactory.cli.args import out_file_option
+from envfactory.cli.args import out_file_option, refuse_overwriting_input
 from envfactory.errors import EnvFactoryError
 from envfactory.eval.items import load_conversations
 from envfactory.inputs import write_atomic
@@ -34,6 +34,7 @@ def contamination(
     """Exact matches and n-gram overlap of requests, shared tool names, shared argument values."""
     if against != "bfcl":
         raise EnvFactoryError(f"--against: only 'bfcl' is known, not '{against}'")
+    refuse_overwriting_input(json_out, "--json", source)
     from envfactory.eval.contamination import check
     from envfactory.suites.bfcl import available
 

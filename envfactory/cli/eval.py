@@ -73,7 +73,7 @@ def evaluate(
     split: Annotated[
         str | None, typer.Option(help="a run's split: heldout (default if the run has one), train")
     ] = None,
-    attempts: Annotated[int, typer.Option(min=1, help="attempts per turn: k of pass@k and pass^k")] = 1,
+    attempts: Annotated[int, typer.Option(min=1, max=1000, help="attempts per turn: k of pass@k and pass^k")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="attempts at once")] = 1,
     limit: Annotated[int | None, typer.Option(min=1, help="the first N turns only")] = None,
     max_steps: Annotated[int, typer.Option(min=1, help="model steps per attempt")] = 8,

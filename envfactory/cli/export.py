@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from envfactory.cli.args import out_dir_option
+from envfactory.cli.args import out_dir_option, refuse_overwriting_input
 from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
@@ -87,6 +87,7 @@ def export(
 
     if per is Per.conversation and fmt.value not in ("trl-sft", "llamafactory"):  # RL rows are turns
         raise ExportError(f"--per conversation shapes SFT rows (trl-sft, llamafactory); {fmt.value} rows are turns")
+    refuse_overwriting_input(out_dir, "--out", source)
     check_earlier(out_dir, fmt.value)  # before the source is read
     conversations = training_conversations(source)
     if not conversations:  # nothing to train on: said before anything is written

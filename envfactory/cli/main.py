@@ -26,7 +26,7 @@ from envfactory.env.pool import EnvPool, derived_metadata
 from envfactory.envgen.validate import missing_registered, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import parse_json, write_atomic
-from envfactory.terminal import SafeConsole, print_json, safe, visible
+from envfactory.terminal import SafeConsole, print_json, safe, shorten, visible
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 envs_app = typer.Typer(no_args_is_help=True, help="The environment pool.")
@@ -48,6 +48,18 @@ class Transport(StrEnum):
 
 def _pool() -> EnvPool:
     return EnvPool(get_settings())
+
+
+def _pool_names(pool: EnvPool, include_imported: bool = True) -> list[str]:
+    """The pool's environments; an empty pool is a mistake (a wrong ENVFACTORY_ENVS_DIR), not an empty table."""
+    names = pool.names(include_imported=include_imported)
+    if not names:
+        where = pool.settings.envs_path
+        raise EnvFactoryError(
+            f"no environments in {shorten(str(where))}{'' if include_imported else ' (native)'}: "
+            "point ENVFACTORY_ENVS_DIR at a folder of environment folders, or run from the project folder"
+        )
+    return names
 
 
 def config_option(value: str | None) -> str | Path | None:
@@ -73,7 +85,7 @@ def envs_list(
     environment whose code or plan does not load is found by `envs validate`)."""
     pool = _pool()
     table = Table("name", "domain", "tools", "write", "scenarios", "source", "runs")
-    for name in pool.names(include_imported=not native_only):
+    for name in _pool_names(pool, include_imported=not native_only):
         try:
             e = pool.entry(name)
         except EnvFactoryError as exc:
@@ -159,6 +171,8 @@ def envs_validate(
                 gate(pool, r, settings)
     if name is None:
         reports += missing_registered(pool, names)
+        if not reports:  # no folder and nothing registered: a wrong ENVFACTORY_ENVS_DIR, not an empty registry
+            _pool_names(pool)
     sync_registry(pool, reports)
     table = Table("name", "verdict", "domain", "tools", "write", "scenarios", "runs")
     for r in reports:
@@ -189,7 +203,7 @@ def envs_health(
     from envfactory.envgen.health import DIMENSIONS, HealthSettings, health_of
 
     pool = _pool()
-    names = pool.names()
+    names = _pool_names(pool)
     if name is not None:
         if env_name(name) not in names:
             raise EnvFactoryError(f"no environment '{name}'; see `envfactory envs list`")
@@ -427,6 +441,10 @@ def main() -> None:
         message = e.format_message()  # type: ignore[attr-defined]
         err.print(f"[red]error:[/red] {safe(message)}{safe(where)}", highlight=False, soft_wrap=True)
         sys.exit(exit_code)
+    except OSError as e:  # the machine refused a file operation (a data folder under /proc, a full disk): one line
+        where = f"{shorten(str(e.filename))}: " if e.filename else ""
+        err.print(f"[red]error:[/red] {safe(where)}{safe(e.strerror or e)}", highlight=False, soft_wrap=True)
+        sys.exit(1)
     except Exception:  # a bug: its traceback, as Python prints it, but with the message's control characters visible
         sys.stderr.write(visible(traceback.format_exc()))
         sys.exit(1)

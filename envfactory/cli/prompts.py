@@ -24,8 +24,13 @@ def _library() -> PromptLibrary:
 def prompts_list() -> None:
     """List the prompts: name, description, variables."""
     library = _library()
+    names = library.names()
+    if not names:
+        raise EnvFactoryError(
+            f"no prompts in {library.folder}: point ENVFACTORY_PROMPTS_DIR at a prompt folder (the project's prompts/)"
+        )
     table = Table("name", "description", "variables", title=f"prompts in {safe(library.folder)}")
-    for name in library.names():
+    for name in names:
         prompt = library.get(name)
         table.add_row(safe(name), safe(prompt.description), safe(", ".join(prompt.variables) or "-"))
     out.print(table)

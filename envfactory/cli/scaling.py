@@ -18,7 +18,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from envfactory.cli.args import out_file_option
+from envfactory.cli.args import out_file_option, refuse_overwriting_input
 from envfactory.scaling.budget import CompositionLimits, suggest_compositions
 from envfactory.scaling.errors import ScalingError
 from envfactory.scaling.fit import HoldoutReport, LawFit, check_fixed, evaluate_holdout, fit_law
@@ -45,7 +45,9 @@ ModelOption = Annotated[
     str | None, typer.Option("--model", help="fit the runs of this model (needed when the table has several)")
 ]
 SeedOption = Annotated[int, typer.Option("--seed", help="seed of the random restarts")]
-RestartsOption = Annotated[int, typer.Option("--restarts", min=1, help="fit starts (the best converged one wins)")]
+RestartsOption = Annotated[
+    int, typer.Option("--restarts", min=1, max=10_000, help="fit starts (the best converged one wins)")
+]
 FixOption = Annotated[
     list[str] | None,
     typer.Option(
@@ -139,6 +141,8 @@ def fit_cmd(
 ) -> None:
     """Fit the composition law and the N-only baseline on the lower-compute runs; score both on the rest."""
     fixed = _fixed(fix)
+    refuse_overwriting_input(json_out, "--json", table_path)
+    refuse_overwriting_input(plot, "--plot", table_path, json_out)
     if plot is not None:
         from envfactory.scaling.plot import check_plot_path
 

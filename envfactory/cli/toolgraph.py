@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from envfactory.cli.args import env_name, env_names, out_file_option
+from envfactory.cli.args import env_name, env_names, out_file_option, refuse_overwriting_input
 from envfactory.config import Settings, get_settings
 from envfactory.terminal import SafeConsole, json_text, safe, visible
 from envfactory.toolgraph.errors import ToolGraphError
@@ -64,6 +64,7 @@ def build(
     from envfactory.toolgraph.io import export_graphml, save_graph
 
     settings = get_settings()
+    refuse_overwriting_input(graphml, "--graphml", out_path or graph_path(settings))
     env = env_names(env) if env is not None else None
     with phase_bars(err) as progress:
         graph, report = build_pool_graph(settings, env, no_llm=no_llm, threshold=threshold, progress=progress)
@@ -160,7 +161,7 @@ def show(
 
 @app.command("sample")
 def sample(
-    n: Annotated[int, typer.Option("--n", min=1, help="number of chains")] = 100,
+    n: Annotated[int, typer.Option("--n", min=1, max=10_000_000, help="number of chains")] = 100,
     length: Annotated[str, typer.Option(help="chain length N or MIN..MAX")] = "3..6",
     seed: Annotated[int, typer.Option(help="seed: the same seed and graph give the same chains")] = 0,
     out_path: Annotated[
@@ -177,6 +178,7 @@ def sample(
     from envfactory.toolgraph.sampler import TopologySampler
 
     settings = get_settings()
+    refuse_overwriting_input(out_path, "--out", graph_file or graph_path(settings))
     graph = _load(settings, graph_file)
     chains = TopologySampler(graph).sample(n, parse_length(length), seed=seed)
     if not chains:  # nothing written: an empty file would pass for a result
@@ -204,5 +206,7 @@ def export(
     """Export the graph as GraphML (every attribute, user_provided included)."""
     from envfactory.toolgraph.io import export_graphml
 
-    graph = _load(get_settings(), graph_file)
+    settings = get_settings()
+    refuse_overwriting_input(graphml, "--graphml", graph_file or graph_path(settings))
+    graph = _load(settings, graph_file)
     out.print(visible(f"wrote {export_graphml(graph, graphml)}"), highlight=False, markup=False)

@@ -40,6 +40,9 @@ class SynthConfigError(ConfigError):
     """A synth config file is missing, malformed or asks for something the pool cannot give."""
 
 
+MAX_PLANNED = 1_000_000  # units one run plans (SynthAPI's whole study is 458,752 tasks): more is several runs
+
+
 class SynthConfig(BaseModel):
     """`envfactory synth --config FILE` (YAML or JSON)."""
 
@@ -52,7 +55,7 @@ class SynthConfig(BaseModel):
     apps: int | None = Field(default=None, ge=1, alias="A", description="A: environments used (seeded sample)")
     tasks: int = Field(default=2, ge=1, alias="T", description="T: tasks (chains) per environment")
     states: int = Field(default=1, ge=1, alias="S", description="S: initial databases per task")
-    depth: int = Field(default=1, ge=1, alias="D", description="D: 1 core batch + D-1 distractor batches")
+    depth: int = Field(default=1, ge=1, le=1000, alias="D", description="D: 1 core batch + D-1 distractor batches")
     seed: int = 0
     chain_length: tuple[int, int] = (2, 4)
     turns: tuple[int, int] = Field(
@@ -92,6 +95,11 @@ class SynthConfig(BaseModel):
 
     @model_validator(mode="after")
     def _lengths(self) -> SynthConfig:
+        planned = (self.apps or 1) * self.tasks * self.states
+        if planned > MAX_PLANNED:
+            raise ValueError(
+                f"A·T·S = {planned:,} units is more than one run plans ({MAX_PLANNED:,}): split it into several runs"
+            )
         lo, hi = self.chain_length
         if lo < 1 or hi < lo:
             raise ValueError(f"chain_length {list(self.chain_length)} must be [MIN, MAX] with 1 <= MIN <= MAX")
@@ -151,14 +159,16 @@ def choose_envs(config: SynthConfig, pool: EnvPool) -> list[str]:
         raise SynthConfigError(f"unknown environment(s) {unknown}; the pool has: {', '.join(known)}")
     if config.apps is not None and config.apps < len(envs):
         envs = sorted(random.Random(stable_seed(config.seed, "apps")).sample(sorted(envs), config.apps))
+    stray = sorted(set(config.holdout_envs) - set(envs))
+    if stray:
+        raise SynthConfigError(f"holdout_envs names environment(s) this run does not use: {stray}; it uses {envs}")
+    if config.graph is not None and not config.graph.expanduser().is_file():
+        raise SynthConfigError(f"graph: {config.graph}: no tool graph here: build one with `envfactory graph build`")
     return list(envs)
 
 
 def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
     envs = choose_envs(config, pool)
-    stray = sorted(set(config.holdout_envs) - set(envs))
-    if stray:
-        raise SynthConfigError(f"holdout_envs names environment(s) this run does not use: {stray}; it uses {envs}")
     units: list[Unit] = []
     shortfall: dict[str, int] = {}
     for env in envs:

@@ -141,7 +141,11 @@ def run_batch(
     say_where(out, outdir, summary)
     held = outdir / HELDOUT
     if stats.conversations == 0 and not (held.is_file() and held.stat().st_size > 0):  # the folder, resumed too
-        reasons = ", ".join(f"{code} {n}" for code, n in summary.dropped_by_code.items()) or "none ran"
+        reasons = ", ".join(f"{code} {n}" for code, n in summary.dropped_by_code.items())
+        if not reasons:  # nothing ran: the plan had no unit (the graph gave no chain of these lengths)
+            short = ", ".join(f"{env} {n}" for env, n in plan.shortfall.items())
+            why = f" (chains the tool graph could not give: {short}; try a shorter chain_length)" if short else ""
+            raise SynthError(f"no conversation was kept: the plan had no unit to run{why}")
         raise SynthError(f"no conversation was kept ({reasons}); the reasons are in {outdir / DROPPED}")
     return summary
 

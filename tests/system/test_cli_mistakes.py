@@ -146,6 +146,26 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("contamination {tmp}/nope", "does not exist"),
     case("contamination {tmp}/empty.jsonl", "no conversation"),
     case("contamination {run} --json {tmp}/adir", "is a folder"),
+    # a bad folder setting, an empty pool or prompt folder: one line, not a traceback or an empty table
+    case("envgen threads", "/proc/envfactory-nowhere", ENVFACTORY_DATA_DIR="/proc/envfactory-nowhere/d"),
+    case("envs list", "no environments in", ENVFACTORY_ENVS_DIR="{tmp}/adir"),
+    case("envs health", "no environments in", ENVFACTORY_ENVS_DIR="{tmp}/adir"),
+    case("prompts list", "no prompts in", ENVFACTORY_PROMPTS_DIR="{tmp}/adir"),
+    # an output that would replace what the command reads
+    case("contamination {run} --json {run}/conversations.jsonl", "would overwrite"),
+    case("scaling fit {tmp}/t.csv --json {tmp}/t.csv", "would overwrite"),
+    case("graph sample --graph {tmp}/bad.json --out {tmp}/bad.json", "would overwrite"),
+    case("graph export --graph {tmp}/bad.json --graphml {tmp}/bad.json", "would overwrite"),
+    case("graph build --out {tmp}/g.json --graphml {tmp}/g.json", "would overwrite"),
+    case("export {run} --format trl-sft --out {run}", "would overwrite"),
+    # numbers no run could finish: refused, not run until killed
+    case("eval {run} --out {tmp}/o --attempts 1000000000000", "--attempts", **SCRIPTED),
+    case("graph sample --n 1000000000000", "--n"),
+    case("scaling fit {tmp}/nope.csv --restarts 1000000000000", "--restarts"),
+    case("synth --config {tmp}/huge.yaml --out {tmp}/r", "more than one run plans"),
+    # a config mistake found before the run's folder holds anything
+    case("synth --config {tmp}/stray.yaml --out {tmp}/r", "holdout_envs names environment(s)"),
+    case("synth --config {tmp}/nograph.yaml --out {tmp}/r", "no tool graph here"),
 ]
 
 # commands whose only input is the pool and settings: nothing a user types can be wrong beyond --help
@@ -214,6 +234,9 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     (tmp / "llm.yaml").write_text("mode: llm\nenvs: [hotels]\n")
     (tmp / "offline.yaml").write_text("mode: offline\nenvs: [hotels]\n")
     (tmp / "unknown.yaml").write_text("mode: offline\nenvs: [nosuch]\n")
+    (tmp / "huge.yaml").write_text("mode: offline\nenvs: [hotels]\nT: 1000000000000\n")
+    (tmp / "stray.yaml").write_text("mode: offline\nenvs: [hotels]\nholdout_envs: [nosuch]\n")
+    (tmp / "nograph.yaml").write_text(f"mode: offline\nenvs: [hotels]\ngraph: {tmp}/nope.json\n")
     (tmp / "script.json").write_text("[]\n")
     meta = json.loads((ROOT / "envs" / "hotels" / "metadata.json").read_text())
     meta["name"] = "inns"
@@ -339,13 +362,17 @@ def test_sft_reads_both_trl_sft_formats(scratch: dict[str, str]) -> None:
         ("ENVFACTORY_TOOLGRAPH_EMBED_BACKEND", "bogus", "(environment variable ENVFACTORY_TOOLGRAPH_EMBED_BACKEND)"),
         ("ENVFACTORY_TOOLGRAPH__TURN_MIN", "6", "(environment variable ENVFACTORY_TOOLGRAPH__*)"),
         ("ENVFACTORY_TOOLGRAPH", "notjson", "ENVFACTORY_TOOLGRAPH must be a JSON object"),
+        ("ENVFACTORY_DATA_DIR", "{tmp}/afile", "setting 'data_dir' (environment variable ENVFACTORY_DATA_DIR)"),
+        ("ENVFACTORY_DATA_DIR", "{tmp}/afile/under", "is not a folder"),
+        ("ENVFACTORY_ENVS_DIR", "{tmp}/nope", "does not exist"),
+        ("ENVFACTORY_PROMPTS_DIR", "{tmp}/afile", "is not a folder"),
     ],
 )
 def test_a_bad_setting_in_the_environment_is_one_line(
     scratch: dict[str, str], monkeypatch: pytest.MonkeyPatch, variable: str, value: str, needle: str
 ) -> None:
     _environment(monkeypatch, scratch)
-    monkeypatch.setenv(variable, value)
+    monkeypatch.setenv(variable, fill(value, scratch))
     with warnings.catch_warnings():  # the one-underscore spelling also warns (tests/llm/test_onnx_embed.py)
         warnings.simplefilter("ignore", FutureWarning)
         code, output = invoke(["envs", "list"])
