@@ -311,10 +311,16 @@ def serve(
     from envfactory.serve.mcp_server import EnvMCPServer
 
     settings = get_settings()
+    if transport is Transport.stdio and (host is not None or port is not None or not fast_calls):
+        given = [o for o, v in (("--host", host), ("--port", port), ("--no-fast-calls", not fast_calls)) if v]
+        raise EnvFactoryError(f"{', '.join(given)}: HTTP options; add --transport http, or leave them out for stdio")
     env = EnvPool(settings).get(env_name(name))
+    default_config = config_option(scenario) or env.default_scenario()
+    if scenario is not None:  # a scenario that does not fit the state: one line now, not an error on every call
+        env.session(default_config).close()
     server = EnvMCPServer(
         env,
-        default_config=config_option(scenario) or env.default_scenario(),
+        default_config=default_config,
         host=host or settings.http_host,
         port=port or settings.http_port,
         fast_calls=fast_calls,

@@ -44,6 +44,8 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("serve nosuch", "no environment 'nosuch'"),
     case("serve hotels --scenario nosuch", "no scenario 'nosuch'"),
     case("serve hotels --scenario {tmp}/bad.json", "invalid JSON"),
+    case("serve hotels --scenario {tmp}/misfit.json", "does not fit"),
+    case("serve hotels --port 18999", "--port: HTTP options"),
     case("serve hotels --transport http --port {busy}", "another process is listening there"),
     case("serve hotels --transport http --host nosuch.invalid --port {busy}", "not a host name or address"),
     case("call nosuch get_hotel", "no environment 'nosuch'"),
@@ -234,6 +236,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     (tmp / "llm.yaml").write_text("mode: llm\nenvs: [hotels]\n")
     (tmp / "offline.yaml").write_text("mode: offline\nenvs: [hotels]\n")
     (tmp / "unknown.yaml").write_text("mode: offline\nenvs: [nosuch]\n")
+    (tmp / "misfit.json").write_text('{"hotels": 5}')
     (tmp / "huge.yaml").write_text("mode: offline\nenvs: [hotels]\nT: 1000000000000\n")
     (tmp / "stray.yaml").write_text("mode: offline\nenvs: [hotels]\nholdout_envs: [nosuch]\n")
     (tmp / "nograph.yaml").write_text(f"mode: offline\nenvs: [hotels]\ngraph: {tmp}/nope.json\n")
