@@ -251,6 +251,13 @@ def envs_trust(
     Review with `--show` first and trust with `--expect HASH`: what is trusted is then what was reviewed."""
     from envfactory.env import trust as trust_store
 
+    chosen = [o for o, v in (("--show", show), ("--revoke", revoke)) if v]
+    with_trust = [o for o, v in (("--expect", expect is not None), ("--note", bool(note))) if v]
+    if len(chosen) > 1 or (chosen and with_trust):
+        raise EnvFactoryError(
+            f"{' and '.join(chosen + with_trust)} do not go together: --show prints, --revoke forgets, "
+            "and trusting takes --expect and --note"
+        )
     settings = get_settings()
     folder = settings.envs_path / env_name(name)
     if not (folder / "env.py").is_file():

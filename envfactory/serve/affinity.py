@@ -69,6 +69,8 @@ def haproxy_config(s: BalancerSettings) -> str:
     """An HAProxy configuration that balances sessions over `s.backends`, each session sticky to its server."""
     if len(set(s.backends)) != len(s.backends):
         raise AffinityError("a backend is listed twice")
+    if s.bind in s.backends:
+        raise AffinityError(f"the balancer would listen on its own backend {s.bind}: give --bind another port")
     stats = (
         f"    stats socket {s.stats_socket} mode 600 level admin\n" if s.stats_socket else "    # (no runtime API)\n"
     )
