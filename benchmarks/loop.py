@@ -299,8 +299,9 @@ def main() -> None:
 
     config = synth_config(work, args.tasks, args.samples, args.depth)
     stages.run("synth", run / "summary.json", [*cli, "synth", "--config", str(config)])
-    rows = ["--tools", args.tools, "--schemas", args.schemas, "--distractors", str(args.distractors)]
-    rows += ["--seed", str(SEED)]
+    rows = ["--tools", args.tools, "--schemas", args.schemas]
+    if args.tools == "needed":  # distractors and their seed only choose tools for --tools needed
+        rows += ["--distractors", str(args.distractors), "--seed", str(SEED)]
     for fmt in ("trl-sft", "trl-grpo"):
         per = ["--per", args.per] if fmt == "trl-sft" else []
         stages.run(

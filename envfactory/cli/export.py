@@ -50,6 +50,7 @@ class Schemas(StrEnum):
 
 @app.callback(invoke_without_command=True)
 def export(
+    ctx: typer.Context,
     source: Annotated[Path, typer.Argument(help="a synth run folder (its conversations.jsonl) or a JSONL file")],
     fmt: Annotated[Format, typer.Option("--format", help="trl-sft | trl-grpo | llamafactory | verl")],
     out_dir: Annotated[Path, typer.Option("--out", help="output folder", callback=out_dir_option)],
@@ -85,6 +86,13 @@ def export(
     from envfactory.export.tools_schema import catalog_for
     from envfactory.run_settings import file_sha256
 
+    # typed on the command line (typer vendors click: its ParameterSource is compared by name)
+    typed = {n for n in ("distractors", "seed") if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"}
+    if tools is Tools.all and typed:
+        given = " and ".join(f"--{n}" for n in sorted(typed))
+        raise ExportError(f"{given} choose{'s' if len(typed) == 1 else ''} distractor tools: add --tools needed")
+    if include_interactive and fmt.value in ("trl-sft", "llamafactory"):
+        raise ExportError(f"--include-interactive shapes RL rows (trl-grpo, verl); {fmt.value} rows are SFT")
     if per is Per.conversation and fmt.value not in ("trl-sft", "llamafactory"):  # RL rows are turns
         raise ExportError(f"--per conversation shapes SFT rows (trl-sft, llamafactory); {fmt.value} rows are turns")
     refuse_overwriting_input(out_dir, "--out", source)

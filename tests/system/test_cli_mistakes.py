@@ -136,6 +136,8 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("synth --config {tmp}/unknown.yaml --out {tmp}/r", "unknown environment(s) ['nosuch']"),
     case("export {run} --format trl-sft --out {tmp}/afile", "is a file"),
     case("export {run} --format trl-grpo --per conversation --out {tmp}/o", "--per conversation shapes SFT rows"),
+    case("export {run} --format trl-sft --distractors 5 --out {tmp}/o", "--distractors chooses distractor tools"),
+    case("export {run} --format llamafactory --include-interactive --out {tmp}/o", "shapes RL rows"),
     case("export {run} --format trl-sft --out /proc/envfactory-nowhere/x", "cannot create"),
     case("export {tmp}/nope --format trl-sft --out {tmp}/o", "does not exist"),
     case("export {tmp}/empty.jsonl --format trl-sft --out {tmp}/o", "nothing to export"),
