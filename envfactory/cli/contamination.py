@@ -26,7 +26,7 @@ out = SafeConsole()
 def contamination(
     source: Annotated[Path, typer.Argument(help="a synth run's folder, or a conversations JSONL file")],
     against: Annotated[str, typer.Option(help="the benchmark: bfcl")] = "bfcl",
-    n: Annotated[int, typer.Option(min=3, help="word n-gram length")] = 8,
+    n: Annotated[int, typer.Option(min=3, max=64, help="word n-gram length")] = 8,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="also write the report here", callback=out_file_option)
     ] = None,

@@ -115,7 +115,8 @@ def chat_model(role: Role, settings: Settings, usage: UsageTracker | None = None
         script = _resolve(cfg.script, settings)
         if not script.is_file():
             var = setting_var(role, "SCRIPT")
-            raise LLMConfigError(f"role '{role}': script file {script} does not exist (set {var})")
+            state = "is not a file" if script.exists() else "does not exist"
+            raise LLMConfigError(f"role '{role}': script file {script} {state} (set {var})")
         return shared_scripted(script, callbacks=callbacks)
     raise LLMConfigError(
         f"no LLM is configured for role '{role}': set {setting_var(role, 'PROVIDER')} to openai (with "

@@ -167,6 +167,8 @@ class RunTable(BaseModel):
 def load_table(path: Path) -> RunTable:
     """Read a run table from CSV, JSONL or JSON (by suffix), validating every cell."""
     suffix = path.suffix.lower()
+    if path.is_dir():
+        raise RunTableError(f"{path} is a folder: name a run table file (.csv, .jsonl or .json)")
     if suffix not in (".csv", ".jsonl", ".json"):
         raise RunTableError(f"{path}: unknown table format '{suffix or '(none)'}'; use .csv, .jsonl or .json")
     raw = read_file_bytes(path, error=RunTableError)

@@ -157,6 +157,11 @@ def choose_envs(config: SynthConfig, pool: EnvPool) -> list[str]:
     unknown = [e for e in envs if e not in listed]
     if unknown:
         raise SynthConfigError(f"unknown environment(s) {unknown}; the pool has: {', '.join(known)}")
+    twice = sorted({e for e in envs if envs.count(e) > 1})
+    if twice:
+        raise SynthConfigError(f"envs lists {twice} more than once")
+    if config.apps is not None and config.apps > len(envs):
+        raise SynthConfigError(f"A={config.apps} environments asked, but the run has {len(envs)}: {', '.join(envs)}")
     if config.apps is not None and config.apps < len(envs):
         envs = sorted(random.Random(stable_seed(config.seed, "apps")).sample(sorted(envs), config.apps))
     stray = sorted(set(config.holdout_envs) - set(envs))
