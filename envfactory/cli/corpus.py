@@ -58,6 +58,7 @@ def _index(settings: Settings, corpus: Corpus) -> CorpusIndex:
     from envfactory.corpus.index import CorpusIndex
     from envfactory.llm.embeddings import Embedder
 
+    corpus.manifest()  # an unfetched corpus: one line before the index's database is created
     return CorpusIndex(corpus, Embedder(settings.embedding_model))
 
 
