@@ -27,6 +27,7 @@ from envfactory.errors import DataError
 from envfactory.inputs import read_json, write_atomic
 
 SETTINGS_FILE = "settings.json"
+EXPORT_FILE = "export.json"  # what `envfactory export` writes into its folder (its `SUMMARY`)
 
 
 class RunSettingsError(DataError):
@@ -137,6 +138,11 @@ def check_resume(folder: Path, record: RunRecord, *, holds_results: bool, out_op
     run with no results yet made nothing that could mix: its record is simply replaced."""
     earlier = read_record(folder)
     if earlier is None:
+        if (folder / EXPORT_FILE).is_file():  # exports record themselves in export.json, not settings.json
+            raise RunSettingsError(
+                f"{folder} is an `envfactory export` folder ({folder / EXPORT_FILE} says so), not one of"
+                f" `{record.command}`: give another {out_option}"
+            )
         if holds_results:
             raise RunSettingsError(
                 f"{folder} holds results from a run that did not record its settings (no {SETTINGS_FILE}), so this"

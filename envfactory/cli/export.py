@@ -84,7 +84,7 @@ def export(
     from envfactory.export.files import conversations_file, training_conversations
     from envfactory.export.options import ExportOptions
     from envfactory.export.tools_schema import catalog_for
-    from envfactory.run_settings import file_sha256
+    from envfactory.run_settings import file_sha256, read_record
 
     # typed on the command line (typer vendors click: its ParameterSource is compared by name)
     typed = {n for n in ("distractors", "seed") if getattr(ctx.get_parameter_source(n), "name", "") == "COMMANDLINE"}
@@ -96,6 +96,8 @@ def export(
     if per is Per.conversation and fmt.value not in ("trl-sft", "llamafactory"):  # RL rows are turns
         raise ExportError(f"--per conversation shapes SFT rows (trl-sft, llamafactory); {fmt.value} rows are turns")
     refuse_overwriting_input(out_dir, "--out", source)
+    if (recorded := read_record(out_dir)) is not None:  # a synth run's or an evaluation's folder
+        raise ExportError(f"{out_dir} is an `envfactory {recorded.command}` folder: give another --out")
     check_earlier(out_dir, fmt.value)  # before the source is read
     conversations = training_conversations(source)
     if not conversations:  # nothing to train on: said before anything is written

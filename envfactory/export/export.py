@@ -21,10 +21,11 @@ from envfactory.export.rl import convert_to_rl_data
 from envfactory.export.sft import convert_to_sft_data
 from envfactory.export.tools_schema import Catalog
 from envfactory.records.models import Conversation
+from envfactory.run_settings import EXPORT_FILE
 
 ExportFormat = Literal["trl-sft", "trl-grpo", "llamafactory", "verl"]
 FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
-SUMMARY = "export.json"
+SUMMARY = EXPORT_FILE  # "export.json": what was exported, how, from which file
 
 
 class ExportSource(BaseModel):

@@ -165,6 +165,9 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("graph export --graph {tmp}/bad.json --graphml {tmp}/bad.json", "would overwrite"),
     case("graph build --out {tmp}/g.json --graphml {tmp}/g.json", "would overwrite"),
     case("export {run} --format trl-sft --out {run}", "would overwrite"),
+    case("export {run}/conversations.jsonl --format trl-sft --out {run}", "is an `envfactory synth` folder"),
+    case("synth --config {tmp}/offline.yaml --out {sft}", "is an `envfactory export` folder"),
+    case("eval {run} --out {sft} --limit 1", "is an `envfactory export` folder", **SCRIPTED),
     # numbers no run could finish: refused, not run until killed
     case("eval {run} --out {tmp}/o --attempts 1000000000000", "--attempts", **SCRIPTED),
     case("graph sample --n 1000000000000", "--n"),
