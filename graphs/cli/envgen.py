@@ -215,6 +215,21 @@ def resume(
         if not snap.values:
             raise EnvFactoryError(f"no checkpoint for thread '{thread}' (`envfactory envgen threads` lists them)")
         if not snap.next:
+            given = [
+                option
+                for option, value in (
+                    ("--interrupt-before", interrupt_before),
+                    ("--prompt", prompt),
+                    ("--budget", budget),
+                    ("--threshold", threshold),
+                )
+                if value or (option in ("--budget", "--threshold") and value is not None)
+            ]
+            if given:  # options for a run that will not happen: said, not ignored
+                raise EnvFactoryError(
+                    f"thread {thread} has finished ({snap.values.get('status')}): {', '.join(given)} would change "
+                    "nothing; start a new thread with `envfactory envgen run`"
+                )
             out.print(f"thread {safe(thread)} has finished: {safe(snap.values.get('status'))}", highlight=False)
             _summary([{"thread": thread, **snap.values}])
             return

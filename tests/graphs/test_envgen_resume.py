@@ -102,6 +102,8 @@ def test_sigkill_mid_loop_then_resume(tmp_path: Path, monkeypatch: pytest.Monkey
     assert history.code == 0 and "revise" in history.stdout
     again = _cli("envgen", "resume", THREAD)
     assert again.code == 0 and "has finished" in again.stdout
+    changed = _cli("envgen", "resume", THREAD, "--budget", "7")  # a finished thread runs nothing: said, not ignored
+    assert changed.code == 1 and "--budget would change nothing" in changed.stderr
     missing = _cli("envgen", "resume", "no-such-thread")
     assert missing.code == 1 and "no checkpoint for thread 'no-such-thread'" in missing.stderr
 
