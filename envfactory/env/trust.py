@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,8 @@ _NOT_HASHED_DIRS = frozenset({"scenarios"})
 _NOT_HASHED_FILES = frozenset({"envgen.json"})
 CODE_FILE = "env.py"
 METADATA_FILE = "metadata.json"
+
+log = logging.getLogger(__name__)
 
 
 class TrustError(EnvError):
@@ -122,9 +125,21 @@ def pinned(path: Path, name: str) -> str | None:
     """The hash `name` was trusted with (None: not trusted, or the trust file does not read)."""
     try:
         entry = load_trust(path).environments.get(name)
-    except TrustError:
+    except TrustError as e:
+        _warn_unreadable(path, e)
         return None
     return entry.sha256 if entry is not None else None
+
+
+_warned: set[Path] = set()
+
+
+def _warn_unreadable(path: Path, error: TrustError) -> None:
+    """Once per file and process: a broken trust file trusts nothing (safe), but the person who wrote it should
+    hear why their reviewed environments now run sandboxed."""
+    if path not in _warned:
+        _warned.add(path)
+        log.warning("%s; every environment runs sandboxed until it reads", error)
 
 
 MIN_EXPECT = 12  # hex digits of a reviewed hash given to `trust(expect=...)`

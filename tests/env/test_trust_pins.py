@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import logging
 import os
 import py_compile
 import random
@@ -621,3 +622,16 @@ def remove_deep(top: Path) -> None:
     while fds:
         os.rmdir("d", dir_fd=fds[-1])
         os.close(fds.pop())
+
+
+def test_a_broken_trust_file_trusts_nothing_and_says_so_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from envfactory.env import trust as trust_store
+
+    broken = tmp_path / "trusted.json"
+    broken.write_text("{not json")
+    trust_store._warned.discard(broken)
+    with caplog.at_level(logging.WARNING, logger="envfactory.env.trust"):
+        assert trust_store.pinned(broken, "hotels") is None
+        assert trust_store.pinned(broken, "flights") is None
+    said = [r.getMessage() for r in caplog.records if r.name == "envfactory.env.trust"]
+    assert len(said) == 1 and "trusted.json" in said[0] and "runs sandboxed" in said[0]
