@@ -148,6 +148,13 @@ def run(
     """Generate environments: search (or metadata/OpenAPI/a corpus spec) → code → test ⇄ revise → register | reject."""
     if domain is not None and domain not in DOMAINS:
         raise EnvFactoryError(f"--domain must be one of {', '.join(DOMAINS)}, not '{domain}'")
+    searching_options = [o for o, v in (("--hint", hint), ("--n", n != 1)) if v]
+    if (metadata or openapi or corpus) and searching_options:
+        raise EnvFactoryError(
+            f"{', '.join(searching_options)} steer the search, which --metadata, --openapi and --corpus skip"
+        )
+    if metadata and domain is not None:
+        raise EnvFactoryError("--domain steers the search (and a spec's domain); a metadata file names its own domain")
     requests: list[EnvGenRequest] = [EnvGenRequest(metadata_path=str(p)) for p in metadata or []]
     requests += [EnvGenRequest(openapi_path=str(p), domain=domain) for p in openapi or []]
     if corpus:

@@ -96,6 +96,8 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("corpus compile --out {tmp}/o --ray-address auto", "error: --ray-address needs --executor ray"),
     case("corpus search pets --domain nosuch", "--domain must be one of"),
     case("envgen run --metadata {tmp}/nope.json", "no such metadata file"),
+    case("envgen run --metadata {meta} --domain travel", "a metadata file names its own domain", **SCRIPTED),
+    case("envgen run --metadata {meta} --hint more", "--hint steer the search", **SCRIPTED),
     case("envgen run --n 0", "--n", **SCRIPTED),
     case("envgen run --metadata {meta} --threshold nan", "--threshold", **SCRIPTED),
     case("envgen run --metadata {meta} --threshold 7", "--threshold", **SCRIPTED),
