@@ -100,7 +100,7 @@ class BoundedJSONBody:
 
     def __init__(self, app: Any, limits: ServeLimits | None = None, max_depth: int = MAX_DEPTH) -> None:
         self.app, self.max_depth = app, max_depth
-        self.limits = limits or ServeLimits()
+        self.limits = limits or ServeLimits.from_env()
         self.max_bytes = self.limits.max_body_bytes
         self.parse_limiter = anyio.CapacityLimiter(self.limits.parse_threads)
         self.log_budget = LogBudget()

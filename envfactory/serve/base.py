@@ -48,7 +48,7 @@ from envfactory.serve.asgi import (
 )
 from envfactory.serve.fair import FairLimiter, OffLoop, Stopwatch, Turn
 from envfactory.serve.http import serve_http, uvicorn_config
-from envfactory.serve.limits import CallRing, ServeLimits, resident_mb
+from envfactory.serve.limits import CallRing, ServeLimits, resident_mb, use_uvloop
 
 STATE_TOOL = "envfactory_state"
 H = TypeVar("H")
@@ -80,7 +80,7 @@ class SessionServer(FastMCP, Generic[H]):
         fast_calls: bool = True,
         limits: ServeLimits | None = None,
     ) -> None:
-        self.limits = limits = limits or ServeLimits()
+        self.limits = limits = limits or ServeLimits.from_env()
         super().__init__(
             name=name,
             instructions=instructions,
@@ -130,6 +130,14 @@ class SessionServer(FastMCP, Generic[H]):
             limits=self.limits,
             log_level=self.settings.log_level.lower(),
         )
+
+    def run(self, transport: Any = "stdio", mount_path: str | None = None) -> None:
+        """FastMCP's `run`; streamable HTTP on the event loop `limits.event_loop` names (FastMCP's own `run`
+        starts it on asyncio's, whatever uvicorn would choose)."""
+        if transport != "streamable-http":
+            super().run(transport, mount_path)
+            return
+        anyio.run(self.run_streamable_http_async, backend_options={"use_uvloop": use_uvloop(self.limits)})
 
     async def run_streamable_http_async(self) -> None:
         await serve_http(

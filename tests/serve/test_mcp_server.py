@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from envfactory.serve.mcp_server import RESET_TOOL, STATE_TOOL
 from envfactory.serve.net import free_port
+from envfactory.serve.trainer_client import TrainerSession
 from tests.support.paths import ROOT
 
 BOOK = {"hotel_id": "HT-POR-01", "guest_name": "Ana Costa", "check_in": "2026-03-01", "nights": 2}
@@ -33,10 +36,11 @@ async def _initialize(url: str) -> str:
         return init.serverInfo.name
 
 
-@pytest.fixture(scope="module")
-def http_url() -> Iterator[str]:
+@contextmanager
+def _cli_http_server(**env_vars: str) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """`envfactory serve hotels --transport http` in its own process: (its URL, the process)."""
     port = free_port()
-    env = {**os.environ, "ENVFACTORY_ROOT": str(ROOT)}
+    env = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), **env_vars}
     proc = subprocess.Popen(
         [sys.executable, "-m", "envfactory.cli", "serve", "hotels", "--transport", "http", "--port", str(port)],
         env=env,
@@ -57,10 +61,46 @@ def http_url() -> Iterator[str]:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
-        yield url
+        yield url, proc
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def http_server() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    with _cli_http_server() as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def http_url(http_server: tuple[str, subprocess.Popen[bytes]]) -> str:
+    return http_server[0]
+
+
+def _runs_on_uvloop(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether uvloop's extension is loaded in the server process (read from the kernel's map of it)."""
+    maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    return any("uvloop" in line and "/loop." in line for line in maps.splitlines())
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads a process's memory map (Linux)")
+def test_the_cli_http_server_runs_on_the_event_loop_its_limits_name(
+    http_server: tuple[str, subprocess.Popen[bytes]],
+) -> None:
+    """`ServeLimits.event_loop`: uvloop by default (FastMCP's own `run` would start asyncio's), asyncio when set;
+    a tool call answers on either."""
+
+    async def books(url: str) -> bool:
+        async with await TrainerSession.open(url) as env:
+            return not (await env.call("book_room", BOOK)).is_error
+
+    url, proc = http_server
+    assert asyncio.run(books(url))
+    assert _runs_on_uvloop(proc)
+    with _cli_http_server(ENVFACTORY_SERVE_EVENT_LOOP="asyncio") as (plain_url, plain):
+        assert asyncio.run(books(plain_url))
+        assert not _runs_on_uvloop(plain)
 
 
 async def test_stdio_server_keeps_state_within_the_connection() -> None:

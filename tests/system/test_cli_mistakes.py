@@ -160,6 +160,8 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("envs list", "no environments in", ENVFACTORY_ENVS_DIR="{tmp}/adir"),
     case("envs health", "no environments in", ENVFACTORY_ENVS_DIR="{tmp}/adir"),
     case("prompts list", "no prompts in", ENVFACTORY_PROMPTS_DIR="{tmp}/adir"),
+    case("serve hotels", "(environment variable ENVFACTORY_SERVE_EVENT_LOOP)", ENVFACTORY_SERVE_EVENT_LOOP="bogus"),
+    case("serve hotels", "server limit 'max_sessions'", ENVFACTORY_SERVE_MAX_SESSIONS="0"),
     # an output that would replace what the command reads
     case("contamination {run} --json {run}/conversations.jsonl", "would overwrite"),
     case("scaling fit {tmp}/t.csv --json {tmp}/t.csv", "would overwrite"),
