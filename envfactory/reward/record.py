@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic_core import to_json
+from pydantic_core import from_json, to_json
 
 from envfactory.env.environment import BaseEnvironment
 from envfactory.records.models import ToolCall
@@ -47,10 +47,16 @@ class Target:
     replays: dict[tuple[CallKey, ...], Replayed] = field(default_factory=dict)  # by the replayed calls
     live: LiveReplay | None = None  # the last replay's native sessions, rolled back by the next one
     lock: threading.Lock = field(default_factory=threading.Lock)  # who uses `live`
+    _summaries: dict[str, str] = field(default_factory=dict)
 
     def goal_summary(self, server: str) -> str:
-        """Where the turn changes `server`'s state (the first paths), for a reason."""
-        return _summary(first_differences(self.init_canon[server], self.goal_canon[server]))
+        """Where the turn changes `server`'s state (the first paths), for a reason; made once per server."""
+        summary = self._summaries.get(server)
+        if summary is None:
+            summary = self._summaries[server] = _summary(
+                first_differences(self.init_canon[server], self.goal_canon[server])
+            )
+        return summary
 
     def initial_json(self, server: str) -> Callable[[], bytes]:
         """The server's (blanked) initial state as JSON, made on first use: only needed once ids are created."""
@@ -67,7 +73,14 @@ def _lazy_json(value: Any, cache: dict[str, bytes], key: str) -> Callable[[], by
 
 
 def _load_json(value: Any, what: str) -> Any:
+    """A record field's JSON text read (anything else as it is). pydantic-core's parser first (about twice as
+    fast on a state's JSON, the same values); what it refuses goes to `json.loads`, whose reading (a lone
+    surrogate, 1e400 as inf) and whose error message decide."""
     if isinstance(value, str | bytes | bytearray):
+        try:
+            return from_json(value)
+        except ValueError:
+            pass
         try:
             return json.loads(value)
         except (ValueError, RecursionError) as e:

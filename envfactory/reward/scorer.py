@@ -15,6 +15,7 @@ from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.env.state import State
+from envfactory.env.state_fields import FieldWise
 from envfactory.errors import EnvFactoryError
 from envfactory.records.models import ToolCall
 from envfactory.reward.matching import CallMatcher, best_match
@@ -57,12 +58,20 @@ def _call_key(call: ToolCall) -> CallKey | None:
 @dataclass(frozen=True)
 class InitialState:
     """A server's validated initial dump, shared by the records that start from the same config (read-only):
-    `fork` its JSON (native environments), `canon` its canonical form."""
+    `fork` its JSON (native environments), `canon` its canonical form; `parts` how goal states starting from it
+    may be validated in what differs from it alone (None: whole)."""
 
     env: BaseEnvironment
     dump: dict[str, Any]
     fork: bytes | None
     canon: dict[str, Any]
+    parts: FieldWise | None = None
+
+    def goal_dump(self, goal: dict[str, Any], source: str) -> dict[str, Any]:
+        """`env.dump_state(env.new_state(goal, source))`, through `parts` where it can."""
+        if self.parts is not None and (dump := self.parts.dump(self.dump, goal, source)) is not None:
+            return dump
+        return self.env.dump_state(self.env.new_state(goal, source))
 
 
 def _zero(reason: str, alpha: float, **counts: int) -> RewardResult:
@@ -189,7 +198,11 @@ class CompositeReward:
             raise RecordError(f"initial_config.{name}: {e}") from None
         native = type(env) is Environment  # a State with a change log, forked in this process
         built = InitialState(
-            env, dump, to_json(dump) if native else None, fast_canonical(dump, dump, self.settings.mask)
+            env,
+            dump,
+            to_json(dump) if native else None,
+            fast_canonical(dump, dump, self.settings.mask),
+            FieldWise.of(env.state_model) if cache and native else None,  # type: ignore[attr-defined]
         )
         if cache:
             self._initial_states[(name, key)] = built
@@ -256,7 +269,7 @@ class CompositeReward:
                 init_canon[name] = start.canon
                 continue
             try:
-                goal_dump_ = env.dump_state(env.new_state(goal_raw, f"final_config.{name}"))
+                goal_dump_ = start.goal_dump(goal_raw, f"final_config.{name}")
             except EnvFactoryError as e:
                 raise RecordError(f"final_config.{name}: {e}") from None
             goal_dump[name] = goal_dump_

@@ -1,0 +1,154 @@
+"""A state validated field by field: when a state model validates and dumps each top-level field on its own
+(`FieldWise.of`), a state that differs from a known, validated one in a few fields — or in a few records of
+its collections — is validated and dumped in those alone, the rest being the known dump's. The reward does this
+with every goal state against the initial state it starts from (most of a state does not change in a turn)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_core import to_json
+
+from envfactory.env.state import State
+
+_OWN_POST_INITS = {"BaseModel.model_post_init", "init_private_attributes"}  # pydantic's, not a model's own
+_MISSING = object()
+
+
+# schema types whose dump does not keep an input's key order anywhere (a model dumps in its fields' order): values
+# of these that compare equal (`==`, blind to order) dump the same, order included
+_ORDER_FREE = {
+    "model", "model-fields", "model-field", "default", "nullable", "union", "tagged-union", "literal", "enum",
+    "str", "int", "float", "bool", "none", "date", "datetime", "time", "timedelta", "decimal", "uuid", "list", "tuple",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FieldWise:
+    """How `model` may be validated in parts: `keyed` are its collections (dicts with plain string keys,
+    no length bounds), whose records are validated one by one; `ordered` the fields whose values (a
+    collection's records) may hold a dict, whose key order `==` does not see but a dump keeps."""
+
+    model: type[State]
+    keyed: frozenset[str]
+    ordered: frozenset[str]
+
+    @staticmethod
+    def of(model: Any) -> FieldWise | None:
+        """For a `State` with the base class's load and dump, no validator, serializer, `__init__` or post-init
+        of its own anywhere in its schema, no strict field, no computed field and no extra fields; else None
+        (validating a dump again might not give the same value back, or fields might see each other)."""
+        if not (isinstance(model, type) and issubclass(model, State)):
+            return None
+        if model.dump is not State.dump or model.load_bytes.__func__ is not State.load_bytes.__func__:  # type: ignore[attr-defined]
+            return None
+        if model.model_computed_fields or model.model_config.get("extra") == "allow":
+            return None
+        if getattr(model.model_post_init, "__qualname__", "") not in _OWN_POST_INITS:
+            return None
+        schema = model.__pydantic_core_schema__
+        if _has_code(schema):
+            return None
+        keyed, ordered = _fields(schema)
+        return FieldWise(model, frozenset(keyed), frozenset(ordered))
+
+    def dump(self, known: dict[str, Any], goal: dict[str, Any], source: str) -> dict[str, Any] | None:
+        """`model.load_bytes(to_json(goal)).dump()` where `known` is such a dump (of a validated state): only
+        what differs from it validated and dumped. None when `goal` lacks or adds a field, or when the parts do
+        not validate alone (a field without a default, a bad value): the caller validates the whole goal, whose
+        error is the one to report."""
+        if goal.keys() != known.keys():
+            return None
+        parts: dict[str, Any] = {}
+        for key, value in goal.items():
+            old, ordered = known[key], key in self.ordered
+            if key in self.keyed and isinstance(value, dict) and isinstance(old, dict):
+                if value == old and list(value) == list(old) and not ordered:
+                    continue
+                parts[key] = {rid: r for rid, r in value.items() if not _same(old.get(rid, _MISSING), r, ordered)}
+            elif not _same(old, value, ordered):
+                parts[key] = value
+        try:
+            dumped = self.model.load_bytes(to_json(parts), source).model_dump(mode="json", include=set(parts))
+        except Exception:
+            return None
+        out = dict(known)
+        for key in parts:
+            value, old, new = goal[key], known[key], dumped[key]
+            if key in self.keyed and isinstance(value, dict) and isinstance(old, dict):
+                out[key] = {rid: new[rid] if rid in new else old[rid] for rid in value}
+            else:
+                out[key] = new
+        return out
+
+
+def _same(a: Any, b: Any, ordered: bool) -> bool:
+    """`a == b`, and with `ordered` their JSON texts equal too (the keys of their dicts in the same order; stricter
+    than the order alone, which only sends more to be validated)."""
+    if a != b:
+        return False
+    if not ordered:
+        return True
+    try:
+        return to_json(a) == to_json(b)
+    except Exception:  # a value JSON cannot hold: validated, which says what it makes of it
+        return False
+
+
+def _has_code(schema: Any) -> bool:
+    """Whether a pydantic-core schema runs code of its own anywhere (a function validator or serializer, a model's
+    own `__init__`) or is strict somewhere."""
+    if isinstance(schema, dict):
+        kind = schema.get("type")
+        if isinstance(kind, str) and kind.startswith("function"):
+            return True
+        if schema.get("strict") is True or schema.get("custom_init") is True:
+            return True
+        return any(_has_code(v) for v in schema.values())
+    if isinstance(schema, list | tuple):
+        return any(_has_code(v) for v in schema)
+    return False
+
+
+def _fields(schema: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    """(keyed, ordered): the model's fields whose schema is a dict with plain string keys and no length bounds
+    (its values are validated each on its own, keys kept as they are), and the fields whose values (a keyed
+    field's records) may hold a dict or anything else that keeps an input's key order in its dump."""
+    while schema.get("type") in ("definitions", "model"):
+        schema = schema["schema"]
+    if schema.get("type") != "model-fields":
+        return [], []
+    keyed, ordered = [], []
+    for name, field in schema.get("fields", {}).items():
+        inner = field.get("schema", {})
+        while inner.get("type") == "default":
+            inner = inner.get("schema", {})
+        keys = inner.get("keys_schema", {"type": "any"})
+        values = inner
+        if (
+            inner.get("type") == "dict"
+            and keys.get("type") == "str"
+            and set(keys) <= {"type", "metadata"}
+            and not {"min_length", "max_length"} & set(inner)
+        ):
+            keyed.append(name)
+            values = inner.get("values_schema", {"type": "any"})
+        if not _order_free(values):
+            ordered.append(name)
+    return keyed, ordered
+
+
+def _order_free(schema: Any) -> bool:
+    """Whether nothing in `schema` dumps with an input's key order (dicts, `Any`, a model keeping extra fields)."""
+    if isinstance(schema, dict):
+        kind = schema.get("type")
+        if isinstance(kind, str) and kind not in _ORDER_FREE:
+            return False
+        if kind == "model" and schema.get("config", {}).get("extra_fields_behavior") == "allow":
+            return False
+        return all(_order_free(v) for k, v in schema.items() if k not in ("cls", "metadata", "ref", "config"))
+    if isinstance(schema, list | tuple):
+        return all(_order_free(v) for v in schema)
+    return True

@@ -1,0 +1,182 @@
+"""A state validated field by field (`FieldWise`) dumps exactly what validating the whole state dumps — the same
+values in the same key order — or declines (None): random goal states reached by random calls on every bundled
+native environment, then bent (a bad value, a missing or extra field, a record removed or moved, a field left
+out), against `env.dump_state(env.new_state(goal))`."""
+
+from __future__ import annotations
+
+import copy
+import random
+from datetime import datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import computed_field, field_validator, model_validator
+
+from envfactory.env.environment import Environment
+from envfactory.env.pool import EnvPool
+from envfactory.env.session import Session
+from envfactory.env.state import Record, State
+from envfactory.env.state_fields import FieldWise
+from envfactory.errors import ScenarioError
+
+_BENDS = [
+    "none", "bad value", "missing field", "extra field", "removed", "moved", "keys reversed", "top-level gone",
+    "new record",
+]  # fmt: skip
+
+
+def _native(pool: EnvPool) -> list[str]:
+    return [n for n in pool.names() if type(pool.get(n)) is Environment]
+
+
+def _deep_order(value: Any) -> Any:
+    """The keys of every dict, in order, nested: what equality of dicts does not see."""
+    if isinstance(value, dict):
+        return [(k, _deep_order(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_deep_order(v) for v in value]
+    return value
+
+
+def _reversed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _reversed(v) for k, v in reversed(value.items())}
+    if isinstance(value, list):
+        return [_reversed(v) for v in value]
+    return value
+
+
+def _bend(goal: dict[str, Any], how: str, rng: random.Random) -> dict[str, Any]:
+    goal = copy.deepcopy(goal)
+    colls = [k for k, v in goal.items() if isinstance(v, dict) and v and all(isinstance(r, dict) for r in v.values())]
+    if not colls or how == "none":
+        return goal
+    coll = goal[rng.choice(colls)]
+    rid = rng.choice(list(coll))
+    record = coll[rid]
+    if how == "bad value" and isinstance(record, dict) and record:
+        record[rng.choice(list(record))] = {"not": ["a", "value"]}
+    elif how == "missing field" and isinstance(record, dict) and record:
+        del record[rng.choice(list(record))]
+    elif how == "extra field" and isinstance(record, dict):
+        record["no_such_field"] = 1
+    elif how == "removed":
+        del coll[rid]
+    elif how == "moved":
+        coll[rid] = coll.pop(rid)
+    elif how == "keys reversed":  # the same record, every dict in it in the reverse order (a dump keeps a dict's)
+        coll[rid] = _reversed(record)
+    elif how == "top-level gone":
+        del goal[rng.choice(list(goal))]
+    elif how == "new record":
+        coll[rid + "-copy"] = copy.deepcopy(record)
+    return goal
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_a_goal_validated_in_its_differences_dumps_as_the_whole(data: st.DataObject, pool: EnvPool) -> None:
+    name = data.draw(st.sampled_from(_native(pool)))
+    env = pool.get(name)
+    parts = FieldWise.of(env.state_model)
+    assert parts is not None, f"{name}: a bundled state model is plain data"
+    scenario = data.draw(st.sampled_from(env.scenario_names()))
+    known = env.dump_state(env.new_state(env.scenario(scenario)))
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    session = Session(env, env.new_state(known))
+    tools = env.metadata.tools
+    for _ in range(data.draw(st.integers(0, 6))):  # random calls, mostly failing: what succeeds changes the state
+        tool = rng.choice(tools)
+        ids = [rid for v in known.values() if isinstance(v, dict) for rid in v]
+        args = {p: rng.choice([*ids, "x", 1, 2.5, True]) for p in tool.parameters}
+        session.call(tool.name, args)
+    goal = _bend(session.dump(), data.draw(st.sampled_from(_BENDS)), rng)
+    try:
+        want: dict[str, Any] | None = env.dump_state(env.new_state(goal))
+    except ScenarioError:
+        want = None
+    got = parts.dump(known, goal, "final_config")
+    if want is None:
+        assert got is None  # what does not validate whole does not validate in parts
+    elif got is not None:
+        assert got == want and _deep_order(got) == _deep_order(want)
+    else:  # declined: only for a goal whose fields are not the known dump's fields
+        assert goal.keys() != known.keys()
+
+
+class _Booking(Record):
+    guest: str
+    nights: int = 1
+
+
+class _Plain(State):
+    bookings: dict[str, _Booking] = {}
+    note: str = ""
+
+
+class _Checked(_Plain):
+    @field_validator("note")
+    @classmethod
+    def _strip(cls, v: str) -> str:
+        return v.strip()
+
+
+class _CrossField(_Plain):
+    @model_validator(mode="after")
+    def _agree(self) -> _CrossField:
+        return self
+
+
+class _Computed(_Plain):
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def count(self) -> int:
+        return len(self.bookings)
+
+
+class _PostInit(_Plain):
+    def model_post_init(self, context: Any) -> None:
+        self.note = self.note or "set after"
+
+
+class _Strict(_Plain):
+    model_config = {"strict": True}
+
+
+@pytest.mark.parametrize("model", [_Checked, _CrossField, _Computed, _PostInit, _Strict, Record])
+def test_a_model_with_code_of_its_own_is_validated_whole(model: type[Any]) -> None:
+    assert FieldWise.of(model) is None
+
+
+def test_a_plain_model_is_validated_in_its_collections_records() -> None:
+    parts = FieldWise.of(_Plain)
+    assert parts is not None and parts.keyed == {"bookings", "counters"}
+    known = _Plain.model_validate({"bookings": {"B1": {"guest": "Ana"}, "B2": {"guest": "Rui"}}}).dump()
+    goal = {**known, "bookings": {"B2": {"guest": "Rui", "nights": 3}, "B3": {"guest": "Eva"}}, "note": "n"}
+    got = parts.dump(known, goal, "goal")
+    assert got == _Plain.model_validate(goal).dump()
+    assert list(got["bookings"]) == ["B2", "B3"] and got["clock"] == datetime(2026, 1, 5, 9).isoformat()
+    assert parts.dump(known, {**goal, "bookings": {"B3": {"nights": 2}}}, "goal") is None  # no guest: invalid
+
+
+def test_a_record_whose_dicts_changed_order_dumps_in_the_new_order(pool: EnvPool) -> None:
+    """Every record of every scenario of every bundled native environment, its dicts reversed: `==` cannot see
+    it, a dump keeps it."""
+    reordered = 0
+    for name in _native(pool):
+        env = pool.get(name)
+        parts = FieldWise.of(env.state_model)
+        assert parts is not None
+        for scenario in env.scenario_names():
+            known = env.dump_state(env.new_state(env.scenario(scenario)))
+            for coll in parts.keyed:
+                for rid, record in known[coll].items():
+                    goal = {**known, coll: {**known[coll], rid: _reversed(record)}}
+                    want = env.dump_state(env.new_state(goal))
+                    got = parts.dump(known, goal, "goal")
+                    assert got is not None and _deep_order(got) == _deep_order(want), (name, coll, rid)
+                    reordered += _deep_order(want) != _deep_order(known)
+    assert reordered, "no record held a dict: the case is not exercised"
