@@ -5,6 +5,8 @@ with every goal state against the initial state it starts from (most of a state 
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +17,7 @@ from envfactory.env.state import State
 
 _OWN_POST_INITS = {"BaseModel.model_post_init", "init_private_attributes"}  # pydantic's, not a model's own
 _MISSING = object()
+_KNOWN: weakref.WeakKeyDictionary[Any, FieldWise | None] = weakref.WeakKeyDictionary()  # by state model
 
 
 # schema types whose dump does not keep an input's key order anywhere (a model dumps in its fields' order): values
@@ -37,22 +40,15 @@ class FieldWise:
 
     @staticmethod
     def of(model: Any) -> FieldWise | None:
-        """For a `State` with the base class's load and dump, no validator, serializer, `__init__` or post-init
-        of its own anywhere in its schema, no strict field, no computed field and no extra fields; else None
-        (validating a dump again might not give the same value back, or fields might see each other)."""
-        if not (isinstance(model, type) and issubclass(model, State)):
-            return None
-        if model.dump is not State.dump or model.load_bytes.__func__ is not State.load_bytes.__func__:  # type: ignore[attr-defined]
-            return None
-        if model.model_computed_fields or model.model_config.get("extra") == "allow":
-            return None
-        if getattr(model.model_post_init, "__qualname__", "") not in _OWN_POST_INITS:
-            return None
-        schema = model.__pydantic_core_schema__
-        if _has_code(schema):
-            return None
-        keyed, ordered = _fields(schema)
-        return FieldWise(model, frozenset(keyed), frozenset(ordered))
+        """`_of(model)`, worked out once per model (its schema walked)."""
+        try:
+            return _KNOWN[model]
+        except (KeyError, TypeError):
+            pass
+        found = _of(model)
+        with contextlib.suppress(TypeError):
+            _KNOWN[model] = found
+        return found
 
     def dump(self, known: dict[str, Any], goal: dict[str, Any], source: str) -> dict[str, Any] | None:
         """`model.load_bytes(to_json(goal)).dump()` where `known` is such a dump (of a validated state): only
@@ -82,6 +78,25 @@ class FieldWise:
             else:
                 out[key] = new
         return out
+
+
+def _of(model: Any) -> FieldWise | None:
+    """For a `State` with the base class's load and dump, no validator, serializer, `__init__` or post-init of its
+    own anywhere in its schema, no strict field, no computed field and no extra fields; else None (validating a
+    dump again might not give the same value back, or fields might see each other)."""
+    if not (isinstance(model, type) and issubclass(model, State)):
+        return None
+    if model.dump is not State.dump or model.load_bytes.__func__ is not State.load_bytes.__func__:  # type: ignore[attr-defined]
+        return None
+    if model.model_computed_fields or model.model_config.get("extra") == "allow":
+        return None
+    if getattr(model.model_post_init, "__qualname__", "") not in _OWN_POST_INITS:
+        return None
+    schema = model.__pydantic_core_schema__
+    if _has_code(schema):
+        return None
+    keyed, ordered = _fields(schema)
+    return FieldWise(model, frozenset(keyed), frozenset(ordered))
 
 
 def _same(a: Any, b: Any, ordered: bool) -> bool:
