@@ -7,10 +7,14 @@ failed call in O(changes), and yields the call's structural diff without dumping
 
 from __future__ import annotations
 
+import copy
 import json
-from datetime import datetime, timedelta
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar, cast
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
@@ -53,6 +57,7 @@ class Change(BaseModel):
 
 
 _MISSING = object()
+_IMMUTABLE = (str, int, float, bool, bytes, datetime, date, time, timedelta, Enum, Decimal, UUID)
 
 
 def _dump_value(v: Any) -> Any:
@@ -113,6 +118,23 @@ class State(BaseModel):
 
     def dump(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def fork_sharing_records(self: S) -> S:
+        """A new state equal to this one: new dicts for its collections (and counters) holding the same record
+        objects, immutable top-level values shared, any other deep-copied (~4 µs against ~15-40 for a state
+        validated from JSON). The two stay apart as long as both are written through the CRUD helpers, which
+        replace a record and never change one in place: the contract a session's diff and rollback rest on.
+        For a template only the reward forks from (never handed to a tool itself)."""
+        values: dict[str, Any] = {}
+        for name, value in self.__dict__.items():
+            if isinstance(value, dict):
+                values[name] = dict(value)
+            elif value is None or isinstance(value, _IMMUTABLE):
+                values[name] = value
+            else:
+                values[name] = copy.deepcopy(value)
+        # the pydantic plugin types `model_construct` on the class it is written in (State), not on `S`
+        return cast(S, type(self).model_construct(_fields_set=set(self.model_fields_set), **values))
 
     def dump_json(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.dump(), indent=2) + "\n", encoding="utf-8")

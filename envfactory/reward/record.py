@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import from_json, to_json
 
 from envfactory.env.environment import BaseEnvironment
+from envfactory.env.state import State
 from envfactory.records.models import ToolCall
 from envfactory.reward.settings import RecordError
 from envfactory.reward.state_masking import Blank, apply_blanks
@@ -40,6 +41,7 @@ class Target:
     goal_changed: dict[str, bool]
     goal_delta: dict[str, Delta]  # native servers with a goal: where the goal dump differs from the initial one
     forks: dict[str, bytes]  # native servers: the initial dump as JSON, what their sessions fork from
+    templates: dict[str, State]  # plain-data native servers: the validated initial state, forked sharing records
     problems: list[str] = field(default_factory=list)
     _json: dict[str, bytes] = field(default_factory=dict)
     kinds: dict[tuple[str, str], str] = field(default_factory=dict)  # (server, tool) -> read / write

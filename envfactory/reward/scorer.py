@@ -59,13 +59,15 @@ def _call_key(call: ToolCall) -> CallKey | None:
 class InitialState:
     """A server's validated initial dump, shared by the records that start from the same config (read-only):
     `fork` its JSON (native environments), `canon` its canonical form; `parts` how goal states starting from it
-    may be validated in what differs from it alone (None: whole)."""
+    may be validated in what differs from it alone (None: whole); `template` the state `fork` validates to, what
+    sessions fork from sharing its records (`State.fork_sharing_records`; plain-data models only, as `parts`)."""
 
     env: BaseEnvironment
     dump: dict[str, Any]
     fork: bytes | None
     canon: dict[str, Any]
     parts: FieldWise | None = None
+    template: State | None = None
 
     def goal_dump(self, goal: dict[str, Any], source: str) -> dict[str, Any]:
         """`env.dump_state(env.new_state(goal, source))`, through `parts` where it can."""
@@ -197,12 +199,15 @@ class CompositeReward:
         except EnvFactoryError as e:
             raise RecordError(f"initial_config.{name}: {e}") from None
         native = type(env) is Environment  # a State with a change log, forked in this process
+        fork = to_json(dump) if native else None
+        parts = FieldWise.of(env.state_model) if cache and native else None  # type: ignore[attr-defined]
         built = InitialState(
             env,
             dump,
-            to_json(dump) if native else None,
+            fork,
             fast_canonical(dump, dump, self.settings.mask),
-            FieldWise.of(env.state_model) if cache and native else None,  # type: ignore[attr-defined]
+            parts,
+            parts.model.load_bytes(fork) if parts is not None and fork is not None else None,
         )
         if cache:
             self._initial_states[(name, key)] = built
@@ -251,6 +256,7 @@ class CompositeReward:
         goal_changed: dict[str, bool] = {}
         goal_delta: dict[str, Delta] = {}
         forks: dict[str, bytes] = {}
+        templates: dict[str, State] = {}
         texts: dict[str, bytes] = {}
         for name, env in envs.items():
             config = initial_raw.get(name)
@@ -262,6 +268,8 @@ class CompositeReward:
             native = start.fork is not None
             if start.fork is not None:
                 forks[name] = start.fork
+            if start.template is not None:
+                templates[name] = start.template
             goal_raw = final_raw.get(name)
             if goal_raw is None:
                 problems.append(f"{name}: no final state in final_config; not scored")
@@ -307,6 +315,7 @@ class CompositeReward:
             goal_changed=goal_changed,
             goal_delta=goal_delta,
             forks=forks,
+            templates=templates,
             problems=problems,
             _json=texts,
         )
@@ -471,12 +480,18 @@ class CompositeReward:
         return run.r_state, failed
 
     def _fork(self, t: Target, server: str) -> Session:
-        """A fresh session on the record's initial state of `server`: a native environment's straight from
-        the validated dump's JSON (what `Session.fork` does, without re-serializing it every time)."""
+        """A fresh session on the record's initial state of `server`: a native environment's from its validated
+        template, sharing its records (`State.fork_sharing_records`), or straight from the validated dump's JSON
+        (what `Session.fork` does, without re-serializing it every time)."""
         env = self.pool.get(server)
+        if env is not t.envs.get(server):
+            return Session.fork(env, t.initial[server])
+        # untraced: a replay wants the final state, not each call's diff (reads are traced all the same)
+        template = t.templates.get(server)
+        if template is not None:
+            return Session(env, template.fork_sharing_records(), traced=False)
         data = t.forks.get(server)
-        if data is not None and env is t.envs.get(server):
-            # untraced: a replay wants the final state, not each call's diff (reads are traced all the same)
+        if data is not None:
             return Session(env, env.state_model.load_bytes(data), traced=False)  # type: ignore[attr-defined]
         return Session.fork(env, t.initial[server])
 

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import computed_field, field_validator, model_validator
+from pydantic_core import to_json
 
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
@@ -180,3 +181,29 @@ def test_a_record_whose_dicts_changed_order_dumps_in_the_new_order(pool: EnvPool
                     assert got is not None and _deep_order(got) == _deep_order(want), (name, coll, rid)
                     reordered += _deep_order(want) != _deep_order(known)
     assert reordered, "no record held a dict: the case is not exercised"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_sessions_forked_sharing_records_behave_as_forks_from_json(data: st.DataObject, pool: EnvPool) -> None:
+    """`State.fork_sharing_records` (how the reward forks): the same results and final state as a state validated
+    from the dump's JSON, call after call, and the template never changes — on every bundled native environment,
+    random calls (most of them failing, so undone), i.e. no tool changes a record in place."""
+    name = data.draw(st.sampled_from(_native(pool)))
+    env = pool.get(name)
+    dump = env.dump_state(env.new_state(env.scenario(data.draw(st.sampled_from(env.scenario_names())))))
+    template = env.state_model.load_bytes(to_json(dump))
+    rng = random.Random(data.draw(st.integers(0, 2**32 - 1)))
+    ids = [rid for v in dump.values() if isinstance(v, dict) for rid in v]
+    calls = []
+    for _ in range(data.draw(st.integers(1, 8))):
+        tool = rng.choice(env.metadata.tools)
+        calls.append((tool.name, {p: rng.choice([*ids, "x", 1, 2, 2.5, True]) for p in tool.parameters}))
+    for traced in (True, False):
+        shared = Session(env, template.fork_sharing_records(), traced=traced)
+        fresh = Session(env, env.state_model.load_bytes(to_json(dump)), traced=traced)
+        for tool_name, args in calls:
+            a, b = shared.call(tool_name, args), fresh.call(tool_name, args)
+            assert (a.ok, a.result, a.error) == (b.ok, b.result, b.error), (name, tool_name, args)
+        assert shared.dump() == fresh.dump()
+        assert template.dump() == dump, f"{name}: a call changed the template it was forked from"
