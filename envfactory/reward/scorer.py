@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, cast
 
 from pydantic_core import to_json
@@ -76,6 +77,14 @@ class InitialState:
         return self.env.dump_state(self.env.new_state(goal, source))
 
 
+def _env_in(pool: EnvPool, server: str) -> BaseEnvironment | None:
+    """`server`'s environment in `pool`, or None."""
+    try:
+        return pool.get(server)
+    except EnvFactoryError:
+        return None
+
+
 def _zero(reason: str, alpha: float, **counts: int) -> RewardResult:
     return RewardResult(reward=0.0, alpha=alpha, reasons=[reason], **counts)
 
@@ -95,14 +104,15 @@ class CompositeReward:
         self._initial_configs: dict[Any, dict[str, dict[str, Any]]] = {}  # by initial_config's key
         self._initial_states: dict[tuple[str, Any], InitialState] = {}  # by (server, initial_config's key)
         s = self.settings
-        self.matcher = CallMatcher(self._env, case_sensitive=s.case_sensitive, rel_tol=s.rel_tol, abs_tol=s.abs_tol)
+        # the pool's lookup, not a method of this scorer: the matcher holding the scorer would make every scorer
+        # (and its cached records) a reference cycle, freed only by a full collection of the cyclic GC
+        self.matcher = CallMatcher(
+            partial(_env_in, pool), case_sensitive=s.case_sensitive, rel_tol=s.rel_tol, abs_tol=s.abs_tol
+        )
 
     # ---- environments and arguments ----------------------------------------------------------
     def _env(self, server: str) -> BaseEnvironment | None:
-        try:
-            return self.pool.get(server)
-        except EnvFactoryError:
-            return None
+        return _env_in(self.pool, server)
 
     def _kind(self, server: str, name: str) -> str:
         env = self._env(server) if server else None
