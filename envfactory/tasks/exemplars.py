@@ -410,19 +410,24 @@ class Exemplars:
         """Collections a collection's records reference (nested models included), in field order."""
         deps: list[str] = []
         seen: set[type[BaseModel]] = set()
-
-        def visit(model: type[BaseModel], path: str) -> None:
+        # depth first, in field order, with a stack: a recursive closure would be a reference cycle (it holds
+        # itself), keeping this object and all it holds for the cyclic collector
+        stack: list[tuple[type[BaseModel], str]] = [(self.collections[coll], coll)]
+        while stack:
+            model, path = stack.pop()
+            if model in seen:
+                continue
             seen.add(model)
             deps.extend(self.plan(model, path).refs.values())
+            nested: list[tuple[type[BaseModel], str]] = []
             for f, (tp, k, _) in fields_of(model).items():
                 sub = f"{path}.{f}"
                 while k in ("list", "dict"):
                     sub += "[]" if k == "list" else ".*"
                     tp = unwrap((get_args(tp) or (Any,))[-1])[0]
                     k = kind_of(tp)
-                if k == "model" and tp not in seen:
-                    visit(tp, sub)
-
-        visit(self.collections[coll], coll)
+                if k == "model":
+                    nested.append((tp, sub))
+            stack.extend(reversed(nested))
         deps.extend(src for (c, _), (src, _) in self.soft.items() if c == coll)
         return list(dict.fromkeys(d for d in deps if d != coll))

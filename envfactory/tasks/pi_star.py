@@ -772,6 +772,12 @@ class _PiStar:
         return planned, rec
 
     def run(self) -> PiStarOutcome:
+        try:
+            return self._run()
+        finally:  # the value maker looks ids up through this solver: let go of it, or the two are a reference
+            self.values.id_lookup = None  # cycle holding the episode's sessions for the cyclic collector
+
+    def _run(self) -> PiStarOutcome:
         spans = turn_spans(self.chain)
         turn_final: list[States] = []
         for turn, (start, end) in enumerate(spans):
