@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from envfactory.env.pool import EnvPool
 from envfactory.errors import ConfigError, DataError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
+from envfactory.heap import frozen_heap
 from envfactory.inputs import JsonlAppender, read_jsonl_log, read_yaml
 from envfactory.records.models import Conversation
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, read_conversations
@@ -328,27 +329,28 @@ def run_units(
     heldout = JsonlAppender(out / HELDOUT)
     split = {u.key: u.split for u in units}
     skipped = len(units) - len(todo)
-    for unit, result in (executor or LocalExecutor(concurrency)).map(runner, todo):
-        if isinstance(result, UnitOutcome):
-            outcome = result
-        else:  # a batch records a failure and goes on
-            reason = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
-            outcome = UnitOutcome(
-                key=unit.key, dropped=Dropped(key=unit.key, code="error", reason=reason, tools=unit.chain.tools)
-            )
-        if outcome.conversation is not None:
-            held = split.get(outcome.key) == "heldout"
-            (heldout if held else kept).write(outcome.conversation.model_dump_json())
-            if log is not None and held:
-                log.heldout_ids.append(outcome.conversation.id)
-            elif log is not None:
-                log.train.append(outcome.conversation)
-        elif outcome.dropped is not None:
-            dropped.write(outcome.dropped.model_dump_json())
-            if log is not None:
-                log.drops.append((outcome.dropped.key, outcome.dropped.code))
-        if progress is not None:
-            progress(outcome)
+    with frozen_heap():  # the pool, the graph, earlier lines: out of the collector's way
+        for unit, result in (executor or LocalExecutor(concurrency)).map(runner, todo):
+            if isinstance(result, UnitOutcome):
+                outcome = result
+            else:  # a batch records a failure and goes on
+                reason = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
+                outcome = UnitOutcome(
+                    key=unit.key, dropped=Dropped(key=unit.key, code="error", reason=reason, tools=unit.chain.tools)
+                )
+            if outcome.conversation is not None:
+                held = split.get(outcome.key) == "heldout"
+                (heldout if held else kept).write(outcome.conversation.model_dump_json())
+                if log is not None and held:
+                    log.heldout_ids.append(outcome.conversation.id)
+                elif log is not None:
+                    log.train.append(outcome.conversation)
+            elif outcome.dropped is not None:
+                dropped.write(outcome.dropped.model_dump_json())
+                if log is not None:
+                    log.drops.append((outcome.dropped.key, outcome.dropped.code))
+            if progress is not None:
+                progress(outcome)
     return skipped, len(todo)
 
 
