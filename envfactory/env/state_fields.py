@@ -1,7 +1,10 @@
-"""A state validated field by field: when a state model validates and dumps each top-level field on its own
-(`FieldWise.of`), a state that differs from a known, validated one in a few fields — or in a few records of
-its collections — is validated and dumped in those alone, the rest being the known dump's. The reward does this
-with every goal state against the initial state it starts from (most of a state does not change in a turn)."""
+"""A state dumped and validated field by field, against a known dump of it.
+
+Dumped (`touched_dump`): a state forked from a known dump, serialized only in the top-level fields its change
+log touched (π* reads its sessions' records at every call it binds; the reward dumps a replay that differs).
+Validated (`FieldWise`): when a state model validates and dumps each top-level field on its own, a state that
+differs from a known, validated one in a few fields — or in a few records of its collections — is validated and
+dumped in those alone (the reward's goal states against the initial state they start from)."""
 
 from __future__ import annotations
 
@@ -167,3 +170,15 @@ def _order_free(schema: Any) -> bool:
     if isinstance(schema, list | tuple):
         return all(_order_free(v) for v in schema)
     return True
+
+
+def touched_dump(state: State, initial: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`state.dump()` for a state forked from the dump `initial`, serializing only the top-level fields its
+    change log touched (the rest is `initial`'s, shared: read-only). None for a state model that dumps
+    itself its own way (the caller dumps the whole state)."""
+    if type(state).dump is not State.dump:
+        return None
+    touched = {entry.collection for entry in state.log_since(0)}
+    if not touched <= initial.keys():
+        return None
+    return {**initial, **state.model_dump(mode="json", include=touched)}

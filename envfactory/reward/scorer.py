@@ -16,7 +16,7 @@ from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.env.state import State
-from envfactory.env.state_fields import FieldWise
+from envfactory.env.state_fields import FieldWise, touched_dump
 from envfactory.errors import EnvFactoryError
 from envfactory.records.models import ToolCall
 from envfactory.reward.matching import CallMatcher, best_match
@@ -34,7 +34,7 @@ from envfactory.reward.record import (
 )
 from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
-from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_dump, touched_equal
+from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_equal
 from envfactory.reward.tool_calls import ParsedCompletion, ToolIndex, parse_tool_calls
 
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had

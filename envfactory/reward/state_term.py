@@ -117,15 +117,3 @@ def touched_equal(state: State, goal: Mapping[str, Any], delta: Delta) -> bool |
             else:
                 return None
     return True
-
-
-def touched_dump(state: State, initial: Mapping[str, Any]) -> dict[str, Any] | None:
-    """`state.dump()` for a state forked from the dump `initial`, serializing only the top-level fields its
-    change log touched (the rest is `initial`'s, shared: read-only). None for a state model that dumps
-    itself its own way (the caller dumps the whole state)."""
-    if type(state).dump is not State.dump:
-        return None
-    touched = {entry.collection for entry in state.log_since(0)}
-    if not touched <= initial.keys():
-        return None
-    return {**initial, **state.model_dump(mode="json", include=touched)}

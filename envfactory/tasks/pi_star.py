@@ -39,7 +39,8 @@ from envfactory.env.compiled import CompiledEnvironment, CompiledTool
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord
-from envfactory.env.state import DEFAULT_CLOCK
+from envfactory.env.state import DEFAULT_CLOCK, State
+from envfactory.env.state_fields import touched_dump
 from envfactory.records.episode import Episode, result_of
 from envfactory.records.models import Binding, PlannedCall, States, ToolCall, ToolResult
 from envfactory.tasks.compiled_refs import (
@@ -156,6 +157,8 @@ class _PiStar:
         clock = next((d.get("clock") for d in initial.values() if isinstance(d.get("clock"), str)), None)
         self.values = ValueMaker(self.rng, datetime.fromisoformat(clock) if clock else DEFAULT_CLOCK, self._some_id)
         self.episode = Episode(pool, initial, chain.servers)
+        # each native session's dump as it started: later reads dump only what its calls touched (`_dump`)
+        self.started = {name: (session, session.dump()) for name, session in self.episode.sessions.items()}
         self.spoken: dict[str, tuple[Any, int]] = {}  # user-provided values already said: name → (value, call)
         self.targets: dict[tuple[str, str], str] = {}  # (env, collection) → record id the chain is about
         self.results: list[ToolResult] = []
@@ -532,11 +535,21 @@ class _PiStar:
         """The records of `env`'s session now, by collection: kept in `views` (a call's binding reads them once:
         nothing runs while a call is bound, and binding reads them dozens of times), else from a fresh dump."""
         if views is None:
-            return _records(self.episode.sessions[env].dump())
+            return _records(self._dump(env))
         view = views.get(env)
         if view is None:
-            view = views[env] = _records(self.episode.sessions[env].dump())
+            view = views[env] = _records(self._dump(env))
         return view
+
+    def _dump(self, env: str) -> dict[str, Any]:
+        """`env`'s session's dump (read-only: it shares the unchanged fields with the dump it started from)."""
+        session = self.episode.sessions[env]
+        started, dump = self.started.get(env, (None, None))
+        if started is session and dump is not None and isinstance(session.state, State):
+            touched = touched_dump(session.state, dump)
+            if touched is not None:
+                return touched
+        return session.dump()
 
     def _bind(
         self, qualified: str, inputs: list[InputSource], attempt: int, say: set[str]

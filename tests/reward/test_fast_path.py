@@ -17,11 +17,12 @@ from hypothesis import strategies as st
 
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
+from envfactory.env.state_fields import touched_dump
 from envfactory.records.episode import Episode
 from envfactory.records.models import ToolCall
 from envfactory.records.verifier import canonical
 from envfactory.reward import CompositeReward, RewardSettings, apply_blanks, best_match, first_differences
-from envfactory.reward.state_term import dump_delta, touched_dump, touched_equal
+from envfactory.reward.state_term import dump_delta, touched_equal
 from tests.reward.test_scorer import BOOK, hermes, record
 
 Step = tuple[str, str, dict[str, Any]]
