@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from envfactory.errors import ConfigError, first_error
+from envfactory.inputs import missing_folders
 
 EmbedBackend = Literal["torch", "onnx", "onnx-int8"]
 Role = Literal["search", "code", "test", "query", "user", "solver", "eval"]
@@ -356,9 +357,7 @@ def _check_folders(settings: Settings) -> None:
     data = settings.data_dir
     if data is not None:
         path = data.expanduser()
-        anchor = path
-        while not anchor.exists() and anchor.parent != anchor:
-            anchor = anchor.parent
+        anchor, _ = missing_folders(path)
         if not anchor.is_dir():
             what = "is a file, not a folder" if anchor == path else f"is under {anchor}, which is not a folder"
             raise ConfigError(f"setting 'data_dir' (environment variable {_variable('data_dir')}): {data} {what}")

@@ -187,6 +187,19 @@ def read_json_model(path: Path, model: type[M], *, what: str = "file", error: Er
     return _validated(path, read_json(path, what=what, error=error), model, error)
 
 
+def missing_folders(path: Path) -> tuple[Path, list[Path]]:
+    """The nearest existing ancestor of `path` (or link) and the folders below it that do not exist yet
+    (outermost first): where a folder to be created would go, and what making it would make."""
+    missing: list[Path] = []
+    current = path
+    while not current.exists() and not current.is_symlink():
+        missing.append(current)
+        if current.parent == current:
+            break
+        current = current.parent
+    return current, missing[::-1]
+
+
 def read_bounded(fd: int, max_bytes: int) -> bytes:
     """At most `max_bytes + 1` bytes from `fd` (one more than allowed says the file is over the limit)."""
     chunks: list[bytes] = []

@@ -12,6 +12,7 @@ import typer
 
 from envfactory.env.metadata import ENV_NAME, ENV_NAME_MAX
 from envfactory.errors import EnvFactoryError
+from envfactory.inputs import missing_folders
 from envfactory.terminal import shorten
 
 
@@ -44,18 +45,6 @@ def _create_probe(folder: Path, shown: Path, option: str) -> None:
     os.unlink(probe)
 
 
-def _missing_chain(path: Path) -> tuple[Path, list[Path]]:
-    """The nearest existing ancestor of `path` and the folders below it that do not exist yet (outermost first)."""
-    missing: list[Path] = []
-    current = path
-    while not current.exists() and not current.is_symlink():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    return current, missing[::-1]
-
-
 def output_dir(path: Path, option: str = "--out") -> Path:
     """`path` if the command can write a folder there: an existing folder it can write into, or one it can
     create. Checked by doing it (the folders made for the check are removed again), so an output that is a
@@ -63,7 +52,7 @@ def output_dir(path: Path, option: str = "--out") -> Path:
     path = path.expanduser()
     if path.exists() and not path.is_dir():
         raise EnvFactoryError(f"{option} {shorten(str(path))} is a file: {option} names a folder to write into")
-    anchor, missing = _missing_chain(path)
+    anchor, missing = missing_folders(path)
     if not anchor.is_dir():
         raise EnvFactoryError(f"{option} {shorten(str(path))}: {shorten(str(anchor))} is not a folder")
     made: list[Path] = []

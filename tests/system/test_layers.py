@@ -156,9 +156,14 @@ def test_the_records_import_nothing_above_the_runtime() -> None:
 
 
 # serving's HTTP side (the per-session base, its ASGI layers, answers, uvicorn, limits, fair threads) may import only
-# itself and the input readers: it serves whatever `dispatch` answers and knows no environment, record or task
+# itself, the input readers and the error classes (a leaf: a bad ENVFACTORY_SERVE_* setting is a ConfigError): it
+# serves whatever `dispatch` answers and knows no environment, record or task
 SERVE_HTTP = ("asgi.py", "answers.py", "base.py", "fair.py", "http.py", "limits.py")
-SERVE_HTTP_MAY_IMPORT = ("envfactory.inputs", *(f"envfactory.serve.{name[:-3]}" for name in SERVE_HTTP))
+SERVE_HTTP_MAY_IMPORT = (
+    "envfactory.inputs",
+    "envfactory.errors",
+    *(f"envfactory.serve.{name[:-3]}" for name in SERVE_HTTP),
+)
 
 
 @pytest.mark.parametrize("name", SERVE_HTTP)
