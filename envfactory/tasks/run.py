@@ -94,6 +94,17 @@ def offline_runner(pool: EnvPool, settings: Settings) -> UnitRunner:
     return OfflineRunner(settings, pool)
 
 
+def plan_batch(config: SynthConfig, settings: Settings, pool: EnvPool, err: Console | None = None) -> Plan:
+    """The batch's units, over the run's tool graph; a plan with no unit is a `SynthError` saying why, before
+    the run's folder holds anything of it."""
+    plan = plan_units(config, pool, tool_graph(settings, config, err=err or SafeConsole(stderr=True), pool=pool))
+    if not plan.units:  # the graph gave no chain of these lengths
+        short = ", ".join(f"{env} {n}" for env, n in plan.shortfall.items())
+        why = f" (chains the tool graph could not give: {short}; try a shorter chain_length)" if short else ""
+        raise SynthError(f"nothing to run: the plan has no unit{why}")
+    return plan
+
+
 def run_batch(
     config: SynthConfig,
     settings: Settings,
@@ -102,18 +113,20 @@ def run_batch(
     executor: Executor | None = None,
     *,
     pool: EnvPool | None = None,
+    plan: Plan | None = None,
 ) -> BatchSummary:
-    """Plan, run what is not done yet, summarize, print statistics (`envfactory.tasks.report`), write the plot
-    and `summary.json`; a run that kept nothing is an error (after its summary and drop reasons are written:
-    they say why). `pool`: the caller's (the demo's, the runner's), else one over `settings`. A console of the
+    """Plan (unless `plan` is given: `plan_batch`'s), run what is not done yet, summarize, print statistics
+    (`envfactory.tasks.report`), write the plot and `summary.json`; a run that kept nothing is an error (after its
+    summary and drop reasons are written: they say why), and so is a plan with no unit (before anything is
+    written). `pool`: the caller's (the demo's, the runner's), else one over `settings`. A console of the
     caller's should be a `SafeConsole` (the net under the escaped printing)."""
     out = console or SafeConsole()
     err = SafeConsole(stderr=True) if console is None else console
     pool = pool if pool is not None else EnvPool(settings)
     outdir = config.folder()
     usage_before = process_usage().report()
-    graph = tool_graph(settings, config, err=err, pool=pool)
-    plan: Plan = plan_units(config, pool, graph)
+    if plan is None:
+        plan = plan_batch(config, settings, pool, err)
     if runner is None:
         if config.mode != "offline":
             raise SynthConfigError("mode 'llm' needs the QueryGen runner: run it through `envfactory synth`")
@@ -142,10 +155,6 @@ def run_batch(
     held = outdir / HELDOUT
     if stats.conversations == 0 and not (held.is_file() and held.stat().st_size > 0):  # the folder, resumed too
         reasons = ", ".join(f"{code} {n}" for code, n in summary.dropped_by_code.items())
-        if not reasons:  # nothing ran: the plan had no unit (the graph gave no chain of these lengths)
-            short = ", ".join(f"{env} {n}" for env, n in plan.shortfall.items())
-            why = f" (chains the tool graph could not give: {short}; try a shorter chain_length)" if short else ""
-            raise SynthError(f"no conversation was kept: the plan had no unit to run{why}")
         raise SynthError(f"no conversation was kept ({reasons}); the reasons are in {outdir / DROPPED}")
     return summary
 

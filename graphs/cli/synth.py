@@ -18,7 +18,7 @@ from envfactory.executor import check_executor_flags, executor_from
 from envfactory.llm.models import check_configured
 from envfactory.querygen.records import QUERY_ROLE, SOLVER_ROLE, USER_ROLE
 from envfactory.tasks.plan import choose_envs, load_config
-from envfactory.tasks.run import run_batch
+from envfactory.tasks.run import plan_batch, run_batch
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.terminal import SafeConsole
 
@@ -56,9 +56,10 @@ def synth(
     pool = EnvPool(settings)
     choose_envs(cfg, pool)  # an unknown environment: one line before the run's folder holds anything
     if cfg.mode == "offline":
+        plan = plan_batch(cfg, settings, pool, err)  # a plan with no unit: one line, nothing written
         record_synth_settings(cfg, settings, config)  # what shapes the run; a resume made otherwise stops here
         runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
-        run_batch(cfg, settings, console=out, executor=runs_on, pool=pool)
+        run_batch(cfg, settings, console=out, executor=runs_on, pool=pool, plan=plan)
         return
     check_configured((QUERY_ROLE, SOLVER_ROLE, USER_ROLE), settings)  # before any work, not once per unit
     try:
@@ -69,7 +70,8 @@ def synth(
             f"synth in llm mode needs {e.name}, which is not installed: pip install -e '.[graphs]'"
         ) from None
 
+    plan = plan_batch(cfg, settings, pool, err)
     with open_checkpointer(settings) as saver:  # one saver per process, shared by the batch's threads
         record_synth_settings(cfg, settings, config)
         runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
-        run_batch(cfg, settings, QueryGenRunner(settings, cfg, pool, saver), out, runs_on, pool=pool)
+        run_batch(cfg, settings, QueryGenRunner(settings, cfg, pool, saver), out, runs_on, pool=pool, plan=plan)

@@ -181,6 +181,7 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("synth --config {tmp}/stray.yaml --out {tmp}/r", "holdout_envs names environment(s)"),
     case("synth --config {tmp}/many.yaml --out {tmp}/r", "A=1000 environments asked, but the run has 1"),
     case("synth --config {tmp}/twice.yaml --out {tmp}/r", "envs lists ['hotels'] more than once"),
+    case("synth --config {tmp}/long.yaml --out {tmp}/r", "nothing to run: the plan has no unit"),
     case("contamination {run} --n 1000000000", "--n"),
     case("scaling fit {tmp}/adir", "is a folder"),
     case("synth --config {tmp}/nograph.yaml --out {tmp}/r", "no tool graph here"),
@@ -255,6 +256,7 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     (tmp / "misfit.json").write_text('{"hotels": 5}')
     (tmp / "many.yaml").write_text("mode: offline\nenvs: [hotels]\nA: 1000\n")
     (tmp / "twice.yaml").write_text("mode: offline\nenvs: [hotels, hotels]\n")
+    (tmp / "long.yaml").write_text("mode: offline\nenvs: [hotels]\nchain_length: [40, 50]\n")
     (tmp / "huge.yaml").write_text("mode: offline\nenvs: [hotels]\nT: 1000000000000\n")
     (tmp / "stray.yaml").write_text("mode: offline\nenvs: [hotels]\nholdout_envs: [nosuch]\n")
     (tmp / "nograph.yaml").write_text(f"mode: offline\nenvs: [hotels]\ngraph: {tmp}/nope.json\n")

@@ -149,10 +149,7 @@ def test_synth_prints_a_run_s_names_and_paths_as_written(project: Path) -> None:
     record_synth_settings(SynthConfig.model_validate(json.loads(config.read_text())), Settings(root=project))
     (out / CONVERSATIONS).write_text(conversation(EVIL).model_dump_json() + "\n")  # the run resumed: its settings
     plan = Plan(envs=[], units=[], shortfall={EVIL: 1})  # what the graph gave: nothing, for a name from the data
-    with (
-        mock.patch("envfactory.tasks.run.tool_graph", return_value=ToolGraph()),
-        mock.patch("envfactory.tasks.run.plan_units", return_value=plan),
-    ):
+    with mock.patch("graphs.cli.synth.plan_batch", return_value=plan):  # (an empty plan is refused before it)
         code, stdout, stderr = run_main(project, "synth", "--config", str(config))
     assert code == 0, stdout + stderr
     assert_clean(stdout + stderr)
