@@ -545,8 +545,9 @@ class _PiStar:
         """`env`'s session's dump (read-only: it shares the unchanged fields with the dump it started from)."""
         session = self.episode.sessions[env]
         started, dump = self.started.get(env, (None, None))
-        if started is session and dump is not None and isinstance(session.state, State):
-            touched = touched_dump(session.state, dump)
+        state = getattr(session, "state", None)  # a sandboxed session's state is in its worker
+        if started is session and dump is not None and isinstance(state, State):
+            touched = touched_dump(state, dump)
             if touched is not None:
                 return touched
         return session.dump()
