@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from envfactory.cli.args import env_names, out_file_option
+from envfactory.cli.args import env_names, out_file_option, refuse_overwriting_input
 from envfactory.config import get_settings
 from envfactory.inputs import write_atomic
 from envfactory.serve.affinity import AffinityError, BalancerSettings, haproxy_config
@@ -33,7 +33,9 @@ def config(
 ) -> None:
     """Print (or write) a ready MCP client configuration: absolute interpreter, ENVFACTORY_ROOT set."""
     names = env_names(name) or None
-    text = json.dumps(client_config(get_settings(), client, names, hub=hub, url=url), indent=2) + "\n"
+    settings = get_settings()
+    refuse_overwriting_input(out, "--out", settings.registry_file)  # the registry is what the config is made from
+    text = json.dumps(client_config(settings, client, names, hub=hub, url=url), indent=2) + "\n"
     if out is None:
         typer.echo(text, nl=False)
     else:

@@ -182,6 +182,7 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("synth --config {tmp}/many.yaml --out {tmp}/r", "A=1000 environments asked, but the run has 1"),
     case("synth --config {tmp}/twice.yaml --out {tmp}/r", "envs lists ['hotels'] more than once"),
     case("synth --config {tmp}/long.yaml --out {tmp}/r", "nothing to run: the plan has no unit"),
+    case("mcp config --out {project}/configs/mcp_server.json", "would overwrite"),
     case("contamination {run} --n 1000000000", "--n"),
     case("scaling fit {tmp}/adir", "is a folder"),
     case("synth --config {tmp}/nograph.yaml --out {tmp}/r", "no tool graph here"),
