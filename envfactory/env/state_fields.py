@@ -23,11 +23,13 @@ _MISSING = object()
 _KNOWN: weakref.WeakKeyDictionary[Any, FieldWise | None] = weakref.WeakKeyDictionary()  # by state model
 
 
-# schema types whose dump does not keep an input's key order anywhere (a model dumps in its fields' order): values
-# of these that compare equal (`==`, blind to order) dump the same, order included
-_ORDER_FREE = {
-    "model", "model-fields", "model-field", "default", "nullable", "union", "tagged-union", "literal", "enum",
-    "str", "int", "float", "bool", "none", "date", "datetime", "time", "timedelta", "decimal", "uuid", "list", "tuple",
+# schema types whose values, validated from anything equal (`==`) to a dump of theirs, dump to that very dump: a
+# model dumps in its fields' order; an int, float or bool field turns 1, 1.0 and true into its own type. Not here:
+# dicts and `Any` (an input's key order is kept), unions and `Any` (an input's JSON type is kept: 1 and 1.0), and
+# literals of anything but strings (true is not 1 there)
+_PLAIN = {
+    "model", "model-fields", "model-field", "default", "nullable", "enum", "str", "int", "float", "bool", "none",
+    "date", "datetime", "time", "timedelta", "decimal", "uuid", "list", "tuple",
 }  # fmt: skip
 
 
@@ -35,7 +37,8 @@ _ORDER_FREE = {
 class FieldWise:
     """How `model` may be validated in parts: `keyed` are its collections (dicts with plain string keys,
     no length bounds), whose records are validated one by one; `ordered` the fields whose values (a
-    collection's records) may hold a dict, whose key order `==` does not see but a dump keeps."""
+    collection's records) may hold what `==` does not tell apart but a dump keeps (a dict's key order, 1 and
+    1.0 in a union): those are compared by their JSON text."""
 
     model: type[State]
     keyed: frozenset[str]
@@ -133,7 +136,7 @@ def _has_code(schema: Any) -> bool:
 def _fields(schema: Mapping[str, Any]) -> tuple[list[str], list[str]]:
     """(keyed, ordered): the model's fields whose schema is a dict with plain string keys and no length bounds
     (its values are validated each on its own, keys kept as they are), and the fields whose values (a keyed
-    field's records) may hold a dict or anything else that keeps an input's key order in its dump."""
+    field's records) may hold a value `==` cannot tell from another that dumps otherwise (`_plain`)."""
     while schema.get("type") in ("definitions", "model"):
         schema = schema["schema"]
     if schema.get("type") != "model-fields":
@@ -153,22 +156,24 @@ def _fields(schema: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         ):
             keyed.append(name)
             values = inner.get("values_schema", {"type": "any"})
-        if not _order_free(values):
+        if not _plain(values):
             ordered.append(name)
     return keyed, ordered
 
 
-def _order_free(schema: Any) -> bool:
-    """Whether nothing in `schema` dumps with an input's key order (dicts, `Any`, a model keeping extra fields)."""
+def _plain(schema: Any) -> bool:
+    """Whether every value `schema` validates dumps the same from any input equal (`==`) to that dump (`_PLAIN`)."""
     if isinstance(schema, dict):
         kind = schema.get("type")
-        if isinstance(kind, str) and kind not in _ORDER_FREE:
+        if kind == "literal":
+            return all(isinstance(v, str) for v in schema.get("expected", [None]))
+        if isinstance(kind, str) and kind not in _PLAIN:
             return False
         if kind == "model" and schema.get("config", {}).get("extra_fields_behavior") == "allow":
             return False
-        return all(_order_free(v) for k, v in schema.items() if k not in ("cls", "metadata", "ref", "config"))
+        return all(_plain(v) for k, v in schema.items() if k not in ("cls", "metadata", "ref", "config"))
     if isinstance(schema, list | tuple):
-        return all(_order_free(v) for v in schema)
+        return all(_plain(v) for v in schema)
     return True
 
 

@@ -207,3 +207,33 @@ def test_sessions_forked_sharing_records_behave_as_forks_from_json(data: st.Data
             assert (a.ok, a.result, a.error) == (b.ok, b.result, b.error), (name, tool_name, args)
         assert shared.dump() == fresh.dump()
         assert template.dump() == dump, f"{name}: a call changed the template it was forked from"
+
+
+class _Reading(Record):
+    value: int | float = 0  # a union keeps the input's JSON type: 1 and 1.0 dump apart
+    extra: Any = None
+    count: int = 0  # an int field makes 1, 1.0 and true the same 1
+    on: bool = False
+
+
+class _Meter(State):
+    readings: dict[str, _Reading] = {}
+    level: int | float = 0
+
+
+@pytest.mark.parametrize(
+    ("field", "known", "goal"),
+    [("value", 1, 1.0), ("value", 1.0, 1), ("extra", 1, True), ("extra", {"a": 1, "b": 2}, {"b": 2, "a": 1}),
+     ("count", 1, 1.0), ("count", 1, True), ("on", True, 1), ("on", True, 1.0)],
+)  # fmt: skip
+def test_values_equal_under_python_but_not_as_json_dump_as_validating_whole(field: str, known: Any, goal: Any) -> None:
+    parts = FieldWise.of(_Meter)
+    assert parts is not None and parts.ordered == {"readings", "level"}
+    base = _Meter.model_validate({"readings": {"R1": {field: known}}, "level": known if field == "value" else 0})
+    dumped = base.dump()
+    bent = {**dumped, "readings": {"R1": {**dumped["readings"]["R1"], field: goal}}}
+    if field == "value":
+        bent["level"] = goal
+    want = _Meter.model_validate_json(to_json(bent)).dump()
+    got = parts.dump(dumped, bent, "goal")
+    assert got is not None and to_json(got) == to_json(want)
