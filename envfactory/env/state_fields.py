@@ -74,15 +74,15 @@ class FieldWise:
                 parts[key] = value
         try:
             dumped = self.model.load_bytes(to_json(parts), source).model_dump(mode="json", include=set(parts))
-        except Exception:
+            out = dict(known)
+            for key in parts:
+                value, old, new = goal[key], known[key], dumped[key]
+                if key in self.keyed and isinstance(value, dict) and isinstance(old, dict):
+                    out[key] = {rid: new[rid] if rid in new else old[rid] for rid in value}
+                else:
+                    out[key] = new
+        except Exception:  # (a key the model rewrote, which `of` should have ruled out: the whole way)
             return None
-        out = dict(known)
-        for key in parts:
-            value, old, new = goal[key], known[key], dumped[key]
-            if key in self.keyed and isinstance(value, dict) and isinstance(old, dict):
-                out[key] = {rid: new[rid] if rid in new else old[rid] for rid in value}
-            else:
-                out[key] = new
         return out
 
 
@@ -99,9 +99,12 @@ def _of(model: Any) -> FieldWise | None:
     if getattr(model.model_post_init, "__qualname__", "") not in _OWN_POST_INITS:
         return None
     schema = model.__pydantic_core_schema__
-    if _has_code(schema):
+    if _has_code(schema) or _renames(schema):
         return None
-    keyed, ordered = _fields(schema)
+    found = _fields(schema)
+    if found is None:  # a schema of definitions (a model that refers to itself): not read here
+        return None
+    keyed, ordered = found
     return FieldWise(model, frozenset(keyed), frozenset(ordered))
 
 
@@ -133,14 +136,29 @@ def _has_code(schema: Any) -> bool:
     return False
 
 
-def _fields(schema: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+def _renames(schema: Any) -> bool:
+    """Whether validation may turn a key or a field's name into another: a string setting of a model's config
+    (`str_to_lower`, `str_strip_whitespace`... apply to dict keys too) or an alias (a dump is by field name)."""
+    if isinstance(schema, dict):
+        config = schema.get("config")
+        if isinstance(config, dict) and any(k.startswith("str_") or k == "coerce_numbers_to_str" for k in config):
+            return True
+        if "validation_alias" in schema:
+            return True
+        return any(_renames(v) for k, v in schema.items() if k not in ("cls", "metadata"))
+    if isinstance(schema, list | tuple):
+        return any(_renames(v) for v in schema)
+    return False
+
+
+def _fields(schema: Mapping[str, Any]) -> tuple[list[str], list[str]] | None:
     """(keyed, ordered): the model's fields whose schema is a dict with plain string keys and no length bounds
     (its values are validated each on its own, keys kept as they are), and the fields whose values (a keyed
     field's records) may hold a value `==` cannot tell from another that dumps otherwise (`_plain`)."""
     while schema.get("type") in ("definitions", "model"):
         schema = schema["schema"]
     if schema.get("type") != "model-fields":
-        return [], []
+        return None
     keyed, ordered = [], []
     for name, field in schema.get("fields", {}).items():
         inner = field.get("schema", {})

@@ -44,6 +44,7 @@ _MEMO_SIZE = 64  # distinct replayed call sequences remembered per record
 _INDEXES_KEPT = 64  # sets of environments whose tool index is kept
 _CANDIDATES_KEPT = 1024
 _NORMALIZED_KEPT = 4096  # calls whose normalized arguments are kept
+_CHECK_EVERY = 64  # forks from templates between two looks at the template forked from
 _UNSET: Any = object()  # distinct predicted calls whose matches are remembered per record
 
 
@@ -103,6 +104,9 @@ class CompositeReward:
         self._normalized: dict[tuple[BaseEnvironment, CallKey], dict[str, Any] | None] = {}
         self._initial_configs: dict[Any, dict[str, dict[str, Any]]] = {}  # by initial_config's key
         self._initial_states: dict[tuple[str, Any], InitialState] = {}  # by (server, initial_config's key)
+        self._forks = 0  # sessions forked from templates (`_template_intact`)
+        self._spoiled: set[int] = set()  # ids of templates a tool changed
+        self._kept_spoiled: list[State] = []
         s = self.settings
         # the pool's lookup, not a method of this scorer: the matcher holding the scorer would make every scorer
         # (and its cached records) a reference cycle, freed only by a full collection of the cyclic GC
@@ -498,12 +502,33 @@ class CompositeReward:
             return Session.fork(env, t.initial[server])
         # untraced: a replay wants the final state, not each call's diff (reads are traced all the same)
         template = t.templates.get(server)
-        if template is not None:
+        if template is not None and self._template_intact(template, t.forks[server], server):
             return Session(env, template.fork_sharing_records(), traced=False)
         data = t.forks.get(server)
         if data is not None:
             return Session(env, env.state_model.load_bytes(data), traced=False)  # type: ignore[attr-defined]
         return Session.fork(env, t.initial[server])
+
+    def _template_intact(self, template: State, fork: bytes, server: str) -> bool:
+        """Whether forks may still share `template`'s records: every `_CHECK_EVERY`th fork looks at it again (its
+        dump, as JSON, against the one it was validated from). A tool that changed a record in place — against
+        the contract — changed the template for every later fork: it is dropped (forks from JSON from then on)
+        and the environment named once."""
+        if id(template) in self._spoiled:
+            return False
+        self._forks += 1
+        if self._forks % _CHECK_EVERY:
+            return True
+        if to_json(template.dump()) == fork:
+            return True
+        self._spoiled.add(id(template))
+        self._kept_spoiled.append(template)  # (kept: its id stays its own)
+        log.warning(
+            "reward: a tool of '%s' changed a record in place (not through the state's create/update/delete/set): "
+            "replays fork from the initial state's JSON from now on, and rewards scored before may be wrong",
+            server,
+        )
+        return False
 
     def _replay(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None]) -> Replayed:
         """Replay `calls` and compare the final states with the goal. A record keeps its last replay's

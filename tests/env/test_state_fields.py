@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import computed_field, field_validator, model_validator
+from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
 from pydantic_core import to_json
 
 from envfactory.env.environment import Environment
@@ -147,8 +147,23 @@ class _Strict(_Plain):
     model_config = {"strict": True}
 
 
-@pytest.mark.parametrize("model", [_Checked, _CrossField, _Computed, _PostInit, _Strict, Record])
-def test_a_model_with_code_of_its_own_is_validated_whole(model: type[Any]) -> None:
+class _LowerKeys(_Plain):  # validation rewrites dict keys too: a goal's "B1" is validated to "b1"
+    model_config = ConfigDict(str_to_lower=True)
+
+
+class _Aliased(State):  # validated by alias, dumped by name: a dump does not validate again
+    seats: int = Field(default=0, alias="seatCount")
+
+
+class _Nested(State):  # a model that refers to itself: a schema of definitions
+    top: dict[str, int] = {}
+    inner: _Nested | None = None
+
+
+@pytest.mark.parametrize(
+    "model", [_Checked, _CrossField, _Computed, _PostInit, _Strict, _LowerKeys, _Aliased, _Nested, Record]
+)
+def test_a_model_with_code_or_renames_of_its_own_is_validated_whole(model: type[Any]) -> None:
     assert FieldWise.of(model) is None
 
 

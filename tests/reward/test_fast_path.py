@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import math
 from collections import Counter
 from typing import Any
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
+from envfactory.env.state import State
 from envfactory.env.state_fields import touched_dump
 from envfactory.records.episode import Episode
 from envfactory.records.models import ToolCall
@@ -323,3 +325,30 @@ def test_a_scorer_and_its_records_are_freed_without_the_cyclic_collector(
             gc.enable()
     ours = {"CompositeReward", "Target", "Session", "LiveReplay", "Replayed", "CallMatcher", "ToolIndex"}
     assert not ours & kept.keys(), kept.most_common(8)
+
+
+def test_a_tool_that_changes_a_record_in_place_is_caught_and_forks_go_back_to_json(
+    pool: EnvPool, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Replays fork from a template sharing its records: a tool changing a record in place (against the contract)
+    would change it for every later fork. The scorer looks at its templates again (here at every fork) and drops
+    a changed one, saying so."""
+    cancel = [("hotels", "cancel_booking", {"booking_id": "BK-0001"})]
+    modify = [("hotels", "modify_booking", {"booking_id": "BK-0001", "nights": 4})]
+    first, second = record(pool, cancel), record(pool, modify)
+
+    def update_in_place(self: State, collection: str, key: str, **fields: Any) -> Any:
+        old = self.get(collection, key)
+        for name, value in fields.items():
+            object.__setattr__(old, name, value)  # what the contract forbids: the record itself changed
+        return old
+
+    monkeypatch.setattr("envfactory.reward.scorer._CHECK_EVERY", 1)
+    scorer = CompositeReward(pool)
+    monkeypatch.setattr(State, "update", update_in_place)
+    with caplog.at_level(logging.WARNING, logger="envfactory.reward"):
+        scorer.score(hermes([(n, a) for _, n, a in cancel]), **first)
+        assert not caplog.records  # the template was intact when this replay forked from it
+        scorer.score(hermes([(n, a) for _, n, a in modify]), **second)  # the next fork finds it changed
+    assert any("changed a record in place" in r.getMessage() for r in caplog.records), caplog.text
+    assert len(scorer._spoiled) == 1
