@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,7 @@ from envfactory.env.state import State
 
 _OWN_POST_INITS = {"BaseModel.model_post_init", "init_private_attributes"}  # pydantic's, not a model's own
 _MISSING = object()
+_NOT_SCHEMA = frozenset({"cls", "metadata"})  # a schema's keys that hold the class and annotations, not schemas
 _KNOWN: weakref.WeakKeyDictionary[Any, FieldWise | None] = weakref.WeakKeyDictionary()  # by state model
 
 
@@ -121,34 +122,40 @@ def _same(a: Any, b: Any, ordered: bool) -> bool:
         return False
 
 
+def _nodes(schema: Any, skip: frozenset[str] = frozenset()) -> Iterator[dict[str, Any]]:
+    """Every dict of a pydantic-core schema, depth first (the values under the keys in `skip` not entered)."""
+    if isinstance(schema, dict):
+        yield schema
+        for k, v in schema.items():
+            if k not in skip:
+                yield from _nodes(v, skip)
+    elif isinstance(schema, list | tuple):
+        for v in schema:
+            yield from _nodes(v, skip)
+
+
 def _has_code(schema: Any) -> bool:
     """Whether a pydantic-core schema runs code of its own anywhere (a function validator or serializer, a model's
     own `__init__`) or is strict somewhere."""
-    if isinstance(schema, dict):
-        kind = schema.get("type")
-        if isinstance(kind, str) and kind.startswith("function"):
-            return True
-        if schema.get("strict") is True or schema.get("custom_init") is True:
-            return True
-        return any(_has_code(v) for v in schema.values())
-    if isinstance(schema, list | tuple):
-        return any(_has_code(v) for v in schema)
-    return False
+    return any(
+        (isinstance(kind := node.get("type"), str) and kind.startswith("function"))
+        or node.get("strict") is True
+        or node.get("custom_init") is True
+        for node in _nodes(schema)
+    )
 
 
 def _renames(schema: Any) -> bool:
     """Whether validation may turn a key or a field's name into another: a string setting of a model's config
     (`str_to_lower`, `str_strip_whitespace`... apply to dict keys too) or an alias (a dump is by field name)."""
-    if isinstance(schema, dict):
-        config = schema.get("config")
-        if isinstance(config, dict) and any(k.startswith("str_") or k == "coerce_numbers_to_str" for k in config):
-            return True
-        if "validation_alias" in schema:
-            return True
-        return any(_renames(v) for k, v in schema.items() if k not in ("cls", "metadata"))
-    if isinstance(schema, list | tuple):
-        return any(_renames(v) for v in schema)
-    return False
+    return any(
+        (
+            isinstance(config := node.get("config"), dict)
+            and any(k.startswith("str_") or k == "coerce_numbers_to_str" for k in config)
+        )
+        or "validation_alias" in node
+        for node in _nodes(schema, _NOT_SCHEMA)
+    )
 
 
 def _fields(schema: Mapping[str, Any]) -> tuple[list[str], list[str]] | None:
@@ -181,18 +188,16 @@ def _fields(schema: Mapping[str, Any]) -> tuple[list[str], list[str]] | None:
 
 def _plain(schema: Any) -> bool:
     """Whether every value `schema` validates dumps the same from any input equal (`==`) to that dump (`_PLAIN`)."""
-    if isinstance(schema, dict):
-        kind = schema.get("type")
-        if kind == "literal":
-            return all(isinstance(v, str) for v in schema.get("expected", [None]))
-        if isinstance(kind, str) and kind not in _PLAIN:
-            return False
-        if kind == "model" and schema.get("config", {}).get("extra_fields_behavior") == "allow":
-            return False
-        return all(_plain(v) for k, v in schema.items() if k not in ("cls", "metadata", "ref", "config"))
-    if isinstance(schema, list | tuple):
-        return all(_plain(v) for v in schema)
-    return True
+    return all(_plain_node(node) for node in _nodes(schema, _NOT_SCHEMA | {"ref", "config"}))
+
+
+def _plain_node(node: dict[str, Any]) -> bool:
+    kind = node.get("type")
+    if kind == "literal":
+        return all(isinstance(v, str) for v in node.get("expected", [None]))
+    if isinstance(kind, str) and kind not in _PLAIN:
+        return False
+    return not (kind == "model" and node.get("config", {}).get("extra_fields_behavior") == "allow")
 
 
 def touched_dump(state: State, initial: Mapping[str, Any]) -> dict[str, Any] | None:
