@@ -105,8 +105,7 @@ class CompositeReward:
         self._initial_configs: dict[Any, dict[str, dict[str, Any]]] = {}  # by initial_config's key
         self._initial_states: dict[tuple[str, Any], InitialState] = {}  # by (server, initial_config's key)
         self._forks = 0  # sessions forked from templates (`_template_intact`)
-        self._spoiled: set[int] = set()  # ids of templates a tool changed
-        self._kept_spoiled: list[State] = []
+        self._spoiled: dict[int, State] = {}  # templates a tool changed, by id (held: the id stays theirs)
         s = self.settings
         # the pool's lookup, not a method of this scorer: the matcher holding the scorer would make every scorer
         # (and its cached records) a reference cycle, freed only by a full collection of the cyclic GC
@@ -521,8 +520,7 @@ class CompositeReward:
             return True
         if to_json(template.dump()) == fork:
             return True
-        self._spoiled.add(id(template))
-        self._kept_spoiled.append(template)  # (kept: its id stays its own)
+        self._spoiled[id(template)] = template
         log.warning(
             "reward: a tool of '%s' changed a record in place (not through the state's create/update/delete/set): "
             "replays fork from the initial state's JSON from now on, and rewards scored before may be wrong",
