@@ -31,7 +31,7 @@ from uvicorn.protocols.http.httptools_impl import RequestResponseCycle as _HTTPT
 
 from envfactory.inputs import MAX_DEPTH, InputError, parse_json
 from envfactory.serve.answers import response_body
-from envfactory.serve.http import CYCLE, guard_event_loop, harden_logging
+from envfactory.serve.http import CYCLE, guard_event_loop, harden_logging, loop_time
 from envfactory.serve.limits import SDK_MAX_BODY_BYTES, LogBudget, ServeLimits
 
 if TYPE_CHECKING:
@@ -88,6 +88,20 @@ _SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 HOLD_SLACK_S = 1.0  # how far a session's idle deadline may lag a full timeout before it is pushed (`_hold`)
 
 
+def _body_arrived(scope: Any, receive: Any) -> bool:
+    """Whether the request's whole body has arrived, so that reading it cannot wait: `receive` is the request's
+    own uvicorn (httptools) cycle's, unwrapped, and the cycle holds the end of the body (its message is ready
+    and no more follows). Anything else (another server, a wrapped `receive`, a body still arriving): False."""
+    ref = scope.get(CYCLE)
+    cycle = ref() if ref is not None else None
+    return (
+        isinstance(cycle, _HTTPTOOLS_CYCLE)
+        and receive == cycle.receive
+        and not cycle.more_body
+        and cycle.message_event.is_set()
+    )
+
+
 class BoundedJSONBody:
     """Refuse an oversized, slow, malformed or too deeply nested JSON body with a 4xx and one log line.
 
@@ -95,13 +109,18 @@ class BoundedJSONBody:
     with a 500 and a traceback. The body is read once (bounded in size and in time), its arrays,
     objects and values are counted before anything is parsed (a byte count: what `json.loads` of the
     body could cost is bounded before it runs, since C parsing holds the GIL wherever it runs), a large
-    body is parsed and depth-checked on a worker thread, and the body is handed on unchanged.
+    body is parsed and depth-checked on a worker thread, and the body is handed on unchanged. A body that
+    is whole when its request reaches this layer (a small request arrives with its headers) is read without
+    the deadline's cancel scope, which cannot fire then and costs ~9 µs of a ~250 µs fast-path call.
     """
+
+    waited = 0  # bodies read under the body's deadline, not yet whole when their request began (all instances)
 
     def __init__(self, app: Any, limits: ServeLimits | None = None, max_depth: int = MAX_DEPTH) -> None:
         self.app, self.max_depth = app, max_depth
         self.limits = limits or ServeLimits.from_env()
         self.max_bytes = self.limits.max_body_bytes
+        self.too_large = f"the request body is over the {self.max_bytes}-byte limit"
         self.parse_limiter = anyio.CapacityLimiter(self.limits.parse_threads)
         self.log_budget = LogBudget()
 
@@ -132,39 +151,49 @@ class BoundedJSONBody:
     def _parse(self, body: bytes) -> Any:
         return parse_json(body, "the request body", max_depth=self.max_depth, surrogates=True)
 
+    async def _read(self, scope: Any, receive: Any, send: Any, chunks: list[bytes]) -> bool:
+        """The body's chunks into `chunks`, counted as they arrive: True if it was refused (answered) or the client
+        went away, so an absurd one is refused after its first chunks, unread."""
+        size, containers, values, more = 0, 0, 0, True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return True  # the client went away
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._refuse(scope, send, 413, self.too_large)
+                return True
+            containers += chunk.count(b"[") + chunk.count(b"{")
+            values += chunk.count(b",")
+            why = self._over(containers, values)
+            if why is not None:
+                await self._refuse(scope, send, 413, why)
+                return True
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return False
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        too_large = f"the request body is over the {self.max_bytes}-byte limit"
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(scope, send, 413, too_large)
+            await self._refuse(scope, send, 413, self.too_large)
             return
         chunks: list[bytes] = []
-        size, containers, values, more = 0, 0, 0, True
-        with anyio.move_on_after(self.limits.body_timeout_s) as reading:
-            while more:
-                message = await receive()
-                if message["type"] != "http.request":
-                    return  # the client went away
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > self.max_bytes:
-                    await self._refuse(scope, send, 413, too_large)
-                    return
-                # counted as the body arrives: an absurd one is refused after its first chunks, unread
-                containers += chunk.count(b"[") + chunk.count(b"{")
-                values += chunk.count(b",")
-                why = self._over(containers, values)
-                if why is not None:
-                    await self._refuse(scope, send, 413, why)
-                    return
-                chunks.append(chunk)
-                more = message.get("more_body", False)
-        if reading.cancelled_caught:
-            timeout = self.limits.body_timeout_s
-            await self._refuse(scope, send, 408, f"the request body did not arrive within {timeout:g} s")
+        if _body_arrived(scope, receive):  # read at once: no deadline to keep (an anyio scope is ~9 µs a request)
+            refused = await self._read(scope, receive, send, chunks)
+        else:
+            type(self).waited += 1
+            with anyio.move_on_after(self.limits.body_timeout_s) as reading:
+                refused = await self._read(scope, receive, send, chunks)
+            if reading.cancelled_caught:
+                timeout = self.limits.body_timeout_s
+                await self._refuse(scope, send, 408, f"the request body did not arrive within {timeout:g} s")
+                return
+        if refused:
             return
         body = b"".join(chunks)
         del chunks
@@ -300,7 +329,7 @@ class FastToolCalls:
         pay for each call; a session's end and its eviction's idle time move by at most that slack."""
         idle, timeout = transport.idle_scope, self.server.session_manager.session_idle_timeout
         if idle is not None and timeout is not None:
-            deadline = anyio.current_time() + timeout
+            deadline = loop_time() + timeout
             if deadline - idle.deadline > min(HOLD_SLACK_S, timeout / 100):
                 idle.deadline = deadline
 

@@ -47,7 +47,7 @@ from envfactory.serve.asgi import (
     SessionBudget,
 )
 from envfactory.serve.fair import FairLimiter, OffLoop, Stopwatch, Turn
-from envfactory.serve.http import serve_http, uvicorn_config
+from envfactory.serve.http import loop_time, serve_http, uvicorn_config
 from envfactory.serve.limits import CallRing, ServeLimits, resident_mb, use_uvloop
 
 STATE_TOOL = "envfactory_state"
@@ -184,7 +184,7 @@ class SessionServer(FastMCP, Generic[H]):
         timeout = self.session_manager.session_idle_timeout
         if timeout is None:
             return None
-        latest = anyio.current_time() - self.limits.evict_idle_s  # idle since before this: may be ended
+        latest = loop_time() - self.limits.evict_idle_s  # idle since before this: may be ended
         best: tuple[str, Any] | None = None
         best_since = math.inf
         for session_id, transport in list(open_.items()):
@@ -275,7 +275,7 @@ class SessionServer(FastMCP, Generic[H]):
             yield
         finally:
             if not idle.cancel_called:
-                idle.deadline = anyio.current_time() + timeout
+                idle.deadline = loop_time() + timeout
 
     async def respond(
         self, key: Any, choice: Any, name: str, args: dict[str, Any], size: int = 0, request_id: Any = None

@@ -33,6 +33,7 @@ import sys
 import weakref
 from typing import Any
 
+import anyio
 import uvicorn
 
 from envfactory.serve.limits import LogBudget, ServeLimits, connection_cap, raise_fd_limit
@@ -70,6 +71,15 @@ def _over_capacity(message: str) -> Any:
         await send({"type": "http.response.body", "body": body})
 
     return app
+
+
+def loop_time() -> float:
+    """The running event loop's clock, the one anyio's deadlines (a session's idle scope) are on: asyncio's loop
+    read directly (~0.15 µs), `anyio.current_time()` (~1.5 µs: a backend lookup, two loop lookups) elsewhere."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:  # not on asyncio's loop (trio)
+        return anyio.current_time()
 
 
 CYCLE = "envfactory.cycle"  # scope key: a weak reference to the request's uvicorn cycle (set by GuardedHTTP)
