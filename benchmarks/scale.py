@@ -30,10 +30,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from figures import Figure, add_json_flag, write_figures
 from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
+PER_CORE_TARGET = 100.0  # issue 29: offline synthesis units per CPU-second, A9 T20 S2 D2
+RAY_TARGET_S = 1e-3  # issue 29: Ray's scheduling overhead per unit
 sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
@@ -160,7 +163,9 @@ def _import_cpu() -> float:
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def per_core_table(settings: Settings, pool: EnvPool, folder: Path, apps: int, tasks: int, states: int) -> Table:
+def per_core_table(
+    settings: Settings, pool: EnvPool, folder: Path, apps: int, tasks: int, states: int
+) -> tuple[Table, Figure]:
     config = SynthConfig.model_validate({"A": apps, "T": tasks, "S": states, "D": 2, "seed": 0, "out": folder})
     plan = plan_units(config, pool, tool_graph(settings, config))
     runner = OfflineRunner(settings, pool)
@@ -170,11 +175,49 @@ def per_core_table(settings: Settings, pool: EnvPool, folder: Path, apps: int, t
     table = Table(title=title)
     for col in ("run", "CPU s", "units / CPU-s", "with imports", "output (sorted sha256)"):
         table.add_column(col, justify="left" if col in ("run", "output (sorted sha256)") else "right")
+    rates: dict[bool, float] = {}
     for label, before in (("before: read back, Faker per state", True), ("now: RunLog, Faker per thread", False)):
         cpu, ran, digest = _per_core(runner, plan, folder / ("before" if before else "now"), before=before)
+        rates[before] = ran / cpu
         table.add_row(label, f"{cpu:.2f}", f"{ran / cpu:.1f}", f"{ran / (cpu + imports):.1f}", digest)
     table.caption = f"imports of a fresh interpreter: {imports:.2f} CPU-s; load {os.getloadavg()[0]:.2f}"
-    return table
+    figure = Figure(
+        path="offline synthesis",
+        measure=f"A{apps} T{tasks} S{states} D2, one core (units per CPU-second; output {digest})",
+        value=rates[False],
+        shown=f"{rates[False]:.1f} /CPU-s",
+        beside=f"the old costs put back: {rates[True]:.1f} /CPU-s",
+        target=f">= {PER_CORE_TARGET:.0f} /CPU-s",
+        met=rates[False] >= PER_CORE_TARGET,
+    )
+    return table, figure
+
+
+def ray_overhead(settings: Settings, pool: EnvPool, folder: Path, args: argparse.Namespace) -> None:
+    """Ray's scheduling overhead per unit (2 workers, empty runner), batched as by default and one unit a task."""
+    config = SynthConfig.model_validate({"T": args.tasks, "S": args.states, "D": 1, "seed": 0, "out": folder})
+    units = plan_units(config, pool, tool_graph(settings, config)).units
+    many = units * max(1, 2000 // len(units))
+    local = _scheduling(LocalExecutor(2), many)
+    batched = _scheduling(RayExecutor(ExecutorSettings(kind="ray", workers=2, num_cpus=2)), many)
+    single = _scheduling(RayExecutor(ExecutorSettings(kind="ray", workers=2, num_cpus=2, batch=1)), many)
+    table = Table(title=f"executor overhead per unit, {len(many)} units, empty runner")
+    table.add_column("executor")
+    table.add_column("per unit", justify="right")
+    table.add_row("local, 2 threads", f"{local * 1e6:.0f} µs")
+    table.add_row("Ray, 2 workers, batched (default)", f"{batched * 1e3:.2f} ms")
+    table.add_row("Ray, 2 workers, one unit a task", f"{single * 1e3:.2f} ms")
+    Console().print(table)
+    figure = Figure(
+        path="Ray executor",
+        measure=f"scheduling overhead per unit, 2 workers, empty runner ({len(many)} units)",
+        value=batched,
+        shown=f"{batched * 1e3:.2f} ms",
+        beside=f"one unit a task: {single * 1e3:.2f} ms; local threads: {local * 1e6:.0f} µs",
+        target=f"<= {RAY_TARGET_S * 1e3:.0f} ms",
+        met=batched <= RAY_TARGET_S,
+    )
+    write_figures(args.json, [figure])
 
 
 def main() -> None:
@@ -183,14 +226,21 @@ def main() -> None:
     parser.add_argument("--states", type=int, default=2)
     parser.add_argument("--per-core-plan", type=int, nargs=3, default=(9, 20, 2), metavar=("A", "T", "S"))
     parser.add_argument("--per-core-only", action="store_true", help="only the per-core table (no threads, no Ray)")
+    parser.add_argument("--ray-only", action="store_true", help="only Ray's per-unit overhead, batched and not")
+    add_json_flag(parser)
     args = parser.parse_args()
     console = Console()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         settings = Settings(root=ROOT, bfcl=False)
         pool = EnvPool(settings)
-        console.print(per_core_table(settings, pool, folder / "per-core", *args.per_core_plan))
+        if args.ray_only:
+            ray_overhead(settings, pool, folder, args)
+            return
+        table, per_core = per_core_table(settings, pool, folder / "per-core", *args.per_core_plan)
+        console.print(table)
         if args.per_core_only:
+            write_figures(args.json, [per_core])
             return
         config = SynthConfig.model_validate({"T": args.tasks, "S": args.states, "D": 1, "seed": 0, "out": folder})
         plan = plan_units(config, pool, tool_graph(settings, config))

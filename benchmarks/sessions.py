@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+from figures import Figure, add_json_flag, write_figures
 from rich.console import Console
 from rich.table import Table
 
@@ -308,8 +309,9 @@ def _lean(server: subprocess.Popen[bytes], target: str, env: str, sessions: int,
     return out["per_s"], used / wall, out["calls"] / used, 1 - out["failed"] / max(out["calls"], 1)
 
 
-def lean_main(env: str, sessions: list[int], seconds: float) -> None:
+def lean_main(env: str, sessions: list[int], seconds: float) -> list[Figure]:
     """`--lean-only`: the trainers' client against one server process, fast path and SDK path."""
+    rates: dict[tuple[str, int], tuple[float, float]] = {}
     t = Table(title=f"trainer client vs one server process: env={env}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
     for col in ("server", "sessions", "calls/s", "target", "server busy", "per server CPU-s", "calls succeeded"):
         t.add_column(col)
@@ -318,6 +320,7 @@ def lean_main(env: str, sessions: list[int], seconds: float) -> None:
         try:
             for n in sessions:
                 per_s, busy, per_cpu, ok = _lean(proc, url, env, n, seconds)
+                rates[(path, n)] = per_s, ok
                 met = "" if extra else ("yes" if per_s >= LEAN_TARGET else "[red]no[/red]")
                 ok_s = f"{ok:.1%}" + ("" if ok == 1 else " [red]![/red]")
                 t.add_row(
@@ -333,6 +336,21 @@ def lean_main(env: str, sessions: list[int], seconds: float) -> None:
             proc.terminate()
             proc.wait(10)
     Console(width=160).print(t)
+    figures = []
+    for n in sessions:
+        (fast, ok), (sdk, _) = rates[("fast path", n)], rates[("SDK path (--no-fast-calls)", n)]
+        figures.append(
+            Figure(
+                path="trainer client",
+                measure=f"tool calls against one server process, {n} sessions (book, then read back)",
+                value=fast,
+                shown=f"{fast:,.0f} /s ({ok:.0%} succeeded)",
+                beside=f"through the SDK: {sdk:,.0f} /s",
+                target=f">= {LEAN_TARGET:,} /s",
+                met=fast >= LEAN_TARGET and ok == 1,
+            )
+        )
+    return figures
 
 
 def main() -> None:
@@ -347,9 +365,10 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=3.0, help="duration of the calls/s measurements")
     p.add_argument("--sandbox-only", action="store_true", help="only the in-process and sandboxed rows")
     p.add_argument("--lean-only", action="store_true", help="only the trainer client against one server process")
+    add_json_flag(p)
     a = p.parse_args()
     if a.lean_only:
-        lean_main(a.env, sorted({a.concurrency, 64}), a.seconds)
+        write_figures(a.json, lean_main(a.env, sorted({a.concurrency, 64}), a.seconds))
         return
 
     pool = EnvPool(Settings(root=ROOT, bfcl=False))
@@ -394,6 +413,30 @@ def main() -> None:
         for name, value, target, met in sandbox_rows:
             t.add_row(name, value, target, "" if met is None else ("yes" if met else "[red]no[/red]"))
         Console(width=120).print(t)
+        share = sb_calls / inproc
+        write_figures(
+            a.json,
+            [
+                Figure(
+                    path="sandboxed sessions",
+                    measure="read-heavy session's calls, sandboxed (1 worker) / in-process",
+                    value=share,
+                    shown=f"{share:.0%} ({sb_calls:,.0f} /s)",
+                    beside=f"in-process: {inproc:,.0f} /s",
+                    target=">= 50 %",
+                    met=share >= 0.5,
+                ),
+                Figure(
+                    path="sandboxed sessions",
+                    measure="worker start, from a warm spare (hand-over)",
+                    value=spare_start,
+                    shown=f"{spare_start * 1e3:.1f} ms",
+                    beside=f"cold: {cold_start * 1e3:.0f} ms",
+                    target="<= 50 ms",
+                    met=spare_start <= 0.05,
+                ),
+            ],
+        )
         return
 
     def conv(kind: str, target: str, total: int, concurrency: int, *extra: str) -> dict[str, float]:

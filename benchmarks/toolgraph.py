@@ -42,6 +42,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from figures import Figure, add_json_flag, write_figures
 from rich.console import Console
 from rich.table import Table
 
@@ -241,6 +242,7 @@ def main() -> None:
     parser.add_argument("--naive-max", type=int, default=842, help="run the naive loop up to this many tools")
     parser.add_argument("--skip-bfcl", action="store_true")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one scale, print JSON rows
+    add_json_flag(parser)
     args = parser.parse_args()
 
     settings = Settings(root=ROOT)
@@ -289,9 +291,21 @@ def main() -> None:
         "on — an estimate of a quiet machine's wall clock, used for the verdicts below when it is the lower",
         highlight=False,
     )
+    figures: list[Figure] = []
     for row in rows:
         total, cpu, quiet = float(row["_cold_total"]), float(row["_cold_cpu"]), float(row["_quiet"])
         if row["tools"] == "10,472":
+            figures.append(
+                Figure(
+                    path="tool graph",
+                    measure=f"10,472 tools cold, {row['backend']} (model load excluded)",
+                    value=total,
+                    shown=f"{total:.1f} s wall, ~{quiet:.0f} s quiet, {cpu:.0f} CPU-s",
+                    beside=f"before: {BASELINE_S:.0f} s (torch, quiet machine; quoted from issue 29)",
+                    target=f"<= {TARGET_S:.0f} s",
+                    met=min(total, quiet) <= TARGET_S,
+                )
+            )
             verdict = "met" if min(total, quiet) <= TARGET_S else "NOT met"
             console.print(
                 f"10,472 tools cold with {row['backend']}: {total:.1f} s wall, {cpu:.1f} s CPU, ~{quiet:.0f} s quiet, "
@@ -308,6 +322,7 @@ def main() -> None:
                 highlight=False,
             )
     console.print("peak RSS: of each scale's process, every backend's model included", highlight=False)
+    write_figures(args.json, figures)
     if args.skip_bfcl:
         return
 
