@@ -219,10 +219,17 @@ class CallRing:
 
 
 def drop(records: list[Any], gone: Iterable[Any]) -> None:
-    """Remove `gone` (by identity) from `records`, in place."""
-    ids = {id(g) for g in gone}
-    if ids:
-        records[:] = [r for r in records if id(r) not in ids]
+    """Remove `gone` (by identity) from `records` (distinct objects, one per call), in place. What a `CallRing`
+    lets go is its oldest, in the order they came: when they lead `records`, they are cut off the front without
+    a pass over the rest (a full session's history is rebuilt at every call otherwise)."""
+    out = list(gone)
+    if not out:
+        return
+    if len(out) <= len(records) and all(r is g for r, g in zip(records, out, strict=False)):
+        del records[: len(out)]
+        return
+    ids = {id(g) for g in out}
+    records[:] = [r for r in records if id(r) not in ids]
 
 
 class LogBudget:
