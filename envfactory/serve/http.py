@@ -10,7 +10,9 @@
   out. A kept-alive connection that has been answered is a session's: it is never closed to make room
   (it closes itself after `keep_alive_s` idle), so a flood cannot cut an open session off. Only when none is
   stalled does the new connection get a 503 (a JSON-RPC error body) for each request; the connections
-  already open, and so the sessions using them, are served as before.
+  already open, and so the sessions using them, are served as before. These deadlines and uvicorn's
+  keep-alive timeout are kept by one sweep per server (`_Sweep`, a tick of at most 0.25 s), not by two
+  timers made and cancelled for every request.
 - `guard_event_loop`: the loop's exception handler never raises and logs resource exhaustion (an
   `accept()` failing with EMFILE, asyncio then retries a second later) in one line without a
   traceback. Before it, the default handler logged through Rich, whose handler imports a module to
@@ -41,8 +43,12 @@ from envfactory.serve.limits import LogBudget, ServeLimits, connection_cap, rais
 try:
     import httptools  # noqa: F401
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as _BaseHTTP
+
+    _KEEP_ALIVE_BY_SWEEP = True  # GuardedHTTP answers in httptools' way, with the keep-alive timeout its sweep's
 except ImportError:  # pragma: no cover
     from uvicorn.protocols.http.h11_impl import H11Protocol as _BaseHTTP  # type: ignore[assignment]
+
+    _KEEP_ALIVE_BY_SWEEP = False
 
 _LOG = logging.getLogger("envfactory.serve")
 _EXHAUSTED = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
@@ -99,7 +105,8 @@ class GuardedHTTP(_BaseHTTP):
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        self._timer: asyncio.TimerHandle | None = None
+        self._deadline: float | None = None
+        _Sweep.watch(self)
         open_ = len(self.connections)
         if open_ > self.cap and self._make_room():
             open_ -= 1
@@ -151,29 +158,43 @@ class GuardedHTTP(_BaseHTTP):
         return True
 
     def _arm(self, timeout_s: float | None = None) -> None:
-        self._disarm()
+        """The next request's headers are due within `timeout_s` (the header timeout) from now: a deadline the
+        sweep (`_Sweep`) checks, not a timer of the connection's own (a timer made and cancelled per request)."""
         self._since = self.loop.time()  # the request (or the wait for it) began
+        self._deadline = self._since + (timeout_s or self.header_timeout_s)
         self._armed_cycle = self.cycle
         self._header_bytes = 0
-        self._timer = self.loop.call_later(timeout_s or self.header_timeout_s, self._headers_late)
 
     def _disarm(self) -> None:
-        timer, self._timer = getattr(self, "_timer", None), None
-        if timer is not None:
-            timer.cancel()
+        self._deadline = None
 
     def _waiting_for_headers(self) -> bool:
         return self.cycle is self._armed_cycle and (self.cycle is None or self.cycle.response_complete)
 
-    def _headers_late(self) -> None:
-        self._timer = None
-        if self._waiting_for_headers() and not self.transport.is_closing():
+    def _on_sweep(self, now: float) -> None:
+        """Close this connection if its headers are late, or (httptools) if it has been idle since its last
+        answer for uvicorn's keep-alive timeout."""
+        deadline = self._deadline
+        if deadline is None or self.transport is None or self.transport.is_closing():
+            return
+        if not self._waiting_for_headers():
+            return
+        if now >= deadline:
+            self._deadline = None
             type(self).closed_late += 1
             self.transport.close()
+        elif (
+            _KEEP_ALIVE_BY_SWEEP
+            and getattr(self, "_answered", False)
+            and not self._header_bytes
+            and now - self._since >= self.timeout_keep_alive
+        ):
+            self._deadline = None
+            self.transport.close()  # what uvicorn's keep-alive timer does
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        if self._timer is None:
+        if self._deadline is None:
             return
         if self.cycle is not self._armed_cycle:  # a request's headers are complete
             self._disarm()
@@ -188,7 +209,17 @@ class GuardedHTTP(_BaseHTTP):
     def on_response_complete(self) -> None:
         before = self.cycle
         self._answered = True
-        super().on_response_complete()
+        if _KEEP_ALIVE_BY_SWEEP:  # uvicorn's own, but the keep-alive timeout is the sweep's (no timer per answer)
+            self.server_state.total_requests += 1
+            if self.transport.is_closing():
+                return
+            self._unset_keepalive_if_required()
+            self.flow.resume_reading()
+            if self.pipeline:
+                cycle, app = self.pipeline.pop()
+                self._start_asgi_task(cycle, app)
+        else:
+            super().on_response_complete()
         if not self.transport.is_closing() and self.cycle is before:
             self._arm()  # the next request's headers are due within the timeout too
 
@@ -201,6 +232,38 @@ class GuardedHTTP(_BaseHTTP):
         the cycle there to write an answer's head and body at once (`serve.asgi.send_as_one_write`)."""
         cycle.scope[CYCLE] = weakref.ref(cycle)
         super()._start_asgi_task(cycle, app)
+
+
+class _Sweep:
+    """The deadlines of one server's connections, checked every `tick` seconds by one timer while any is open:
+    a header deadline and a keep-alive timeout are each a timer made and cancelled per request otherwise (two
+    `call_later`s and two cancels of every answered request). A deadline passes at most a tick late: a tenth of
+    the shorter timeout, at most 0.25 s."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, connections: set[Any], tick: float) -> None:
+        self.loop, self.connections, self.tick = loop, connections, tick
+        self.handle: asyncio.TimerHandle | None = None
+
+    @classmethod
+    def watch(cls, conn: GuardedHTTP) -> None:
+        """Make sure the sweep of `conn`'s server (its uvicorn `server_state`) runs on `conn`'s loop."""
+        state = conn.server_state
+        sweep: _Sweep | None = getattr(state, "_envfactory_sweep", None)
+        if sweep is None or sweep.loop is not conn.loop:
+            timeouts = [conn.header_timeout_s, float(getattr(conn, "timeout_keep_alive", 5))]
+            sweep = cls(conn.loop, conn.connections, max(0.005, min(0.25, *(t / 10 for t in timeouts))))
+            state._envfactory_sweep = sweep  # type: ignore[attr-defined]
+        if sweep.handle is None:
+            sweep.handle = sweep.loop.call_later(sweep.tick, sweep.run)
+
+    def run(self) -> None:
+        self.handle = None
+        now = self.loop.time()
+        for conn in list(self.connections):
+            if isinstance(conn, GuardedHTTP):
+                conn._on_sweep(now)
+        if self.connections:
+            self.handle = self.loop.call_later(self.tick, self.run)
 
 
 def guarded_protocol(limits: ServeLimits, cap: int) -> type[GuardedHTTP]:
