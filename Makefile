@@ -101,5 +101,8 @@ bench: setup
 	$(BIN)/python benchmarks/toolgraph.py
 	$(BIN)/python benchmarks/reward.py
 
+bench-summary: setup
+	$(BIN)/python benchmarks/summary.py --write
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
