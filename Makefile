@@ -16,7 +16,7 @@ WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 # from __pycache__ (envfactory/env/folder.py), and the sandbox's workers keep their own setting.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup setup-external demo test test-external lint typecheck pytest bench clean system test-system
+.PHONY: setup setup-external demo test test-external lint typecheck pytest bench bench-summary clean system test-system
 
 # `make test` needs no compile: everything but llama.cpp (the `local` extra) and the test-only programs;
 # `make test-external` adds those and runs the tests marked `external` (.ci/run runs both)

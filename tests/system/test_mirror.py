@@ -122,7 +122,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "envfactory/scaling/table.py": "tests/scaling/test_evidence.py",
     "envfactory/serve/answers.py": "tests/serve/test_asgi_fast_calls.py",
     "envfactory/serve/base.py": "tests/serve/test_abuse.py",
-    "envfactory/serve/http.py": "tests/serve/test_abuse.py",
     "envfactory/serve/hub_server.py": "tests/serve/test_abuse.py",
     "envfactory/serve/limits.py": "tests/serve/test_abuse.py",
     "envfactory/suites/bfcl/calls.py": "tests/suites/bfcl/test_judge.py",
