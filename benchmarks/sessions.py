@@ -27,10 +27,12 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -229,13 +231,16 @@ async def _calls_lean(url: str, calls: list[Any], concurrency: int, seconds: flo
     then reads in a loop. What is left of a call's time is the server's and the wire's. (An httpx client per
     session did ~1,000 calls/s here, its own cost the limit.) Every call's result is checked: `failed` counts
     the calls whose tool failed."""
-    from envfactory.serve.trainer_client import TrainerSession
+    from envfactory.serve.trainer_client import ClientOptions, TrainerSession
 
     setup, reads = _reads_after_writes(calls)
     counts, failed = [0] * concurrency, [0] * concurrency
+    options = ClientOptions()
+    if url.startswith("unix:"):  # a server's --uds: the socket, with the HTTP path and host of a local URL
+        options, url = ClientOptions(uds=url.removeprefix("unix:")), "http://localhost/mcp"
 
     async def worker(i: int, stop: float) -> None:
-        async with await TrainerSession.open(url) as env:
+        async with await TrainerSession.open(url, options=options) as env:
             for tool, args in setup:
                 failed[i] += (await env.call(tool, args)).is_error
                 counts[i] += 1
@@ -277,6 +282,27 @@ def _client(*args: str) -> dict[str, float]:
     return dict(json.loads(res.stdout.strip().splitlines()[-1]))
 
 
+def _start_unix(env_name: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`envfactory serve --uds` on a socket in `folder`; (the process, "unix:PATH", the lean client's target)."""
+    path = folder / f"{env_name}.sock"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "envfactory.cli", "serve", env_name, "--transport", "http", "--uds", str(path)],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+                return proc, f"unix:{path}"
+            except OSError:
+                time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("HTTP server on a Unix socket did not start")
+
+
 def _start_http(env_name: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     proc = subprocess.Popen(
@@ -315,13 +341,19 @@ def lean_main(env: str, sessions: list[int], seconds: float) -> list[Figure]:
     t = Table(title=f"trainer client vs one server process: env={env}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
     for col in ("server", "sessions", "calls/s", "target", "server busy", "per server CPU-s", "calls succeeded"):
         t.add_column(col)
-    for path, extra in (("fast path", ()), ("SDK path (--no-fast-calls)", ("--no-fast-calls",))):
-        proc, url = _start_http(env, *extra)
+    servers = (
+        ("fast path", ()),
+        ("fast path, Unix socket (--uds)", None),
+        ("SDK path (--no-fast-calls)", ("--no-fast-calls",)),
+    )
+    folder = Path(tempfile.mkdtemp(prefix="envf-", dir="/tmp"))  # short: a socket's path is at most 107 bytes
+    for path, extra in servers:
+        proc, url = _start_http(env, *extra) if extra is not None else _start_unix(env, folder)
         try:
             for n in sessions:
                 per_s, busy, per_cpu, ok = _lean(proc, url, env, n, seconds)
                 rates[(path, n)] = per_s, ok
-                met = "" if extra else ("yes" if per_s >= LEAN_TARGET else "[red]no[/red]")
+                met = "" if extra else ("yes" if per_s >= LEAN_TARGET else "[red]no[/red]")  # () and None: fast
                 ok_s = f"{ok:.1%}" + ("" if ok == 1 else " [red]![/red]")
                 t.add_row(
                     path,
@@ -336,20 +368,23 @@ def lean_main(env: str, sessions: list[int], seconds: float) -> list[Figure]:
             proc.terminate()
             proc.wait(10)
     Console(width=160).print(t)
+    shutil.rmtree(folder, ignore_errors=True)
     figures = []
     for n in sessions:
-        (fast, ok), (sdk, _) = rates[("fast path", n)], rates[("SDK path (--no-fast-calls)", n)]
-        figures.append(
-            Figure(
-                path="trainer client",
-                measure=f"tool calls against one server process, {n} sessions (book, then read back)",
-                value=fast,
-                shown=f"{fast:,.0f} /s ({ok:.0%} succeeded)",
-                beside=f"through the SDK: {sdk:,.0f} /s",
-                target=f">= {LEAN_TARGET:,} /s",
-                met=fast >= LEAN_TARGET and ok == 1,
+        (sdk, _) = rates[("SDK path (--no-fast-calls)", n)]
+        for path, how in (("fast path", "loopback TCP"), ("fast path, Unix socket (--uds)", "a Unix socket")):
+            fast, ok = rates[(path, n)]
+            figures.append(
+                Figure(
+                    path="trainer client",
+                    measure=f"tool calls against one server process over {how}, {n} sessions (book, then read back)",
+                    value=fast,
+                    shown=f"{fast:,.0f} /s ({ok:.0%} succeeded)",
+                    beside=f"through the SDK (TCP): {sdk:,.0f} /s",
+                    target=f">= {LEAN_TARGET:,} /s",
+                    met=fast >= LEAN_TARGET and ok == 1,
+                )
             )
-        )
     return figures
 
 

@@ -313,14 +313,21 @@ def serve(
     fast_calls: Annotated[
         bool, typer.Option(help="HTTP: answer tool calls of open sessions without the SDK's message loop")
     ] = True,
+    uds: Annotated[
+        Path | None,
+        typer.Option(help="HTTP on this Unix socket instead of a TCP port (a trainer on the same machine; owner only)"),
+    ] = None,
 ) -> None:
     """Serve an environment as an MCP server (each MCP session gets its own isolated state)."""
     from envfactory.serve.mcp_server import EnvMCPServer
 
     settings = get_settings()
-    if transport is Transport.stdio and (host is not None or port is not None or not fast_calls):
-        given = [o for o, v in (("--host", host), ("--port", port), ("--no-fast-calls", not fast_calls)) if v]
+    if transport is Transport.stdio and (host is not None or port is not None or not fast_calls or uds is not None):
+        options = (("--host", host), ("--port", port), ("--no-fast-calls", not fast_calls), ("--uds", uds))
+        given = [o for o, v in options if v]
         raise EnvFactoryError(f"{', '.join(given)}: HTTP options; add --transport http, or leave them out for stdio")
+    if uds is not None and (host is not None or port is not None):
+        raise EnvFactoryError("--uds serves on a Unix socket: leave out --host and --port")
     env = EnvPool(settings).get(env_name(name))
     default_config = config_option(scenario) or env.default_scenario()
     if scenario is not None:  # a scenario that does not fit the state: one line now, not an error on every call
@@ -333,10 +340,16 @@ def serve(
         fast_calls=fast_calls,
     )
     if transport is Transport.http:
-        from envfactory.serve.net import check_bindable
+        from envfactory.serve.net import check_bindable, check_unix_socket
 
-        check_bindable(server.settings.host, server.settings.port)  # a taken port: one line, before "serving"
-        err.print(f"serving {name} on http://{safe(server.settings.host)}:{server.settings.port}/mcp", highlight=False)
+        # a taken port or socket path: one line, before "serving"
+        if uds is not None:
+            server.uds = check_unix_socket(uds)
+            address = f"the Unix socket {safe(str(server.uds))} (http://localhost/mcp)"
+        else:
+            check_bindable(server.settings.host, server.settings.port)
+            address = f"http://{safe(server.settings.host)}:{server.settings.port}/mcp"
+        err.print(f"serving {name} on {address}", highlight=False)
         server.run(transport="streamable-http")
     else:
         server.run(transport="stdio")

@@ -27,6 +27,7 @@ import math
 import weakref
 from abc import abstractmethod
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -109,6 +110,7 @@ class SessionServer(FastMCP, Generic[H]):
         self._limiters: dict[str, FairLimiter] = {}
         self.fast: FastToolCalls | None = None
         self.evicted = 0  # idle sessions ended to make room for new ones
+        self.uds: Path | None = None  # streamable HTTP on this Unix socket instead of (host, port)
 
     def streamable_http_app(self) -> Starlette:
         app = super().streamable_http_app()
@@ -121,7 +123,7 @@ class SessionServer(FastMCP, Generic[H]):
         app.add_middleware(GuardLoop)
         return app
 
-    def http_config(self, host: str | None = None, port: int | None = None) -> uvicorn.Config:
+    def http_config(self, host: str | None = None, port: int | None = None, uds: Path | None = None) -> uvicorn.Config:
         """uvicorn's configuration for this server under its limits (what `run` uses; tests and benchmarks too)."""
         return uvicorn_config(
             self.streamable_http_app(),
@@ -129,6 +131,7 @@ class SessionServer(FastMCP, Generic[H]):
             port=port or self.settings.port,
             limits=self.limits,
             log_level=self.settings.log_level.lower(),
+            uds=uds,
         )
 
     def run(self, transport: Any = "stdio", mount_path: str | None = None) -> None:
@@ -146,6 +149,7 @@ class SessionServer(FastMCP, Generic[H]):
             port=self.settings.port,
             limits=self.limits,
             log_level=self.settings.log_level.lower(),
+            uds=self.uds,
         )
 
     # ---- the session budget --------------------------------------------------------------------

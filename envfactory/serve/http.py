@@ -31,8 +31,10 @@ import json
 import logging
 import os
 import socket
+import stat
 import sys
 import weakref
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -341,14 +343,16 @@ def harden_logging() -> None:
 
 
 def uvicorn_config(
-    app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning"
+    app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning", uds: Path | None = None
 ) -> uvicorn.Config:
-    """uvicorn's configuration for a server under `limits` (header deadline, connection cap, keep-alive)."""
+    """uvicorn's configuration for a server under `limits` (header deadline, connection cap, keep-alive), on
+    (host, port), or on the Unix socket `uds` when given."""
     cap = connection_cap(limits)
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        uds=None if uds is None else str(uds),
         log_level=log_level,
         http=guarded_protocol(limits, cap),
         timeout_keep_alive=limits.keep_alive_s,
@@ -357,6 +361,7 @@ def uvicorn_config(
     )
 
 
+UDS_MODE = 0o600  # a server's Unix socket: only the user it runs as may connect (loopback TCP lets every local user)
 ACCEPT_BATCH = 128  # asyncio accepts up to `backlog` connections per wake-up, all started in one loop turn
 LISTEN_BACKLOG = 2048  # what the kernel queues (uvicorn's default), set again once the server listens
 
@@ -367,6 +372,8 @@ class _Server(uvicorn.Server):
     batch of 2,048 held the loop ~20 ms), and out of descriptors asyncio retries 128 accepts, not 2,048."""
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.config.uds is not None:
+            _owner_only_socket(self.config.uds)
         await super().startup(sockets)
         for server in getattr(self, "servers", []):
             for listening in server.sockets or ():
@@ -378,10 +385,23 @@ class _Server(uvicorn.Server):
                         dup.close()
 
 
-async def serve_http(app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning") -> None:
-    """Serve `app` with uvicorn under `limits` until interrupted."""
+def _owner_only_socket(path: str) -> None:
+    """Leave a socket file (no listener) at `path` with `UDS_MODE` if nothing is there. uvicorn opens a new Unix
+    socket to every local user (0o666) but keeps the mode of one it replaces, and the new socket is created under
+    the umask (no one else may write, so connect, to it) before that mode is set: owner-only throughout."""
+    if not os.path.lexists(path):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as placeholder:
+            placeholder.bind(path)
+    if stat.S_ISSOCK(os.lstat(path).st_mode):  # a stale one (`check_unix_socket`) too; anything else fails to bind
+        os.chmod(path, UDS_MODE)
+
+
+async def serve_http(
+    app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning", uds: Path | None = None
+) -> None:
+    """Serve `app` with uvicorn under `limits` until interrupted (on the Unix socket `uds` when given)."""
     raise_fd_limit()
-    config = uvicorn_config(app, host=host, port=port, limits=limits, log_level=log_level)
+    config = uvicorn_config(app, host=host, port=port, limits=limits, log_level=log_level, uds=uds)
     server = _Server(config)
     config.load()  # uvicorn sets up its logging here: harden it with the rest
     harden_logging()

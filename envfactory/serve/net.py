@@ -4,7 +4,10 @@ says it is serving."""
 from __future__ import annotations
 
 import errno
+import os
 import socket
+import stat
+from pathlib import Path
 
 from envfactory.errors import ServiceError
 
@@ -51,3 +54,34 @@ def check_bindable(host: str, port: int) -> None:
                 continue
         return
     raise BindError(f"cannot serve on {shown}: {why}")
+
+
+UNIX_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path, less its terminating NUL), Linux
+
+
+def check_unix_socket(path: Path) -> Path:
+    """`path`, absolute, if a server may listen there on a Unix socket: its folder exists, it fits in a socket
+    address, and it is free — nothing there, or a socket no process listens on (left by a server that died;
+    asyncio replaces it). A `BindError` that says which, before a server prints that it serves there: a live
+    socket is another server's, and a file that is not a socket is never replaced."""
+    path = Path(os.path.abspath(path))
+    if not path.parent.is_dir():
+        raise BindError(f"cannot serve on {path}: its folder does not exist (create it, or pick another --uds)")
+    if len(os.fsencode(path)) > UNIX_PATH_MAX:
+        too_long = f"a Unix socket's path is at most {UNIX_PATH_MAX} bytes"
+        raise BindError(f"cannot serve on {path}: {too_long}; pick a shorter one")
+    try:
+        mode = path.lstat().st_mode
+    except FileNotFoundError:
+        return path
+    except OSError as e:
+        raise BindError(f"cannot serve on {path}: {e.strerror or e}") from None
+    if not stat.S_ISSOCK(mode):
+        raise BindError(f"cannot serve on {path}: a file that is not a socket is there (it is left alone)")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return path  # a socket nobody listens on: replaced when the server starts
+    raise BindError(f"cannot serve on {path}: another process is listening there (pick another --uds)")

@@ -25,6 +25,11 @@ a request is `ServerHTTPError` (its status and the JSON-RPC message it sent), a 
 `JSONRPCError`, a connection that fails or an answer that is not HTTP/JSON-RPC is `ConnectionLostError` or
 `ProtocolError`. All are `TrainerClientError`.
 
+A trainer on the same machine as its server can skip TCP: `envfactory serve NAME --transport http --uds PATH`
+serves on a Unix socket only its user may connect to, and `ClientOptions(uds=PATH)` makes the session connect
+there (the URL still gives the request path and `host` header, e.g. `http://localhost/mcp`); a call costs the
+server less than over loopback TCP (docs/performance.md).
+
 What the server sends is not validated against the tool's `outputSchema` on either side (docs/serving.md,
 "Serving at trainer scale"): a tool's structured result is made by its return type's pydantic serializer,
 whose JSON Schema is the `outputSchema` the server lists.
@@ -116,6 +121,10 @@ class ClientOptions(BaseModel):
     )
     protocol_version: str = PROTOCOL_VERSION
     client_name: str = "envfactory-trainer"
+    uds: str | None = Field(
+        default=None,
+        description="connect through this Unix socket (a server's --uds) instead of the URL's host and port",
+    )
 
 
 class Content(BaseModel):
@@ -329,9 +338,13 @@ class TrainerSession:
         if conn is None:
             try:
                 async with asyncio.timeout(self.options.connect_timeout_s):
-                    reader, writer = await asyncio.open_connection(self.host, self.port, limit=2**22)
+                    if self.options.uds is not None:
+                        reader, writer = await asyncio.open_unix_connection(self.options.uds, limit=2**22)
+                    else:
+                        reader, writer = await asyncio.open_connection(self.host, self.port, limit=2**22)
             except (OSError, TimeoutError) as e:
-                raise ConnectionLostError(f"cannot connect to {self.url}: {e or type(e).__name__}") from e
+                through = "" if self.options.uds is None else f" through {self.options.uds}"
+                raise ConnectionLostError(f"cannot connect to {self.url}{through}: {e or type(e).__name__}") from e
             conn = self._conn = _Connection(reader, writer)
         return conn
 

@@ -85,6 +85,12 @@ def test_cli_errors_are_one_line(project: Path) -> None:
     one_line_error(run(project, "call", "hotels", "get_hotel", "--args", "[1]"), "--args must be a JSON object")
     one_line_error(run(project, "call", "hotels", "get_hotel", "--scenario", "nope"), "has no scenario 'nope'")
     one_line_error(run(project, "serve", "hotels", "--scenario", "nope"), "has no scenario 'nope'")
+    one_line_error(run(project, "serve", "hotels", "--uds", "x.sock"), "--uds: HTTP options; add --transport http")
+    sock = str(project / "s.sock")
+    both = run(project, "serve", "hotels", "--transport", "http", "--uds", sock, "--port", "8999")
+    one_line_error(both, "--uds serves on a Unix socket: leave out --host and --port")
+    nowhere = run(project, "serve", "hotels", "--transport", "http", "--uds", str(project / "no" / "s.sock"))
+    one_line_error(nowhere, "its folder does not exist")
     # usage errors click finds (unknown option or command, a bad value, a missing option): one line too, exit 2
     usage = [
         (("serve", "hotels", "--transport", "http", "--port", "99999"), "'--port'"),  # was uvicorn's traceback

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from envfactory.serve.net import BindError, check_bindable, free_port
+from envfactory.serve.net import UNIX_PATH_MAX, BindError, check_bindable, check_unix_socket, free_port
 
 
 def _has_ipv6() -> bool:
@@ -56,3 +59,35 @@ def test_ipv6_any_beside_an_ipv4_listener_is_accepted_as_asyncio_accepts_it() ->
             await server.wait_closed()
 
         asyncio.run(serve())  # what uvicorn does: it binds too
+
+
+def test_a_unix_socket_path_is_checked_before_serving() -> None:
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:  # short: a socket's path is at most 107 bytes
+        folder = Path(tmp)
+        free = folder / "free.sock"
+        assert check_unix_socket(free) == free and not free.exists()  # nothing there: fine, nothing made
+        with pytest.raises(BindError, match="its folder does not exist"):
+            check_unix_socket(folder / "no" / "s.sock")
+        with pytest.raises(BindError, match=f"at most {UNIX_PATH_MAX} bytes"):
+            check_unix_socket(folder / ("x" * 120))
+        plain = folder / "notes.txt"
+        plain.write_text("keep me")
+        with pytest.raises(BindError, match="a file that is not a socket is there"):
+            check_unix_socket(plain)
+        assert plain.read_text() == "keep me"
+        live = folder / "live.sock"
+        with socket.socket(socket.AF_UNIX) as listening:
+            listening.bind(str(live))
+            listening.listen()
+            with pytest.raises(BindError, match="another process is listening there"):
+                check_unix_socket(live)
+        stale = folder / "stale.sock"
+        with socket.socket(socket.AF_UNIX) as gone:
+            gone.bind(str(stale))  # never listened on, now closed: what a killed server leaves
+        assert check_unix_socket(stale) == stale
+        cwd = os.getcwd()
+        try:
+            os.chdir(folder)
+            assert check_unix_socket(Path("rel.sock")) == folder.resolve() / "rel.sock"  # made absolute
+        finally:
+            os.chdir(cwd)

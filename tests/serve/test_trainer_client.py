@@ -8,7 +8,15 @@ non-HTTP server), and a connection the server closed for idling must be replaced
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -238,3 +246,53 @@ async def slow_server() -> AsyncIterator[str]:
 async def test_a_request_past_its_timeout_raises(slow_server: str) -> None:
     with pytest.raises(ConnectionLostError, match="timeout_s"):
         await TrainerSession.open(slow_server, options=ClientOptions(timeout_s=0.3))
+
+
+def test_a_session_over_the_servers_unix_socket(tmp_path: Path) -> None:
+    """`envfactory serve --uds`: the CLI's own server on a Unix socket that only its user may connect to, and
+    trainer sessions reaching it there (`ClientOptions.uds`)."""
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:  # short: a socket's path is at most 107 bytes
+        path = Path(tmp) / "hotels.sock"
+        log = tmp_path / "server.log"
+        environ = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "ENVFACTORY_BFCL": "false"}
+        command = [sys.executable, "-m", "envfactory.cli", "serve", "hotels", "--transport", "http", "--uds", str(path)]
+        with log.open("w") as fh:
+            proc = subprocess.Popen(command, env=environ, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            _wait_for_unix_socket(path, proc, log)
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            assert f"serving hotels on the Unix socket {path}" in log.read_text()
+
+            async def rollout() -> tuple[Any, Any]:
+                options = ClientOptions(uds=str(path))
+                async with await TrainerSession.open("http://localhost/mcp", options=options) as env:
+                    await env.call("book_room", ANA)
+                    read = await env.call("get_booking", {"booking_id": "BK-0002"})
+                    return read, await env.state()
+
+            read, state = asyncio.run(rollout())
+            assert not read.is_error and read.data["guest_name"] == "Ana"
+            assert [b["guest_name"] for b in state["bookings"].values()].count("Ana") == 1
+
+            async def elsewhere() -> None:
+                options = ClientOptions(uds=str(Path(tmp) / "none.sock"))
+                await TrainerSession.open("http://localhost/mcp", options=options)
+
+            with pytest.raises(ConnectionLostError, match=r"through \S*none\.sock"):
+                asyncio.run(elsewhere())
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def _wait_for_unix_socket(path: Path, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, log.read_text()
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(str(path))
+                return
+            except OSError:
+                time.sleep(0.1)
+    raise AssertionError(f"the server did not listen on {path}: {log.read_text()}")
