@@ -1,0 +1,74 @@
+"""The verifier's state comparison (`records.verifier.state_differences`): its shortcut for two states that are
+one JSON document (`same_document`) answers what the long way (mask both, diff) answers."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envfactory.env.diff import diff_states
+from envfactory.records.models import MaskSpec
+from envfactory.records.verifier import canonical, same_document, state_differences
+
+NAN = math.nan
+LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.sampled_from([0.0, 1.0, -2.5, NAN]),
+    st.sampled_from(["", "a", "BK-0001", "<masked>"]),
+)
+JSON = st.recursive(
+    LEAVES,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("abcd"), inner, max_size=3)),
+    max_leaves=12,
+)
+
+
+def _twin(value: Any, draw: Any) -> Any:
+    """A copy of `value` that may differ in a leaf's type (1 / 1.0 / True), a list turned tuple, key order."""
+    if isinstance(value, dict):
+        items = [(k, _twin(v, draw)) for k, v in value.items()]
+        if draw(st.booleans()):
+            items.reverse()
+        return dict(items)
+    if isinstance(value, list):
+        out = [_twin(v, draw) for v in value]
+        return tuple(out) if draw(st.integers(0, 9)) == 0 else out
+    if draw(st.integers(0, 5)) == 0 and isinstance(value, bool | int | float) and not isinstance(value, float):
+        return float(value) if not isinstance(value, bool) else int(value)
+    return value
+
+
+def _long_way(initial: dict[str, Any], goal: dict[str, Any], actual: dict[str, Any], mask: MaskSpec) -> list[str]:
+    diff = diff_states(canonical(initial, goal, mask), canonical(initial, actual, mask))
+    return (
+        [f"missing {p}" for p in diff.removed]
+        + [f"unexpected {p}" for p in diff.added]
+        + [f"different {p}" for p in diff.changed]
+    )
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(st.sampled_from(["bookings", "notes", "n"]), JSON, max_size=3), st.data())
+def test_the_shortcut_answers_what_the_long_way_answers(goal: dict[str, Any], data: Any) -> None:
+    actual = _twin(goal, data.draw)
+    initial: dict[str, Any] = data.draw(st.sampled_from([{}, {"n": 1}, {"bookings": {}}]))
+    for mask in (MaskSpec(), MaskSpec(generated_ids=False)):
+        assert state_differences(initial, goal, actual, mask) == _long_way(initial, goal, actual, mask)
+        if same_document(goal, actual):
+            assert _long_way(initial, goal, actual, mask) == []
+
+
+def test_what_one_document_is() -> None:
+    shared = NAN
+    assert same_document({"a": [1, "x"], "b": None}, {"a": [1, "x"], "b": None})
+    assert same_document({"a": shared}, {"a": shared})  # one NaN object: the diff skips it too (`a is b`)
+    assert not same_document({"a": NAN}, {"a": float("nan")})  # two NaNs: the diff calls them different
+    assert not same_document({"a": 1}, {"a": 1.0}) and not same_document({"a": 1}, {"a": True})
+    assert not same_document({"a": [1]}, {"a": (1,)})
+    assert not same_document({"a": 1, "b": 2}, {"b": 2, "a": 1})  # another order: the long way decides (none)
+    assert not same_document({"a": object()}, {"a": object()})
