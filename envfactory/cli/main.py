@@ -344,7 +344,7 @@ def serve(
 
         # a taken port or socket path: one line, before "serving"
         if uds is not None:
-            server.uds = check_unix_socket(uds)
+            server.serve_on_unix_socket(check_unix_socket(uds))
             address = f"the Unix socket {safe(str(server.uds))} (http://localhost/mcp)"
         else:
             check_bindable(server.settings.host, server.settings.port)

@@ -123,7 +123,7 @@ class SessionServer(FastMCP, Generic[H]):
         app.add_middleware(GuardLoop)
         return app
 
-    def http_config(self, host: str | None = None, port: int | None = None, uds: Path | None = None) -> uvicorn.Config:
+    def http_config(self, host: str | None = None, port: int | None = None) -> uvicorn.Config:
         """uvicorn's configuration for this server under its limits (what `run` uses; tests and benchmarks too)."""
         return uvicorn_config(
             self.streamable_http_app(),
@@ -131,8 +131,16 @@ class SessionServer(FastMCP, Generic[H]):
             port=port or self.settings.port,
             limits=self.limits,
             log_level=self.settings.log_level.lower(),
-            uds=uds,
         )
+
+    def serve_on_unix_socket(self, path: Path) -> None:
+        """Streamable HTTP on the Unix socket `path` (checked: `net.check_unix_socket`) when `run`. A browser cannot
+        reach a Unix socket, so DNS rebinding (what the Host check guards against) cannot: a plain `Host:
+        localhost`, what curl --unix-socket and httpx send, is let in too."""
+        self.uds = path
+        security = self.settings.transport_security
+        if security is not None and "localhost" not in security.allowed_hosts:
+            security.allowed_hosts.append("localhost")
 
     def run(self, transport: Any = "stdio", mount_path: str | None = None) -> None:
         """FastMCP's `run`; streamable HTTP on the event loop `limits.event_loop` names (FastMCP's own `run`

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import socket
-import stat
 import sys
 import weakref
 from pathlib import Path
@@ -41,6 +40,7 @@ import anyio
 import uvicorn
 
 from envfactory.serve.limits import LogBudget, ServeLimits, connection_cap, raise_fd_limit
+from envfactory.serve.net import bind_unix_socket
 
 try:
     import httptools  # noqa: F401
@@ -201,6 +201,8 @@ class GuardedHTTP(_BaseHTTP):
         if self.cycle is not self._armed_cycle:  # a request's headers are complete
             self._disarm()
             return
+        if not self._waiting_for_headers():  # a pipelined request's body, read while the one before is answered
+            return
         self._header_bytes += len(data)
         if self._header_bytes > self.max_header_bytes and not self.transport.is_closing():
             self._disarm()
@@ -261,11 +263,16 @@ class _Sweep:
     def run(self) -> None:
         self.handle = None
         now = self.loop.time()
-        for conn in list(self.connections):
-            if isinstance(conn, GuardedHTTP):
-                conn._on_sweep(now)
-        if self.connections:
-            self.handle = self.loop.call_later(self.tick, self.run)
+        try:
+            for conn in list(self.connections):
+                if isinstance(conn, GuardedHTTP):
+                    try:
+                        conn._on_sweep(now)
+                    except Exception:  # one connection's failure must not end every other's deadlines
+                        _LOG.exception("closing a late connection failed")
+        finally:
+            if self.connections:
+                self.handle = self.loop.call_later(self.tick, self.run)
 
 
 def guarded_protocol(limits: ServeLimits, cap: int) -> type[GuardedHTTP]:
@@ -343,16 +350,14 @@ def harden_logging() -> None:
 
 
 def uvicorn_config(
-    app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning", uds: Path | None = None
+    app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning"
 ) -> uvicorn.Config:
-    """uvicorn's configuration for a server under `limits` (header deadline, connection cap, keep-alive), on
-    (host, port), or on the Unix socket `uds` when given."""
+    """uvicorn's configuration for a server under `limits` (header deadline, connection cap, keep-alive)."""
     cap = connection_cap(limits)
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        uds=None if uds is None else str(uds),
         log_level=log_level,
         http=guarded_protocol(limits, cap),
         timeout_keep_alive=limits.keep_alive_s,
@@ -361,7 +366,6 @@ def uvicorn_config(
     )
 
 
-UDS_MODE = 0o600  # a server's Unix socket: only the user it runs as may connect (loopback TCP lets every local user)
 ACCEPT_BATCH = 128  # asyncio accepts up to `backlog` connections per wake-up, all started in one loop turn
 LISTEN_BACKLOG = 2048  # what the kernel queues (uvicorn's default), set again once the server listens
 
@@ -371,9 +375,22 @@ class _Server(uvicorn.Server):
     `ACCEPT_BATCH` at a time: a burst of connections is taken in turns with the sessions' requests (one
     batch of 2,048 held the loop ~20 ms), and out of descriptors asyncio retries 128 accepts, not 2,048."""
 
+    unix_socket: tuple[Path, int, int] | None = None  # (path, device, inode) of the Unix socket it serves on
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        """uvicorn's shutdown, and the Unix socket's file removed if it is still this server's (uvicorn raises the
+        stopping signal again after it, so nothing after `serve` would run)."""
+        try:
+            await super().shutdown(sockets)
+        finally:
+            if self.unix_socket is not None:
+                path, device, inode = self.unix_socket
+                with contextlib.suppress(OSError):
+                    now = os.lstat(path)
+                    if (now.st_dev, now.st_ino) == (device, inode):  # not another server's since
+                        os.unlink(path)
+
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        if self.config.uds is not None:
-            _owner_only_socket(self.config.uds)
         await super().startup(sockets)
         for server in getattr(self, "servers", []):
             for listening in server.sockets or ():
@@ -385,23 +402,13 @@ class _Server(uvicorn.Server):
                         dup.close()
 
 
-def _owner_only_socket(path: str) -> None:
-    """Leave a socket file (no listener) at `path` with `UDS_MODE` if nothing is there. uvicorn opens a new Unix
-    socket to every local user (0o666) but keeps the mode of one it replaces, and the new socket is created under
-    the umask (no one else may write, so connect, to it) before that mode is set: owner-only throughout."""
-    if not os.path.lexists(path):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as placeholder:
-            placeholder.bind(path)
-    if stat.S_ISSOCK(os.lstat(path).st_mode):  # a stale one (`check_unix_socket`) too; anything else fails to bind
-        os.chmod(path, UDS_MODE)
-
-
 async def serve_http(
     app: Any, *, host: str, port: int, limits: ServeLimits, log_level: str = "warning", uds: Path | None = None
 ) -> None:
-    """Serve `app` with uvicorn under `limits` until interrupted (on the Unix socket `uds` when given)."""
+    """Serve `app` with uvicorn under `limits` until interrupted (on the Unix socket `uds` when given: bound here,
+    owner-only from the start (`net.bind_unix_socket`), handed to uvicorn, removed at the end)."""
     raise_fd_limit()
-    config = uvicorn_config(app, host=host, port=port, limits=limits, log_level=log_level, uds=uds)
+    config = uvicorn_config(app, host=host, port=port, limits=limits, log_level=log_level)
     server = _Server(config)
     config.load()  # uvicorn sets up its logging here: harden it with the rest
     harden_logging()
@@ -414,4 +421,11 @@ async def serve_http(
     # the event loop waits for the GIL after each of its system calls while a worker thread runs a CPU-bound
     # call: the switch interval is the most each such wait can take
     sys.setswitchinterval(limits.switch_interval_s)
-    await server.serve()
+    if uds is None:
+        await server.serve()
+        return
+    sock = bind_unix_socket(uds)
+    bound = os.lstat(uds)
+    server.unix_socket = (uds, bound.st_dev, bound.st_ino)
+    with sock:
+        await server.serve(sockets=[sock])

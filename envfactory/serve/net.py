@@ -3,10 +3,12 @@ says it is serving."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 from envfactory.errors import ServiceError
@@ -82,6 +84,39 @@ def check_unix_socket(path: Path) -> Path:
         probe.settimeout(1.0)
         try:
             probe.connect(str(path))
-        except OSError:
-            return path  # a socket nobody listens on: replaced when the server starts
+        except (ConnectionRefusedError, FileNotFoundError):
+            return path  # a socket nobody listens on (or gone since): replaced when the server starts
+        except OSError as e:  # a full accept queue (a busy server), another user's socket: not stale, not ours
+            why = e.strerror or type(e).__name__
+            in_use = f"a socket is there that may be in use ({why}); pick another --uds"
+            raise BindError(f"cannot serve on {path}: {in_use}") from None
     raise BindError(f"cannot serve on {path}: another process is listening there (pick another --uds)")
+
+
+def bind_unix_socket(path: Path) -> socket.socket:
+    """A socket bound at `path` that only its owner may connect to from the moment anyone could reach it: bound
+    inside a fresh private folder beside `path` (mode 0700), set to 0600 there, then renamed to `path` — which
+    replaces what is there (a stale socket) in one step, a symbolic link itself rather than what it points to.
+    Binding at `path` directly would make the socket under the umask (0777 with umask 0) until a chmod."""
+    folder = tempfile.mkdtemp(prefix=".ef", dir=path.parent)  # 0700; its name short: the path limit applies
+    inner = os.path.join(folder, "s")
+    try:
+        if len(os.fsencode(inner)) > UNIX_PATH_MAX:
+            raise BindError(f"cannot serve on {path}: its folder's path is too long to bind a socket beside it")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(inner)
+            os.chmod(inner, 0o600)
+            os.rename(inner, path)
+        except OSError as e:
+            sock.close()
+            raise BindError(f"cannot serve on {path}: {e.strerror or e}") from None
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(inner)  # only if the rename did not happen
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)

@@ -108,3 +108,19 @@ def test_a_next_request_begun_is_held_to_the_header_deadline_not_the_keep_alive(
         took = _closed_after(sock, HEADER_S + 3)
     assert HEADER_S * 0.9 <= took <= HEADER_S + 1.0
     assert _closed_late() == late + 1
+
+
+def test_a_pipelined_requests_body_is_not_counted_as_headers(port: int) -> None:
+    """A request pipelined behind another: its body, arriving while the first is answered, is a body (before, the
+    header limit counted it: a 431 past 64 KiB)."""
+    body = _initialize(port, 2).split(b"\r\n\r\n", 1)[1] + b" " * 100_000  # whitespace after the JSON: valid
+    head = (
+        b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
+        b"accept: application/json, text/event-stream\r\ncontent-length: %d\r\n\r\n" % (port, len(body))
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(_initialize(port, 1) + head + body[:10])
+        time.sleep(0.2)
+        sock.sendall(body[10:])
+        answers = _answers(sock, 2)
+    assert [(status, body["id"]) for status, body in answers] == [(200, 1), (200, 2)]

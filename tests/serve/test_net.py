@@ -5,12 +5,20 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import stat
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from envfactory.serve.net import UNIX_PATH_MAX, BindError, check_bindable, check_unix_socket, free_port
+from envfactory.serve.net import (
+    UNIX_PATH_MAX,
+    BindError,
+    bind_unix_socket,
+    check_bindable,
+    check_unix_socket,
+    free_port,
+)
 
 
 def _has_ipv6() -> bool:
@@ -81,6 +89,23 @@ def test_a_unix_socket_path_is_checked_before_serving() -> None:
             listening.listen()
             with pytest.raises(BindError, match="another process is listening there"):
                 check_unix_socket(live)
+        busy = folder / "busy.sock"
+        with socket.socket(socket.AF_UNIX) as listening:  # a server too busy to accept: its queue full
+            listening.bind(str(busy))
+            listening.listen(0)
+            queued = []
+            try:
+                while True:
+                    waiting = socket.socket(socket.AF_UNIX)
+                    waiting.setblocking(False)
+                    queued.append(waiting)
+                    waiting.connect(str(busy))
+            except OSError:
+                pass
+            with pytest.raises(BindError, match="a socket is there that may be in use"):
+                check_unix_socket(busy)
+            for waiting in queued:
+                waiting.close()
         stale = folder / "stale.sock"
         with socket.socket(socket.AF_UNIX) as gone:
             gone.bind(str(stale))  # never listened on, now closed: what a killed server leaves
@@ -91,3 +116,29 @@ def test_a_unix_socket_path_is_checked_before_serving() -> None:
             assert check_unix_socket(Path("rel.sock")) == folder.resolve() / "rel.sock"  # made absolute
         finally:
             os.chdir(cwd)
+
+
+def test_a_bound_socket_is_its_owners_alone_and_replaces_only_the_link(tmp_path: Path) -> None:
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        folder = Path(tmp)
+        before = os.umask(0)  # the loosest umask: a socket bound in place would be open to everyone (0777)
+        try:
+            fresh = bind_unix_socket(folder / "a.sock")
+        finally:
+            os.umask(before)
+        with fresh:
+            assert stat.S_IMODE((folder / "a.sock").stat().st_mode) == 0o600
+            fresh.listen()
+            with socket.socket(socket.AF_UNIX) as client:
+                client.connect(str(folder / "a.sock"))  # it is the socket bound: connections reach it
+        target = folder / "target.sock"
+        with socket.socket(socket.AF_UNIX) as other:
+            other.bind(str(target))
+            os.chmod(target, 0o777)
+            link = folder / "link.sock"
+            link.symlink_to(target)
+            with bind_unix_socket(link):
+                assert not link.is_symlink() and stat.S_ISSOCK(link.lstat().st_mode)
+                assert stat.S_IMODE(link.stat().st_mode) == 0o600
+            assert stat.S_IMODE(target.stat().st_mode) == 0o777  # what the link pointed to: untouched
+        assert sorted(p.name for p in folder.iterdir()) == ["a.sock", "link.sock", "target.sock"]  # no folder left

@@ -280,9 +280,25 @@ def test_a_session_over_the_servers_unix_socket(tmp_path: Path) -> None:
 
             with pytest.raises(ConnectionLostError, match=r"through \S*none\.sock"):
                 asyncio.run(elsewhere())
+
+            with socket.socket(socket.AF_UNIX) as raw:  # what curl --unix-socket sends: Host without a port
+                raw.connect(str(path))
+                message = (
+                    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"%s",'
+                    % (PROTOCOL.encode())
+                    + b'"capabilities":{},"clientInfo":{"name":"curl","version":"0"}}}'
+                )
+                raw.sendall(
+                    b"POST /mcp HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
+                    b"accept: application/json, text/event-stream\r\ncontent-length: %d\r\n\r\n"
+                    % len(message)
+                    + message
+                )
+                assert raw.recv(65536).startswith(b"HTTP/1.1 200")
         finally:
             proc.terminate()
             proc.wait(10)
+        assert not path.exists()  # the server removed its socket on the way out
 
 
 def _wait_for_unix_socket(path: Path, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:

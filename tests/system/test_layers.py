@@ -155,10 +155,11 @@ def test_the_records_import_nothing_above_the_runtime() -> None:
     assert above == [], "records/ sits below every stage that reads them (synthesis, rewards, export, eval, serve)"
 
 
-# serving's HTTP side (the per-session base, its ASGI layers, answers, uvicorn, limits, fair threads) may import only
+# serving's HTTP side (the per-session base, its ASGI layers, answers, uvicorn, limits, fair threads, the addresses it
+# binds: net) may import only
 # itself, the input readers and the error classes (a leaf: a bad ENVFACTORY_SERVE_* setting is a ConfigError): it
 # serves whatever `dispatch` answers and knows no environment, record or task
-SERVE_HTTP = ("asgi.py", "answers.py", "base.py", "fair.py", "http.py", "limits.py")
+SERVE_HTTP = ("asgi.py", "answers.py", "base.py", "fair.py", "http.py", "limits.py", "net.py")
 SERVE_HTTP_MAY_IMPORT = (
     "envfactory.inputs",
     "envfactory.errors",
