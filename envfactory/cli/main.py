@@ -464,7 +464,7 @@ def main() -> None:
             sys.exit(exit_code)
         ctx = getattr(e, "ctx", None)
         where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
-        message = e.format_message()  # type: ignore[attr-defined]
+        message = " ".join(e.format_message().split())  # type: ignore[attr-defined]  # click lists choices a line each
         err.print(f"[red]error:[/red] {safe(message)}{safe(where)}", highlight=False, soft_wrap=True)
         sys.exit(exit_code)
     except OSError as e:  # the machine refused a file operation (a data folder under /proc, a full disk): one line

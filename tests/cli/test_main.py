@@ -98,6 +98,7 @@ def test_cli_errors_are_one_line(project: Path) -> None:
         (("envs", "export", "hotels", "--format", "gym"), "'--format'"),
         (("envs", "export", "hotels", "--outt", "x"), "No such option: --outt"),
         (("mcp", "haproxy"), "Missing option '--backend'"),
+        (("export", "x", "--out", "y"), "Missing option '--format'. Choose from: trl-sft, trl-grpo,"),
         (("nope",), "No such command 'nope'"),
     ]
     for args, needle in usage:
