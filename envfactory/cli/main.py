@@ -322,12 +322,7 @@ def serve(
     from envfactory.serve.mcp_server import EnvMCPServer
 
     settings = get_settings()
-    if transport is Transport.stdio and (host is not None or port is not None or not fast_calls or uds is not None):
-        options = (("--host", host), ("--port", port), ("--no-fast-calls", not fast_calls), ("--uds", uds))
-        given = [o for o, v in options if v]
-        raise EnvFactoryError(f"{', '.join(given)}: HTTP options; add --transport http, or leave them out for stdio")
-    if uds is not None and (host is not None or port is not None):
-        raise EnvFactoryError("--uds serves on a Unix socket: leave out --host and --port")
+    _http_options(transport, ("--host", host), ("--port", port), ("--no-fast-calls", not fast_calls), ("--uds", uds))
     env = EnvPool(settings).get(env_name(name))
     default_config = config_option(scenario) or env.default_scenario()
     if scenario is not None:  # a scenario that does not fit the state: one line now, not an error on every call
@@ -340,19 +335,33 @@ def serve(
         fast_calls=fast_calls,
     )
     if transport is Transport.http:
-        from envfactory.serve.net import check_bindable, check_unix_socket
-
-        # a taken port or socket path: one line, before "serving"
-        if uds is not None:
-            server.serve_on_unix_socket(check_unix_socket(uds))
-            address = f"the Unix socket {safe(str(server.uds))} (http://localhost/mcp)"
-        else:
-            check_bindable(server.settings.host, server.settings.port)
-            address = f"http://{safe(server.settings.host)}:{server.settings.port}/mcp"
-        err.print(f"serving {name} on {address}", highlight=False)
-        server.run(transport="streamable-http")
+        _run_http(server, name, uds)
     else:
         server.run(transport="stdio")
+
+
+def _http_options(transport: Transport, *given: tuple[str, Any]) -> None:
+    """Refuse HTTP options (name, value: given when truthy) with stdio, and --uds beside --host or --port."""
+    named = [name for name, value in given if value]
+    if transport is Transport.stdio and named:
+        raise EnvFactoryError(f"{', '.join(named)}: HTTP options; add --transport http, or leave them out for stdio")
+    if "--uds" in named and ("--host" in named or "--port" in named):
+        raise EnvFactoryError("--uds serves on a Unix socket: leave out --host and --port")
+
+
+def _run_http(server: Any, what: str, uds: Path | None) -> None:
+    """Serve `server` over streamable HTTP on its host and port, or on the Unix socket `uds`; a taken port or
+    socket path is one line, before "serving"."""
+    from envfactory.serve.net import check_bindable, check_unix_socket
+
+    if uds is not None:
+        server.serve_on_unix_socket(check_unix_socket(uds))
+        address = f"the Unix socket {safe(str(server.uds))} (http://localhost/mcp)"
+    else:
+        check_bindable(server.settings.host, server.settings.port)
+        address = f"http://{safe(server.settings.host)}:{server.settings.port}/mcp"
+    err.print(f"serving {what} on {address}", highlight=False)
+    server.run(transport="streamable-http")
 
 
 @hub_app.command("serve")
@@ -363,10 +372,15 @@ def hub_serve(
     port: Annotated[int | None, typer.Option(min=1, max=65535, help="HTTP port (or ENVFACTORY_HTTP_PORT)")] = None,
     task: Annotated[str | None, typer.Option(help="the task every session starts with (stdio)")] = None,
     app_name: Annotated[list[str] | None, typer.Option("--app", help="serve only these apps (repeatable)")] = None,
+    uds: Annotated[
+        Path | None,
+        typer.Option(help="HTTP on this Unix socket instead of a TCP port (a trainer on the same machine; owner only)"),
+    ] = None,
 ) -> None:
     """Serve the pool through SynthAPI's meta-tools; a session picks its task with ?task=ID or envfactory_load_task."""
     from envfactory.serve.hub_server import build_hub_server
 
+    _http_options(transport, ("--host", host), ("--port", port), ("--uds", uds))
     settings = get_settings()
     apps = env_names(app_name) if app_name is not None else None
     bind_host, bind_port = host or settings.http_host, port or settings.http_port
@@ -374,11 +388,9 @@ def hub_serve(
         EnvPool(settings), tasks, apps=apps, default_task=task, host=bind_host, port=bind_port
     )
     if transport is Transport.http:
-        from envfactory.serve.net import check_bindable
-
-        check_bindable(bind_host, bind_port)
-        err.print(f"serving the hub on http://{safe(f'{bind_host}:{bind_port}')}/mcp", highlight=False)
-    server.run(transport="streamable-http" if transport is Transport.http else "stdio")
+        _run_http(server, "the hub", uds)
+    else:
+        server.run(transport="stdio")
 
 
 @app.command("call")

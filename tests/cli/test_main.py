@@ -91,6 +91,8 @@ def test_cli_errors_are_one_line(project: Path) -> None:
     one_line_error(both, "--uds serves on a Unix socket: leave out --host and --port")
     nowhere = run(project, "serve", "hotels", "--transport", "http", "--uds", str(project / "no" / "s.sock"))
     one_line_error(nowhere, "its folder does not exist")
+    one_line_error(run(project, "hub", "serve", "--uds", sock), "--uds: HTTP options; add --transport http")
+    one_line_error(run(project, "hub", "serve", "--host", "0.0.0.0"), "--host: HTTP options; add --transport http")
     # usage errors click finds (unknown option or command, a bad value, a missing option): one line too, exit 2
     usage = [
         (("serve", "hotels", "--transport", "http", "--port", "99999"), "'--port'"),  # was uvicorn's traceback

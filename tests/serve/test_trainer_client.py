@@ -301,6 +301,31 @@ def test_a_session_over_the_servers_unix_socket(tmp_path: Path) -> None:
         assert not path.exists()  # the server removed its socket on the way out
 
 
+def test_the_hub_serves_on_a_unix_socket_too(tmp_path: Path) -> None:
+    with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
+        path = Path(tmp) / "hub.sock"
+        log = tmp_path / "hub.log"
+        environ = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "ENVFACTORY_BFCL": "false"}
+        command = [sys.executable, "-m", "envfactory.cli", "hub", "serve", "--transport", "http", "--uds", str(path)]
+        with log.open("w") as fh:
+            proc = subprocess.Popen(command, env=environ, stdout=fh, stderr=subprocess.STDOUT)
+        try:
+            _wait_for_unix_socket(path, proc, log)
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+            assert f"serving the hub on the Unix socket {path}" in log.read_text()
+
+            async def session() -> str | None:
+                options = ClientOptions(uds=str(path))
+                async with await TrainerSession.open("http://localhost/mcp", options=options) as hub:
+                    return hub.session_id
+
+            assert asyncio.run(session())
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        assert not path.exists()
+
+
 def _wait_for_unix_socket(path: Path, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
