@@ -85,6 +85,14 @@ def output_file(path: Path, option: str = "--out") -> Path:
     return path
 
 
+def path_to_write(value: str) -> Path:
+    """A typer parser for an option naming a place to write: an empty value is refused (as a path it would be
+    the working folder, which nobody means by it), anything else is a `Path` for the callbacks below."""
+    if not str(value).strip():
+        raise typer.BadParameter("an empty path names no place to write; give a folder or file")
+    return Path(value)
+
+
 def _option_name(param: typer.CallbackParam) -> str:
     return param.opts[-1] if param.opts else f"<{param.name}>"
 

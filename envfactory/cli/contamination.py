@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from envfactory.cli.args import out_file_option, refuse_overwriting_input
+from envfactory.cli.args import out_file_option, path_to_write, refuse_overwriting_input
 from envfactory.errors import EnvFactoryError
 from envfactory.eval.items import load_conversations
 from envfactory.inputs import write_atomic
@@ -28,7 +28,8 @@ def contamination(
     against: Annotated[str, typer.Option(help="the benchmark: bfcl")] = "bfcl",
     n: Annotated[int, typer.Option(min=3, max=64, help="word n-gram length")] = 8,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="also write the report here", callback=out_file_option)
+        Path | None,
+        typer.Option("--json", help="also write the report here", parser=path_to_write, callback=out_file_option),
     ] = None,
 ) -> None:
     """Exact matches and n-gram overlap of requests, shared tool names, shared argument values."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Column, Table
 
-from envfactory.cli.args import out_dir_option
+from envfactory.cli.args import out_dir_option, path_to_write
 from envfactory.config import Settings, get_settings
 from envfactory.env.metadata import DOMAINS
 from envfactory.terminal import SafeConsole, json_text, safe, shorten
@@ -231,7 +231,10 @@ def compile_corpus(
     out_dir: Annotated[
         Path | None,
         typer.Option(
-            "--out", help="where healthy environments go (default <data dir>/compiled)", callback=out_dir_option
+            "--out",
+            help="where healthy environments go (default <data dir>/compiled)",
+            parser=path_to_write,
+            callback=out_dir_option,
         ),
     ] = None,
     ids: Annotated[list[str] | None, typer.Option("--id", help="only this spec (repeat for several)")] = None,

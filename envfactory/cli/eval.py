@@ -23,7 +23,7 @@ from langchain_core.language_models import BaseChatModel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envfactory.cli.args import out_dir_option
+from envfactory.cli.args import out_dir_option, path_to_write
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits
@@ -67,7 +67,10 @@ err = SafeConsole(stderr=True)
 
 @app.callback(invoke_without_command=True)
 def evaluate(
-    out_dir: Annotated[Path, typer.Option("--out", help="results folder (rerun to resume)", callback=out_dir_option)],
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", help="results folder (rerun to resume)", parser=path_to_write, callback=out_dir_option),
+    ],
     source: Annotated[Path | None, typer.Argument(help="a synth run's folder, or a conversations file")] = None,
     suite: Annotated[str | None, typer.Option(help=f"an imported suite instead of SOURCE: {', '.join(SUITES)}")] = None,
     split: Annotated[

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from envfactory.cli.args import out_dir_option, refuse_overwriting_input
+from envfactory.cli.args import out_dir_option, path_to_write, refuse_overwriting_input
 from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
@@ -53,7 +53,9 @@ def export(
     ctx: typer.Context,
     source: Annotated[Path, typer.Argument(help="a synth run folder (its conversations.jsonl) or a JSONL file")],
     fmt: Annotated[Format, typer.Option("--format", help="trl-sft | trl-grpo | llamafactory | verl")],
-    out_dir: Annotated[Path, typer.Option("--out", help="output folder", callback=out_dir_option)],
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="output folder", parser=path_to_write, callback=out_dir_option)
+    ],
     per: Annotated[Per, typer.Option(help="SFT samples: one per valid turn, or one per conversation")] = Per.turn,
     keep_thinking: Annotated[bool, typer.Option("--keep-thinking", help="keep <think> traces")] = False,
     system: Annotated[str | None, typer.Option(help="a system message for every sample")] = None,

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from envfactory.cli.args import env_name, env_names, out_dir_option
+from envfactory.cli.args import env_name, env_names, out_dir_option, path_to_write
 from envfactory.cli.corpus import app as corpus_app
 from envfactory.cli.mcp import app as mcp_app
 from envfactory.cli.prompts import app as prompts_app
@@ -106,9 +106,9 @@ class HubFormatOption(StrEnum):
 def envs_export(
     names: Annotated[list[str] | None, typer.Argument(help="environments (default: those the tasks use)")] = None,
     fmt: Annotated[HubFormatOption, typer.Option("--format", help="openenv | verifiers")] = HubFormatOption.openenv,
-    out_dir: Annotated[Path, typer.Option("--out", help="the package folder to write", callback=out_dir_option)] = Path(
-        "export"
-    ),
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="the package folder to write", parser=path_to_write, callback=out_dir_option)
+    ] = Path("export"),
     tasks: Annotated[
         Path | None, typer.Option("--tasks", help="a synth run folder (or conversations JSONL): its turns become tasks")
     ] = None,

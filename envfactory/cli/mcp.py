@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from envfactory.cli.args import env_names, out_file_option, refuse_overwriting_input
+from envfactory.cli.args import env_names, out_file_option, path_to_write, refuse_overwriting_input
 from envfactory.config import get_settings
 from envfactory.inputs import write_atomic
 from envfactory.serve.affinity import AffinityError, BalancerSettings, haproxy_config
@@ -28,7 +28,9 @@ def config(
     url: Annotated[str | None, typer.Option(help="a running HTTP server's URL (…/mcp) instead of stdio")] = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="write it to this file instead of printing it", callback=out_file_option),
+        typer.Option(
+            "--out", help="write it to this file instead of printing it", parser=path_to_write, callback=out_file_option
+        ),
     ] = None,
 ) -> None:
     """Print (or write) a ready MCP client configuration: absolute interpreter, ENVFACTORY_ROOT set."""
@@ -51,7 +53,9 @@ def haproxy(
     stats_socket: Annotated[str | None, typer.Option(help="a Unix socket for HAProxy's runtime API")] = None,
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="write it to this file instead of printing it", callback=out_file_option),
+        typer.Option(
+            "--out", help="write it to this file instead of printing it", parser=path_to_write, callback=out_file_option
+        ),
     ] = None,
 ) -> None:
     """Print (or write) an HAProxy configuration: several `serve --transport http` processes behind one port,

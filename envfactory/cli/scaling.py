@@ -18,7 +18,7 @@ import typer
 from pydantic import ValidationError
 from rich.table import Table
 
-from envfactory.cli.args import out_file_option, refuse_overwriting_input
+from envfactory.cli.args import out_file_option, path_to_write, refuse_overwriting_input
 from envfactory.scaling.budget import CompositionLimits, suggest_compositions
 from envfactory.scaling.errors import ScalingError
 from envfactory.scaling.fit import HoldoutReport, LawFit, check_fixed, evaluate_holdout, fit_law
@@ -129,10 +129,16 @@ def fit_cmd(
     ] = Proxy.nd,
     plot: Annotated[
         Path | None,
-        typer.Option("--plot", help="write the fit and extrapolation figure (PNG)", callback=out_file_option),
+        typer.Option(
+            "--plot",
+            help="write the fit and extrapolation figure (PNG)",
+            parser=path_to_write,
+            callback=out_file_option,
+        ),
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="write the whole report (JSON)", callback=out_file_option)
+        Path | None,
+        typer.Option("--json", help="write the whole report (JSON)", parser=path_to_write, callback=out_file_option),
     ] = None,
     model: ModelOption = None,
     seed: SeedOption = 0,
@@ -272,7 +278,10 @@ def add_cmd(
 @app.command("simulate")
 def simulate_cmd(
     out_path: Annotated[
-        Path, typer.Option("--out", help="table to write: .csv, .jsonl or .json", callback=out_file_option)
+        Path,
+        typer.Option(
+            "--out", help="table to write: .csv, .jsonl or .json", parser=path_to_write, callback=out_file_option
+        ),
     ],
     c0: Annotated[float, typer.Option("--c0", help="c₀")] = DEFAULT_PARAMS.c0,
     ca: Annotated[float, typer.Option("--ca", help="c_a")] = DEFAULT_PARAMS.ca,

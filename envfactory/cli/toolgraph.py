@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from envfactory.cli.args import env_name, env_names, out_file_option, refuse_overwriting_input
+from envfactory.cli.args import env_name, env_names, out_file_option, path_to_write, refuse_overwriting_input
 from envfactory.config import Settings, get_settings
 from envfactory.terminal import SafeConsole, json_text, safe, visible
 from envfactory.toolgraph.errors import ToolGraphError
@@ -47,9 +47,13 @@ def parse_length(text: str) -> tuple[int, int]:
 def build(
     out_path: Annotated[
         Path | None,
-        typer.Option("--out", help="where to write the graph (default: data dir)", callback=out_file_option),
+        typer.Option(
+            "--out", help="where to write the graph (default: data dir)", parser=path_to_write, callback=out_file_option
+        ),
     ] = None,
-    graphml: Annotated[Path | None, typer.Option(help="also export GraphML here", callback=out_file_option)] = None,
+    graphml: Annotated[
+        Path | None, typer.Option(help="also export GraphML here", parser=path_to_write, callback=out_file_option)
+    ] = None,
     env: Annotated[list[str] | None, typer.Option("--env", help="only these environments (repeatable)")] = None,
     no_llm: Annotated[bool, typer.Option("--no-llm", help="heuristic classification, no refinement")] = False,
     threshold: Annotated[
@@ -129,7 +133,11 @@ def show(
     graph_file: GraphOption = None,
     html: Annotated[
         Path | None,
-        typer.Option(help="write the HTML view here (default <data dir>/toolgraph/ENV.html)", callback=out_file_option),
+        typer.Option(
+            help="write the HTML view here (default <data dir>/toolgraph/ENV.html)",
+            parser=path_to_write,
+            callback=out_file_option,
+        ),
     ] = None,
 ) -> None:
     """One environment: its tools' inputs (user-provided or from which tools) and dependencies; writes an HTML view."""
@@ -169,6 +177,7 @@ def sample(
         typer.Option(
             "--out",
             help="JSONL file, '-' for stdout (default <data dir>/toolgraph/chains.jsonl)",
+            parser=path_to_write,
             callback=out_file_option,
         ),
     ] = None,
@@ -200,7 +209,9 @@ def sample(
 
 @app.command("export")
 def export(
-    graphml: Annotated[Path, typer.Option(help="GraphML file to write", callback=out_file_option)],
+    graphml: Annotated[
+        Path, typer.Option(help="GraphML file to write", parser=path_to_write, callback=out_file_option)
+    ],
     graph_file: GraphOption = None,
 ) -> None:
     """Export the graph as GraphML (every attribute, user_provided included)."""

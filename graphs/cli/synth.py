@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from envfactory.cli.args import out_dir_option
+from envfactory.cli.args import out_dir_option, path_to_write
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
@@ -31,7 +31,10 @@ err = SafeConsole(stderr=True)
 def synth(
     config: Annotated[Path, typer.Option("--config", help="YAML/JSON: mode, envs, A, T, S, D, seed, out, ...")],
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="output folder (overrides the config's)", callback=out_dir_option)
+        Path | None,
+        typer.Option(
+            "--out", help="output folder (overrides the config's)", parser=path_to_write, callback=out_dir_option
+        ),
     ] = None,
     concurrency: Annotated[int | None, typer.Option(min=1, help="units at once (overrides the config's)")] = None,
     executor: Annotated[str, typer.Option(help="local (threads here) or ray (workers on a Ray cluster)")] = "local",

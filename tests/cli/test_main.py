@@ -102,6 +102,8 @@ def test_cli_errors_are_one_line(project: Path) -> None:
         (("mcp", "haproxy"), "Missing option '--backend'"),
         (("export", "x", "--out", "y"), "Missing option '--format'. Choose from: trl-sft, trl-grpo,"),
         (("nope",), "No such command 'nope'"),
+        (("export", "x", "--format", "trl-sft", "--out", ""), "an empty path names no place to write"),  # not the cwd
+        (("mcp", "config", "--client", "generic", "--out", " "), "an empty path names no place to write"),
     ]
     for args, needle in usage:
         res = run(project, *args)
