@@ -103,7 +103,15 @@ def out_dir_option(ctx: typer.Context, param: typer.CallbackParam, value: Path |
 
 
 def out_file_option(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
-    """A typer callback: `output_file` for an option naming a file to write ('-' is stdout; None passes)."""
+    """A typer callback: `output_file` for an option naming a file to write (None passes). '-' is refused: such an
+    option writes a file, and a file named '-' is not what anyone means (`./-` names one)."""
+    if value is not None and str(value) == "-":
+        raise typer.BadParameter("'-' (standard output) is not a file this option writes; give a file name")
+    return None if value is None else output_file(value, option=_option_name(param))
+
+
+def out_file_or_stdout_option(ctx: typer.Context, param: typer.CallbackParam, value: Path | None) -> Path | None:
+    """A typer callback: as `out_file_option`, but '-' passes: the command prints to standard output then."""
     if value is None or str(value) == "-":
         return value
     return output_file(value, option=_option_name(param))

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from pydantic import ValidationError
 
-from envfactory.cli.args import env_names, out_file_option, path_to_write, refuse_overwriting_input
+from envfactory.cli.args import env_names, out_file_or_stdout_option, path_to_write, refuse_overwriting_input
 from envfactory.config import get_settings
 from envfactory.inputs import write_atomic
 from envfactory.serve.affinity import AffinityError, BalancerSettings, haproxy_config
@@ -29,7 +29,10 @@ def config(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", help="write it to this file instead of printing it", parser=path_to_write, callback=out_file_option
+            "--out",
+            help="write it to this file instead of printing it ('-': print it)",
+            parser=path_to_write,
+            callback=out_file_or_stdout_option,
         ),
     ] = None,
 ) -> None:
@@ -38,7 +41,7 @@ def config(
     settings = get_settings()
     refuse_overwriting_input(out, "--out", settings.registry_file)  # the registry is what the config is made from
     text = json.dumps(client_config(settings, client, names, hub=hub, url=url), indent=2) + "\n"
-    if out is None:
+    if out is None or str(out) == "-":
         typer.echo(text, nl=False)
     else:
         write_atomic(out, text)
@@ -54,7 +57,10 @@ def haproxy(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", help="write it to this file instead of printing it", parser=path_to_write, callback=out_file_option
+            "--out",
+            help="write it to this file instead of printing it ('-': print it)",
+            parser=path_to_write,
+            callback=out_file_or_stdout_option,
         ),
     ] = None,
 ) -> None:
@@ -65,7 +71,7 @@ def haproxy(
     except ValidationError as e:
         raise AffinityError(f"bad balancer settings: {e.errors()[0]['msg']}") from None
     text = haproxy_config(settings)
-    if out is None:
+    if out is None or str(out) == "-":
         typer.echo(visible(text), nl=False)
     else:
         write_atomic(out, text)

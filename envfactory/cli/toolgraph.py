@@ -9,7 +9,14 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from envfactory.cli.args import env_name, env_names, out_file_option, path_to_write, refuse_overwriting_input
+from envfactory.cli.args import (
+    env_name,
+    env_names,
+    out_file_option,
+    out_file_or_stdout_option,
+    path_to_write,
+    refuse_overwriting_input,
+)
 from envfactory.config import Settings, get_settings
 from envfactory.terminal import SafeConsole, json_text, safe, visible
 from envfactory.toolgraph.errors import ToolGraphError
@@ -178,7 +185,7 @@ def sample(
             "--out",
             help="JSONL file, '-' for stdout (default <data dir>/toolgraph/chains.jsonl)",
             parser=path_to_write,
-            callback=out_file_option,
+            callback=out_file_or_stdout_option,
         ),
     ] = None,
     graph_file: GraphOption = None,

@@ -104,6 +104,7 @@ def test_cli_errors_are_one_line(project: Path) -> None:
         (("nope",), "No such command 'nope'"),
         (("export", "x", "--format", "trl-sft", "--out", ""), "an empty path names no place to write"),  # not the cwd
         (("mcp", "config", "--client", "generic", "--out", " "), "an empty path names no place to write"),
+        (("scaling", "simulate", "--out", "-"), "'-' (standard output) is not a file this option writes"),
     ]
     for args, needle in usage:
         res = run(project, *args)
@@ -132,3 +133,20 @@ def test_a_graph_command_without_langgraph_says_which_extra_to_install(tmp_path:
     assert helped.returncode == 0 and "envgen" not in helped.stdout and "envs" in helped.stdout
     listed = subprocess.run([*cmd, "envs", "list", "--native"], env=env, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0 and "hotels" in listed.stdout
+
+
+def test_out_dash_prints_where_a_command_prints_and_is_refused_where_it_writes_a_file(
+    project: Path, tmp_path: Path
+) -> None:
+    env = {**os.environ, "ENVFACTORY_ROOT": str(project), "ENVFACTORY_BFCL": "false", "COLUMNS": "200"}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "envfactory.cli", *args]
+        return subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    printed = cli("mcp", "config", "--out", "-")
+    assert printed.returncode == 0, printed.stderr
+    assert "mcpServers" in json.loads(printed.stdout)
+    one_line_error_2 = cli("scaling", "simulate", "--out", "-")
+    assert one_line_error_2.returncode == 2 and "is not a file this option writes" in one_line_error_2.stderr
+    assert not (tmp_path / "-").exists()  # neither wrote a file named '-'
