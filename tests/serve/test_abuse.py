@@ -32,7 +32,15 @@ from envfactory.metatools import Hub
 from envfactory.serve.hub_server import HubMCPServer
 from envfactory.serve.limits import ServeLimits
 from envfactory.serve.mcp_server import RESET_TOOL, EnvMCPServer
-from tests.support.serve import JSON_HEADERS, RawSession, abuse_project, serve_process, serving
+from tests.support.serve import (
+    JSON_HEADERS,
+    RawSession,
+    abuse_project,
+    post_head,
+    read_answers,
+    serve_process,
+    serving,
+)
 
 HOTEL = {"hotel_id": "HT-LIS-01"}
 INIT = {
@@ -239,23 +247,8 @@ def test_slow_bodies_at_the_connection_cap_cannot_keep_new_clients_out(project: 
 def _post_on(sock: socket.socket, payload: dict[str, Any]) -> int:
     """POST `payload` to /mcp on an open keep-alive socket; the answer's status (its body read off the socket)."""
     body = json.dumps(payload).encode()
-    host = f"127.0.0.1:{sock.getpeername()[1]}"
-    head = (
-        b"POST /mcp HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\n"
-        b"accept: application/json, text/event-stream\r\ncontent-length: %d\r\n\r\n" % (host.encode(), len(body))
-    )
-    sock.sendall(head + body)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, "the server closed the connection"
-        data += chunk
-    headers, rest = data.split(b"\r\n\r\n", 1)
-    lines = headers.decode("latin-1").split("\r\n")
-    length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
-    while len(rest) < length:
-        rest += sock.recv(65536)
-    return int(lines[0].split()[1])
+    sock.sendall(post_head(f"127.0.0.1:{sock.getpeername()[1]}", len(body)) + body)
+    return read_answers(sock)[0][0]
 
 
 def test_a_flood_at_the_connection_cap_never_closes_an_answered_keep_alive_connection(project: Path) -> None:

@@ -18,17 +18,10 @@ from envfactory.serve.asgi import BoundedJSONBody
 from envfactory.serve.limits import ServeLimits
 from envfactory.serve.mcp_server import EnvMCPServer
 from tests.support.paths import ROOT
-from tests.support.serve import PROTOCOL, serving
+from tests.support.serve import initialize_body, post_head, read_answers, serving
 
 DEADLINE_S = 0.6
-BODY = json.dumps(
-    {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}},
-    }
-).encode()
+BODY = initialize_body()
 
 
 @pytest.fixture(scope="module")
@@ -40,25 +33,7 @@ def port() -> Any:
 
 
 def _head(port: int) -> bytes:
-    return (
-        b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
-        b"accept: application/json, text/event-stream\r\ncontent-length: %d\r\n\r\n" % (port, len(BODY))
-    )
-
-
-def _answer(sock: socket.socket) -> tuple[int, bytes]:
-    """The status and body of the answer on `sock` (read to its content-length)."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        assert chunk, "the server closed the connection before answering"
-        data += chunk
-    head, rest = data.split(b"\r\n\r\n", 1)
-    lines = head.decode("latin-1").split("\r\n")
-    length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
-    while len(rest) < length:
-        rest += sock.recv(65536)
-    return int(lines[0].split()[1]), rest
+    return post_head(f"127.0.0.1:{port}", len(BODY))
 
 
 def test_a_body_sent_with_its_headers_is_read_without_waiting(port: int) -> None:
@@ -66,7 +41,7 @@ def test_a_body_sent_with_its_headers_is_read_without_waiting(port: int) -> None
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         for _ in range(3):  # on one keep-alive connection, as a trainer's session sends them
             sock.sendall(_head(port) + BODY)
-            status, body = _answer(sock)
+            status, body = read_answers(sock)[0]
             assert status == 200 and json.loads(body)["result"]["protocolVersion"]
     assert BoundedJSONBody.waited == before
 
@@ -77,7 +52,7 @@ def test_a_body_that_comes_in_time_is_answered(port: int) -> None:
         sock.sendall(_head(port) + BODY[:10])
         time.sleep(DEADLINE_S / 3)
         sock.sendall(BODY[10:])
-        status, body = _answer(sock)
+        status, body = read_answers(sock)[0]
     assert status == 200 and json.loads(body)["result"]["protocolVersion"]
     assert BoundedJSONBody.waited == before + 1  # read under the deadline
 
@@ -86,7 +61,7 @@ def test_a_body_that_stops_arriving_gets_a_408_at_its_deadline(port: int) -> Non
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         started = time.monotonic()
         sock.sendall(_head(port) + BODY[:10])
-        status, body = _answer(sock)
+        status, body = read_answers(sock)[0]
         took = time.monotonic() - started
     assert status == 408
     assert json.loads(body)["error"]["message"] == f"the request body did not arrive within {DEADLINE_S:g} s"

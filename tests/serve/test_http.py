@@ -17,7 +17,7 @@ from envfactory.serve.http import GuardedHTTP
 from envfactory.serve.limits import ServeLimits
 from envfactory.serve.mcp_server import EnvMCPServer
 from tests.support.paths import ROOT
-from tests.support.serve import PROTOCOL, serving
+from tests.support.serve import initialize_body, post_head, read_answers, serving
 
 KEEP_ALIVE_S, HEADER_S = 1, 2.0
 
@@ -31,37 +31,13 @@ def port() -> Iterator[int]:
 
 
 def _initialize(port: int, request_id: int) -> bytes:
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": request_id,
-            "method": "initialize",
-            "params": {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-        }
-    ).encode()
-    head = (
-        b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
-        b"accept: application/json, text/event-stream\r\ncontent-length: %d\r\n\r\n" % (port, len(body))
-    )
-    return head + body
+    body = initialize_body(request_id)
+    return post_head(f"127.0.0.1:{port}", len(body)) + body
 
 
 def _answers(sock: socket.socket, n: int) -> list[tuple[int, dict[str, object]]]:
     """The next `n` answers on `sock`: (status, JSON body) each."""
-    data, out = b"", []
-    while len(out) < n:
-        while b"\r\n\r\n" not in data:
-            chunk = sock.recv(65536)
-            assert chunk, "closed before answering"
-            data += chunk
-        head, data = data.split(b"\r\n\r\n", 1)
-        lines = head.decode("latin-1").split("\r\n")
-        length = next(int(x.split(":", 1)[1]) for x in lines if x.lower().startswith("content-length:"))
-        while len(data) < length:
-            data += sock.recv(65536)
-        out.append((int(lines[0].split()[1]), json.loads(data[:length])))
-        data = data[length:]
-    return out
+    return [(status, json.loads(body)) for status, body in read_answers(sock, n)]
 
 
 def _closed_after(sock: socket.socket, limit_s: float) -> float:
@@ -113,11 +89,8 @@ def test_a_next_request_begun_is_held_to_the_header_deadline_not_the_keep_alive(
 def test_a_pipelined_requests_body_is_not_counted_as_headers(port: int) -> None:
     """A request pipelined behind another: its body, arriving while the first is answered, is a body (before, the
     header limit counted it: a 431 past 64 KiB)."""
-    body = _initialize(port, 2).split(b"\r\n\r\n", 1)[1] + b" " * 100_000  # whitespace after the JSON: valid
-    head = (
-        b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:%d\r\ncontent-type: application/json\r\n"
-        b"accept: application/json, text/event-stream\r\ncontent-length: %d\r\n\r\n" % (port, len(body))
-    )
+    body = initialize_body(2) + b" " * 100_000  # whitespace after the JSON: valid
+    head = post_head(f"127.0.0.1:{port}", len(body))
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(_initialize(port, 1) + head + body[:10])
         time.sleep(0.2)

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from envfactory.serve.trainer_client import (
     TrainerSession,
 )
 from tests.support.paths import ROOT
-from tests.support.serve import PROTOCOL, serving
+from tests.support.serve import PROTOCOL, initialize_body, post_head, read_answers, serving
 
 ANA = {"hotel_id": "HT-LIS-01", "guest_name": "Ana", "check_in": "2026-03-01", "nights": 1}
 
@@ -248,19 +249,30 @@ async def test_a_request_past_its_timeout_raises(slow_server: str) -> None:
         await TrainerSession.open(slow_server, options=ClientOptions(timeout_s=0.3))
 
 
+@contextmanager
+def _cli_on_socket(path: Path, log: Path, *args: str) -> Iterator[None]:
+    """`envfactory ARGS --transport http --uds PATH` (the CLI's own server) until it listens there; stopped on exit,
+    after which its socket must be gone (the server removes it on the way out)."""
+    environ = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "ENVFACTORY_BFCL": "false"}
+    command = [sys.executable, "-m", "envfactory.cli", *args, "--transport", "http", "--uds", str(path)]
+    with log.open("w") as fh:
+        proc = subprocess.Popen(command, env=environ, stdout=fh, stderr=subprocess.STDOUT)
+    try:
+        _wait_for_unix_socket(path, proc, log)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600  # its owner's alone
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert not path.exists()
+
+
 def test_a_session_over_the_servers_unix_socket(tmp_path: Path) -> None:
     """`envfactory serve --uds`: the CLI's own server on a Unix socket that only its user may connect to, and
     trainer sessions reaching it there (`ClientOptions.uds`)."""
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:  # short: a socket's path is at most 107 bytes
-        path = Path(tmp) / "hotels.sock"
-        log = tmp_path / "server.log"
-        environ = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "ENVFACTORY_BFCL": "false"}
-        command = [sys.executable, "-m", "envfactory.cli", "serve", "hotels", "--transport", "http", "--uds", str(path)]
-        with log.open("w") as fh:
-            proc = subprocess.Popen(command, env=environ, stdout=fh, stderr=subprocess.STDOUT)
-        try:
-            _wait_for_unix_socket(path, proc, log)
-            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        path, log = Path(tmp) / "hotels.sock", tmp_path / "server.log"
+        with _cli_on_socket(path, log, "serve", "hotels"):
             assert f"serving hotels on the Unix socket {path}" in log.read_text()
 
             async def rollout() -> tuple[Any, Any]:
@@ -283,35 +295,15 @@ def test_a_session_over_the_servers_unix_socket(tmp_path: Path) -> None:
 
             with socket.socket(socket.AF_UNIX) as raw:  # what curl --unix-socket sends: Host without a port
                 raw.connect(str(path))
-                message = (
-                    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"%s",'
-                    % (PROTOCOL.encode())
-                    + b'"capabilities":{},"clientInfo":{"name":"curl","version":"0"}}}'
-                )
-                raw.sendall(
-                    b"POST /mcp HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\n"
-                    b"accept: application/json, text/event-stream\r\ncontent-length: %d\r\n\r\n"
-                    % len(message)
-                    + message
-                )
-                assert raw.recv(65536).startswith(b"HTTP/1.1 200")
-        finally:
-            proc.terminate()
-            proc.wait(10)
-        assert not path.exists()  # the server removed its socket on the way out
+                body = initialize_body()
+                raw.sendall(post_head("localhost", len(body)) + body)
+                assert read_answers(raw)[0][0] == 200
 
 
 def test_the_hub_serves_on_a_unix_socket_too(tmp_path: Path) -> None:
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-        path = Path(tmp) / "hub.sock"
-        log = tmp_path / "hub.log"
-        environ = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "ENVFACTORY_BFCL": "false"}
-        command = [sys.executable, "-m", "envfactory.cli", "hub", "serve", "--transport", "http", "--uds", str(path)]
-        with log.open("w") as fh:
-            proc = subprocess.Popen(command, env=environ, stdout=fh, stderr=subprocess.STDOUT)
-        try:
-            _wait_for_unix_socket(path, proc, log)
-            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        path, log = Path(tmp) / "hub.sock", tmp_path / "hub.log"
+        with _cli_on_socket(path, log, "hub", "serve"):
             assert f"serving the hub on the Unix socket {path}" in log.read_text()
 
             async def session() -> str | None:
@@ -320,10 +312,6 @@ def test_the_hub_serves_on_a_unix_socket_too(tmp_path: Path) -> None:
                     return hub.session_id
 
             assert asyncio.run(session())
-        finally:
-            proc.terminate()
-            proc.wait(10)
-        assert not path.exists()
 
 
 def _wait_for_unix_socket(path: Path, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:

@@ -140,6 +140,41 @@ def _hello() -> dict[str, Any]:
     return {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
 
 
+# ---- HTTP written by hand on a socket (what a hostile or a curl-like client sends) --------------------
+
+
+def post_head(host: str, length: int) -> bytes:
+    """The head of an HTTP/1.1 POST to /mcp of a JSON body of `length` bytes (`host`: the Host header)."""
+    return (
+        b"POST /mcp HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\n"
+        b"accept: application/json, text/event-stream\r\ncontent-length: %d\r\n\r\n" % (host.encode(), length)
+    )
+
+
+def initialize_body(request_id: int = 1) -> bytes:
+    """An MCP `initialize` request's JSON-RPC body."""
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": _hello()}).encode()
+
+
+def read_answers(sock: socket.socket, n: int = 1) -> list[tuple[int, bytes]]:
+    """The next `n` HTTP answers on `sock`, each (status, body read to its content-length); fails if the server
+    closes the connection before answering."""
+    data, out = b"", []
+    while len(out) < n:
+        while b"\r\n\r\n" not in data:
+            chunk = sock.recv(65536)
+            assert chunk, "the server closed the connection before answering"
+            data += chunk
+        head, data = data.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        length = next(int(line.split(":", 1)[1]) for line in lines if line.lower().startswith("content-length:"))
+        while len(data) < length:
+            data += sock.recv(65536)
+        out.append((int(lines[0].split()[1]), data[:length]))
+        data = data[length:]
+    return out
+
+
 # ---- servers under hostile clients (tests/serve/test_abuse.py, benchmarks/abuse.py) ------------------
 
 SLOWPOKE = '''"""Slowpoke: a trusted app whose one tool takes as long as it is asked (a slow app beside fast ones)."""
