@@ -193,31 +193,42 @@ def per_core_table(
     return table, figure
 
 
-def ray_overhead(settings: Settings, pool: EnvPool, folder: Path, args: argparse.Namespace) -> None:
-    """Ray's scheduling overhead per unit (2 workers, empty runner), batched as by default and one unit a task."""
-    config = SynthConfig.model_validate({"T": args.tasks, "S": args.states, "D": 1, "seed": 0, "out": folder})
-    units = plan_units(config, pool, tool_graph(settings, config)).units
+def _overheads(units: list[Any], ray: RayExecutor) -> tuple[int, float, float, float]:
+    """(units scheduled, then seconds per unit of scheduling overhead: local threads, `ray` (2 workers, batched as
+    by default), Ray one unit a task) with an empty runner: ~2,000 units, so that the first batch's wait is not
+    the figure."""
     many = units * max(1, 2000 // len(units))
     local = _scheduling(LocalExecutor(2), many)
-    batched = _scheduling(RayExecutor(ExecutorSettings(kind="ray", workers=2, num_cpus=2)), many)
+    batched = _scheduling(ray, many)
     single = _scheduling(RayExecutor(ExecutorSettings(kind="ray", workers=2, num_cpus=2, batch=1)), many)
-    table = Table(title=f"executor overhead per unit, {len(many)} units, empty runner")
-    table.add_column("executor")
-    table.add_column("per unit", justify="right")
-    table.add_row("local, 2 threads", f"{local * 1e6:.0f} µs")
-    table.add_row("Ray, 2 workers, batched (default)", f"{batched * 1e3:.2f} ms")
-    table.add_row("Ray, 2 workers, one unit a task", f"{single * 1e3:.2f} ms")
-    Console().print(table)
-    figure = Figure(
+    return len(many), local, batched, single
+
+
+def _ray_figure(n: int, local: float, batched: float, single: float) -> Figure:
+    return Figure(
         path="Ray executor",
-        measure=f"scheduling overhead per unit, 2 workers, empty runner ({len(many)} units)",
+        measure=f"scheduling overhead per unit, 2 workers, empty runner ({n} units)",
         value=batched,
         shown=f"{batched * 1e3:.2f} ms",
         beside=f"one unit a task: {single * 1e3:.2f} ms; local threads: {local * 1e6:.0f} µs",
         target=f"<= {RAY_TARGET_S * 1e3:.0f} ms",
         met=batched <= RAY_TARGET_S,
     )
-    write_figures(args.json, [figure])
+
+
+def ray_overhead(settings: Settings, pool: EnvPool, folder: Path, args: argparse.Namespace) -> None:
+    """`--ray-only`: Ray's scheduling overhead per unit (2 workers, empty runner), batched and one unit a task."""
+    config = SynthConfig.model_validate({"T": args.tasks, "S": args.states, "D": 1, "seed": 0, "out": folder})
+    units = plan_units(config, pool, tool_graph(settings, config)).units
+    n, local, batched, single = _overheads(units, RayExecutor(ExecutorSettings(kind="ray", workers=2, num_cpus=2)))
+    table = Table(title=f"executor overhead per unit, {n} units, empty runner")
+    table.add_column("executor")
+    table.add_column("per unit", justify="right")
+    table.add_row("local, 2 threads", f"{local * 1e6:.0f} µs")
+    table.add_row("Ray, 2 workers, batched (default)", f"{batched * 1e3:.2f} ms")
+    table.add_row("Ray, 2 workers, one unit a task", f"{single * 1e3:.2f} ms")
+    Console().print(table)
+    write_figures(args.json, [_ray_figure(n, local, batched, single)])
 
 
 def main() -> None:
@@ -260,10 +271,7 @@ def main() -> None:
             out = folder / f"ray{workers}"
             total, steady, ran = _timed(ray_exec, OfflineRunner(settings), units, out)
             rows.append((f"ray, {workers} worker{'s' if workers > 1 else ''}", total, steady, ran, _digest(out)))
-        many = units * max(1, 2000 // len(units))  # enough that the first batch's wait is not the figure
-        local_sched = _scheduling(LocalExecutor(2), many)
-        ray_sched = _scheduling(ray_execs[2], many)
-        ray_single = _scheduling(RayExecutor(ExecutorSettings(kind="ray", workers=2, num_cpus=2, batch=1)), many)
+        n_sched, local_sched, ray_sched, ray_single = _overheads(units, ray_execs[2])
         line = (folder / "local-2threads" / CONVERSATIONS).read_text().splitlines()[0]
         appends = _append_rate(line, 2000, folder)
 
@@ -296,6 +304,7 @@ def main() -> None:
         f"bottleneck below ~1,000 units/s if both ceilings exceed it: "
         f"{'yes' if min(appends, 1 / ray_sched) > 1000 else 'no'}."
     )
+    write_figures(args.json, [per_core, _ray_figure(n_sched, local_sched, ray_sched, ray_single)])
 
 
 if __name__ == "__main__":
