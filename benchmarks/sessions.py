@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -282,45 +283,49 @@ def _client(*args: str) -> dict[str, float]:
     return dict(json.loads(res.stdout.strip().splitlines()[-1]))
 
 
-def _start_unix(env_name: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """`envfactory serve --uds` on a socket in `folder`; (the process, "unix:PATH", the lean client's target)."""
-    path = folder / f"{env_name}.sock"
+def _start_serving(
+    env_name: str, where: list[str], connect: Callable[[], socket.socket], target: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`envfactory serve ENV --transport http WHERE...` once `connect()` reaches it: (the process, `target`)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "envfactory.cli", "serve", env_name, "--transport", "http", "--uds", str(path)],
+        [sys.executable, "-m", "envfactory.cli", "serve", env_name, "--transport", "http", *where],
         env=_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        with socket.socket(socket.AF_UNIX) as probe:
-            try:
-                probe.connect(str(path))
-                return proc, f"unix:{path}"
-            except OSError:
-                time.sleep(0.1)
+        try:
+            with connect():
+                return proc, target
+        except OSError:
+            time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("HTTP server on a Unix socket did not start")
+    raise RuntimeError(f"the HTTP server ({' '.join(where)}) did not start")
+
+
+def _start_unix(env_name: str, folder: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """`envfactory serve --uds` on a socket in `folder`; (the process, "unix:PATH", the lean client's target)."""
+    path = folder / f"{env_name}.sock"
+
+    def connect() -> socket.socket:
+        probe = socket.socket(socket.AF_UNIX)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            probe.close()
+            raise
+        return probe
+
+    return _start_serving(env_name, ["--uds", str(path)], connect, f"unix:{path}")
 
 
 def _start_http(env_name: str, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "envfactory.cli", "serve", env_name, "--transport", "http", "--port", str(port), *extra],
-        env=_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     url = f"http://127.0.0.1:{port}/mcp"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, url
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("HTTP server did not start")
+    return _start_serving(
+        env_name, ["--port", str(port), *extra], lambda: socket.create_connection(("127.0.0.1", port), 0.5), url
+    )
 
 
 def _lean(server: subprocess.Popen[bytes], target: str, env: str, sessions: int, seconds: float) -> Any:
