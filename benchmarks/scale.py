@@ -130,9 +130,9 @@ def _fresh_faker(locale: str, seed: int) -> Any:
 
 def _per_core(runner: Any, plan: Plan, out: Path, *, before: bool) -> tuple[float, int, str]:
     """(CPU seconds, units, output digest) of the plan run serially here, its summary and statistics included."""
-    real = initial_state._thread_faker
+    real = initial_state.seeded_faker
     if before:
-        initial_state._thread_faker = _fresh_faker  # type: ignore[assignment]
+        initial_state.seeded_faker = _fresh_faker  # type: ignore[assignment]
     try:
         start = time.process_time()
         if before:  # the summary and statistics read back from the output
@@ -146,7 +146,7 @@ def _per_core(runner: Any, plan: Plan, out: Path, *, before: bool) -> tuple[floa
             dataset_stats(log.conversations())
         cpu = time.process_time() - start
     finally:
-        initial_state._thread_faker = real
+        initial_state.seeded_faker = real
     return cpu, ran, _digest(out)
 
 

@@ -57,13 +57,11 @@ from __future__ import annotations
 
 import random
 import re
-import threading
 import weakref
 from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 from typing import Any, ClassVar
 
-from faker import Faker
 from polyfactory.factories.pydantic_factory import ModelFactory
 from pydantic import BaseModel, Field, ValidationError
 
@@ -72,6 +70,7 @@ from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.state import DEFAULT_CLOCK
 from envfactory.errors import ScenarioError, first_error
 from envfactory.tasks.exemplars import Exemplars, fields_of
+from envfactory.tasks.fakers import seeded_faker
 from envfactory.tasks.state_values import NO, Ctx, FieldGenerationError, Maker, slug
 from envfactory.words import singular
 
@@ -120,22 +119,6 @@ def exemplars(env: Environment) -> Exemplars:
     return _EXEMPLARS[env]
 
 
-_FAKERS = threading.local()
-
-
-def _thread_faker(locale: str, seed: int) -> Faker:
-    """This thread's one Faker for `locale`, drawing from a new stream seeded with `seed`: the values of
-    `Faker(locale).seed_instance(seed)` without building a Faker (about a millisecond) per state."""
-    fakers: dict[str, Faker] | None = getattr(_FAKERS, "by_locale", None)
-    if fakers is None:
-        fakers = _FAKERS.by_locale = {}
-    faker = fakers.get(locale)
-    if faker is None:
-        faker = fakers[locale] = Faker(locale)
-    faker.random = random.Random(seed)  # type: ignore[attr-defined]  # what seed_instance(seed) sets up
-    return faker
-
-
 def generate_initial_state(
     env: BaseEnvironment, *, seed: int, depth: int = 1, settings: StateGenSettings | None = None
 ) -> InitialState:
@@ -157,7 +140,7 @@ def generate_initial_state(
     s = settings or StateGenSettings()
     ex = exemplars(env)
     rng = random.Random(seed)
-    faker = _thread_faker(s.locale, rng.getrandbits(64))
+    faker = seeded_faker(s.locale, rng.getrandbits(64))
     base = ex.clocks[0] if ex.clocks else DEFAULT_CLOCK
     clock = base + timedelta(days=rng.randint(-s.clock_shift_days, s.clock_shift_days))
     maker = Maker(ex, rng, faker, clock, s)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import random
 import re
 import string
-import threading
 from collections.abc import Callable
 from datetime import date, datetime, timedelta
 from itertools import chain
@@ -20,6 +19,7 @@ from typing import Any
 import rstr
 from faker import Faker
 
+from envfactory.tasks.fakers import thread_faker
 from envfactory.words import is_free_text
 
 _MINUTES = re.compile(r"(minutes|duration|duration_min)$")
@@ -27,9 +27,6 @@ _BOUND = re.compile(r"(\w+) must be between (-?[\d.]+) and (-?[\d.]+)")
 _IBAN = re.compile(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}")
 _CODE = re.compile(r"[A-Z0-9][A-Z0-9-]{0,9}")  # a seat, a flight number, a short code
 _SMALL_COUNT = re.compile(r"(nights|quantity|qty|count|guests|seats|people|party_size|size|tickets|passengers|days)$")
-
-
-_FAKERS = threading.local()
 
 
 class ValueMaker:
@@ -47,15 +44,8 @@ class ValueMaker:
 
     @property
     def faker(self) -> Faker:
-        """This thread's one Faker, drawing from this maker's own random stream: the same values as a Faker
-        built and seeded for this maker (a Faker takes about a millisecond to build, a quarter of a synthesis
-        unit's time when every solver built its own); makers that take turns on a thread do not disturb each
-        other's streams."""
-        faker: Faker | None = getattr(_FAKERS, "faker", None)
-        if faker is None:
-            faker = _FAKERS.faker = Faker()
-        faker.random = self._faker_random  # type: ignore[attr-defined]
-        return faker
+        """This thread's one Faker on this maker's own stream (`tasks.fakers`)."""
+        return thread_faker(self._faker_random)
 
     def make(
         self,

@@ -93,5 +93,5 @@ def test_thread_faker_gives_a_seeded_new_fakers_states(pool: EnvPool, monkeypatc
         faker.seed_instance(seed)
         return faker
 
-    monkeypatch.setattr(initial_state, "_thread_faker", fresh)
+    monkeypatch.setattr(initial_state, "seeded_faker", fresh)
     assert shared == states()
