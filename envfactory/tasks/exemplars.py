@@ -177,6 +177,7 @@ class Exemplars:
                     self._walk(info.annotation, d.get(f), f"$.{f}", scn, {})
         self._plans: dict[str, Plan] = {}
         self._unique: dict[str, bool] = {}
+        self._seen: dict[tuple[str, Any], tuple[Any, ...]] = {}  # `values`, read many times a state
         self.soft = self._soft_refs()
 
     def _walk(self, tp: Any, value: Any, path: str, scn: int, inst: dict[str, Any]) -> None:
@@ -204,6 +205,15 @@ class Exemplars:
     def values(self, path: str, stratum: tuple[tuple[str, Any], ...] = ()) -> list[Any]:
         """Values seen at `path`: those of records that match the stratum ((field, value) pairs), relaxed
         from the last pair on until some match; all of them if none does."""
+        try:  # (equal keys filter alike: the match below is `==` too)
+            got = self._seen.get((path, stratum))
+        except TypeError:  # a stratum value that is a list: worked out each time
+            return self._values(path, stratum)
+        if got is None:
+            got = self._seen[(path, stratum)] = tuple(self._values(path, stratum))
+        return list(got)
+
+    def _values(self, path: str, stratum: tuple[tuple[str, Any], ...]) -> list[Any]:
         samples = self.samples.get(path, [])
         for n in range(len(stratum), 0, -1):
             same = [s.value for s in samples if all(s.inst.get(f) == v for f, v in stratum[:n])]
