@@ -642,14 +642,14 @@ class _PiStar:
         target = self._target(env, user_params, how.new_target, bound) if user_params else None
         if spec.kind == "read" and user_params:
             # a lookup searches for the record the conversation is about: its inputs come from that record
-            looked_for = self._returned(env, spec.output_schema, name, views)
+            looked_for = bound.returns
             chosen = self.targets.get((env, looked_for or ""))
             records = self._records_of(env, views).get(looked_for or "", {})
             if looked_for is not None and chosen in records:
                 target = (looked_for, {"id": chosen, **records[chosen]})
         # a write returning a record of collection C creates or changes a C: its values are new, not
         # copied from an existing C (a second booking just like Maria's, a no-op update)
-        returned = self._returned(env, spec.output_schema, name, views) if spec.kind == "write" else None
+        returned = bound.returns if spec.kind == "write" else None
         for pname in user_params:
             pschema = spec.parameters[pname]
             said = self.spoken.get(pname)
