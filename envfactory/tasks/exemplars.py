@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import re
 import types
+import weakref
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
 from enum import Enum
@@ -80,12 +82,18 @@ def element_type(tp: Any) -> Any:
     return unwrap((get_args(tp) or (Any,))[0])[0]
 
 
-def fields_of(model: type[BaseModel]) -> dict[str, tuple[Any, Kind, bool]]:
-    """name → (inner type, kind, optional) for every field of a model."""
-    out: dict[str, tuple[Any, Kind, bool]] = {}
-    for name, info in model.model_fields.items():
-        inner, optional = unwrap(info.annotation)
-        out[name] = (inner, kind_of(inner), optional)
+_FIELDS: weakref.WeakKeyDictionary[type[BaseModel], Mapping[str, tuple[Any, Kind, bool]]] = weakref.WeakKeyDictionary()
+
+
+def fields_of(model: type[BaseModel]) -> Mapping[str, tuple[Any, Kind, bool]]:
+    """name → (inner type, kind, optional) for every field of a model (worked out once per model: read-only)."""
+    out = _FIELDS.get(model)
+    if out is None:
+        made: dict[str, tuple[Any, Kind, bool]] = {}
+        for name, info in model.model_fields.items():
+            inner, optional = unwrap(info.annotation)
+            made[name] = (inner, kind_of(inner), optional)
+        out = _FIELDS[model] = types.MappingProxyType(made)
     return out
 
 
@@ -178,6 +186,7 @@ class Exemplars:
         self._plans: dict[str, Plan] = {}
         self._unique: dict[str, bool] = {}
         self._seen: dict[tuple[str, Any], tuple[Any, ...]] = {}  # `values`, read many times a state
+        self._digits: dict[str, bool] = {}
         self.soft = self._soft_refs()
 
     def _walk(self, tp: Any, value: Any, path: str, scn: int, inst: dict[str, Any]) -> None:
@@ -220,6 +229,13 @@ class Exemplars:
             if same:
                 return same
         return [s.value for s in samples]
+
+    def has_digits(self, path: str) -> bool:
+        """Whether some string seen at `path` holds a digit (a person's name never does; an account label may)."""
+        got = self._digits.get(path)
+        if got is None:
+            got = self._digits[path] = any(ch.isdigit() for v in self.values(path) if isinstance(v, str) for ch in v)
+        return got
 
     def small_vocabulary(self, path: str) -> list[Any]:
         """The distinct values at `path` when they are few (≤ 8) and reused (a city, a currency), else []."""

@@ -435,7 +435,7 @@ class Maker:
         if "email" in low or (every and all("@" in v for v in every)):
             return self.email(every, t, ctx)
         person = bool(_PERSON_FIELD.search(low)) or (low == "name" and bool(_PERSON_COLL.search(ctx.coll)))
-        if person and not any(ch.isdigit() for v in every for ch in v):
+        if person and not self.ex.has_digits(path):
             name_ = lambda: f"{fk.first_name()} {fk.last_name()}"  # noqa: E731 - no "Mrs." or "MD"
             return str(self.repeat(("person", path), self.ex.repeat_rate([path]), name_))
         unique = next((getattr(fk, p) for rx, p in _UNIQUE_PROVIDERS if rx.search(low)), None)
