@@ -801,13 +801,14 @@ class _PiStar:
                     done.planned, done.results = self.planned, self.results
                     return done
                 self.at.append(len(self.results) - 1)
-            turn_final.append(self.episode.dumps())
+            # dumped along what the calls touched, sharing the rest with the dump the session started from
+            turn_final.append({name: self._dump(name) for name in self.episode.sessions})
         return PiStarOutcome(
             ok=True,
             planned=self.planned,
             results=self.results,
             initial=self.initial,
-            final=self.episode.dumps(),
+            final=turn_final[-1] if turn_final else self.episode.dumps(),
             turn_final=turn_final,
             spans=_spans_of(self.turn_of),
         )

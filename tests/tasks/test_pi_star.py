@@ -9,8 +9,11 @@ from envfactory.env.pool import EnvPool
 from envfactory.records.episode import replay
 from envfactory.records.models import Assertion, MaskSpec, StateVerifier, ToolCall
 from envfactory.records.verifier import admissible, answer_forms, get_path, state_differences, verify
+from envfactory.tasks.offline import initial_states
 from envfactory.tasks.pi_star import solve_chain
+from envfactory.tasks.plan import SynthConfig, plan_units
 from envfactory.tasks.values import ValueMaker, learned_bounds
+from envfactory.toolgraph import ToolGraph
 from tests.support.chains import chain, from_tool, hotel_chain, user
 
 
@@ -144,3 +147,21 @@ def test_value_maker_reads_schema_and_learned_bounds() -> None:
     }
     [item] = maker.make("settings", {"type": "array", "items": {"$ref": "#/$defs/S"}})
     assert item["device_id"] == "DV-001" and item["power"] in ("on", "off")
+
+
+def test_the_solvers_states_are_those_of_replaying_its_calls(pool: EnvPool, graph: ToolGraph) -> None:
+    """On every native environment's planned chains (D 2): each turn's state, and the final one, which the
+    solver dumps along what its calls touched, is the whole dump of replaying its calls up to there."""
+    config = SynthConfig.model_validate({"T": 3, "S": 1, "D": 2, "seed": 11})
+    solved = 0
+    for unit in plan_units(config, pool, graph).units:
+        initial, core = initial_states(pool, unit.chain.servers, unit.seed, unit.depth)
+        out = solve_chain(pool, unit.chain, initial, core, seed=unit.seed)
+        if not out.ok:
+            continue
+        solved += 1
+        calls = [p.call for p in out.planned]
+        for (_, end), state in zip(out.spans, out.turn_final, strict=True):
+            assert state == replay(pool, calls[:end], initial).final, unit.key
+        assert out.final == replay(pool, calls, initial).final, unit.key
+    assert solved >= 9
