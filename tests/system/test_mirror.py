@@ -132,7 +132,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "envfactory/tasks/compiled_refs.py": "tests/tasks/test_offline_compiled_ids.py",
     "envfactory/tasks/compiled_state.py": "tests/tasks/test_offline_compiled.py",
     "envfactory/tasks/compose.py": "tests/tasks/test_offline.py",
-    "envfactory/tasks/exemplars.py": "tests/tasks/test_initial_state.py",
     "envfactory/tasks/quality.py": "tests/tasks/test_conversation_quality.py",
     "envfactory/tasks/run.py": "tests/tasks/test_plan.py",
     "envfactory/tasks/report.py": "tests/tasks/test_plan.py",
