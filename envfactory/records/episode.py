@@ -16,16 +16,26 @@ from pydantic import BaseModel
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord, Session, ToolErrorInfo
+from envfactory.env.state_template import StateTemplate, StateTemplates
 from envfactory.records.models import States, ToolCall, ToolResult
 
 
 class Episode:
     """Sessions per environment; environments not given an initial state start from their default scenario
-    (at once for `initial` and `servers`, on first use for any other: `session`)."""
+    (at once for `initial` and `servers`, on first use for any other: `session`). A session started from the
+    very config a template was validated from forks from the template (`templates`; `forked` says which)."""
 
-    def __init__(self, pool: EnvPool, initial: States | None = None, servers: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        pool: EnvPool,
+        initial: States | None = None,
+        servers: Iterable[str] = (),
+        templates: StateTemplates | None = None,
+    ) -> None:
         self.pool = pool
         self.sessions: dict[str, Session] = {}
+        self.templates = templates or {}
+        self.forked: dict[str, StateTemplate] = {}  # server → the template its session forked from
         initial = initial or {}
         for name in dict.fromkeys([*initial, *servers]):
             self.start(name, initial.get(name))
@@ -33,6 +43,12 @@ class Episode:
     def start(self, server: str, config: dict[str, Any] | str | None = None) -> Session:
         """(Re)start `server`'s session from `config` (None: its default scenario)."""
         env = self.pool.get(server)
+        template = self.templates.get(server)
+        if template is not None and template.config is config and template.env is env:
+            self.forked[server] = template
+            session = self.sessions[server] = Session(env, template.fork())
+            return session
+        self.forked.pop(server, None)
         session = self.sessions[server] = Session.fork(env, env.default_scenario() if config is None else config)
         return session
 
@@ -70,11 +86,18 @@ def result_of(call: ToolCall, rec: CallRecord) -> ToolResult:
     return ToolResult(server=call.server, name=call.name, ok=rec.ok, result=rec.payload(), call_id=call.id)
 
 
-def replay(pool: EnvPool, calls: Iterable[ToolCall], initial: States, servers: Iterable[str] = ()) -> Replay:
-    """Run `calls` in order in a fresh episode forked from `initial` (plus `servers` at their defaults).
+def replay(
+    pool: EnvPool,
+    calls: Iterable[ToolCall],
+    initial: States,
+    servers: Iterable[str] = (),
+    templates: StateTemplates | None = None,
+) -> Replay:
+    """Run `calls` in order in a fresh episode forked from `initial` (plus `servers` at their defaults; from
+    `templates` where they were validated from `initial`'s very configs).
 
     A call to an environment outside the episode is an error result, not an exception: a model's
     completion may name anything."""
-    episode = Episode(pool, initial, servers)
+    episode = Episode(pool, initial, servers, templates)
     results = [result_of(c, episode.call(c.server, c.name, c.arguments)) for c in calls]
     return Replay(results=results, final=episode.dumps())

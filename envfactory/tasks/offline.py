@@ -9,17 +9,20 @@ Every way a unit can fail is a `Dropped` record with a reason code, never an exc
 
 from __future__ import annotations
 
+import logging
 import random
 import zlib
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
 from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
+from envfactory.env.state_template import StateTemplates, templates_of
 from envfactory.errors import EnvError, EnvFactoryError
 from envfactory.records.episode import replay
 from envfactory.records.models import (
@@ -41,6 +44,8 @@ from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.pi_star import CoreIds, PiStarOutcome, PiStarSettings, solve_chain
 from envfactory.tasks.template import TemplateWriter, answer_fact, load_template
 from envfactory.toolgraph.sampler import ToolChain
+
+log = logging.getLogger(__name__)
 
 DropCode = Literal[
     "not_native",
@@ -110,17 +115,15 @@ def _grow(
     chain: ToolChain,
     more: list[ToolChain],
     turns: tuple[int, int],
-    initial: States,
-    core: CoreIds,
     seed: int,
-    solver: PiStarSettings | None,
+    solve: Callable[[ToolChain], PiStarOutcome],
 ) -> tuple[ToolChain, PiStarOutcome]:
     """The chain in goal turns, joined by candidates from `more` while the whole still solves."""
     kind = partial(_kind, pool)
     want = random.Random(stable_seed(seed, "turns")).randint(*turns)
     joined = [chain]
     best = join(joined, kind)
-    outcome = solve_chain(pool, best, initial, core, seed=seed, settings=solver)
+    outcome = solve(best)
     if not outcome.ok:
         return best, outcome
     for candidate in more:
@@ -129,7 +132,7 @@ def _grow(
         trial = join([*joined, candidate], kind)
         if len(trial.turns) > turns[1]:
             continue
-        tried = solve_chain(pool, trial, initial, core, seed=seed, settings=solver)
+        tried = solve(trial)
         if tried.ok:
             joined, best, outcome = [*joined, candidate], trial, tried
     return best, outcome
@@ -202,16 +205,18 @@ def _turn_admissible(
     after: States,
     answer: str,
     fact: tuple[str, Any] | None,
+    templates: StateTemplates,
 ) -> tuple[bool, str | None]:
     """One turn as a task: its goal state (or, read-only, the fact its answer must state) must not hold
-    before it, and must hold after replaying its calls from the state before it."""
+    before it, and must hold after replaying its calls from the state before it (forked from `templates`
+    where it is the initial state)."""
     servers = list(dict.fromkeys(p.call.server for p in planned))
     assertions = [Assertion(kind="answer_contains", value=fact[1])] if fact is not None else []
     if fact is None:
         verifier = StateVerifier(goal={n: after[n] for n in servers})
     else:
         verifier = StateVerifier(goal={}, assertions=assertions)
-    executed = replay(pool, [p.call for p in planned], before)
+    executed = replay(pool, [p.call for p in planned], before, templates=templates)
     if fact is not None:  # a read changes nothing: v(before) is 0 because no answer was given yet
         return (
             (True, None)
@@ -245,21 +250,62 @@ def synthesize_offline(
     `turns` (`compose.join`); without, the chain is used with its own turns. `ambiguity`: the chance that
     a request leaves out the detail telling look-alike candidates apart, so the assistant asks."""
 
-    def drop(code: DropCode, reason: str) -> UnitOutcome:
-        return UnitOutcome(key=key, dropped=Dropped(key=key, code=code, reason=reason, tools=chain.tools, seed=seed))
-
     servers = list(dict.fromkeys([*chain.servers, *(s for c in more or [] for s in c.servers)]))
     try:
         initial, core = initial_states(pool, servers, seed, depth)
     except _NotNative as e:
-        return drop("not_native", str(e))
+        return _drop(key, chain, seed, "not_native", str(e))
     except EnvFactoryError as e:
-        return drop("state_generation", str(e))
+        return _drop(key, chain, seed, "state_generation", str(e))
+    unit = _Unit(key, seed, state_variant, depth, prompts_dir, solver, more, turns, ambiguity)
+    templates = templates_of(pool, initial)
+    made = _synthesize(pool, chain, initial, core, unit, templates)
+    broken = sorted(name for name, t in templates.items() if not t.intact())
+    if broken:  # a tool changed a record in place: every session forked from the template saw it
+        log.warning(
+            "offline synthesis: a tool of %s changed a record in place (not through the state's "
+            "create/update/delete/set): unit %s is made again with sessions forked from JSON",
+            ", ".join(broken),
+            key,
+        )
+        made = _synthesize(pool, chain, initial, core, unit, {})
+    return made
+
+
+class _Unit(NamedTuple):
+    """What `synthesize_offline` was asked besides the chain and its states."""
+
+    key: str
+    seed: int
+    state_variant: int
+    depth: int
+    prompts_dir: Path
+    solver: PiStarSettings | None
+    more: list[ToolChain] | None
+    turns: tuple[int, int]
+    ambiguity: float
+
+
+def _drop(key: str, chain: ToolChain, seed: int, code: DropCode, reason: str) -> UnitOutcome:
+    return UnitOutcome(key=key, dropped=Dropped(key=key, code=code, reason=reason, tools=chain.tools, seed=seed))
+
+
+def _synthesize(
+    pool: EnvPool, chain: ToolChain, initial: States, core: CoreIds, unit: _Unit, templates: StateTemplates
+) -> UnitOutcome:
+    """`synthesize_offline` from the unit's initial states, with sessions forked from `templates` where they
+    were validated from those very states."""
+    key, seed, state_variant, depth, prompts_dir, solver, more, turns, ambiguity = unit
+
+    def drop(code: DropCode, reason: str) -> UnitOutcome:
+        return _drop(key, chain, seed, code, reason)
+
+    solve = partial(solve_chain, pool, initial=initial, core=core, seed=seed, settings=solver, templates=templates)
     if more is not None:
-        chain, outcome = _grow(pool, chain, more, turns, initial, core, seed, solver)
+        chain, outcome = _grow(pool, chain, more, turns, seed, solve)
         initial = {name: initial[name] for name in chain.servers}
     else:
-        outcome = solve_chain(pool, chain, initial, core, seed=seed, settings=solver)
+        outcome = solve(chain)
     if not outcome.ok:
         return drop(outcome.code or "unsolvable", outcome.failure or "the privileged solver failed")
     metadata = {name: pool.get(name).metadata for name in chain.servers}
@@ -290,7 +336,7 @@ def synthesize_offline(
         answer = writer.answer(turn, after, fact)
         answers.append(answer)
         # every turn is a verified task of its own: v(Db before) = 0 and v(Exec(π*, Db before)) = 1
-        kept, why = _turn_admissible(pool, planned, before, after, answer, fact)
+        kept, why = _turn_admissible(pool, planned, before, after, answer, fact, templates)
         if not kept:
             code: DropCode = "goal_already_holds" if (why or "").startswith("goal_already_holds") else "unsolved"
             return drop(code, f"turn {i + 1}: {why}")
@@ -324,7 +370,7 @@ def synthesize_offline(
             return drop("unverifiable", "a chain of reads whose last result has nothing to report back")
         assertions.append(Assertion(kind="answer_contains", value=last_fact[1]))
     verifier = StateVerifier(goal={n: outcome.final[n] for n in chain.servers}, assertions=assertions)
-    executed = replay(pool, [p.call for p in outcome.planned], initial)  # Exec(π*, Db⁰), independently
+    executed = replay(pool, [p.call for p in outcome.planned], initial, templates=templates)  # Exec(π*, Db⁰)
     kept, why = admissible(verifier, initial, executed.final, answers[-1])
     if not kept:
         code = "goal_already_holds" if (why or "").startswith("goal_already_holds") else "unsolved"

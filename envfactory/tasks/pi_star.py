@@ -41,6 +41,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord
 from envfactory.env.state import DEFAULT_CLOCK, State
 from envfactory.env.state_fields import touched_dump
+from envfactory.env.state_template import StateTemplates
 from envfactory.records.episode import Episode, result_of
 from envfactory.records.models import Binding, PlannedCall, States, ToolCall, ToolResult
 from envfactory.tasks.compiled_refs import (
@@ -150,15 +151,20 @@ class _PiStar:
         seed: int,
         s: PiStarSettings,
         any_record: bool = False,
+        templates: StateTemplates | None = None,
     ):
         self.any_record = any_record  # targets from every record, not only the core batch
         self.pool, self.chain, self.initial, self.core, self.settings = pool, chain, initial, core, s
         self.rng = random.Random(seed)
         clock = next((d.get("clock") for d in initial.values() if isinstance(d.get("clock"), str)), None)
         self.values = ValueMaker(self.rng, datetime.fromisoformat(clock) if clock else DEFAULT_CLOCK, self._some_id)
-        self.episode = Episode(pool, initial, chain.servers)
+        self.episode = Episode(pool, initial, chain.servers, templates)
         # each native session's dump as it started: later reads dump only what its calls touched (`_dump`)
-        self.started = {name: (session, session.dump()) for name, session in self.episode.sessions.items()}
+        forked = self.episode.forked
+        self.started = {
+            name: (session, forked[name].dump if name in forked else session.dump())
+            for name, session in self.episode.sessions.items()
+        }
         self.spoken: dict[str, tuple[Any, int]] = {}  # user-provided values already said: name → (value, call)
         self.targets: dict[tuple[str, str], str] = {}  # (env, collection) → record id the chain is about
         self.results: list[ToolResult] = []
@@ -993,18 +999,21 @@ def solve_chain(
     *,
     seed: int = 0,
     settings: PiStarSettings | None = None,
+    templates: StateTemplates | None = None,
 ) -> PiStarOutcome:
     """Execute `chain` from `initial` (one dump per environment) with π*; never raises for a failing call.
 
     The records a chain is about are chosen together (`_plan_targets`); when the chain fails on them
     (the event chosen is already cancelled, its account has no card), it is solved again on other
     records — core ones first, then any — before the unit is given up: the state has records that
-    satisfy the chain's preconditions far more often than a first choice does."""
+    satisfy the chain's preconditions far more often than a first choice does. Sessions fork from `templates`
+    where they were validated from `initial`'s very configs (the caller checks them intact afterwards)."""
     s = settings or PiStarSettings()
     first: PiStarOutcome | None = None
     for plan in range(s.target_plans):
         rng_seed = seed if plan == 0 else seed * 1_000_003 + plan
-        outcome = _PiStar(pool, chain, initial, core or {}, rng_seed, s, any_record=plan >= s.target_plans // 2).run()
+        any_record = plan >= s.target_plans // 2
+        outcome = _PiStar(pool, chain, initial, core or {}, rng_seed, s, any_record, templates).run()
         if outcome.ok:
             return outcome
         first = first or outcome

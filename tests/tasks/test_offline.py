@@ -4,6 +4,7 @@ template conversations; SynthAPI's filter on crafted chains; batch plans, resume
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from envfactory.env.trust import trust
 from envfactory.records.episode import replay
 from envfactory.records.models import Conversation
 from envfactory.records.verifier import verify
-from envfactory.tasks.offline import synthesize_offline
+from envfactory.tasks.offline import _synthesize, _Unit, initial_states, synthesize_offline
 from envfactory.toolgraph import ToolGraph, TopologySampler
 from tests.support.chains import chain, from_tool, hotel_chain, user
 from tests.support.paths import ROOT
@@ -148,27 +149,34 @@ def set_switch(db: SwitchDB, switch_id: str, on: bool) -> Switch:
 '''
 
 
-def test_no_kept_turn_holds_before_its_calls(tmp_path: Path) -> None:
-    """A write that would change nothing (a switch already on) is not a task: the solver picks other values,
-    and a unit whose goal already holds is dropped by SynthAPI's filter, never kept."""
+def _switches(tmp_path: Path, source: str = SWITCHES) -> EnvPool:
+    """A pool holding the switches environment written from `source` (trusted: hand-written, reviewed here)."""
     folder = tmp_path / "envs" / "switches"
     (folder / "scenarios").mkdir(parents=True)
-    (folder / "env.py").write_text(SWITCHES)
+    (folder / "env.py").write_text(source)
     state = {"switches": {f"SW-00{i}": {"id": f"SW-00{i}", "room": r, "on": i % 2 == 0} for i, r in enumerate("ab")}}
     (folder / "scenarios" / "default.json").write_text(json.dumps(state))
     dump_metadata(load_env_folder(folder, with_metadata=False).derived_metadata(), folder / "metadata.json")
     settings = Settings(root=tmp_path, bfcl=False)
-    trust(settings.trust_file, "switches", folder, "written by this test")  # hand-written: reviewed here
-    pool = EnvPool(settings)
-    flip = chain(
-        [
-            ("switches.list_switches", []),
-            ("switches.set_switch", [from_tool("switch_id", "switches.list_switches", "switch_id", 0), user("on")]),
-        ]
-    )
+    trust(settings.trust_file, "switches", folder, "written by this test")
+    return EnvPool(settings)
+
+
+FLIP = chain(
+    [
+        ("switches.list_switches", []),
+        ("switches.set_switch", [from_tool("switch_id", "switches.list_switches", "switch_id", 0), user("on")]),
+    ]
+)
+
+
+def test_no_kept_turn_holds_before_its_calls(tmp_path: Path) -> None:
+    """A write that would change nothing (a switch already on) is not a task: the solver picks other values,
+    and a unit whose goal already holds is dropped by SynthAPI's filter, never kept."""
+    pool = _switches(tmp_path)
     codes = {}
     for seed in range(12):
-        out = synthesize_offline(pool, flip, key=str(seed), seed=seed, prompts_dir=PROMPTS)
+        out = synthesize_offline(pool, FLIP, key=str(seed), seed=seed, prompts_dir=PROMPTS)
         codes[seed] = out.dropped.code if out.dropped else "kept"
         if out.dropped is not None:
             assert out.dropped.code == "goal_already_holds", out.dropped
@@ -211,3 +219,28 @@ def test_depth_adds_distractors_and_states_vary_with_the_seed(pool: EnvPool, dep
         one = synthesize_offline(pool, hotel_chain(), key="a", seed=1, depth=1, prompts_dir=PROMPTS)
         assert one.conversation is not None
         assert hotels > len(one.conversation.task.initial_state["hotels"]["hotels"])
+
+
+def test_a_tool_changing_a_shared_record_in_place_gets_its_unit_made_again_from_json(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Sessions fork from a template of the unit's initial state, sharing its records; a tool that changes one in
+    place (against the state's contract) changed it for every later fork: the unit is made again with sessions
+    forked from JSON, and says so."""
+    counting = SWITCHES.replace("    on: bool\n", "    on: bool\n    flips: list[str] = []\n").replace(
+        '    db.get("switches", switch_id, "switch")\n',
+        '    db.get("switches", switch_id, "switch").flips.append("flip")  # in place: against the contract\n',
+    )
+    assert counting != SWITCHES
+    pool = _switches(tmp_path, counting)
+    made = []
+    for seed in range(4):
+        initial, core = initial_states(pool, FLIP.servers, seed, 1)
+        unit = _Unit(str(seed), seed, 0, 1, PROMPTS, None, None, (3, 5), 0.0)
+        from_json = _synthesize(pool, FLIP, initial, core, unit, {})
+        with caplog.at_level(logging.WARNING, logger="envfactory.tasks.offline"):
+            out = synthesize_offline(pool, FLIP, key=str(seed), seed=seed, prompts_dir=PROMPTS)
+        assert out == from_json
+        made.append(out)
+    assert "a tool of switches changed a record in place" in caplog.text and "made again" in caplog.text
+    assert any(o.conversation is not None for o in made)
