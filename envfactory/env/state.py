@@ -223,6 +223,12 @@ class State(BaseModel):
     def log_mark(self) -> int:
         return len(self._entries())
 
+    def log_tail(self) -> tuple[int, ChangeEntry | None]:
+        """The change log's length and last entry: both stay put only while the state does (a rolled-back call's
+        entries leave the log; every new entry is a new object)."""
+        log = self._entries()
+        return len(log), log[-1] if log else None
+
     def log_since(self, mark: int) -> list[ChangeEntry]:
         return self._entries()[mark:]
 

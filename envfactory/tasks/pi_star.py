@@ -39,7 +39,7 @@ from envfactory.env.compiled import CompiledEnvironment, CompiledTool
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord
-from envfactory.env.state import DEFAULT_CLOCK, State
+from envfactory.env.state import DEFAULT_CLOCK, ChangeEntry, State
 from envfactory.env.state_fields import touched_dump
 from envfactory.env.state_template import StateTemplates
 from envfactory.records.episode import Episode, result_of
@@ -165,6 +165,8 @@ class _PiStar:
             name: (session, forked[name].dump if name in forked else session.dump())
             for name, session in self.episode.sessions.items()
         }
+        # the last dump of each native session and its records, with where its change log stood (`_dump`)
+        self._dumped: dict[str, tuple[Any, int, ChangeEntry | None, dict[str, Any], Records]] = {}
         self.spoken: dict[str, tuple[Any, int]] = {}  # user-provided values already said: name → (value, call)
         self.targets: dict[tuple[str, str], str] = {}  # (env, collection) → record id the chain is about
         self.results: list[ToolResult] = []
@@ -540,23 +542,32 @@ class _PiStar:
     def _records_of(self, env: str, views: dict[str, Records] | None) -> Records:
         """The records of `env`'s session now, by collection: kept in `views` (a call's binding reads them once:
         nothing runs while a call is bound, and binding reads them dozens of times), else from a fresh dump."""
-        if views is None:
-            return _records(self._dump(env))
-        view = views.get(env)
+        view = views.get(env) if views is not None else None
         if view is None:
-            view = views[env] = _records(self._dump(env))
+            view = self._dump(env)[1]
+            if views is not None:
+                views[env] = view
         return view
 
-    def _dump(self, env: str) -> dict[str, Any]:
-        """`env`'s session's dump (read-only: it shares the unchanged fields with the dump it started from)."""
+    def _dump(self, env: str) -> tuple[dict[str, Any], Records]:
+        """`env`'s session's dump and its records (read-only: the dump shares the unchanged fields with the dump
+        the session started from). A native session's are kept until its change log moves: a read changes
+        nothing, and a failed call's changes are rolled back off the log."""
         session = self.episode.sessions[env]
         started, dump = self.started.get(env, (None, None))
         state = getattr(session, "state", None)  # a sandboxed session's state is in its worker
         if started is session and dump is not None and isinstance(state, State):
+            length, last = state.log_tail()
+            kept = self._dumped.get(env)
+            if kept is not None and kept[0] is session and kept[1] == length and kept[2] is last:
+                return kept[3], kept[4]
             touched = touched_dump(state, dump)
             if touched is not None:
-                return touched
-        return session.dump()
+                records = _records(touched)
+                self._dumped[env] = (session, length, last, touched, records)
+                return touched, records
+        whole = session.dump()
+        return whole, _records(whole)
 
     def _bind(
         self, qualified: str, inputs: list[InputSource], attempt: int, say: set[str]
@@ -808,7 +819,7 @@ class _PiStar:
                     return done
                 self.at.append(len(self.results) - 1)
             # dumped along what the calls touched, sharing the rest with the dump the session started from
-            turn_final.append({name: self._dump(name) for name in self.episode.sessions})
+            turn_final.append({name: self._dump(name)[0] for name in self.episode.sessions})
         return PiStarOutcome(
             ok=True,
             planned=self.planned,

@@ -158,3 +158,28 @@ def test_rollback_of_a_delete_keeps_collection_order() -> None:
     s.delete("items", "C")
     s.rollback(mark)
     assert list(s.items) == ["A", "B", "C"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(before_ops=ops, ops=ops, cleared=st.booleans())
+def test_the_logs_tail_stays_put_exactly_while_the_state_does(
+    before_ops: list[Any], ops: list[Any], cleared: bool
+) -> None:
+    """`log_tail` (what π* keeps a session's dump by): the same after a rollback to where it was taken, as the
+    state is; different after any change, even once the log was cleared and grew back to the same length."""
+    s = Shelf()
+    for op in before_ops:
+        _apply(s, op)
+    tail, dump = s.log_tail(), s.dump()
+    mark = s.log_mark()
+    for op in ops:
+        _apply(s, op)
+    moved = s.log_tail()
+    assert (moved[0] == tail[0] and moved[1] is tail[1]) == (s.log_mark() == mark)
+    s.rollback(mark)
+    assert s.log_tail()[0] == tail[0] and s.log_tail()[1] is tail[1] and s.dump() == dump
+    if cleared and tail[0]:
+        s.clear_log()
+        for i in range(tail[0]):
+            s.set("owner", f"owner {i}")
+        assert s.log_tail()[0] == tail[0] and s.log_tail()[1] is not tail[1]
