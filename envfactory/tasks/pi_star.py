@@ -165,6 +165,7 @@ class _PiStar:
             name: (session, forked[name].dump if name in forked else session.dump())
             for name, session in self.episode.sessions.items()
         }
+        self._walks: dict[int, tuple[Any, list[tuple[str, str, Any]]]] = {}  # results walked (`_walked`)
         # the last dump of each native session and its records, with where its change log stood (`_dump`)
         self._dumped: dict[str, tuple[Any, int, ChangeEntry | None, dict[str, Any], Records]] = {}
         self.spoken: dict[str, tuple[Any, int]] = {}  # user-provided values already said: name → (value, call)
@@ -255,6 +256,14 @@ class _PiStar:
 
     # ---- values from earlier outputs ------------------------------------------------------------------
 
+    def _walked(self, result: Any) -> list[tuple[str, str, Any]]:
+        """`_walk(result)` of an earlier call's result (or an element of it), walked once: every call bound
+        after it reads it again, and results are not changed once made."""
+        kept = self._walks.get(id(result))
+        if kept is None or kept[0] is not result:
+            kept = self._walks[id(result)] = (result, _walk(result))
+        return kept[1]
+
     def _pick_element(self, items: list[Any], shift: int) -> int:
         """The chain's target records first, then core records, then the rest in order; `shift` moves
         along that order on retries."""
@@ -285,7 +294,7 @@ class _PiStar:
         if output.endswith("_id") and src.parameter.endswith("_id") and output[:-3] in src.parameter:
             wanted.append("id")
         for name in wanted:
-            for path, key, value in _walk(result):
+            for path, key, value in self._walked(result):
                 if key == name and fits(value, schema) and self._id_fits(src.parameter, value, bound):
                     return value, f"{prefix}.{path}" if prefix else path
         if not isinstance(result, dict | list) and fits(result, schema):
@@ -342,7 +351,7 @@ class _PiStar:
                 continue
             producer = operation(environment, result.name)
             own = producer is not None and producer.resource == coll
-            for path, field, value in _walk(result.result):
+            for path, field, value in self._walked(result.result):
                 if field not in linking and field != pname and not (own and field == id_field):
                     continue
                 if isinstance(value, bool) or not isinstance(value, str | int) or id_key(value) not in members:
@@ -371,7 +380,7 @@ class _PiStar:
             result = self.results[index]
             if not result.ok or result.server != env:
                 continue
-            for path, key, value in _walk(result.result):
+            for path, key, value in self._walked(result.result):
                 values = value if key == pname + "s" and isinstance(value, list) else [value]
                 for i, item in enumerate(values):
                     is_record_id = key == "id" and item in members
