@@ -12,11 +12,12 @@ import random
 import re
 import string
 import unicodedata
+import weakref
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from typing import TYPE_CHECKING, Any, get_args
+from typing import TYPE_CHECKING, Any, NamedTuple, get_args
 
 from faker import Faker
 from pydantic import BaseModel
@@ -174,6 +175,50 @@ class Ctx:
 
     def nested(self) -> Ctx:
         return Ctx(self.coll, self.key, self.scn, top=False, avoid=self.avoid)
+
+
+class _StringKind(NamedTuple):
+    """What kind of string a field holds, read from its name and its exemplars (the same for every state)."""
+
+    every: tuple[str, ...]  # the exemplars' strings at its path
+    email: bool
+    person: bool  # a person's name (no exemplar spells a digit)
+    repeat_rate: float  # how often a person recurs
+    unique: str | None  # the Faker provider of a value unique to each record (a phone number)
+    words: float  # the exemplars' mean number of words
+    named: bool  # a name or title, unique in its collection
+    long_text: bool  # free text of six words or more
+    provider: str | None  # the Faker provider of a fresh value of a small vocabulary (a city)
+
+
+_STRING_KINDS: weakref.WeakKeyDictionary[Exemplars, dict[tuple[str, str, str], _StringKind]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _string_kind(ex: Exemplars, name: str, path: str, coll: str) -> _StringKind:
+    """`_StringKind` of field `name` at `path` of collection `coll`, worked out once per environment."""
+    kinds = _STRING_KINDS.get(ex)
+    if kinds is None:
+        kinds = _STRING_KINDS[ex] = {}
+    kind = kinds.get((name, path, coll))
+    if kind is None:
+        low = name.lower()
+        every = tuple(v for v in ex.values(path) if isinstance(v, str))
+        person = bool(_PERSON_FIELD.search(low)) or (low == "name" and bool(_PERSON_COLL.search(coll)))
+        words = sum(len(v.split()) for v in every) / len(every) if every else 2.0
+        kind = kinds[(name, path, coll)] = _StringKind(
+            every=every,
+            email="email" in low or (bool(every) and all("@" in v for v in every)),
+            person=person and not ex.has_digits(path),
+            repeat_rate=ex.repeat_rate([path]),
+            unique=next((p for rx, p in _UNIQUE_PROVIDERS if rx.search(low)), None),
+            words=words,
+            named=low in ("name", "title") or low.endswith(("_name", "_title")),
+            long_text=is_long_text(low) and words >= 6,
+            provider=next((p for rx, p in _PROVIDERS if rx.search(low)), None),
+        )
+    return kind
 
 
 class Maker:
@@ -422,8 +467,9 @@ class Maker:
         return v
 
     def _string(self, name: str, path: str, t: Any, ctx: Ctx) -> str:
-        rng, fk, low = self.rng, self.faker, name.lower()
-        every = [v for v in self.ex.values(path) if isinstance(v, str)]  # what kind of string this is
+        rng, fk = self.rng, self.faker
+        kind = _string_kind(self.ex, name, path, ctx.coll)
+        every = kind.every
         vals = [v for v in self.ex.values(path, ctx.stratum) if isinstance(v, str)]  # what to imitate
         if t == "":
             return ""
@@ -432,21 +478,19 @@ class Maker:
             pool = [r[soft[1]] for i, r in self.world[soft[0]].items() if self.batch_of[i] == self.batch]
             if pool:
                 return str(rng.choice(pool))
-        if "email" in low or (every and all("@" in v for v in every)):
+        if kind.email:
             return self.email(every, t, ctx)
-        person = bool(_PERSON_FIELD.search(low)) or (low == "name" and bool(_PERSON_COLL.search(ctx.coll)))
-        if person and not self.ex.has_digits(path):
+        if kind.person:
             name_ = lambda: f"{fk.first_name()} {fk.last_name()}"  # noqa: E731 - no "Mrs." or "MD"
-            return str(self.repeat(("person", path), self.ex.repeat_rate([path]), name_))
-        unique = next((getattr(fk, p) for rx, p in _UNIQUE_PROVIDERS if rx.search(low)), None)
-        if unique is not None:
-            return str(unique())
-        words = sum(len(v.split()) for v in every) / len(every) if every else 2.0
-        if low in ("name", "title") or low.endswith(("_name", "_title")):
+            return str(self.repeat(("person", path), kind.repeat_rate, name_))
+        if kind.unique is not None:
+            return str(getattr(fk, kind.unique)())
+        words = kind.words
+        if kind.named:
             return self.unique_name(path, vals, words)
-        if is_long_text(low) and words >= 6:
+        if kind.long_text:
             return self.text(every, words)
-        provider = next((getattr(fk, p) for rx, p in _PROVIDERS if rx.search(low)), None)
+        provider = getattr(fk, kind.provider) if kind.provider is not None else None
         distinct = self.ex.small_vocabulary(path)
         if distinct:  # a reused vocabulary: cities, currencies
             return self.pick_small(path, distinct, t, provider)
@@ -466,7 +510,7 @@ class Maker:
         pool.append(v)
         return v
 
-    def email(self, every: list[str], t: Any, ctx: Ctx) -> str:
+    def email(self, every: Sequence[str], t: Any, ctx: Ctx) -> str:
         """An address at the template's (or the record's, or an exemplar) domain; the local part from the
         record's person when it has one, else a fresh name; people recur within a batch."""
         domains = list(dict.fromkeys(v.split("@", 1)[1] for v in every if "@" in v))
@@ -517,7 +561,7 @@ class Maker:
         used.add(cand)
         return cand
 
-    def text(self, vals: list[str], words: float) -> str:
+    def text(self, vals: Sequence[str], words: float) -> str:
         n = max(3, round(words * self.rng.uniform(0.7, 1.3)))
         s = " ".join(self.faker.sentence(nb_words=min(n, 14)) for _ in range(max(1, n // 14)))
         return s if any(v.rstrip().endswith(".") for v in vals) else s.rstrip(".")
