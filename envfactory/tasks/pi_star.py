@@ -166,6 +166,7 @@ class _PiStar:
             for name, session in self.episode.sessions.items()
         }
         self._walks: dict[int, tuple[Any, list[tuple[str, str, Any]]]] = {}  # results walked (`_walked`)
+        self._field_sets: dict[int, tuple[dict[str, Any], set[str]]] = {}  # collections' fields (`_fields`)
         # the last dump of each native session and its records, with where its change log stood (`_dump`)
         self._dumped: dict[str, tuple[Any, int, ChangeEntry | None, dict[str, Any], Records]] = {}
         self.spoken: dict[str, tuple[Any, int]] = {}  # user-provided values already said: name → (value, call)
@@ -255,6 +256,15 @@ class _PiStar:
                         self.targets[(env, other)] = ids[0] if len(ids) == 1 else self.rng.choice(sorted(ids))
 
     # ---- values from earlier outputs ------------------------------------------------------------------
+
+    def _fields(self, records: dict[str, dict[str, Any]]) -> set[str]:
+        """`_fields_of(records)` of a collection of a session's records view, worked out once per collection
+        dict: a view is kept until the session's state moves, and shares the collections no call touched with
+        the views before it (read-only)."""
+        kept = self._field_sets.get(id(records))
+        if kept is None or kept[0] is not records:
+            kept = self._field_sets[id(records)] = (records, _fields_of(records))
+        return kept[1]
 
     def _walked(self, result: Any) -> list[tuple[str, str, Any]]:
         """`_walk(result)` of an earlier call's result (or an element of it), walked once: every call bound
@@ -411,7 +421,7 @@ class _PiStar:
         names = [bound.fields.get(n, n) for n in names]
         best, best_score = None, 0
         for coll, records in colls.items():
-            fields = _fields_of(records)
+            fields = self._fields(records)
             score = sum(n in fields or (n.endswith("_id") and singular(coll) == n[:-3]) for n in names)
             if score > best_score:
                 best, best_score = coll, score
@@ -454,7 +464,7 @@ class _PiStar:
             return None
         best: tuple[int, str] | None = None
         for coll, records in self._records_of(env, views).items():
-            fields = _fields_of(records)
+            fields = self._fields(records)
             if keys <= fields | {"id"}:
                 extra = len(fields - keys)
                 if best is None or extra < best[0]:
