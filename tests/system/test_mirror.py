@@ -103,7 +103,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "envfactory/metatools/tasks.py": "tests/metatools/test_hub.py",
     "envfactory/progress.py": "tests/tasks/test_plan.py",
     "envfactory/querygen/records.py": "tests/graphs/test_querygen.py",
-    "envfactory/records/episode.py": "tests/tasks/test_pi_star.py",
     "envfactory/records/models.py": "tests/tasks/test_pi_star.py",
     "envfactory/records/run_folder.py": "tests/tasks/test_plan.py",
     "envfactory/records/spoken.py": "tests/tasks/test_conversation_quality.py",
