@@ -389,10 +389,10 @@ class EnvPool:
             )
 
     def _cached(self, name: str) -> BaseEnvironment | None:
+        kept = self._kept.get(name)  # only ever added to (one dict read is atomic): no lock, on every tool call
+        if kept is not None:
+            return kept
         with self._lock:
-            kept = self._kept.get(name)
-            if kept is not None:
-                return kept
             hit = self._lru.get(name)
             if hit is None:
                 return None
