@@ -221,6 +221,33 @@ def _string_kind(ex: Exemplars, name: str, path: str, coll: str) -> _StringKind:
     return kind
 
 
+_NUMBER_SHAPES: weakref.WeakKeyDictionary[Exemplars, dict[Any, tuple[float, float, float, bool] | None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _number_shape(
+    ex: Exemplars, is_int: bool, path: str, name: str, stratum: tuple[tuple[str, Any], ...]
+) -> tuple[float, float, float, bool] | None:
+    """(lo, hi, step, a magnitude) of the exemplar numbers a number imitates; None when there are none. Worked out
+    once per environment and stratum (a stratum that cannot be a key: each time)."""
+    shapes = _NUMBER_SHAPES.get(ex)
+    if shapes is None:
+        shapes = _NUMBER_SHAPES[ex] = {}
+    key: tuple[bool, str, str, tuple[tuple[str, Any], ...]] | None = (is_int, path, name, stratum)
+    try:
+        return shapes[key]
+    except KeyError:
+        pass
+    except TypeError:  # a list in the stratum
+        key = None
+    vals = [float(v) for v in ex.values(path, stratum) if isinstance(v, int | float) and not isinstance(v, bool)]
+    shape = (min(vals), max(vals), _quantum(vals, is_int), bool(_MAGNITUDE.search(name.lower()))) if vals else None
+    if key is not None:
+        shapes[key] = shape
+    return shape
+
+
 class Maker:
     """Makes records for one generated state: one rng, one Faker, the clock, the records made so far."""
 
@@ -361,14 +388,10 @@ class Maker:
 
     def number(self, is_int: bool, path: str, name: str, t: Any, stratum: tuple[tuple[str, Any], ...]) -> int | float:
         rng = self.rng
-        vals = [
-            float(v) for v in self.ex.values(path, stratum) if isinstance(v, int | float) and not isinstance(v, bool)
-        ]
-        if not vals:  # nothing to imitate: small and non-negative
+        shape = _number_shape(self.ex, is_int, path, name, stratum)
+        if shape is None:  # nothing to imitate: small and non-negative
             return rng.randint(0, 10) if is_int else round(rng.uniform(0, 100), 2)
-        lo, hi = min(vals), max(vals)
-        q = _quantum(vals, is_int)
-        magnitude = bool(_MAGNITUDE.search(name.lower()))
+        lo, hi, q, magnitude = shape
         if magnitude and isinstance(t, int | float) and not isinstance(t, bool):
             x = t * rng.uniform(0.5, 1.5)  # keeps the template's sign and scale (a salary, a coffee)
         elif magnitude:

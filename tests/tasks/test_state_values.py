@@ -11,6 +11,9 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from envfactory.env.pool import EnvPool
+from envfactory.tasks import initial_state, state_values
+from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.state_values import FieldGenerationError, IdMaker, slug
 
 TEMPLATES = st.one_of(
@@ -67,3 +70,23 @@ def test_slug_folds_accents_and_drops_the_rest() -> None:
 def test_a_field_error_names_its_path() -> None:
     err = FieldGenerationError("bookings.BK-1.room_id", "no rooms to refer to")
     assert str(err) == "bookings.BK-1.room_id: no rooms to refer to" and isinstance(err, ValueError)
+
+
+def test_what_is_kept_per_environment_changes_no_state(pool: EnvPool) -> None:
+    """The kinds of strings, the shapes of numbers, the exemplars' values kept per environment: every native
+    environment's states are the same made with all of it worked out afresh, and in another order with it
+    kept from earlier states."""
+    names = sorted(pool.native_names())
+    jobs = [(name, seed) for name in names for seed in (1, 22, 333)]
+
+    def made(order: list[tuple[str, int]], fresh: bool) -> dict[tuple[str, int], str]:
+        out = {}
+        for name, seed in order:
+            if fresh:
+                initial_state._EXEMPLARS.clear()
+                state_values._STRING_KINDS.clear()
+                state_values._NUMBER_SHAPES.clear()
+            out[(name, seed)] = generate_initial_state(pool.get(name), seed=seed, depth=2).model_dump_json()
+        return out
+
+    assert made(jobs, fresh=True) == made(jobs[::-1], fresh=False)
