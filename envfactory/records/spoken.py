@@ -66,6 +66,8 @@ def mentions(text: str, value: str) -> bool:
     """`value` appears in `text` as a whole token (an id `BK-0002`, a number, a name), not inside a word."""
     if not value or (len(value) < 2 and not value.isdigit()):
         return False
+    if value.isascii() and text.isascii() and value.lower() not in text.lower():  # (ASCII: case maps one to one)
+        return False  # not even inside a word: no pattern to compile
     return re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text, re.IGNORECASE) is not None
 
 

@@ -105,7 +105,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "envfactory/querygen/records.py": "tests/graphs/test_querygen.py",
     "envfactory/records/models.py": "tests/tasks/test_pi_star.py",
     "envfactory/records/run_folder.py": "tests/tasks/test_plan.py",
-    "envfactory/records/spoken.py": "tests/tasks/test_conversation_quality.py",
     "envfactory/reward/matching.py": "tests/reward/test_scorer.py",
     "envfactory/reward/record.py": "tests/reward/test_scorer.py",
     "envfactory/reward/settings.py": "tests/reward/test_scorer.py",
