@@ -22,8 +22,8 @@ other work on a shared machine does not count), records cold at the start of eve
 - **ours without the replay memo** — the same, every completion replayed (from the kept sessions);
 - **uncached** — the same with `cache_size=0`: the record's JSON, states and ground truth re-parsed
   and re-validated for every completion, no memo;
-- **naive** — uncached, and the state term done the straightforward way: `replay()` of every call
-  over every server of the record (results built for every call), then the verifier's
+- **naive** — uncached, and the state term done the straightforward way: every call replayed, each traced
+  (its diff worked out), over every server of the record (results built for every call), then the verifier's
   `state_differences` (both states canonicalized and diffed in full) per server.
 The pool, the records and the completions are moved out of the cyclic garbage collector's view
 (`gc.freeze()`) once loaded, for every method alike — what a training process does once its
@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool  # noqa: E402
-from envfactory.records.episode import replay  # noqa: E402
+from envfactory.records.episode import Episode, Replay, replay, result_of  # noqa: E402
 from envfactory.records.models import States, ToolCall  # noqa: E402
 from envfactory.records.verifier import state_differences  # noqa: E402
 from envfactory.reward import CompositeReward, RewardResult, RewardSettings, apply_blanks  # noqa: E402
@@ -232,7 +232,12 @@ class Naive(CompositeReward):
         super().__init__(pool, RewardSettings(cache_size=0, memoize_replays=False))
 
     def _state(self, t: Any, calls: list[ToolCall], keys: list[Any], reasons: list[str]) -> tuple[float | None, int]:
-        run = replay(self.pool, calls, t.initial)  # every server of the record forked
+        # every server of the record forked, each call traced: `replay` as it ran when this baseline was set (its
+        # sessions are untraced since 2026-12-06; the baseline does not move with the library)
+        episode = Episode(self.pool, t.initial)
+        run = Replay(
+            results=[result_of(c, episode.call(c.server, c.name, c.arguments)) for c in calls], final=episode.dumps()
+        )
         equal = considered = 0
         for srv in t.servers:
             if srv not in t.goal_dump:
@@ -268,7 +273,7 @@ def measure(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=2.0, help="CPU seconds per measurement")
-    ap.add_argument("--repeats", type=int, default=3, help="measurements per method (median reported)")
+    ap.add_argument("--repeats", type=int, default=3, help="rounds of measurements, every method once a round (median)")
     ap.add_argument("--no-freeze", action="store_true", help="leave the pool and records to the cyclic GC")
     add_json_flag(ap)
     args = ap.parse_args()
@@ -318,10 +323,13 @@ def main() -> None:
         ),
         "naive: full replay + full state diffs": lambda: Naive(pool),
     }
-    rates = {
-        name: statistics.median(measure(make, groups, args.seconds) for _ in range(args.repeats))
-        for name, make in methods.items()
-    }
+    # round after round, every method once a round: a machine whose speed drifts (it does here, by tens of per
+    # cent within minutes) moves every method alike, and the median of each is the figure
+    runs: dict[str, list[float]] = {name: [] for name in methods}
+    for _ in range(args.repeats):
+        for name, make in methods.items():
+            runs[name].append(measure(make, groups, args.seconds))
+    rates = {name: statistics.median(rs) for name, rs in runs.items()}
     base = rates["naive: full replay + full state diffs"]
     table = Table(
         title=(
