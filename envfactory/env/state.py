@@ -256,8 +256,11 @@ class State(BaseModel):
 
         Equal to `diff_states(dump_at_mark, dump_now)` as long as every write used the CRUD helpers.
         """
+        log = self._entries()
+        if len(log) <= mark:  # nothing since (every read): no walk, no sort
+            return StateDiff()
         first: dict[tuple[str, str | None], Any] = {}
-        for e in self._entries()[mark:]:
+        for e in log[mark:]:
             first.setdefault((e.collection, e.key), e.before)
         out = StateDiff()
         for (collection, key), before in first.items():
@@ -275,7 +278,10 @@ class State(BaseModel):
                 out.removed.append(path)
             else:
                 diff_into(_dump_value(before), _dump_value(after), path, out)
-        return out.sorted()
+        out.added.sort()  # (in place: `out` is this call's own)
+        out.removed.sort()
+        out.changed.sort()
+        return out
 
     def changes_since(self, mark: int) -> list[Change]:
         return [Change(op=e.op, collection=e.collection, id=e.key) for e in self._entries()[mark:]]
