@@ -80,6 +80,8 @@ def canonical(initial: dict[str, Any], final: dict[str, Any], mask: MaskSpec) ->
     ids = new_ids(initial, final, colls)
     out = dict(out)
     out.pop("counters", None)  # they only feed the generated ids
+    if not ids:  # no record created: nothing to mask or gather under `<new>` (read-only: shares `final`'s values)
+        return out
     for coll in colls:
         records = out.get(coll)
         if not isinstance(records, dict):

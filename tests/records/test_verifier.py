@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from envfactory.env.diff import diff_states
 from envfactory.records.models import MaskSpec
-from envfactory.records.verifier import canonical, same_document, state_differences
+from envfactory.records.verifier import canonical, replace_ids, same_document, state_differences
 
 NAN = math.nan
 LEAVES = st.one_of(
@@ -72,3 +72,22 @@ def test_what_one_document_is() -> None:
     assert not same_document({"a": [1]}, {"a": (1,)})
     assert not same_document({"a": 1, "b": 2}, {"b": 2, "a": 1})  # another order: the long way decides (none)
     assert not same_document({"a": object()}, {"a": object()})
+
+
+def _walked(initial: dict[str, Any], final: dict[str, Any], mask: MaskSpec) -> dict[str, Any]:
+    """`canonical` with no created record (and no masked path), the long way: every value copied by `replace_ids`."""
+    return {k: replace_ids(v, set()) for k, v in final.items() if k != "counters"}
+
+
+@settings(max_examples=300)
+@given(st.dictionaries(st.sampled_from(["bookings", "notes", "n", "counters"]), JSON, max_size=4), st.data())
+def test_with_no_record_created_canonical_is_the_state_as_it_is(final: dict[str, Any], data: Any) -> None:
+    """No id is new (`initial` holds every record of `final`): the canonical form is `final` without its counters,
+    shared rather than copied; diffs between two such forms are what they were between copies."""
+    initial = {k: v for k, v in final.items() if isinstance(v, dict)}
+    other = _twin(final, data.draw)
+    mask = MaskSpec()
+    assert canonical(initial, final, mask) == _walked(initial, final, mask)
+    assert diff_states(canonical(initial, final, mask), canonical(initial, other, mask)) == diff_states(
+        _walked(initial, final, mask), _walked(initial, other, mask)
+    )
