@@ -62,12 +62,24 @@ def say(value: Any, style: int = 0) -> str:
     return text
 
 
+def _in_token(ch: str) -> bool:
+    """An ASCII character that continues a token: a letter, a digit, `_` or `-`."""
+    return ch.isalnum() or ch in "_-"
+
+
 def mentions(text: str, value: str) -> bool:
     """`value` appears in `text` as a whole token (an id `BK-0002`, a number, a name), not inside a word."""
     if not value or (len(value) < 2 and not value.isdigit()):
         return False
-    if value.isascii() and text.isascii() and value.lower() not in text.lower():  # (ASCII: case maps one to one)
-        return False  # not even inside a word: no pattern to compile
+    if value.isascii() and text.isascii():  # (ASCII: case maps one to one, and `\w` is a letter, digit or `_`)
+        low, find = text.lower(), value.lower()  # every place it occurs, its neighbours looked at: no pattern
+        at = low.find(find)
+        while at >= 0:
+            end = at + len(find)
+            if (at == 0 or not _in_token(low[at - 1])) and (end == len(low) or not _in_token(low[end])):
+                return True
+            at = low.find(find, at + 1)
+        return False
     return re.search(rf"(?<![\w-]){re.escape(value)}(?![\w-])", text, re.IGNORECASE) is not None
 
 
