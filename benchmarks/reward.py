@@ -22,8 +22,8 @@ other work on a shared machine does not count), records cold at the start of eve
 - **ours without the replay memo** — the same, every completion replayed (from the kept sessions);
 - **uncached** — the same with `cache_size=0`: the record's JSON, states and ground truth re-parsed
   and re-validated for every completion, no memo;
-- **naive** — uncached, and the state term done the straightforward way: every call replayed, each traced
-  (its diff worked out), over every server of the record (results built for every call), then the verifier's
+- **naive** — uncached, and the state term done the straightforward way: `replay()` of every call
+  over every server of the record (results built for every call), then the verifier's
   `state_differences` (both states canonicalized and diffed in full) per server.
 The pool, the records and the completions are moved out of the cyclic garbage collector's view
 (`gc.freeze()`) once loaded, for every method alike — what a training process does once its
@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool  # noqa: E402
-from envfactory.records.episode import Episode, Replay, replay, result_of  # noqa: E402
+from envfactory.records.episode import replay  # noqa: E402
 from envfactory.records.models import States, ToolCall  # noqa: E402
 from envfactory.records.verifier import state_differences  # noqa: E402
 from envfactory.reward import CompositeReward, RewardResult, RewardSettings, apply_blanks  # noqa: E402
@@ -232,12 +232,7 @@ class Naive(CompositeReward):
         super().__init__(pool, RewardSettings(cache_size=0, memoize_replays=False))
 
     def _state(self, t: Any, calls: list[ToolCall], keys: list[Any], reasons: list[str]) -> tuple[float | None, int]:
-        # every server of the record forked, each call traced: `replay` as it ran when this baseline was set (its
-        # sessions are untraced since 2026-12-06; the baseline does not move with the library)
-        episode = Episode(self.pool, t.initial)
-        run = Replay(
-            results=[result_of(c, episode.call(c.server, c.name, c.arguments)) for c in calls], final=episode.dumps()
-        )
+        run = replay(self.pool, calls, t.initial)  # every server of the record forked
         equal = considered = 0
         for srv in t.servers:
             if srv not in t.goal_dump:

@@ -31,10 +31,8 @@ class Episode:
         initial: States | None = None,
         servers: Iterable[str] = (),
         templates: StateTemplates | None = None,
-        traced: bool = True,
     ) -> None:
         self.pool = pool
-        self.traced = traced  # False: native writes recorded without their diff (`Session`), for a final state
         self.sessions: dict[str, Session] = {}
         self.templates = templates or {}
         self.forked: dict[str, StateTemplate] = {}  # server → the template its session forked from
@@ -48,11 +46,10 @@ class Episode:
         template = self.templates.get(server)
         if template is not None and template.config is config and template.env is env:
             self.forked[server] = template
-            session = self.sessions[server] = Session(env, template.fork(), traced=self.traced)
+            session = self.sessions[server] = Session(env, template.fork())
             return session
         self.forked.pop(server, None)
         session = self.sessions[server] = Session.fork(env, env.default_scenario() if config is None else config)
-        session.traced = self.traced
         return session
 
     def session(self, server: str) -> Session:
@@ -100,8 +97,7 @@ def replay(
     `templates` where they were validated from `initial`'s very configs).
 
     A call to an environment outside the episode is an error result, not an exception: a model's
-    completion may name anything. Its sessions are untraced: a replay gives results and final states, never a
-    call's diff."""
-    episode = Episode(pool, initial, servers, templates, traced=False)
+    completion may name anything."""
+    episode = Episode(pool, initial, servers, templates)
     results = [result_of(c, episode.call(c.server, c.name, c.arguments)) for c in calls]
     return Replay(results=results, final=episode.dumps())

@@ -93,7 +93,9 @@ def fields_of(model: type[BaseModel]) -> Mapping[str, tuple[Any, Kind, bool]]:
         for name, info in model.model_fields.items():
             inner, optional = unwrap(info.annotation)
             made[name] = (inner, kind_of(inner), optional)
-        out = _FIELDS[model] = types.MappingProxyType(made)
+        out = types.MappingProxyType(made)
+        if getattr(model, "__pydantic_complete__", True):  # (a model still waiting on a forward reference: not kept)
+            _FIELDS[model] = out
     return out
 
 

@@ -20,6 +20,7 @@ from faker import Faker
 
 _FAKERS = threading.local()
 DEFAULT_LOCALE = "en_US"  # what `Faker()` uses
+_TABLES_KEPT = 256  # weighted tables a provider keeps the sums of (Faker's own are a few dozen, made once)
 
 
 def thread_faker(stream: random.Random, locale: str = DEFAULT_LOCALE) -> Faker:
@@ -64,5 +65,7 @@ class _WeightedDraws:
             return self.fakers_own(elements, length, unique, use_weighting)
         table = self.sums.get(id(elements))
         if table is None or table[0] is not elements or len(table[1]) != len(elements):
+            if len(self.sums) >= _TABLES_KEPT:  # a provider that builds its tables per draw: kept no longer
+                self.sums.clear()
             table = self.sums[id(elements)] = (elements, tuple(elements), list(accumulate(elements.values())))
         return self.provider.generator.random.choices(table[1], cum_weights=table[2], k=length)

@@ -837,8 +837,9 @@ class _PiStar:
                     done.planned, done.results = self.planned, self.results
                     return done
                 self.at.append(len(self.results) - 1)
-            # dumped along what the calls touched, sharing the rest with the dump the session started from
-            turn_final.append({name: self._dump(name)[0] for name in self.episode.sessions})
+            # whole: what a record holds is never read from the change log alone (a tool that writes a field
+            # around the state's helpers, against their contract, still gets its state recorded as it is)
+            turn_final.append(self.episode.dumps())
         return PiStarOutcome(
             ok=True,
             planned=self.planned,

@@ -75,3 +75,12 @@ def test_a_table_changed_in_place_is_summed_again() -> None:
     assert ours.random_elements(table, length=4) == want.random_elements(table, length=4)
     table["c"] = 50.0  # (Faker's own keeps the old keys: it is compared with a new table holding the same)
     assert ours.random_elements(table, length=6) == want.random_elements(OrderedDict(table), length=6)
+
+
+def test_tables_made_per_draw_are_not_kept_without_bound() -> None:
+    provider = seeded_faker("en_US", 9).providers[0]
+    want = _fresh("en_US", 9).providers[0]
+    for i in range(600):  # a provider that builds its weighted table at every draw
+        table = OrderedDict([(f"a{i}", 1.0), (f"b{i}", 3.0)])
+        assert provider.random_elements(table, length=1) == want.random_elements(table, length=1)
+    assert len(provider.random_elements.sums) <= 256

@@ -244,3 +244,25 @@ def test_a_tool_changing_a_shared_record_in_place_gets_its_unit_made_again_from_
         made.append(out)
     assert "a tool of switches changed a record in place" in caplog.text and "made again" in caplog.text
     assert any(o.conversation is not None for o in made)
+
+
+def test_a_field_written_around_the_states_helpers_is_recorded_as_it_is(tmp_path: Path) -> None:
+    """A tool that bumps a top-level counter by assignment (not through `db.set`: the change log never sees it):
+    each turn's state and the goal are the states as they are, so the units the replay agrees with are kept."""
+    bumping = SWITCHES.replace(
+        "    switches: dict[str, Switch] = {}\n", "    switches: dict[str, Switch] = {}\n    flips: int = 0\n"
+    )
+    bumping = bumping.replace(
+        '    return db.update("switches", switch_id, on=on)\n',
+        '    db.flips = db.flips + 1  # around the helpers\n    return db.update("switches", switch_id, on=on)\n',
+    )
+    assert bumping.count("db.flips") == 2
+    pool = _switches(tmp_path, bumping)
+    kept = []
+    for seed in range(6):
+        out = synthesize_offline(pool, FLIP, key=str(seed), seed=seed, prompts_dir=PROMPTS)
+        if out.conversation is not None:
+            check_conversation(pool, out.conversation)
+            assert out.conversation.task.verifier.goal["switches"]["flips"] == 1
+            kept.append(seed)
+    assert kept
