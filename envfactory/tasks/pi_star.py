@@ -571,7 +571,9 @@ class _PiStar:
     def _dump(self, env: str) -> tuple[dict[str, Any], Records]:
         """`env`'s session's dump and its records (read-only: the dump shares the unchanged fields with the dump
         the session started from). A native session's are kept until its change log moves: a read changes
-        nothing, and a failed call's changes are rolled back off the log."""
+        nothing, and a failed call's changes are rolled back off the log. (Like `touched_dump`, this reads the
+        log: a tool that writes around the state's helpers, against their contract, is not seen here until
+        the log moves; what a record holds is dumped whole, `_run`.)"""
         session = self.episode.sessions[env]
         started, dump = self.started.get(env, (None, None))
         state = getattr(session, "state", None)  # a sandboxed session's state is in its worker
