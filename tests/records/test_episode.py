@@ -3,15 +3,11 @@ no JSON can hold is an internal error, undone, and the replay goes on."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from envfactory.config import Settings
-from envfactory.env.metadata import dump_metadata
-from envfactory.env.pool import EnvPool, load_env_folder
-from envfactory.env.trust import trust
 from envfactory.records.episode import replay
 from envfactory.records.models import ToolCall
+from tests.support.env_folders import trusted_pool
 
 NOTES = '''"""Notes whose attach tool leaves a value no JSON can hold."""
 
@@ -59,15 +55,8 @@ def edit(db: NotesDB, note_id: str, text: str) -> Note:
 
 
 def test_a_write_leaving_a_state_no_json_holds_is_an_error_result_and_undone(tmp_path: Path) -> None:
-    folder = tmp_path / "envs" / "notes"
-    (folder / "scenarios").mkdir(parents=True)
-    (folder / "env.py").write_text(NOTES)
     state = {"notes": {"N-1": {"id": "N-1", "text": "hi"}}}
-    (folder / "scenarios" / "default.json").write_text(json.dumps(state))
-    dump_metadata(load_env_folder(folder, with_metadata=False).derived_metadata(), folder / "metadata.json")
-    settings = Settings(root=tmp_path, bfcl=False)
-    trust(settings.trust_file, "notes", folder, "written by this test")
-    pool = EnvPool(settings)
+    pool = trusted_pool(tmp_path, "notes", NOTES, state)
     calls = [
         ToolCall(server="notes", name="attach", arguments={"note_id": "N-1"}),
         ToolCall(server="notes", name="edit", arguments={"note_id": "N-1", "text": "there"}),

@@ -3,22 +3,19 @@ template conversations; SynthAPI's filter on crafted chains; batch plans, resume
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import pytest
 
-from envfactory.config import Settings
-from envfactory.env.metadata import dump_metadata
-from envfactory.env.pool import EnvPool, load_env_folder
-from envfactory.env.trust import trust
+from envfactory.env.pool import EnvPool
 from envfactory.records.episode import replay
 from envfactory.records.models import Conversation
 from envfactory.records.verifier import verify
 from envfactory.tasks.offline import _synthesize, _Unit, initial_states, synthesize_offline
 from envfactory.toolgraph import ToolGraph, TopologySampler
 from tests.support.chains import chain, from_tool, hotel_chain, user
+from tests.support.env_folders import trusted_pool
 from tests.support.paths import ROOT
 
 PROMPTS = ROOT / "prompts"
@@ -151,15 +148,8 @@ def set_switch(db: SwitchDB, switch_id: str, on: bool) -> Switch:
 
 def _switches(tmp_path: Path, source: str = SWITCHES) -> EnvPool:
     """A pool holding the switches environment written from `source` (trusted: hand-written, reviewed here)."""
-    folder = tmp_path / "envs" / "switches"
-    (folder / "scenarios").mkdir(parents=True)
-    (folder / "env.py").write_text(source)
     state = {"switches": {f"SW-00{i}": {"id": f"SW-00{i}", "room": r, "on": i % 2 == 0} for i, r in enumerate("ab")}}
-    (folder / "scenarios" / "default.json").write_text(json.dumps(state))
-    dump_metadata(load_env_folder(folder, with_metadata=False).derived_metadata(), folder / "metadata.json")
-    settings = Settings(root=tmp_path, bfcl=False)
-    trust(settings.trust_file, "switches", folder, "written by this test")
-    return EnvPool(settings)
+    return trusted_pool(tmp_path, "switches", source, state)
 
 
 FLIP = chain(
