@@ -188,7 +188,6 @@ class Exemplars:
         self._plans: dict[str, Plan] = {}
         self._unique: dict[str, bool] = {}
         self._seen: dict[tuple[str, Any], tuple[Any, ...]] = {}  # `values`, read many times a state
-        self._digits: dict[str, bool] = {}
         self.soft = self._soft_refs()
 
     def _walk(self, tp: Any, value: Any, path: str, scn: int, inst: dict[str, Any]) -> None:
@@ -231,13 +230,6 @@ class Exemplars:
             if same:
                 return same
         return [s.value for s in samples]
-
-    def has_digits(self, path: str) -> bool:
-        """Whether some string seen at `path` holds a digit (a person's name never does; an account label may)."""
-        got = self._digits.get(path)
-        if got is None:
-            got = self._digits[path] = any(ch.isdigit() for v in self.values(path) if isinstance(v, str) for ch in v)
-        return got
 
     def small_vocabulary(self, path: str) -> list[Any]:
         """The distinct values at `path` when they are few (≤ 8) and reused (a city, a currency), else []."""

@@ -210,7 +210,7 @@ def _string_kind(ex: Exemplars, name: str, path: str, coll: str) -> _StringKind:
         kind = kinds[(name, path, coll)] = _StringKind(
             every=every,
             email="email" in low or (bool(every) and all("@" in v for v in every)),
-            person=person and not ex.has_digits(path),
+            person=person and not any(ch.isdigit() for v in every for ch in v),  # a name never spells a digit
             repeat_rate=ex.repeat_rate([path]),
             unique=next((p for rx, p in _UNIQUE_PROVIDERS if rx.search(low)), None),
             words=words,
