@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -48,6 +48,9 @@ def one_t_table(c0: float, ca: float, diversities: list[tuple[int, int, int]], n
     ca=st.floats(0.05, 1.0),
     apps=st.lists(st.integers(1, 64), min_size=3, max_size=6, unique=True),
 )
+# scores near 1, where σ' scales the gradient down: scipy's default gtol stopped 1e-4 and 0.53 off
+@example(c0=0.0, ca=0.96875, apps=[35, 36, 37])
+@example(c0=1.0, ca=1.0, apps=[62, 63, 64])
 def test_the_free_parameters_are_recovered_and_the_fixed_ones_kept(c0: float, ca: float, apps: list[int]) -> None:
     table = one_t_table(c0, ca, [(a, 1, 1) for a in apps])  # three runs suffice for two free parameters
     fit = fit_law("composition", table, fixed=DIVERSITY_ONLY)
