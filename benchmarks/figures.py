@@ -41,24 +41,3 @@ def write_figures(path: Path | None, figures: list[Figure]) -> None:
 
 def read_figures(path: Path) -> list[Figure]:
     return FIGURES.validate_json(path.read_bytes())
-
-
-def pace(rounds: int = 5) -> float:
-    """CPU milliseconds this machine takes for a fixed pure-Python workload (the median of `rounds`): its speed
-    at the time of a run. This machine's speed moves by tens of per cent within minutes, and every figure of a
-    run moves with it; a table that states its pace can be read beside another's."""
-    import json
-    import statistics
-    import time
-
-    record = {"id": "BK-0001", "guest": "Ada Lovelace", "nights": 3, "rate": 129.5, "tags": ["a", "b", "c"]}
-    took: list[float] = []
-    for _ in range(rounds):
-        start = time.process_time()
-        for i in range(4000):
-            text = json.dumps({**record, "n": i}, sort_keys=True)
-            back = json.loads(text)
-            back["guest"] = back["guest"].upper().replace(" ", "_")
-            sum(len(str(v)) for v in back.values())
-        took.append((time.process_time() - start) * 1000)
-    return statistics.median(took)

@@ -14,7 +14,7 @@ from tests.support.paths import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import summary
-from figures import Figure, pace, read_figures, write_figures
+from figures import Figure, read_figures, write_figures
 
 REWARD = Figure(
     path="reward",
@@ -46,18 +46,11 @@ def test_the_block_is_replaced_and_the_rest_kept(tmp_path: Path) -> None:
     assert first.startswith("# Benchmarks\n\n" + summary.START) and first.endswith("intro\n\n## Later\n\ntext\n")
     assert "| reward | composite reward | 5,676 /s (8.1× naive) | naive: 701 /s | >= 10,000 /s | **no** |" in first
     slower = REWARD.model_copy(update={"shown": "4,000 /s"})
-    block = summary.markdown([slower], ["trainer client: exit 1: boom"], when, (2.0, 1.0, 1.0), (80.4, 95.0))
-    summary.write(doc, block)
+    summary.write(doc, summary.markdown([slower], ["trainer client: exit 1: boom"], when, (2.0, 1.0, 1.0)))
     second = doc.read_text()
     assert second.count(summary.START) == 1 and second.count(summary.END) == 1
     assert "4,000 /s" in second and "5,676" not in second and "| (failed) | trainer client: exit 1: boom |" in second
     assert second.split(summary.END, 1)[1] == first.split(summary.END, 1)[1]  # the hand-written text after it kept
-    assert "(`figures.pace`) took 80 ms of CPU at the start and 95 at the end" in second and "pace" not in first
-
-
-def test_the_pace_is_cpu_time_of_a_fixed_workload() -> None:
-    one, more = pace(1), pace(3)
-    assert 0 < one < 10_000 and 0 < more < 10_000  # milliseconds of this process's CPU
 
 
 def test_every_benchmark_the_summary_runs_takes_json() -> None:
