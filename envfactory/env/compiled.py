@@ -139,6 +139,15 @@ class CompiledPlan(BaseModel):
             unknown = [a for a in used if a not in params]
             if unknown:
                 raise ValueError(f"tool '{o.spec.name}': argument '{unknown[0]}' is not in its input schema")
+            # the interpreter reads the record's id and its path (parents, scopes) on every call: a call without
+            # one must be refused by the input schema, not reach the semantics
+            path = [a for a in (o.id_param, *(a for a, _ in o.parents), *(a for a, _ in o.scopes)) if a is not None]
+            optional = [a for a in path if a not in o.spec.required]
+            if optional:
+                raise ValueError(
+                    f"tool '{o.spec.name}': argument '{optional[0]}' names the record or its path, so its input "
+                    "schema must require it"
+                )
             if o.semantics in ("read", "update", "upsert", "delete", "transition") and o.id_param is None:
                 raise ValueError(f"tool '{o.spec.name}': a {o.semantics} needs the id argument")
         return self
