@@ -12,7 +12,8 @@ the compiler guarantees by construction:
   (`additionalProperties: false`) and require their id, parent and scope fields;
 - a tool's kind follows from its semantics, and its output schema is derived from its resource's record, as
   the compiler derives it;
-- `plan_problems`: what the interpreter relies on — resources named like identifiers, acyclic parents, fields
+- `plan_problems`: the compiler's rules and what the interpreter relies on (`env.compiled.interpreter_problems`,
+  which also runs on every plan read from a folder) — resources named like identifiers, acyclic parents, fields
   and filters naming record fields, integer paging arguments, a transition into a state its status enum
   names, a create that files a child under its parent, read and write tools both — what the interpreter would
   otherwise fail on at a call (a property test drives random revisions through it).
@@ -23,7 +24,6 @@ one that passes is then judged by the gate every compiled environment passes (`b
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
@@ -31,12 +31,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envfactory.compiler.compile import CompileSettings, output_schema
 from envfactory.compiler.schemas import clean
-from envfactory.env.compiled import KIND, CompiledPlan, Operation, Resource, Skipped, type_of
+from envfactory.env.compiled import KIND, CompiledPlan, Operation, Resource, Skipped, interpreter_problems
 from envfactory.env.metadata import ToolSpec
 from envfactory.errors import EnvError
 
-_RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,59}$")
-_ID_PREFIX = re.compile(r"^[A-Z][A-Z0-9]{0,9}$")
 MAX_ITEMS = 100  # resources, operations or removals in one revision
 
 
@@ -202,8 +200,8 @@ def _with_outputs(plan: CompiledPlan) -> CompiledPlan:
 
 
 def plan_problems(plan: CompiledPlan, settings: CompileSettings | None = None) -> list[str]:
-    """What a plan must hold for the interpreter beyond its schema (the compiler's plans hold it by construction;
-    a revised plan is checked): one line per problem, naming the resource or tool."""
+    """What a revised plan must hold beyond its schema: the compiler's rules (at most `max_tools` tools, read and
+    write tools both) and the interpreter's (`env.compiled.interpreter_problems`); one line per problem."""
     s = settings or CompileSettings()
     out: list[str] = []
     if len(plan.operations) > s.max_tools:
@@ -211,72 +209,4 @@ def plan_problems(plan: CompiledPlan, settings: CompileSettings | None = None) -
     kinds = {o.spec.kind for o in plan.operations}
     if kinds != {"read", "write"}:  # the compiler's rule: an agent must be able to change and to observe it
         out.append(f"only {kinds.pop()} tools: an environment needs both read and write tools")
-    res = {r.name: r for r in plan.resources}
-    prefixes = Counter(r.id_prefix for r in plan.resources)
-    for r in plan.resources:
-        where = f"resource '{r.name}'"
-        if not _RESOURCE_NAME.fullmatch(r.name):
-            out.append(f"{where}: a resource's name is an identifier (letters, digits, underscore; at most 60)")
-        if not _ID_PREFIX.fullmatch(r.id_prefix):
-            out.append(f"{where}: id_prefix '{r.id_prefix}' must be 1-10 capital letters or digits, a letter first")
-        elif prefixes[r.id_prefix] > 1:
-            out.append(f"{where}: id_prefix '{r.id_prefix}' is another resource's too (each counts its own ids)")
-        props = r.record_schema.get("properties")
-        if r.record_schema.get("type") != "object" or not isinstance(props, dict):
-            out.append(f"{where}: record_schema must be an object schema with properties")
-            continue
-        if r.id_field not in props:
-            out.append(f"{where}: record_schema has no property '{r.id_field}' (its id_field)")
-        elif type_of(props[r.id_field]) != r.id_type:
-            out.append(f"{where}: the id field '{r.id_field}' must be of type '{r.id_type}' (its id_type)")
-        if r.parent_field is not None and r.parent_field not in props:
-            out.append(f"{where}: record_schema has no property '{r.parent_field}' (its parent_field)")
-        missing = [f for f in r.scope_fields if f not in props]
-        out += [f"{where}: record_schema has no property '{f}' (a scope field)" for f in missing]
-        seen, cur = {r.name}, r
-        while cur.parent is not None and cur.parent in res:
-            if cur.parent in seen:
-                out.append(f"{where}: its parents form a cycle through '{cur.parent}'")
-                break
-            seen.add(cur.parent)
-            cur = res[cur.parent]
-    for o in plan.operations:
-        out += _operation_problems(o, res)
-    return out
-
-
-def _operation_problems(o: Operation, res: dict[str, Resource]) -> list[str]:
-    where = f"tool '{o.spec.name}'"
-    r = res[o.resource]
-    props = r.record_schema.get("properties") or {}
-    params = o.spec.parameters
-    out = [f"{where}: parents names no resource '{p}'" for _, p in o.parents if p not in res]
-    out += [
-        f"{where}: scope '{a}' fills '{f}', which is not a scope field of '{r.name}' ({r.scope_fields})"
-        for a, f in o.scopes
-        if f not in r.scope_fields
-    ]
-    out += [
-        f"{where}: fields maps '{a}' to '{f}', which is no field of a {r.label}"
-        for a, f in o.fields.items()
-        if f not in props
-    ]
-    for arg in (o.limit_param, o.offset_param, o.page_param):
-        if arg is not None and type_of(params[arg]) != "integer":
-            out.append(f"{where}: the paging argument '{arg}' must be of type 'integer'")
-    if o.semantics == "transition":
-        enum = (props.get(o.status_field) or {}).get("enum") if o.status_field else None
-        if o.status_field is None or o.status_field not in props:
-            out.append(f"{where}: a transition needs status_field, a field of a {r.label}")
-        elif not isinstance(enum, list) or o.target not in enum:
-            out.append(
-                f"{where}: a transition moves '{o.status_field}' to a state its enum names; "
-                f"{o.target!r} is not in {enum if isinstance(enum, list) else 'its enum (it has none)'}"
-            )
-    if o.semantics in ("create", "upsert"):
-        if r.parent is not None and not (o.parents and o.parents[-1][1] == r.parent):
-            out.append(f"{where}: a create of a {r.label} takes its '{r.parent}' id (the last of parents)")
-        missing = sorted(set(r.scope_fields) - {f for _, f in o.scopes})
-        if missing:
-            out.append(f"{where}: a create of a {r.label} must fill its scope fields (scopes): {missing}")
-    return out
+    return out + interpreter_problems(plan)

@@ -19,6 +19,8 @@ the plan and checked against it like a native environment's) and `scenarios/*.js
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -37,6 +39,8 @@ from envfactory.errors import ConflictError, ContractError, EnvLoadError, NotFou
 
 PLAN_FILE = "compiled.json"
 RESERVED = frozenset({"clock", "counters"})  # top-level keys of the state that are not collections
+_RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,59}$")
+_ID_PREFIX = re.compile(r"^[A-Z][A-Z0-9]{0,9}$")
 _CHECKED_CONFIGS = 256  # configs whose checked state a compiled environment keeps...
 _CHECKED_RECORDS = 50_000  # ...records known to fit their schema...
 _CHECKED_BYTES = 32 * 2**20  # ...and at most about this much data in each (a state of 1 MB strings is no 8 GB)
@@ -579,6 +583,85 @@ def _changes(diff: StateDiff) -> list[Change]:
     return list(out.values())
 
 
+def interpreter_problems(plan: CompiledPlan) -> list[str]:
+    """What the interpreter relies on beyond the plan's schema, one line per problem naming the resource or tool:
+    resources named like identifiers with their own id prefixes, record schemas holding the id, parent and scope
+    fields, acyclic parents, tools whose parents, scopes and fields name what exists, integer paging arguments, a
+    transition into a state its status enum names, a create that files a child under its parent. The compiler's
+    plans hold it by construction; a revised plan (`compiler.revision`) and a plan read from a folder (`load_plan`,
+    a hand-edited `compiled.json`) are checked, so that no call fails inside the interpreter."""
+    out: list[str] = []
+    res = {r.name: r for r in plan.resources}
+    prefixes = Counter(r.id_prefix for r in plan.resources)
+    for r in plan.resources:
+        where = f"resource '{r.name}'"
+        if not _RESOURCE_NAME.fullmatch(r.name):
+            out.append(f"{where}: a resource's name is an identifier (letters, digits, underscore; at most 60)")
+        if not _ID_PREFIX.fullmatch(r.id_prefix):
+            out.append(f"{where}: id_prefix '{r.id_prefix}' must be 1-10 capital letters or digits, a letter first")
+        elif prefixes[r.id_prefix] > 1:
+            out.append(f"{where}: id_prefix '{r.id_prefix}' is another resource's too (each counts its own ids)")
+        props = r.record_schema.get("properties")
+        if r.record_schema.get("type") != "object" or not isinstance(props, dict):
+            out.append(f"{where}: record_schema must be an object schema with properties")
+            continue
+        if r.id_field not in props:
+            out.append(f"{where}: record_schema has no property '{r.id_field}' (its id_field)")
+        elif type_of(props[r.id_field]) != r.id_type:
+            out.append(f"{where}: the id field '{r.id_field}' must be of type '{r.id_type}' (its id_type)")
+        if r.parent_field is not None and r.parent_field not in props:
+            out.append(f"{where}: record_schema has no property '{r.parent_field}' (its parent_field)")
+        missing = [f for f in r.scope_fields if f not in props]
+        out += [f"{where}: record_schema has no property '{f}' (a scope field)" for f in missing]
+        seen, cur = {r.name}, r
+        while cur.parent is not None and cur.parent in res:
+            if cur.parent in seen:
+                out.append(f"{where}: its parents form a cycle through '{cur.parent}'")
+                break
+            seen.add(cur.parent)
+            cur = res[cur.parent]
+    for o in plan.operations:
+        out += _operation_problems(o, res)
+    return out
+
+
+def _operation_problems(o: Operation, res: dict[str, Resource]) -> list[str]:
+    where = f"tool '{o.spec.name}'"
+    r = res[o.resource]
+    props = r.record_schema.get("properties") or {}
+    params = o.spec.parameters
+    out = [f"{where}: parents names no resource '{p}'" for _, p in o.parents if p not in res]
+    out += [
+        f"{where}: scope '{a}' fills '{f}', which is not a scope field of '{r.name}' ({r.scope_fields})"
+        for a, f in o.scopes
+        if f not in r.scope_fields
+    ]
+    out += [
+        f"{where}: fields maps '{a}' to '{f}', which is no field of a {r.label}"
+        for a, f in o.fields.items()
+        if f not in props
+    ]
+    for arg in (o.limit_param, o.offset_param, o.page_param):
+        if arg is not None and type_of(params[arg]) != "integer":
+            out.append(f"{where}: the paging argument '{arg}' must be of type 'integer'")
+    if o.semantics == "transition":
+        enum = (props.get(o.status_field) or {}).get("enum") if o.status_field else None
+        if o.status_field is None or o.status_field not in props:
+            out.append(f"{where}: a transition needs status_field, a field of a {r.label}")
+        elif not isinstance(enum, list) or o.target not in enum:
+            out.append(
+                f"{where}: a transition moves '{o.status_field}' to a state its enum names; "
+                f"{o.target!r} is not in {enum if isinstance(enum, list) else 'its enum (it has none)'}"
+            )
+    if o.semantics in ("create", "upsert"):
+        if r.parent is not None and not (o.parents and o.parents[-1][1] == r.parent):
+            out.append(f"{where}: a create of a {r.label} takes its '{r.parent}' id (the last of parents)")
+        missing = sorted(set(r.scope_fields) - {f for _, f in o.scopes})
+        if missing:
+            out.append(f"{where}: a create of a {r.label} must fill its scope fields (scopes): {missing}")
+    return out
+
+
 def type_of(schema: dict[str, Any]) -> str | None:
     """A schema's one type (`["string", "null"]` is a string), or None."""
     t = schema.get("type")
@@ -601,9 +684,16 @@ def _matches(value: Any, wanted: Any) -> bool:
 
 
 def load_plan(data: dict[str, Any], where: str) -> CompiledPlan:
+    """A plan read from a folder (`compiled.json`, perhaps edited by hand): its schema, then what the interpreter
+    relies on (`interpreter_problems`), so that a broken plan is refused when it loads, not at a call."""
     try:
-        return CompiledPlan.model_validate(data)
+        plan = CompiledPlan.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"]) or "<root>"
         raise EnvLoadError(f"{where}: not a compiled plan: at '{loc}': {err['msg']}") from None
+    problems = interpreter_problems(plan)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise EnvLoadError(f"{where}: the plan cannot be interpreted: {problems[0]}{more}")
+    return plan

@@ -52,7 +52,6 @@ COVERED_ELSEWHERE: dict[str, str] = {
     "envfactory/corpus/settings.py": "tests/corpus/test_fetch.py",
     "envfactory/corpus/specs.py": "tests/corpus/test_fetch.py",
     "envfactory/corpus/store.py": "tests/corpus/test_fetch.py",
-    "envfactory/env/compiled.py": "tests/env/test_pool_lazy.py",
     "envfactory/env/diff.py": "tests/env/test_state_path.py",
     "envfactory/env/folder.py": "tests/env/test_trust_pins.py",
     "envfactory/env/import_guard.py": "tests/env/test_environment_contract.py",

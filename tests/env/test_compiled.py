@@ -1,0 +1,131 @@
+"""A compiled plan read from a folder (`env.compiled.load_plan`): a `compiled.json` edited by hand — a field of a
+tool or a resource changed, a required argument made optional — is refused when it loads, with the problem named,
+or every call runs without failing inside the interpreter (its schema checks' calls, and every tool called with
+arguments of their types)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from envfactory.compiler.scenarios import generate_scenarios
+from envfactory.env.compiled import CompiledEnvironment, interpreter_problems, load_plan
+from envfactory.envgen.checks import schema_checks
+from envfactory.errors import EnvLoadError
+from envfactory.tasks.compiled_state import ScenarioGenerationError
+from tests.graphs.test_envgen_draft import _FIELDS, _ODD, _PLAN, _RFIELDS
+
+_DATA = _PLAN.model_dump(mode="json")
+_RESOURCES = [r["name"] for r in _DATA["resources"]]
+_RECORD_FIELDS = sorted({f for r in _DATA["resources"] for f in r["record_schema"]["properties"]})
+
+
+@st.composite
+def edited(draw: st.DrawFn) -> dict[str, Any]:
+    """The draft plan with one to three edits a person might make: a tool's field pointed at another of its
+    arguments, at another resource or record field, or at something odd; a resource's field likewise; a required
+    argument made optional."""
+    data = copy.deepcopy(_DATA)
+    ops, res = data["operations"], data["resources"]
+    for _ in range(draw(st.integers(1, 3))):
+        what = draw(st.sampled_from(["tool", "tool", "resource", "optional"]))
+        if what == "tool":
+            op = ops[draw(st.integers(0, len(ops) - 1))]
+            arg = st.sampled_from(sorted(op["spec"]["input_schema"].get("properties", {})) or ["x"])
+            field = draw(st.sampled_from(_FIELDS))
+            plausible = {
+                "resource": st.sampled_from(_RESOURCES),
+                "semantics": st.sampled_from(["read", "list", "create", "update", "upsert", "delete", "transition"]),
+                "id_param": arg,
+                "limit_param": arg,
+                "parents": st.lists(st.tuples(arg, st.sampled_from(_RESOURCES)).map(list), max_size=2),
+                "scopes": st.lists(st.tuples(arg, st.sampled_from(_RECORD_FIELDS)).map(list), max_size=2),
+                "fields": st.dictionaries(arg, st.sampled_from(_RECORD_FIELDS), max_size=3),
+                "status_field": st.sampled_from(_RECORD_FIELDS),
+                "target": st.sampled_from(["completed", "needsAction", "archived"]),
+            }[field]
+            op[field] = draw(plausible | st.sampled_from(_ODD))
+        elif what == "resource":
+            r = res[draw(st.integers(0, len(res) - 1))]
+            field = draw(st.sampled_from(_RFIELDS))
+            plausible = {
+                "parent": st.sampled_from([*_RESOURCES, None]),
+                "parent_field": st.sampled_from(_RECORD_FIELDS),
+                "scope_fields": st.lists(st.sampled_from(_RECORD_FIELDS), max_size=2),
+                "id_field": st.sampled_from(_RECORD_FIELDS),
+                "id_type": st.sampled_from(["string", "integer"]),
+                "id_prefix": st.sampled_from(["TAS", "LIS", "TK2", "bad prefix"]),
+                "name": st.sampled_from([*_RESOURCES, "tasks2", "9tasks"]),
+            }[field]
+            r[field] = draw(plausible | st.sampled_from(_ODD))
+        else:
+            schema = ops[draw(st.integers(0, len(ops) - 1))]["spec"]["input_schema"]
+            required = schema.get("required", [])
+            if required:
+                required.remove(draw(st.sampled_from(required)))
+    return data
+
+
+def _value(draw: st.DrawFn, schema: dict[str, Any], ids: list[str]) -> Any:
+    """A value of the argument's type: an id of the state, a number, an odd string..."""
+    kind = schema.get("type")
+    kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
+    if kind == "integer":
+        return draw(st.sampled_from([0, 1, 3, -2, 10**6]))
+    if kind == "number":
+        return draw(st.sampled_from([0.5, 2.0, -1.0]))
+    if kind == "boolean":
+        return draw(st.booleans())
+    if kind == "array":
+        return []
+    if kind == "object":
+        return {}
+    enum = schema.get("enum")
+    if isinstance(enum, list) and enum:
+        return draw(st.sampled_from(enum))
+    return draw(st.sampled_from([*ids[:5], "abc", "", "7"]))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(edited(), st.data())
+def test_an_edited_plan_is_refused_when_it_loads_or_runs_every_call(data: dict[str, Any], calls: st.DataObject) -> None:
+    try:
+        plan = load_plan(data, "compiled.json")
+    except EnvLoadError as e:
+        assert str(e).startswith("compiled.json: ") and len(str(e).splitlines()) == 1
+        return
+    env = CompiledEnvironment(plan)
+    try:
+        state = generate_scenarios(plan)["default"]
+    except ScenarioGenerationError:
+        return  # the gate refuses it: no initial state
+    steps = [(s.tool, s.args) for scenario in schema_checks(env.metadata, state) for s in scenario.steps]
+    ids = sorted({str(k) for name in _RESOURCES for k in (state.get(name) or {})})
+    for spec in env.metadata.tools:  # and every tool with arguments of their types, optional ones or not
+        props = spec.parameters
+        chosen = calls.draw(st.lists(st.sampled_from(sorted(props)), unique=True)) if props else []
+        args = {p: _value(calls.draw, props[p], ids) for p in dict.fromkeys([*spec.required, *chosen])}
+        steps.append((spec.name, args))
+    session = env.session(state)
+    for tool, args in steps:
+        record = session.call(tool, args)
+        assert record.error is None or record.error.type != "internal_error", (tool, args, record.error)
+
+
+def test_what_the_interpreter_needs_is_named_when_the_plan_loads() -> None:
+    assert interpreter_problems(_PLAN) == [] and load_plan(copy.deepcopy(_DATA), "x") == _PLAN
+    data = copy.deepcopy(_DATA)
+    listing = next(o for o in data["operations"] if o["spec"]["name"] == "tasks_tasks_list")
+    listing["limit_param"] = "tasklist"  # a string argument read as the page size
+    data["resources"][0]["id_prefix"] = "bad prefix"
+    with pytest.raises(EnvLoadError) as e:
+        load_plan(data, "envs/tasks/compiled.json")
+    assert str(e.value).startswith("envs/tasks/compiled.json: the plan cannot be interpreted: resource '")
+    assert "must be 1-10 capital letters or digits, a letter first (and 1 more)" in str(e.value)
+    data["resources"][0]["id_prefix"] = _DATA["resources"][0]["id_prefix"]
+    with pytest.raises(EnvLoadError, match="tool 'tasks_tasks_list': the paging argument 'tasklist' must be of type"):
+        load_plan(data, "compiled.json")
