@@ -605,6 +605,9 @@ def interpreter_problems(plan: CompiledPlan) -> list[str]:
         if r.record_schema.get("type") != "object" or not isinstance(props, dict):
             out.append(f"{where}: record_schema must be an object schema with properties")
             continue
+        loose = sorted(str(f) for f, schema in props.items() if not isinstance(schema, dict))
+        if loose:  # initial states and records are made from each field's schema
+            out.append(f"{where}: the schema of its field '{loose[0]}' must be a JSON object (a schema with a type)")
         if r.id_field not in props:
             out.append(f"{where}: record_schema has no property '{r.id_field}' (its id_field)")
         elif type_of(props[r.id_field]) != r.id_type:
@@ -628,7 +631,8 @@ def interpreter_problems(plan: CompiledPlan) -> list[str]:
 def _operation_problems(o: Operation, res: dict[str, Resource]) -> list[str]:
     where = f"tool '{o.spec.name}'"
     r = res[o.resource]
-    props = r.record_schema.get("properties") or {}
+    props = r.record_schema.get("properties")
+    props = props if isinstance(props, dict) else {}  # (named by the resource's own check)
     params = o.spec.parameters
     out = [f"{where}: parents names no resource '{p}'" for _, p in o.parents if p not in res]
     out += [
@@ -645,7 +649,8 @@ def _operation_problems(o: Operation, res: dict[str, Resource]) -> list[str]:
         if arg is not None and type_of(params[arg]) != "integer":
             out.append(f"{where}: the paging argument '{arg}' must be of type 'integer'")
     if o.semantics == "transition":
-        enum = (props.get(o.status_field) or {}).get("enum") if o.status_field else None
+        status = props.get(o.status_field) if o.status_field else None
+        enum = status.get("enum") if isinstance(status, dict) else None
         if o.status_field is None or o.status_field not in props:
             out.append(f"{where}: a transition needs status_field, a field of a {r.label}")
         elif not isinstance(enum, list) or o.target not in enum:
@@ -662,8 +667,11 @@ def _operation_problems(o: Operation, res: dict[str, Resource]) -> list[str]:
     return out
 
 
-def type_of(schema: dict[str, Any]) -> str | None:
-    """A schema's one type (`["string", "null"]` is a string), or None."""
+def type_of(schema: Any) -> str | None:
+    """A schema's one type (`["string", "null"]` is a string), or None (also for a schema that is not an object:
+    `true`, a string in a hand-edited plan)."""
+    if not isinstance(schema, dict):
+        return None
     t = schema.get("type")
     if isinstance(t, list):
         t = next((x for x in t if x != "null"), None)

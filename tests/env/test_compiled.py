@@ -32,7 +32,7 @@ def edited(draw: st.DrawFn) -> dict[str, Any]:
     data = copy.deepcopy(_DATA)
     ops, res = data["operations"], data["resources"]
     for _ in range(draw(st.integers(1, 3))):
-        what = draw(st.sampled_from(["tool", "tool", "resource", "optional"]))
+        what = draw(st.sampled_from(["tool", "tool", "resource", "record", "optional"]))
         if what == "tool":
             op = ops[draw(st.integers(0, len(ops) - 1))]
             arg = st.sampled_from(sorted(op["spec"]["input_schema"].get("properties", {})) or ["x"])
@@ -62,6 +62,9 @@ def edited(draw: st.DrawFn) -> dict[str, Any]:
                 "name": st.sampled_from([*_RESOURCES, "tasks2", "9tasks"]),
             }[field]
             r[field] = draw(plausible | st.sampled_from(_ODD))
+        elif what == "record":  # a record field's schema replaced, the id's or the status's among them
+            props = res[draw(st.integers(0, len(res) - 1))]["record_schema"]["properties"]
+            props[draw(st.sampled_from(sorted(props)))] = draw(st.sampled_from([True, "string", {"type": "integer"}]))
         else:
             schema = ops[draw(st.integers(0, len(ops) - 1))]["spec"]["input_schema"]
             required = schema.get("required", [])
@@ -127,5 +130,13 @@ def test_what_the_interpreter_needs_is_named_when_the_plan_loads() -> None:
     assert str(e.value).startswith("envs/tasks/compiled.json: the plan cannot be interpreted: resource '")
     assert "must be 1-10 capital letters or digits, a letter first (and 1 more)" in str(e.value)
     data["resources"][0]["id_prefix"] = _DATA["resources"][0]["id_prefix"]
+    odd = copy.deepcopy(_DATA)  # a schema that is not an object where the id's is read: named, not a crash
+    first = odd["resources"][0]
+    first["record_schema"]["properties"][first["id_field"]] = True
+    with pytest.raises(EnvLoadError) as e:
+        load_plan(odd, "compiled.json")
+    assert f"resource '{first['name']}': the schema of its field '{first['id_field']}' must be a JSON object" in str(
+        e.value
+    )
     with pytest.raises(EnvLoadError, match="tool 'tasks_tasks_list': the paging argument 'tasklist' must be of type"):
         load_plan(data, "compiled.json")
