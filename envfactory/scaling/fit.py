@@ -5,7 +5,7 @@ error of the score, within box bounds: intercepts in [−50, 50], slopes in [−
 0; past 100, σ(v)^ν is its Gompertz limit exp(−e^(−(v − ln ν))) and ν only trades against the intercept).
 Starts: a linear regression of logit(score) on the law's variables first, then `restarts − 1` random starts
 from a generator seeded by `seed` — the same table and seed give the same fit. The lowest sum of squares among
-the converged starts wins, polished at tolerances of 1e-15 (`GTOL`, below); when none converges, `FitError`. A
+the converged starts wins, polished at tolerances of 1e-15 (`POLISH_TOL`, below); when none converges, `FitError`. A
 law needs more runs than free parameters (6 for the composition law, 4 for the baseline) and runs that vary in
 its variables.
 
@@ -53,11 +53,11 @@ from envfactory.scaling.table import ComputeProxy, RunTable
 # least_squares stops when the scaled gradient falls below gtol. Near a score of 0 or 1 the gradient is scaled
 # down by σ'(v) as well (~0.007 at 0.993), so scipy's default 1e-8 stopped early there: on exact scores from
 # c₀ = 0, c_a = 0.969 at A = 35–37, c₀ came back 1.1e-4 off (0.53 off at c₀ = c_a = 1, A = 62–64). Every start
-# runs at the defaults; the best optimum is then polished with all three tolerances at GTOL (3e-11 off at worst
+# runs at the defaults; the best optimum is then polished with all three tolerances at POLISH_TOL (3e-11 off at worst
 # over 300 random exact tables), in at most POLISH_NFEV evaluations, and kept only if it succeeds and is no
 # worse. Tight tolerances on every start were tried: on a table whose rounded scores leave the gradient above
 # them along a flat b₀/ν ridge, every start ran to its evaluation limit and the fit failed.
-GTOL = 1e-15
+POLISH_TOL = 1e-15
 POLISH_NFEV = 200
 
 LawName = Literal["composition", "n_only"]
@@ -209,9 +209,9 @@ def fit_law(law: Law | str, table: RunTable, *, seed: int = 0, restarts: int = 8
         converged += 1
         if res.cost < best_cost:
             best, best_cost = np.asarray(res.x, dtype=float), float(res.cost)
-    if best is not None:  # polished from the best optimum at the tight gradient (`GTOL`); kept only if it is better
+    if best is not None:  # the best optimum polished at `POLISH_TOL`, kept only if that succeeds and is no worse
         try:
-            res = solve(best, GTOL, POLISH_NFEV)
+            res = solve(best, POLISH_TOL, POLISH_NFEV)
             if res.success and np.all(np.isfinite(res.x)) and np.isfinite(res.cost) and res.cost <= best_cost:
                 best, best_cost = np.asarray(res.x, dtype=float), float(res.cost)
         except (ValueError, FloatingPointError, np.linalg.LinAlgError):
