@@ -31,7 +31,7 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from envfactory.env.diff import StateDiff, diff_states
 from envfactory.env.environment import BaseEnvironment, contract_problems
-from envfactory.env.json_schema import timed_validator
+from envfactory.env.json_schema import schema_problem, timed_validator
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, ToolSpec
 from envfactory.env.state import DEFAULT_CLOCK, Change
 from envfactory.env.tools import ArgumentError, ArgumentProblem
@@ -191,10 +191,42 @@ class CompiledTool:
         problems = schema_problems(self.validator, args, "<arguments>")
         if problems:
             raise ArgumentError(problems)
+        unreadable = [p for name, value in args.items() if (p := _unreadable(value, name)) is not None]
+        if unreadable:
+            raise ArgumentError(unreadable[:5])
         return dict(args)
 
     def invoke(self, state: Any, kwargs: dict[str, Any]) -> Any:
         return self.env.run(self.op, state, kwargs)
+
+
+_LONG_INT_BITS = 4_000  # past this, whether str() can write the number is asked (Python's limit: 4,300 digits)
+
+
+def _unreadable(value: Any, where: str) -> ArgumentProblem | None:
+    """What in a valid argument no state can hold: a string with a lone surrogate (what the server's body parser
+    keeps, and no JSON text can carry), an integer too long to write as digits (ids are keyed by their text)."""
+    t = type(value)
+    if t is str:
+        if not value.isascii() and not _encodes(value):
+            return ArgumentProblem(parameter=where, problem="the text holds a lone surrogate, which is not UTF-8")
+    elif t is int:
+        if value.bit_length() > _LONG_INT_BITS:
+            try:
+                str(value)
+            except ValueError:
+                return ArgumentProblem(parameter=where, problem="the integer has too many digits to be read")
+    elif t is dict:
+        for k, v in value.items():
+            problem = _unreadable(k, where) or _unreadable(v, f"{where}.{k}" if _encodes(str(k)) else where)
+            if problem is not None:
+                return problem
+    elif t is list:
+        for i, v in enumerate(value):
+            problem = _unreadable(v, f"{where}[{i}]")
+            if problem is not None:
+                return problem
+    return None
 
 
 class CompiledEnvironment(BaseEnvironment):
@@ -614,6 +646,13 @@ def interpreter_problems(plan: CompiledPlan) -> list[str]:
             out.append(f"{where}: the id field '{r.id_field}' must be of type '{r.id_type}' (its id_type)")
         if r.parent_field is not None and r.parent_field not in props:
             out.append(f"{where}: record_schema has no property '{r.parent_field}' (its parent_field)")
+        if r.parent_field is not None and r.parent_field in (r.id_field, *r.scope_fields):
+            out.append(f"{where}: its parent_field '{r.parent_field}' is its id field or a scope field too")
+        if r.id_field in r.scope_fields:
+            out.append(f"{where}: its id field '{r.id_field}' cannot be a scope field")
+        problem = schema_problem(r.record_schema)
+        if problem is not None:  # records are validated with it on every write
+            out.append(f"{where}: record_schema is not a JSON Schema records can be checked with: {problem}")
         missing = [f for f in r.scope_fields if f not in props]
         out += [f"{where}: record_schema has no property '{f}' (a scope field)" for f in missing]
         seen, cur = {r.name}, r
@@ -645,6 +684,16 @@ def _operation_problems(o: Operation, res: dict[str, Resource]) -> list[str]:
         for a, f in o.fields.items()
         if f not in props
     ]
+    if o.semantics in ("update", "upsert"):  # (a list's fields filter; a create files its record after them)
+        keys = {r.id_field, *r.scope_fields} | ({r.parent_field} if r.parent_field is not None else set())
+        out += [  # where a record is filed is its path's business: a body field rewriting it would break the state
+            f"{where}: fields maps '{a}' to '{f}', the field that files a {r.label} (its id, parent or scope)"
+            for a, f in o.fields.items()
+            if f in keys
+        ]
+    problem = schema_problem(o.spec.input_schema)
+    if problem is not None:  # every call's arguments are validated with it
+        out.append(f"{where}: its input_schema is not a JSON Schema arguments can be checked with: {problem}")
     for arg in (o.limit_param, o.offset_param, o.page_param):
         if arg is not None and type_of(params[arg]) != "integer":
             out.append(f"{where}: the paging argument '{arg}' must be of type 'integer'")

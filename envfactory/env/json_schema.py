@@ -11,11 +11,14 @@ time is refused, with a message saying so. Everything else is `jsonschema`'s own
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import regex
 from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
+from jsonschema.exceptions import SchemaError
 
 PATTERN_TIMEOUT_S = 0.05  # per match: an honest pattern on a bounded value takes microseconds
 
@@ -95,3 +98,114 @@ def timed_validator(schema: dict[str, Any], *, formats: bool = True) -> Draft202
     """A Draft 2020-12 validator for `schema` whose patterns are matched under a time limit."""
     validator: Draft202012Validator = TimedValidator(schema, format_checker=FormatChecker() if formats else None)
     return validator
+
+
+# ---- is it a schema these validators can use? ------------------------------------------------------------
+
+_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
+_KEYWORDS = frozenset(Draft202012Validator.VALIDATORS)  # what a validator acts on; any other keyword is ignored
+_TEXTS = ("description", "title", "format", "$comment")
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties")
+_SCHEMA_DEPTH = 64
+
+
+def schema_problem(schema: Any) -> str | None:
+    """Why `schema` cannot be validated with (`timed_validator`), or None when it can.
+
+    A plan's schemas may come from a hand-edited file: a keyword with a value of the wrong type (`"type":
+    "strin"`, `"minimum": "x"`) passes until a value is validated, and then `jsonschema` raises (`UnknownType`,
+    `TypeError`) instead of answering. The schemas the compiler writes use a few keywords with plain values:
+    those are read here in microseconds; anything else goes to `jsonschema`'s own check against the Draft
+    2020-12 meta-schema (~10 ms). References (`$ref`) are refused: the compiler writes every schema in place, and
+    a reference names another document (never fetched) or may loop back without descending (`{"$ref": "#"}`),
+    which recurses until the stack runs out on any value."""
+    try:
+        if _plain(schema, 0):
+            return None
+    except RecursionError:
+        return "it is nested too deeply"
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as e:
+        where = "/".join(str(p) for p in e.absolute_path)
+        return f"{'at ' + where + ': ' if where else ''}{str(e.message)[:200]}"
+    except RecursionError:
+        return "it is nested too deeply"
+    return _reference_problem(schema, 0)
+
+
+@functools.lru_cache(maxsize=4096)
+def _compiles(pattern: str) -> bool:
+    """Whether `pattern` is a regular expression, as the meta-schema's "regex" format checks it (`re`)."""
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError):
+        return False
+    return True
+
+
+def _plain(schema: Any, depth: int) -> bool:
+    """Whether `schema` only uses keywords whose values are read here, each well formed (then it is valid)."""
+    if isinstance(schema, bool):
+        return True
+    if not isinstance(schema, dict) or depth > _SCHEMA_DEPTH:
+        return False
+    for key, value in schema.items():
+        if not isinstance(key, str):
+            return False
+        if key not in _KEYWORDS and not key.startswith("$"):
+            continue  # ignored by every validator ("nullable", "x-...", "example")
+        if key == "pattern":
+            ok = isinstance(value, str) and _compiles(value)
+        elif key in _TEXTS:
+            ok = isinstance(value, str)
+        elif key == "type":
+            names = value if isinstance(value, list) else [value]
+            known = all(isinstance(t, str) and t in _TYPES for t in names)
+            ok = bool(names) and known and len(set(names)) == len(names)
+        elif key in _BOUNDS or key == "multipleOf":
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and (key != "multipleOf" or value > 0)
+        elif key in _COUNTS:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        elif key in ("enum", "examples"):
+            ok = isinstance(value, list)
+        elif key in ("const", "default"):
+            ok = True
+        elif key == "uniqueItems":
+            ok = isinstance(value, bool)
+        elif key == "required":
+            ok = isinstance(value, list) and all(isinstance(n, str) for n in value) and len(set(value)) == len(value)
+        elif key == "properties":
+            ok = isinstance(value, dict) and all(_plain(v, depth + 1) for v in value.values())
+        elif key in ("items", "additionalProperties", "not"):
+            ok = _plain(value, depth + 1)
+        elif key in ("anyOf", "oneOf", "allOf"):
+            ok = isinstance(value, list) and bool(value) and all(_plain(v, depth + 1) for v in value)
+        else:  # references, $defs, conditionals...: the meta-schema decides
+            ok = False
+        if not ok:
+            return False
+    return True
+
+
+def _reference_problem(node: Any, depth: int) -> str | None:
+    """A `$ref` or `$dynamicRef` anywhere in `node`: a plan's schemas are written in place. (A reference may point
+    elsewhere, which is never fetched, or loop back without descending — `{"$ref": "#"}` — which recurses until
+    the stack runs out on any value.)"""
+    if depth > _SCHEMA_DEPTH:
+        return "it is nested too deeply"
+    if isinstance(node, dict):
+        for key in ("$ref", "$dynamicRef"):
+            if key in node:
+                return f"{key} {str(node[key])[:80]!r}: references are not supported (write the schema in its place)"
+        items: list[Any] = list(node.values())
+    elif isinstance(node, list):
+        items = node
+    else:
+        return None
+    for item in items:
+        problem = _reference_problem(item, depth + 1)
+        if problem is not None:
+            return problem
+    return None

@@ -24,6 +24,22 @@ _RESOURCES = [r["name"] for r in _DATA["resources"]]
 _RECORD_FIELDS = sorted({f for r in _DATA["resources"] for f in r["record_schema"]["properties"]})
 
 
+# a field's or an argument's schema as a person might leave it: fine, a typo, a value of the wrong type, elsewhere
+_SCHEMAS: list[Any] = [
+    True,
+    "string",
+    {"type": "integer"},
+    {"type": "string", "maxLength": 5},
+    {"type": "strin"},
+    {"type": "string", "minLength": "x"},
+    {"type": "number", "minimum": "0"},
+    {"type": "string", "required": [{}]},
+    {"$ref": "https://example.com/schemas/task"},
+    {"$ref": "#/$defs/missing"},
+]
+_LONG = 10**5000  # past Python's 4,300 digits a str() refuses
+
+
 @st.composite
 def edited(draw: st.DrawFn) -> dict[str, Any]:
     """The draft plan with one to three edits a person might make: a tool's field pointed at another of its
@@ -32,7 +48,7 @@ def edited(draw: st.DrawFn) -> dict[str, Any]:
     data = copy.deepcopy(_DATA)
     ops, res = data["operations"], data["resources"]
     for _ in range(draw(st.integers(1, 3))):
-        what = draw(st.sampled_from(["tool", "tool", "resource", "record", "optional"]))
+        what = draw(st.sampled_from(["tool", "tool", "resource", "record", "argument", "optional"]))
         if what == "tool":
             op = ops[draw(st.integers(0, len(ops) - 1))]
             arg = st.sampled_from(sorted(op["spec"]["input_schema"].get("properties", {})) or ["x"])
@@ -64,7 +80,11 @@ def edited(draw: st.DrawFn) -> dict[str, Any]:
             r[field] = draw(plausible | st.sampled_from(_ODD))
         elif what == "record":  # a record field's schema replaced, the id's or the status's among them
             props = res[draw(st.integers(0, len(res) - 1))]["record_schema"]["properties"]
-            props[draw(st.sampled_from(sorted(props)))] = draw(st.sampled_from([True, "string", {"type": "integer"}]))
+            props[draw(st.sampled_from(sorted(props)))] = draw(st.sampled_from(_SCHEMAS))
+        elif what == "argument":  # an argument's schema replaced: a typo, a value of the wrong type, a reference
+            props = ops[draw(st.integers(0, len(ops) - 1))]["spec"]["input_schema"].get("properties", {})
+            if props:
+                props[draw(st.sampled_from(sorted(props)))] = draw(st.sampled_from(_SCHEMAS))
         else:
             schema = ops[draw(st.integers(0, len(ops) - 1))]["spec"]["input_schema"]
             required = schema.get("required", [])
@@ -78,7 +98,7 @@ def _value(draw: st.DrawFn, schema: dict[str, Any], ids: list[str]) -> Any:
     kind = schema.get("type")
     kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
     if kind == "integer":
-        return draw(st.sampled_from([0, 1, 3, -2, 10**6]))
+        return draw(st.sampled_from([0, 1, 3, -2, 10**6, _LONG]))
     if kind == "number":
         return draw(st.sampled_from([0.5, 2.0, -1.0]))
     if kind == "boolean":
@@ -90,7 +110,7 @@ def _value(draw: st.DrawFn, schema: dict[str, Any], ids: list[str]) -> Any:
     enum = schema.get("enum")
     if isinstance(enum, list) and enum:
         return draw(st.sampled_from(enum))
-    return draw(st.sampled_from([*ids[:5], "abc", "", "7"]))
+    return draw(st.sampled_from([*ids[:5], "abc", "", "7", "Rex\ud800"]))  # (a lone surrogate, as the server keeps)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -140,3 +160,61 @@ def test_what_the_interpreter_needs_is_named_when_the_plan_loads() -> None:
     )
     with pytest.raises(EnvLoadError, match="tool 'tasks_tasks_list': the paging argument 'tasklist' must be of type"):
         load_plan(data, "compiled.json")
+
+
+def test_a_schema_records_or_arguments_cannot_be_checked_with_is_named_when_the_plan_loads() -> None:
+    first = _DATA["resources"][0]
+    field = next(f for f in first["record_schema"]["properties"] if f != first["id_field"])
+    for bad, said in [
+        ({"type": "strin"}, "'strin' is not valid under any of the given schemas"),
+        ({"type": "string", "minLength": "x"}, "'x' is not of type 'integer'"),
+        ({"$ref": "https://example.com/schemas/task"}, "references are not supported"),
+    ]:
+        data = copy.deepcopy(_DATA)
+        data["resources"][0]["record_schema"]["properties"][field] = bad
+        with pytest.raises(EnvLoadError, match=f"resource '{first['name']}': record_schema is not a JSON Schema"):
+            load_plan(data, "compiled.json")
+        with pytest.raises(EnvLoadError) as refused:
+            load_plan(data, "compiled.json")
+        assert said in str(refused.value)
+    data = copy.deepcopy(_DATA)
+    op = next(o for o in data["operations"] if o["spec"]["input_schema"].get("properties"))
+    arg = sorted(op["spec"]["input_schema"]["properties"])[0]
+    op["spec"]["input_schema"]["properties"][arg] = {"type": "string", "maxLength": "9"}
+    with pytest.raises(EnvLoadError, match=f"tool '{op['spec']['name']}': its input_schema is not a JSON Schema"):
+        load_plan(data, "compiled.json")
+    data = copy.deepcopy(_DATA)  # a schema that validates any value without raising loads
+    data["resources"][0]["record_schema"]["properties"][field] = {"type": ["string", "null"], "x-note": "kept"}
+    assert load_plan(data, "compiled.json").resources[0].record_schema["properties"][field]["x-note"] == "kept"
+
+
+def test_an_update_may_not_rewrite_where_its_record_is_filed() -> None:
+    data = copy.deepcopy(_DATA)
+    update = next(o for o in data["operations"] if o["semantics"] in ("update", "upsert"))
+    r = next(r for r in data["resources"] if r["name"] == update["resource"])
+    arg = next(a for a in update["spec"]["input_schema"]["properties"] if a != update["id_param"])
+    update["fields"][arg] = r["id_field"]
+    with pytest.raises(EnvLoadError, match=f"fields maps '{arg}' to '{r['id_field']}', the field that files"):
+        load_plan(data, "compiled.json")
+    data = copy.deepcopy(_DATA)
+    data["resources"][0]["scope_fields"] = [data["resources"][0]["id_field"]]
+    with pytest.raises(EnvLoadError, match=r"its id field '.*' cannot be a scope field"):
+        load_plan(data, "compiled.json")
+    data = copy.deepcopy(_DATA)
+    child, parent = data["resources"][-1], data["resources"][0]
+    child["parent"], child["parent_field"] = parent["name"], child["id_field"]
+    with pytest.raises(EnvLoadError, match=r"its parent_field .* is its id field or a scope field too"):
+        load_plan(data, "compiled.json")
+
+
+def test_arguments_no_state_can_hold_are_invalid_arguments_not_internal_errors() -> None:
+    env = CompiledEnvironment(_PLAN)
+    state = generate_scenarios(_PLAN)["default"]
+    for spec in env.metadata.tools:
+        texts = [p for p, schema in spec.parameters.items() if schema.get("type") == "string" and "enum" not in schema]
+        numbers = [p for p, schema in spec.parameters.items() if schema.get("type") == "integer"]
+        for arg, value in [*((p, "Rex\ud800") for p in texts), *((p, _LONG) for p in numbers)]:
+            args = {p: "x" for p in spec.required if spec.parameters[p].get("type") == "string"}
+            args[arg] = value
+            record = env.session(state).call(spec.name, args)
+            assert record.error is not None and record.error.type == "invalid_arguments", (spec.name, arg, record.error)

@@ -2,7 +2,8 @@
 
 `envfactory.env.json_schema` replaces `pattern`, `patternProperties` and `additionalProperties`: on
 honest patterns (random ones here) its verdicts and messages are `jsonschema`'s own; on a pattern that
-backtracks for ever it refuses the value at once.
+backtracks for ever it refuses the value at once. `schema_problem` passes only schemas that validate any
+value without raising (random ones, right and wrong, here).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from envfactory.env.json_schema import search, timed_validator
+from envfactory.env.json_schema import schema_problem, search, timed_validator
 
 HONEST = ["^[a-z]+$", "x", "^id_[0-9]{2}$", "[A-Z]", "^$", "b|c", "^[a-z]*[0-9]?$"]
 keys = st.text(alphabet="abcxyzAB019_", max_size=6)
@@ -65,3 +66,73 @@ def test_a_pattern_that_backtracks_for_ever_refuses_the_value_at_once(where: str
     assert errors, where
     assert search(slow, hostile) is None
     assert search(slow, "aaaa") is True and search("^b", "aaaa") is False
+
+
+# ---- schema_problem: a schema it passes validates without raising ------------------------------------------
+
+_KEYWORD_VALUES: dict[str, list[Any]] = {
+    "type": ["string", "integer", "object", "array", "strin", ["string", "null"], ["string", "string"], [], 3],
+    "minimum": [0, 1.5, "0", True, None],
+    "maxLength": [3, 0, -1, "9", 2.5],
+    "multipleOf": [2, 0, -1, 0.5, "2"],
+    "required": [["a"], [{}], "a", ["a", "a"], []],
+    "enum": [["a", 1], "a", []],
+    "pattern": ["^a", 5, "("],
+    "uniqueItems": [True, "yes"],
+    "format": ["date", 1],
+    "$ref": ["#", "#/properties/a", "#/$defs/x", "#/nowhere", "https://example.com/s", "#anchor", 1],
+    "$defs": [{"x": {"type": "string"}}, {"x": "string"}, 3],
+    "const": [1, None, {"a": 1}],
+    "nullable": [True],
+    "x-extension": [{"anything": 1}],
+}
+
+
+@st.composite
+def loose_schemas(draw: st.DrawFn, depth: int = 0) -> Any:
+    """A schema a person might write: known keywords with right and wrong values, nested under properties,
+    items, anyOf, additionalProperties; sometimes a boolean or not an object at all."""
+    if depth > 2 or draw(st.integers(0, 9)) == 0:
+        return draw(st.sampled_from([True, False, {}, "string", None]))
+    out: dict[str, Any] = {}
+    for key in draw(st.lists(st.sampled_from(sorted(_KEYWORD_VALUES)), max_size=4, unique=True)):
+        out[key] = draw(st.sampled_from(_KEYWORD_VALUES[key]))
+    nested = draw(st.sampled_from(["", "properties", "items", "anyOf", "additionalProperties", "not"]))
+    if nested == "properties":
+        out["properties"] = {k: draw(loose_schemas(depth + 1)) for k in draw(st.lists(keys, max_size=2))}
+    elif nested == "anyOf":
+        out["anyOf"] = draw(st.lists(loose_schemas(depth + 1), max_size=2))
+    elif nested:
+        out[nested] = draw(loose_schemas(depth + 1))
+    return out
+
+
+instances = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(-3, 3), st.text("ab1", max_size=3)),
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(keys, inner, max_size=3)),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(loose_schemas(), st.lists(instances, min_size=1, max_size=4))
+def test_a_schema_it_passes_validates_any_value_without_raising(schema: Any, values: list[Any]) -> None:
+    problem = schema_problem(schema)
+    if problem is not None:
+        assert isinstance(problem, str) and problem and "\n" not in problem
+        return
+    Draft202012Validator.check_schema(schema)  # what jsonschema itself accepts...
+    validator = timed_validator(schema)
+    for value in values:  # ...and validates with: errors are answers, never exceptions
+        list(validator.iter_errors(value))
+
+
+def test_a_schema_that_would_raise_when_it_validates_is_named() -> None:
+    assert schema_problem({"type": "object", "properties": {"a": {"type": "string", "maxLength": 5}}}) is None
+    assert schema_problem({"type": "strin"}) == "at type: 'strin' is not valid under any of the given schemas"
+    said = "at properties/n/minimum: 'x' is not of type 'number'"
+    assert schema_problem({"properties": {"n": {"minimum": "x"}}}) == said
+    for ref in ("https://example.com/s", "#/$defs/t", "#"):  # elsewhere; in place; looping back without descending
+        schema = {"$defs": {"t": {"type": "string"}}, "properties": {"a": {"$ref": ref}}}
+        assert "references are not supported" in str(schema_problem(schema))
+    assert schema_problem({"pattern": "("}) == "at pattern: '(' is not a 'regex'"
