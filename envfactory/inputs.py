@@ -142,12 +142,15 @@ def parse_json(
     return value
 
 
-def parse_yaml(text: str, source: str, *, max_depth: int = MAX_DEPTH, error: ErrorFactory = InputError) -> Any:
-    """Parse a YAML document (safe loader), or raise a one-line `InputError` naming `source`."""
+def parse_yaml(
+    text: str, source: str, *, max_depth: int = MAX_DEPTH, error: ErrorFactory = InputError, loader: Any = None
+) -> Any:
+    """Parse a YAML document (safe loader, or `loader`: a subclass of it), or raise a one-line `InputError` naming
+    `source`."""
     import yaml
 
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=loader or yaml.SafeLoader)  # a SafeLoader, or a subclass of it
     except RecursionError:
         raise error(f"{source}: YAML nested too deeply") from None
     except yaml.YAMLError as e:

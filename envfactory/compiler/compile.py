@@ -33,7 +33,7 @@ from envfactory.compiler.routes import Shape, normalize, shape
 from envfactory.compiler.schemas import clean, scalar
 from envfactory.env.compiled import CompiledPlan, Operation, Resource, Semantics, Skipped, type_of
 from envfactory.env.metadata import Domain, ToolSpec
-from envfactory.envgen.openapi import OpenAPIError, _Converter, identifier, snake_case
+from envfactory.envgen.openapi import OpenAPIError, _Converter, identifier, malformed_as_openapi_error, snake_case
 from envfactory.errors import EnvError
 from envfactory.words import singular
 
@@ -424,12 +424,13 @@ def compile_spec(
 
     Raises `OpenAPIError` for a document that is not OpenAPI, `CompileError` when no resource has
     both a read and a write tool (an environment an agent could not change or could not observe)."""
-    c = _Compiler(doc, source, settings or CompileSettings())
-    try:
-        drafts = c.drafts()
-        return _compile(c, drafts, name, domain, source, description, provenance)
-    except _TooLarge as e:
-        raise CompileError(f"the spec is too large to compile: {e}", c.skipped) from None
+    with malformed_as_openapi_error(source):
+        c = _Compiler(doc, source, settings or CompileSettings())
+        try:
+            drafts = c.drafts()
+            return _compile(c, drafts, name, domain, source, description, provenance)
+        except _TooLarge as e:
+            raise CompileError(f"the spec is too large to compile: {e}", c.skipped) from None
 
 
 def _compile(

@@ -12,6 +12,8 @@ Python functions whose signatures must agree with the metadata.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import keyword
 import re
@@ -22,7 +24,7 @@ from typing import Any, NoReturn
 from urllib.parse import unquote
 
 from envfactory.env.metadata import Domain, EnvMetadata, parse_metadata
-from envfactory.errors import MetadataError
+from envfactory.errors import EnvFactoryError, MetadataError
 from envfactory.inputs import parse_json, parse_yaml, read_text
 from envfactory.words import snake_case
 
@@ -114,10 +116,49 @@ def load_openapi(path: str | Path) -> dict[str, Any]:
         problem = problem.removeprefix(f"invalid {kind}") if problem.startswith(f"invalid {kind}") else f": {problem}"
         return OpenAPIError(str(p), "<file>", f"not valid {kind}{problem}")
 
-    data = parse_json(text, str(p), error=invalid) if kind == "JSON" else parse_yaml(text, str(p), error=invalid)
+    if kind == "JSON":
+        data = parse_json(text, str(p), error=invalid)
+    else:  # read as its JSON form would be: `on:` is a key named "on", `200:` one named "200"
+        data = _string_keys(parse_yaml(text, str(p), error=invalid, loader=_core_loader()))
     if not isinstance(data, dict):
         raise OpenAPIError(str(p), "<root>", f"expected an object, got {type(data).__name__}")
     return data
+
+
+@functools.cache
+def _core_loader() -> Any:
+    """YAML's safe loader with the booleans of YAML 1.2 (and JSON): `true` and `false` only. YAML 1.1 reads `on`,
+    `off`, `yes`, `no`, `y`, `n` as booleans, so an API whose record has a field `on` (or an enum of `yes` and `no`)
+    would lose its names. (Built on first use: `yaml` is imported only when a YAML document is read.)"""
+    import yaml
+
+    class CoreLoader(yaml.SafeLoader):
+        pass
+
+    bool_tag = "tag:yaml.org,2002:bool"
+    CoreLoader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != bool_tag]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    CoreLoader.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    return CoreLoader
+
+
+def _string_keys(value: Any) -> Any:
+    """`value` with every mapping key as JSON writes it (YAML keys may be numbers, dates, null)."""
+    if isinstance(value, dict):
+        return {_json_key(k): _string_keys(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_string_keys(v) for v in value]
+    return value
+
+
+def _json_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool):
+        return json.dumps(key)
+    return str(key)
 
 
 class _Converter:
@@ -237,7 +278,8 @@ class _Converter:
             if key == "properties":
                 into.setdefault("properties", {}).update(value)
             elif key == "required" and isinstance(value, list):
-                into["required"] = list(dict.fromkeys([*into.get("required", []), *value]))
+                names = [n for n in value if isinstance(n, str)]  # (a spec's `required: [{}]` names nothing)
+                into["required"] = list(dict.fromkeys([*into.get("required", []), *names]))
             else:
                 into[key] = value
 
@@ -290,6 +332,7 @@ class _Converter:
             schema = self.schema(p["schema"], _key(at, "schema"))
         elif "content" in p and isinstance(p["content"], dict) and p["content"]:
             media = next(iter(p["content"].values()))
+            media = media if isinstance(media, dict) else {}  # (`application/json: null`: no schema given)
             schema = self.schema(media.get("schema", {}), _key(at, "content"))
         else:
             # Swagger 2.0 (and sloppy 3.x docs) put the schema keywords on the parameter itself
@@ -460,6 +503,29 @@ def openapi_to_metadata(
         source, data = "<openapi>", doc
     else:
         source, data = str(doc), load_openapi(doc)
+    with malformed_as_openapi_error(source):
+        return _to_metadata(data, source, name, domain, description)
+
+
+@contextlib.contextmanager
+def malformed_as_openapi_error(source: str) -> Iterator[None]:
+    """A document the converter meets in a shape it does not expect — a `$ref` chain deeper than the stack, a
+    keyword whose value has a type no spec gives it — is an `OpenAPIError` naming it, not a crash: the document
+    is data from outside, and a batch records it as a failure and goes on."""
+    try:
+        yield
+    except RecursionError:
+        raise OpenAPIError(source, "<root>", "nested too deeply to convert (a chain of $refs?)") from None
+    except (TypeError, AttributeError, KeyError, IndexError, ValueError) as e:
+        if isinstance(e, EnvFactoryError):
+            raise
+        problem = f"a part of it has a shape no OpenAPI document gives it ({type(e).__name__}: {str(e)[:160]})"
+        raise OpenAPIError(source, "<document>", problem) from None
+
+
+def _to_metadata(
+    data: dict[str, Any], source: str, name: str | None, domain: Domain, description: str | None
+) -> EnvMetadata:
     conv = _Converter(data, source)
     info = data.get("info", {})
     if not isinstance(info, dict):

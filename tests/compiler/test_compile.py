@@ -33,7 +33,7 @@ from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Operation
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.envgen.health import HealthSettings, check_health
-from envfactory.envgen.openapi import identifier, load_openapi
+from envfactory.envgen.openapi import OpenAPIError, identifier, load_openapi
 from envfactory.executor import ExecutorSettings, ProcessExecutor, RayExecutor
 from tests.support.paths import ROOT, TEST_DATA
 
@@ -580,3 +580,79 @@ def test_a_spec_that_is_no_spec_is_a_recorded_failure(tmp_path: Path) -> None:
 def test_load_openapi_reads_the_yaml_spec() -> None:
     yaml_specs = [p for p in SPECS if p.suffix == ".yaml"]
     assert yaml_specs and isinstance(load_openapi(yaml_specs[0]), dict)
+
+
+# ---- malformed specs: an OpenAPIError or a CompileError, never a crash --------------------------------------
+
+_ODD_VALUES: list[Any] = [None, [], {}, 7, "x", True, [{}], {"application/json": None}, {"$ref": "#/nowhere"}]
+
+
+def _nodes(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into `value` (the keys of objects, the indexes of lists)."""
+    out = [path]
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out += _nodes(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _nodes(v, (*path, i))
+    return out
+
+
+_SPEC_NODES = _nodes(_spec())[1:]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_SPEC_NODES), st.sampled_from(_ODD_VALUES)), min_size=1, max_size=3))
+def test_a_spec_with_parts_of_odd_shapes_is_refused_in_words_or_compiled(edits: list[tuple[Any, Any]]) -> None:
+    doc = _spec()
+    for path, value in edits:  # a part of the spec replaced by a value of a shape no spec gives it there
+        node = doc
+        for step in path[:-1]:
+            if not isinstance(node, dict | list):
+                break
+            if not (step in node if isinstance(node, dict) else isinstance(step, int) and step < len(node)):
+                break
+            node = node[step]
+        else:
+            last = path[-1]
+            if isinstance(node, dict) or (isinstance(node, list) and isinstance(last, int) and last < len(node)):
+                node[last] = value
+    try:
+        plan, _ = compile_spec(doc, name="shop", domain="commerce", source="t")
+    except (OpenAPIError, CompileError) as e:
+        assert "\n" not in str(e)
+        return
+    CompiledEnvironment(plan)  # what it compiled loads
+
+
+def test_malformed_specs_a_reviewer_found_are_refused_in_words_or_compiled(tmp_path: Path) -> None:
+    doc = _spec()
+    doc["paths"]["/owners"]["post"]["requestBody"]["content"]["application/json"]["schema"]["required"] = [{}]
+    doc["paths"]["/owners"]["get"]["parameters"] = [{"name": "q", "in": "query", "content": {"application/json": None}}]
+    plan, _ = compile_spec(doc, name="shop", domain="commerce", source="t")
+    assert {o.spec.name for o in plan.operations} >= {"create_owner", "list_owners"}
+    s0 = {"$ref": "#/components/schemas/S0"}
+    ok = {"200": {"description": "ok", "content": {"application/json": {"schema": s0}}}}
+    link = {f"S{i}": {"$ref": f"#/components/schemas/S{i + 1}"} for i in range(2000)}
+    schemas = {n: {"type": "object", "properties": {"id": {"type": "string"}, "next": r}} for n, r in link.items()}
+    schemas["S2000"] = {"type": "object", "properties": {"id": {"type": "string"}}}
+    chain = {
+        "openapi": "3.0.0",
+        "info": {"title": "t", "version": "1"},
+        "components": {"schemas": schemas},
+        "paths": {"/things": {"get": {"responses": ok}}, "/things/{id}": {"get": {"responses": ok}}},
+    }
+    with pytest.raises(OpenAPIError, match="nested too deeply to convert"):
+        compile_spec(chain, name="x", domain="utilities", source="chain.json")
+    # YAML read as its JSON form: a field named `on` (YAML 1.1's boolean), `yes`/`no` in an enum, `200:` a code
+    field = '"on": {"type": "string", "enum": ["yes", "no"]}'
+    text = json.dumps(_spec()).replace('"name": {"type": "string"}', field, 1)
+    import yaml
+
+    written = yaml.safe_dump(json.loads(text))
+    for quoted, bare in (("'on':", "on:"), ("'yes'", "yes"), ("'no'", "no"), ("'200':", "200:")):
+        written = written.replace(quoted, bare)
+    (tmp_path / "spec.yaml").write_text(written)
+    assert "on:" in written and "200:" in written
+    assert load_openapi(tmp_path / "spec.yaml") == json.loads(text)
