@@ -29,6 +29,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+import rich.table
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.highlighter import JSONHighlighter
 from rich.segment import Segment
@@ -135,3 +136,16 @@ class SafeConsole(Console):
                 yield Segment(visible(segment.text), segment.style)
             else:
                 yield segment
+
+
+class Table(rich.table.Table):
+    """A `rich` table that never cuts a cell with '…': what the CLI prints is often what the user types next (a
+    thread id, an environment's name), on an 80-column terminal or in a pipe (where `rich` assumes 80 columns).
+    The first column — the names — is kept on one line (the others are narrowed first); a cell that still does not
+    fit folds onto the next line, whole."""
+
+    def add_column(self, header: RenderableType = "", footer: RenderableType = "", **kwargs: Any) -> None:
+        kwargs.setdefault("overflow", "fold")
+        if not self.columns:
+            kwargs.setdefault("no_wrap", True)
+        super().add_column(header, footer, **kwargs)

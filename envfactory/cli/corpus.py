@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.table import Column, Table
+from rich.table import Column
 
 from envfactory.cli.args import out_dir_option, path_to_write
 from envfactory.config import Settings, get_settings
 from envfactory.env.metadata import DOMAINS
-from envfactory.terminal import SafeConsole, json_text, safe, shorten
+from envfactory.terminal import SafeConsole, Table, json_text, safe, shorten
 
 if TYPE_CHECKING:
     from envfactory.corpus import Corpus

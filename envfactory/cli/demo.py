@@ -23,7 +23,6 @@ from typing import Any
 
 from mcp.types import TextContent
 from rich.console import Console
-from rich.table import Table
 
 from envfactory.cli.reward_sanity import SanityReport, reward_sanity
 from envfactory.config import Settings
@@ -34,7 +33,7 @@ from envfactory.serve.net import free_port
 from envfactory.tasks.plan import BatchSummary, SynthConfig, load_conversations
 from envfactory.tasks.quality import PAPER_STEPS_PER_TURN, PAPER_TURNS_PER_CONVERSATION, QualityFigures, measure
 from envfactory.tasks.run import run_batch
-from envfactory.terminal import SafeConsole, safe
+from envfactory.terminal import SafeConsole, Table, safe
 
 
 async def _conversation(url: str, guest: str) -> list[tuple[str, Any]]:

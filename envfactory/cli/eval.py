@@ -21,7 +21,6 @@ from typing import Annotated, Any, cast
 import typer
 from langchain_core.language_models import BaseChatModel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from envfactory.cli.args import out_dir_option, path_to_write
 from envfactory.config import get_settings
@@ -54,7 +53,7 @@ from envfactory.export.files import conversations_file
 from envfactory.llm.models import chat_model, check_configured
 from envfactory.records.run_folder import HELDOUT
 from envfactory.run_settings import SETTINGS_FILE, file_sha256, model_identity
-from envfactory.terminal import SafeConsole, safe
+from envfactory.terminal import SafeConsole, Table, safe
 
 app = typer.Typer(
     add_completion=False,

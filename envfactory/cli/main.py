@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from envfactory.cli.args import env_name, env_names, out_dir_option, path_to_write
 from envfactory.cli.corpus import app as corpus_app
@@ -26,7 +25,7 @@ from envfactory.env.pool import EnvPool, derived_metadata
 from envfactory.envgen.validate import missing_registered, sync_registry, validate_env
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import parse_json, write_atomic
-from envfactory.terminal import SafeConsole, print_json, safe, shorten, visible
+from envfactory.terminal import SafeConsole, Table, print_json, safe, shorten, visible
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False, help=__doc__)
 envs_app = typer.Typer(no_args_is_help=True, help="The environment pool.")

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from envfactory.config import get_settings
 from envfactory.errors import EnvFactoryError
 from envfactory.llm.prompts import PromptLibrary, library_from_settings
-from envfactory.terminal import SafeConsole, safe
+from envfactory.terminal import SafeConsole, Table, safe
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The prompt files (prompts/<group>/<name>.yaml).")
 out = SafeConsole()

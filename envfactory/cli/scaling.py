@@ -16,7 +16,6 @@ from typing import Annotated, cast, get_args
 
 import typer
 from pydantic import ValidationError
-from rich.table import Table
 
 from envfactory.cli.args import out_file_option, path_to_write, refuse_overwriting_input
 from envfactory.scaling.budget import CompositionLimits, suggest_compositions
@@ -25,7 +24,7 @@ from envfactory.scaling.fit import HoldoutReport, LawFit, check_fixed, evaluate_
 from envfactory.scaling.laws import COMPOSITION, CompositionParams
 from envfactory.scaling.simulate import DEFAULT_PARAMS, SimulationGrid, simulate_table
 from envfactory.scaling.table import RunTable, load_table, write_table
-from envfactory.terminal import SafeConsole, safe
+from envfactory.terminal import SafeConsole, Table, safe
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from envfactory.cli.args import (
     env_name,
@@ -18,7 +17,7 @@ from envfactory.cli.args import (
     refuse_overwriting_input,
 )
 from envfactory.config import Settings, get_settings
-from envfactory.terminal import SafeConsole, json_text, safe, visible
+from envfactory.terminal import SafeConsole, Table, json_text, safe, visible
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.settings import graph_path

@@ -12,10 +12,9 @@ from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage
 from langchain_core.outputs import ChatGeneration, LLMResult
 from pydantic import BaseModel
-from rich.table import Table
 
 from envfactory.config import ROLES
-from envfactory.terminal import safe
+from envfactory.terminal import Table, safe
 
 
 class RoleUsage(BaseModel):

@@ -14,14 +14,13 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from envfactory.llm.usage import RoleUsage, usage_table
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
 from envfactory.tasks.offline import UnitOutcome
 from envfactory.tasks.plan import BatchSummary, Plan, SynthConfig
 from envfactory.tasks.stats import DatasetStats, stats_table
-from envfactory.terminal import safe
+from envfactory.terminal import Table, safe
 
 
 def summary_table(summary: BatchSummary) -> Table:

@@ -7,10 +7,9 @@ from collections import Counter
 from pathlib import Path
 
 from pydantic import BaseModel
-from rich.table import Table
 
 from envfactory.records.models import Conversation
-from envfactory.terminal import safe
+from envfactory.terminal import Table, safe
 
 
 class DatasetStats(BaseModel):

@@ -13,7 +13,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from envfactory.config import Role, Settings, get_settings
 from envfactory.env.metadata import DOMAINS, load_metadata
@@ -21,7 +20,7 @@ from envfactory.errors import EnvFactoryError
 from envfactory.executor import WorkerLost, executor_from
 from envfactory.inputs import write_atomic
 from envfactory.llm.models import check_configured
-from envfactory.terminal import SafeConsole, safe
+from envfactory.terminal import SafeConsole, Table, safe
 from envfactory_agents.common import process_usage
 from envfactory_agents.search import EnvGenRequest
 from graphs.checkpoint import open_checkpointer

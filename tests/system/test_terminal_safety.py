@@ -362,3 +362,36 @@ def test_random_metadata_text_never_reaches_the_terminal_raw(
         res = run(project, *args)
         assert_clean(res.stdout + res.stderr)
         assert res.returncode in (0, 1), res
+
+
+# ---- tables: nothing the user types next is cut ---------------------------------------------------------------
+
+_WORD = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789_-", min_size=1, max_size=28)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(_WORD, min_size=1, max_size=4),
+    st.lists(st.lists(_WORD, min_size=1, max_size=3).map(" ".join), min_size=2, max_size=8),
+    st.sampled_from([40, 80, 120]),
+)
+def test_a_table_keeps_its_names_whole_and_cuts_no_cell(names: list[str], cells: list[str], width: int) -> None:
+    from envfactory.terminal import SafeConsole
+    from envfactory.terminal import Table as CliTable
+
+    table = CliTable("name", *(f"column {i}" for i in range(len(cells))))
+    for name in names:
+        table.add_row(name, *cells)
+    buffer = io.StringIO()
+    SafeConsole(file=buffer, width=width, color_system=None).print(table)
+    lines = buffer.getvalue().splitlines()
+    assert "…" not in buffer.getvalue()
+    rows = [line.split("│")[1:-1] for line in lines if line.startswith("│")]  # the body's lines, cut into cells
+    first = [row[0].strip() for row in rows if row[0].strip()]
+    if max(map(len, names)) + 4 <= width // (len(cells) + 1):  # room for every name on its line
+        assert first == names
+    if max(map(len, names)) + 4 + 4 * len(cells) + 1 > width:
+        return  # not a character's room for each column: a narrower terminal than any table here can fit
+    last_row = rows[-(len(rows) // len(names)) :]  # the lines of the last row (every row holds the same cells)
+    for j, cell in enumerate(cells):  # every character of every cell is there, in order: folded, not cut
+        assert "".join(row[j + 1].strip() for row in last_row).replace(" ", "") == cell.replace(" ", "")
