@@ -457,6 +457,9 @@ def _add_plugins(argv: list[str]) -> None:
 _CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
+_INTERRUPTED = 130  # 128 + SIGINT, the shell's code for a command stopped by Ctrl-C
+
+
 def main() -> None:
     """Entry point: every error is one line — ours exit 1, usage errors (unknown option, bad value) exit 2."""
     try:
@@ -485,5 +488,12 @@ def main() -> None:
     except Exception:  # a bug: its traceback, as Python prints it, but with the message's control characters visible
         sys.stderr.write(visible(traceback.format_exc()))
         sys.exit(1)
+    if code == _INTERRUPTED:  # Ctrl-C: typer turns KeyboardInterrupt into exit code 130, silently
+        err.print(
+            "interrupted: what was written is kept; synth, eval and corpus compile continue where they "
+            "stopped when run again with the same arguments",
+            highlight=False,
+            soft_wrap=True,
+        )
     if isinstance(code, int) and code:  # `raise typer.Exit(n)` in a command
         sys.exit(code)

@@ -150,3 +150,22 @@ def test_out_dash_prints_where_a_command_prints_and_is_refused_where_it_writes_a
     one_line_error_2 = cli("scaling", "simulate", "--out", "-")
     assert one_line_error_2.returncode == 2 and "is not a file this option writes" in one_line_error_2.stderr
     assert not (tmp_path / "-").exists()  # neither wrote a file named '-'
+
+
+def test_ctrl_c_says_what_was_kept_and_exits_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    cli = importlib.import_module("envfactory.cli.main")  # (the package exports its function `main` by that name)
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt  # what Ctrl-C raises in the middle of a command's work
+
+    monkeypatch.setattr(cli, "_pool", interrupted)
+    monkeypatch.setattr(sys, "argv", ["envfactory", "envs", "list"])
+    with pytest.raises(SystemExit) as stopped:
+        cli.main()
+    assert stopped.value.code == 130
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said[-1].startswith("interrupted: what was written is kept") and "Traceback" not in "\n".join(said)
