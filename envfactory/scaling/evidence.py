@@ -51,12 +51,40 @@ def run_from(synth: Path, evaluation: Path, *, metric: Metric, model: str | None
     except ValidationError:
         raise RunTableError(f"{synth}: its summary.json records no composition (rerun `envfactory synth`)") from None
     score = score_of(_summary(evaluation, "evaluation"), metric, evaluation)
+    _check_evaluated(synth, evaluation)
     return Run(apps=comp.A, tasks=comp.T, states=comp.S, depth=comp.D, score=score, model=model, label=label)
 
 
+def _check_evaluated(synth: Path, evaluation: Path) -> None:
+    """An evaluation of a synth run's held-out tasks must be of *this* run: its `settings.json` names the run it
+    read. (An evaluation on a benchmark suite scores a model trained on any run; one without settings is taken
+    as it is.)"""
+    settings = evaluation / "settings.json" if evaluation.is_dir() else evaluation.parent / "settings.json"
+    if not settings.is_file():
+        return
+    record = read_json(settings, what="evaluation settings", error=RunTableError)
+    data = (record.get("settings") or {}).get("data") or {} if isinstance(record, dict) else {}
+    source = (record.get("context") or {}).get("source") if isinstance(record, dict) else None
+    if not isinstance(data, dict) or data.get("source") != "run" or not isinstance(source, str):
+        return
+    run = synth if synth.is_dir() else synth.parent
+    if Path(source).resolve() != run.resolve():
+        raise RunTableError(
+            f"{evaluation} evaluated the run {source}, not {synth}: a row pairs a run's composition with the score "
+            "of a model evaluated on that run's held-out tasks"
+        )
+
+
 def add_run(table: Path, run: Run) -> RunTable:
-    """Append `run` to the table file (created when missing) and return the table."""
+    """Append `run` to the table file (created when missing) and return the table. The very same row again (the
+    same composition, score, model and label: the same evaluation added twice) is refused; give a `label` to
+    add a repeat that scored the same."""
     runs = list(load_table(table).runs) if table.exists() else []
+    if run in runs:
+        raise RunTableError(
+            f"{table}: row {runs.index(run) + 1} is this run already (the same composition, score, model and "
+            "label); give --label to add a repeat that scored the same"
+        )
     updated = RunTable(runs=[*runs, run])
     write_table(updated, table)
     return updated

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -73,3 +74,36 @@ def test_bad_inputs_are_one_line_errors(runs: tuple[Path, Path], tmp_path: Path)
     ):
         res = _cli("add", str(tmp_path / "t.csv"), *args)
         assert res.returncode == 1 and needle in res.stderr and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_an_evaluation_of_another_run_or_the_same_row_twice_is_refused(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    run, evaluation = runs
+    other = tmp_path / "other_run"
+    shutil.copytree(run, other)  # the same composition, another run
+    record = {"command": "eval", "settings": {"data": {"source": "run", "split": "heldout"}}, "context": {}}
+    for source, refused in ((run, False), (other, True), (tmp_path / "gone", True)):
+        shutil.copytree(evaluation, tmp_path / "eval", dirs_exist_ok=True)
+        record["context"] = {"source": str(source)}
+        (tmp_path / "eval" / "settings.json").write_text(json.dumps(record))
+        res = _cli("add", str(tmp_path / f"{source.name}.csv"), "--run", str(run), "--eval", str(tmp_path / "eval"))
+        if refused:
+            assert res.returncode == 1 and f"evaluated the run {source}, not {run}" in res.stderr, res.stderr
+            assert res.stderr.count("\n") == 1
+        else:
+            assert res.returncode == 0, res.stderr
+    record["context"] = {"source": str(run)}
+    (tmp_path / "eval" / "settings.json").write_text(json.dumps(record))
+    again = _cli("add", str(tmp_path / f"{run.name}.csv"), "--run", str(run), "--eval", str(tmp_path / "eval"))
+    assert again.returncode == 1 and "row 1 is this run already" in again.stderr, again.stderr
+    assert len(load_table(tmp_path / f"{run.name}.csv").runs) == 1
+    labelled = _cli(
+        "add",
+        str(tmp_path / f"{run.name}.csv"),
+        "--run",
+        str(run),
+        "--eval",
+        str(tmp_path / "eval"),
+        "--label",
+        "seed 2",
+    )
+    assert labelled.returncode == 0, labelled.stderr
