@@ -147,7 +147,8 @@ def run_batch(
     usage = process_usage().since(usage_before)  # this run's LLM calls here (Ray workers count in their own)
     say_extras(out, png, usage)
     record: dict[str, Any] = {"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}
-    record["composition"] = training_composition(config, plan).model_dump()
+    record["composition"] = training_composition(config, plan, kept=set(log.train_ids())).model_dump()
+    record["planned_composition"] = training_composition(config, plan).model_dump()
     if usage:
         record["llm_usage"] = [row.model_dump() for row in usage]
     (outdir / SUMMARY).write_text(json.dumps(record, indent=2) + "\n")
@@ -163,15 +164,18 @@ class Composition(BaseModel):
     """What the training split of a run is made of, in SynthAPI's variables (what a scaling table needs)."""
 
     A: int  # environments with training data
-    T: int  # tasks per environment in training (the planned T less the held-out ones)
+    T: int  # tasks per environment in training (the most any environment has; held-out tasks not counted)
     S: int
     D: int
     seed: int
     mode: str
 
 
-def training_composition(config: SynthConfig, plan: Plan) -> Composition:
-    train = [u for u in plan.units if u.split == "train"]
+def training_composition(config: SynthConfig, plan: Plan, kept: set[str] | None = None) -> Composition:
+    """The training split's composition: of the units kept (`kept`: the keys of the training conversations
+    written), or of the plan. An environment whose every training unit was dropped has no training data, so it
+    does not count in A — the row `scaling add` makes must say what the model was trained on."""
+    train = [u for u in plan.units if u.split == "train" and (kept is None or u.key in kept)]
     envs = sorted({u.env for u in train})
     tasks = max((len({u.task for u in train if u.env == e}) for e in envs), default=0)
     return Composition(A=len(envs), T=tasks, S=config.states, D=config.depth, seed=config.seed, mode=config.mode)

@@ -3,6 +3,7 @@ evaluation, records them in the run, and export never emits a held-out conversat
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from envfactory.export.errors import ExportError
 from envfactory.export.files import training_conversations
 from envfactory.records.run_folder import CONVERSATIONS, HELDOUT
 from envfactory.tasks.plan import SynthConfig, heldout_tasks, read_jsonl
-from envfactory.tasks.run import run_batch
+from envfactory.tasks.run import plan_batch, run_batch, training_composition
 from tests.support.paths import ROOT
 
 
@@ -74,3 +75,28 @@ def test_a_held_out_environment_outside_the_run_is_a_config_error(tmp_path: Path
         SynthConfigError, match=r"holdout_envs names environment\(s\) this run does not use: \['flights'\]"
     ):
         run_batch(SynthConfig.model_validate(config), settings)
+
+
+def test_the_recorded_composition_is_that_of_the_training_conversations_kept(run: Path) -> None:
+    record = json.loads((run / "summary.json").read_text())
+    train = [r["id"].split("/") for r in read_jsonl(run / CONVERSATIONS)]
+    envs = {env for env, _, _ in train}
+    tasks = max(len({t for e, t, _ in train if e == env}) for env in envs)
+    assert (record["composition"]["A"], record["composition"]["T"]) == (len(envs), tasks)
+    assert record["planned_composition"]["A"] == 2  # shop is held out whole
+
+
+def test_an_environment_whose_training_units_were_all_dropped_is_not_counted(tmp_path: Path) -> None:
+    from envfactory.env.pool import EnvPool
+    from envfactory.terminal import SafeConsole
+
+    settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path / "data")
+    config = SynthConfig.model_validate({"envs": ["hotels", "banking"], "T": 3, "S": 2, "D": 1, "out": tmp_path / "r"})
+    plan = plan_batch(config, settings, EnvPool(settings), SafeConsole(file=io.StringIO()))
+    train = [u for u in plan.units if u.split == "train"]
+    planned = training_composition(config, plan)
+    assert (planned.A, planned.T) == (2, 3)
+    first = next(u.task for u in train if u.env == "hotels")
+    kept = {u.key for u in train if u.env == "hotels" and u.task != first}  # banking's all dropped, a hotels task too
+    assert (training_composition(config, plan, kept=kept).A, training_composition(config, plan, kept=kept).T) == (1, 2)
+    assert training_composition(config, plan, kept=set()).A == 0
