@@ -408,8 +408,13 @@ def call(
         raise EnvFactoryError('--args must be a JSON object, e.g. \'{"city": "Lisbon"}\'')
     if state is not None and not state.parent.is_dir():  # before the call: its result must not be lost
         raise EnvFactoryError(f"--state {state}: the folder {state.parent} does not exist")
+    if state is not None and state.exists() and not state.is_file():
+        raise EnvFactoryError(f"--state {state}: not a regular file (give the file the state is kept in)")
     env = _pool().get(env_name(name))
     config: Any = config_option(scenario) or env.default_scenario()
+    if isinstance(config, Path) and not config.is_file() and not (state is not None and state.is_file()):
+        what = "not a regular file" if config.exists() else "no such file"
+        raise EnvFactoryError(f"--scenario {scenario}: {what} (give a scenario's name or a JSON state file)")
     if state is not None and (state.exists() or state.is_symlink()):
         config = state
     session = env.session(config)
