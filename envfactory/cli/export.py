@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from envfactory.cli.args import out_dir_option, path_to_write, refuse_overwriting_input
+from envfactory.run_settings import EXPORT_FILE
 from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
@@ -130,3 +131,6 @@ def export(
     )
     for path in report.files:
         out.print(f"  {safe(path)}", highlight=False, soft_wrap=True)
+    out.print(
+        f"  {safe(out_dir / EXPORT_FILE)}: what was exported, how, and from which file", highlight=False, soft_wrap=True
+    )

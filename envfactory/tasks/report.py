@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from envfactory.llm.usage import RoleUsage, usage_table
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY
+from envfactory.run_settings import SETTINGS_FILE
 from envfactory.tasks.offline import UnitOutcome
 from envfactory.tasks.plan import BatchSummary, Plan, SynthConfig
 from envfactory.tasks.stats import DatasetStats, stats_table
@@ -89,7 +90,8 @@ def say_where(out: Console, outdir: Path, summary: BatchSummary) -> None:
     files = [(CONVERSATIONS, "the training split (what `envfactory export` reads)")]
     if summary.heldout:
         files.append((HELDOUT, "the held-out split (for `envfactory eval`)"))
-    files += [(DROPPED, "one line per dropped unit: its code and reason"), (SUMMARY, "counts and settings")]
+    files += [(DROPPED, "one line per dropped unit: its code and reason"), (SUMMARY, "counts and composition")]
+    files.append((SETTINGS_FILE, "the settings it was made with (a resume must use the same)"))
     for name, what in files:
         if (outdir / name).is_file():
             out.print(f"  {safe(outdir / name)}: {what}", highlight=False, soft_wrap=True)

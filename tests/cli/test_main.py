@@ -169,3 +169,24 @@ def test_ctrl_c_says_what_was_kept_and_exits_130(
     assert stopped.value.code == 130
     said = capsys.readouterr().err.strip().splitlines()
     assert said[-1].startswith("interrupted: what was written is kept") and "Traceback" not in "\n".join(said)
+
+
+def test_synth_and_export_end_by_naming_every_file_they_wrote(tmp_path: Path) -> None:
+    env = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "ENVFACTORY_DATA_DIR": str(tmp_path / "data"), "COLUMNS": "200"}
+    env["ENVFACTORY_BFCL"] = "false"
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "envfactory.cli", *args]
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(f"envs: [hotels]\nT: 1\nS: 1\nD: 1\nplot: false\nout: {tmp_path / 'run'}\n")
+    res = cli("synth", "--config", str(plan))
+    assert res.returncode == 0, res.stderr
+    written = {p.name for p in (tmp_path / "run").iterdir() if p.is_file()}
+    named = {name for name in written if f"{tmp_path / 'run' / name}:" in res.stdout}
+    assert {"conversations.jsonl", "summary.json", "settings.json"} <= written and named == written, res.stdout
+    res = cli("export", str(tmp_path / "run"), "--format", "trl-sft", "--out", str(tmp_path / "sft"))
+    assert res.returncode == 0, res.stderr
+    for path in (tmp_path / "sft").iterdir():
+        assert str(path) in res.stdout, (path, res.stdout)
