@@ -444,17 +444,29 @@ def _add_plugins(argv: list[str]) -> None:
     from importlib.metadata import entry_points
 
     wanted = argv[1] if len(argv) > 1 else "--help"
-    registered = {group.name for group in app.registered_groups}
+    registered = {group.name for group in app.registered_groups} | {c.name for c in app.registered_commands}
     for ep in entry_points(group="envfactory.cli"):
         if wanted not in (ep.name, "--help") or ep.name in registered:  # main() called again in one process
             continue
         try:
-            app.add_typer(ep.load(), name=ep.name)
+            _add_plugin(ep.name, ep.load())
         except ModuleNotFoundError as e:
             if wanted == "--help":
                 continue  # listed only when it can run
             hint = "pip install 'envfactory[graphs]'" if (e.name or "").startswith("langgraph") else f"install {e.name}"
             raise EnvFactoryError(f"`envfactory {ep.name}` needs {e.name}, which is not installed: {hint}") from None
+
+
+def _add_plugin(name: str, sub: typer.Typer) -> None:
+    """A plugin's app as a group of commands, or — an app that is one command (`synth`, `eval`, `export`: a
+    callback run without a subcommand) — as that command, so that its usage line and its errors do not speak of
+    subcommands it has not got (`envfactory synth foo` was "Missing option '--config'")."""
+    one = sub.registered_callback
+    if not sub.registered_commands and not sub.registered_groups and one is not None and one.invoke_without_command:
+        assert one.callback is not None
+        app.command(name, help=one.help or sub.info.help)(one.callback)
+    else:
+        app.add_typer(sub, name=name)
 
 
 # click's own error class (typer vendors click from 0.2x on, older typer uses click itself): found through a public

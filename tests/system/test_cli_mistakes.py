@@ -131,6 +131,9 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("scaling simulate --out {tmp}/s.csv --ca nan", "--ca must be a finite number"),
     case("scaling fit {tmp}/nope.csv --json {tmp}/r.json --plot {tmp}/p.svgx", "not a figure format"),
     case("synth --config {tmp}/nope.yaml", "no such file"),
+    case("synth extra --config {tmp}/nope.yaml", "unexpected extra argument(s) (extra)"),  # a command, no subcommands
+    case("export {run} extra --format trl-sft --out {tmp}/o", "unexpected extra argument(s) (extra)"),
+    case("eval {run} extra --out {tmp}/o", "unexpected extra argument(s) (extra)"),
     case("synth --config {tmp}/bad.yaml", "invalid YAML"),
     case("synth --config {tmp}/empty.jsonl", "is empty"),
     case("synth --config {tmp}/adir", "not a regular file"),
