@@ -88,11 +88,11 @@ class ValueMaker:
             return round(self.rng.uniform(float(lo), float(hi)), 2)
         if kind == "array":
             items = schema.get("items")
+            item = dict(items) if isinstance(items, dict) else {"type": "string"}
+            if "description" not in item and "description" in schema:  # "Email addresses of everyone who..."
+                item["description"] = schema["description"]
             count = max(1, int(schema.get("minItems", 1)))
-            return [
-                self.make(name.rstrip("s"), items if isinstance(items, dict) else {"type": "string"})
-                for _ in range(count)
-            ]
+            return [self.make(name.rstrip("s"), item) for _ in range(count)]
         if kind == "object" or "properties" in schema:
             props = schema.get("properties") or {}
             required = [k for k in props if k in schema.get("required", [])]
@@ -102,7 +102,10 @@ class ValueMaker:
             return {k: self.make(k, props[k]) for k in required}
         if low.endswith("_id") and self.id_lookup is not None and (found := self.id_lookup(low[:-3])) is not None:
             return found
-        value = self._string(low, schema.get("format"))
+        fmt = schema.get("format")
+        if fmt is None and _EMAIL_DESCRIBED.match(str(schema.get("description", ""))):
+            fmt = "email"  # `people`, `to`, `cc`: what the description says they hold
+        value = self._string(low, fmt)
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and not _matches(pattern, value):  # a shape only the pattern says: one that fits
             value = self._xeger(pattern, value)
@@ -182,6 +185,13 @@ class ValueMaker:
         return str(f.word())
 
 
+# a description that says the value is an email address: "Email addresses of everyone who must be free", "The
+# recipient's email address" (not "Whether to send an email")
+_EMAIL_DESCRIBED = re.compile(
+    r"^\W*(?:(?:[\w'’-]+\s+){0,3}e-?mail\s+address(?:es)?|e-?mail)\b"
+    r"(?!\s+(?:body|subject|message|text|content|template|thread)\b)",
+    re.I,
+)
 _READABLE = string.ascii_letters + string.digits
 _PATTERN_TRIES = 4
 _REPEAT_LIMIT = 12  # an unbounded repeat (`*`, `+`) as a person writes it, not up to a hundred times

@@ -53,3 +53,18 @@ def test_a_maker_seeded_alike_repeats_its_values_and_another_seed_differs() -> N
         return [maker.make(n, {"type": "string"}) for n in NAMES * 3]
 
     assert values(7) == values(7) and values(7) != values(8)
+
+
+def test_a_value_its_description_calls_an_email_address_is_one_in_a_list_too() -> None:
+    maker = ValueMaker(random.Random(3), CLOCK)
+    described = [
+        ("people", {"type": "array", "items": {"type": "string"}, "description": "Email addresses of everyone."}),
+        ("to", {"type": "string", "description": "The recipient's email address"}),
+        ("owner", {"type": "string", "description": "Email of the account's owner"}),
+    ]
+    for name, schema in described:
+        made = maker.make(name, schema)
+        for value in made if isinstance(made, list) else [made]:
+            assert isinstance(value, str) and "@" in value.split()[-1], (name, value)
+    for name, description in [("subject", "Subject of the email"), ("body", "Email body to send")]:  # not addresses
+        assert "@" not in maker.make(name, {"type": "string", "description": description})
