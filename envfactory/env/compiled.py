@@ -728,7 +728,10 @@ def type_of(schema: Any) -> str | None:
 
 
 def _key(value: Any) -> str:
-    """A record's key in its collection: ids are compared as strings (`7` and `"7"` name one record)."""
+    """A record's key in its collection: ids are compared as strings (`7` and `"7"` name one record, and so does
+    `7.0`, which JSON Schema counts as an integer)."""
+    if type(value) is float and value.is_integer():
+        return str(int(value))
     return str(value)
 
 

@@ -218,3 +218,26 @@ def test_arguments_no_state_can_hold_are_invalid_arguments_not_internal_errors()
             args[arg] = value
             record = env.session(state).call(spec.name, args)
             assert record.error is not None and record.error.type == "invalid_arguments", (spec.name, arg, record.error)
+
+
+def test_an_integer_id_written_as_a_float_names_the_same_record() -> None:
+    from envfactory.compiler.compile import compile_spec
+    from tests.compiler.test_compile import _spec
+
+    plan, _ = compile_spec(_spec(), name="shop", domain="commerce", source="t")
+    env = CompiledEnvironment(plan)
+    state = generate_scenarios(plan)["default"]
+    reads = [
+        (o, r)
+        for o in plan.operations
+        for r in plan.resources
+        if o.semantics == "read" and o.resource == r.name and r.id_type == "integer" and state[r.name]
+    ]
+    assert reads, "the shop spec has a resource with integer ids"
+    for op, r in reads:
+        key = int(next(iter(state[r.name])))
+        args = {a: (key if a == op.id_param else next(iter(state[p]))) for a, p in [(op.id_param, r.name), *op.parents]}
+        found = env.session(state).call(op.spec.name, args)
+        assert found.ok, found.error
+        as_float = env.session(state).call(op.spec.name, {**args, op.id_param: float(key)})  # JSON Schema: an integer
+        assert as_float.ok and as_float.result == found.result, as_float.error
