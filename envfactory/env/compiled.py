@@ -358,7 +358,7 @@ class CompiledEnvironment(BaseEnvironment):
                 where = f"{r.name}.{key}"
                 if not isinstance(record, dict):
                     raise ScenarioError(f"{source}: {where} must be an object")
-                if str(record.get(r.id_field)) != key:
+                if _key(record.get(r.id_field)) != key:
                     raise ScenarioError(f"{source}: {where} holds id {record.get(r.id_field)!r}, not its key")
                 # a record met before (in another config) was checked then
                 seen = (r.name, _shape(record) if self.by_structure else to_json(record))
