@@ -109,6 +109,14 @@ def parse_python(source: str, filename: str = "<unknown>", mode: str = "exec") -
         return ast.parse(source, filename=filename, mode=mode)
 
 
+class _NotJSONConstant(Exception):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJSONConstant(name)
+
+
 def parse_json(
     data: str | bytes,
     source: str,
@@ -117,10 +125,13 @@ def parse_json(
     surrogates: bool = False,
     max_nodes: int = MAX_NODES,
     error: ErrorFactory = InputError,
+    constants: bool = True,
 ) -> Any:
     """Parse a JSON document from `source` (a label for messages), or raise a one-line `InputError` (or the
     caller's `error`, given the message: every reader here takes one, so nothing re-wraps what it raises).
-    `max_nodes`: the values it may hold (a large document read on purpose, a tool graph, raises it)."""
+    `max_nodes`: the values it may hold (a large document read on purpose, a tool graph, raises it).
+    `constants=False` refuses `NaN`, `Infinity` and `-Infinity`, which Python writes and reads but JSON has not
+    (what a server takes from a client: another JSON parser reads such a body differently, or not at all)."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
@@ -128,7 +139,9 @@ def parse_json(
             raise error(f"{source}: not valid UTF-8 (byte {e.start})") from None
     maybe_deep = data.count("[") + data.count("{") > max_depth
     try:
-        value = json.loads(data, parse_int=parse_int)
+        value = json.loads(data, parse_int=parse_int, parse_constant=None if constants else _no_constant)
+    except _NotJSONConstant as e:
+        raise error(f"{source}: invalid JSON: {e} is not a JSON number") from None
     except RecursionError:
         raise error(f"{source}: JSON nested deeper than {max_depth} levels") from None
     except json.JSONDecodeError as e:

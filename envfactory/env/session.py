@@ -12,6 +12,7 @@ from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.state import Change
 from envfactory.env.tools import ArgumentError
 from envfactory.errors import ToolError
+from envfactory.inputs import has_lone_surrogate
 
 ErrorType = Literal[
     "unknown_tool",
@@ -162,13 +163,15 @@ class Session:
                 ),
             )
         except Exception as e:  # arguments that cannot even be read: lone surrogates, nesting past the stack
+            why = (
+                "a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not UTF-8"
+                if has_lone_surrogate(args)
+                else f"they cannot be read ({type(e).__name__}: {str(e)[:200]})"
+            )
             return self._record(
                 tool,
                 args,
-                error=ToolErrorInfo(
-                    type="invalid_arguments",
-                    message=f"invalid arguments for '{tool}': they cannot be read ({type(e).__name__}: {str(e)[:200]})",
-                ),
+                error=ToolErrorInfo(type="invalid_arguments", message=f"invalid arguments for '{tool}': {why}"),
             )
         env, state = self.env, self.state
         token = env.begin(state, self.strict)

@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle as _HTTPTOOLS_CYCLE
 
-from envfactory.inputs import MAX_DEPTH, InputError, parse_json
+from envfactory.inputs import MAX_DEPTH, InputError, has_lone_surrogate, parse_json
 from envfactory.serve.answers import response_body
 from envfactory.serve.http import CYCLE, guard_event_loop, harden_logging, loop_time
 from envfactory.serve.limits import SDK_MAX_BODY_BYTES, LogBudget, ServeLimits
@@ -102,6 +102,39 @@ def _body_arrived(scope: Any, receive: Any) -> bool:
     )
 
 
+def envelope_problem(message: Any) -> str | None:
+    """Why a parsed body is not a JSON-RPC message MCP could answer, or None. Checked before the SDK reads it:
+    the SDK answers an id it cannot write back (a lone surrogate) with a 500 after ~135 ms of logging, an id
+    that is a float, a boolean or null with a 202 and no answer, and other shapes (arguments that are a list)
+    with a 9 KB warning each — on the event loop every session shares. Strings the server writes back (the id,
+    the method, a tool's name) must be UTF-8; a tool's arguments may hold anything JSON does (the tool refuses
+    what it cannot read, as `invalid_arguments`)."""
+    if not isinstance(message, dict):
+        return None  # a batch or a scalar: the SDK's own answer (a 400)
+    if "id" in message:
+        rid = message["id"]
+        if not (isinstance(rid, int) and not isinstance(rid, bool)) and not (isinstance(rid, str) and _utf8(rid)):
+            return "a JSON-RPC id must be a string (UTF-8: no lone surrogate) or an integer"
+    method = message.get("method")
+    if "method" in message and not (isinstance(method, str) and _utf8(method)):
+        return "a JSON-RPC method must be a string (UTF-8: no lone surrogate)"
+    params = message.get("params")
+    if params is not None and not isinstance(params, dict):
+        return "an MCP request's params must be an object"
+    if method == "tools/call":
+        name = (params or {}).get("name")
+        if not (isinstance(name, str) and _utf8(name)):
+            return "tools/call needs the tool's name as a string (UTF-8: no lone surrogate)"
+        arguments = (params or {}).get("arguments")
+        if arguments is not None and not isinstance(arguments, dict):
+            return "a tool's arguments must be an object"
+    return None
+
+
+def _utf8(text: str) -> bool:
+    return text.isascii() or not has_lone_surrogate(text)
+
+
 class BoundedJSONBody:
     """Refuse an oversized, slow, malformed or too deeply nested JSON body with a 4xx and one log line.
 
@@ -124,17 +157,17 @@ class BoundedJSONBody:
         self.parse_limiter = anyio.CapacityLimiter(self.limits.parse_threads)
         self.log_budget = LogBudget()
 
-    async def _refuse(self, scope: Any, send: Any, status: int, message: str) -> None:
+    async def _refuse(
+        self, scope: Any, send: Any, status: int, message: str, *, code: int | None = None, rid: Any = None
+    ) -> None:
         client = scope.get("client") or ("?", 0)
         dropped = self.log_budget.take()
         if dropped is not None:
             more = f" ({dropped} more refused since the last line)" if dropped else ""
             _LOG.warning("refused a request from %s: %s%s", client[0], message, more)
-        body = {
-            "jsonrpc": "2.0",
-            "id": None,
-            "error": {"code": -32700 if status == 400 else -32600, "message": message},
-        }
+        if code is None:
+            code = -32700 if status == 400 else -32600
+        body = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
         # the connection closes with the answer: a refused body is never read to its end
         await JSONResponse(body, status_code=status, headers={"connection": "close"})(scope, _no_receive, send)
 
@@ -149,7 +182,7 @@ class BoundedJSONBody:
         return None
 
     def _parse(self, body: bytes) -> Any:
-        return parse_json(body, "the request body", max_depth=self.max_depth, surrogates=True)
+        return parse_json(body, "the request body", max_depth=self.max_depth, surrogates=True, constants=False)
 
     async def _read(self, scope: Any, receive: Any, send: Any, chunks: list[bytes]) -> bool:
         """The body's chunks into `chunks`, counted as they arrive: True if it was refused (answered) or the client
@@ -204,6 +237,13 @@ class BoundedJSONBody:
                 message = await anyio.to_thread.run_sync(self._parse, body, limiter=self.parse_limiter)
         except InputError as e:
             await self._refuse(scope, send, 400, str(e))
+            return
+        problem = envelope_problem(message)
+        if problem is not None:  # JSON, but no JSON-RPC request MCP answers: its id kept where it can be written
+            rid = message.get("id") if isinstance(message, dict) else None
+            usable = (isinstance(rid, int) and not isinstance(rid, bool)) or (isinstance(rid, str) and _utf8(rid))
+            code = -32602 if problem.startswith(("tools/call", "a tool's", "an MCP")) else -32600
+            await self._refuse(scope, send, 400, f"the request body: {problem}", code=code, rid=rid if usable else None)
             return
         scope = {**scope, PARSED_BODY: (message, len(body))}  # for `FastToolCalls`, inside this layer
         replayed = False

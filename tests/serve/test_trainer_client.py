@@ -8,6 +8,7 @@ non-HTTP server), and a connection the server closed for idling must be replaced
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import stat
@@ -151,9 +152,13 @@ async def test_a_tools_failure_is_a_result_until_raised(served: tuple[EnvMCPServ
 async def test_an_ended_session_and_json_rpc_errors_raise(served: tuple[EnvMCPServer, str]) -> None:
     _, url = served
     env = await TrainerSession.open(url)
-    with pytest.raises(JSONRPCError) as rpc:
+    with pytest.raises(ServerHTTPError) as refused:  # refused before the SDK reads it: a 400, the id kept
         await env.call("search_hotels", ["not", "an", "object"])  # type: ignore[arg-type]
-    assert rpc.value.code == -32602
+    assert refused.value.status == 400 and "a tool's arguments must be an object" in refused.value.message
+    assert json.loads(refused.value.body)["error"]["code"] == -32602
+    with pytest.raises(JSONRPCError) as rpc:  # what the SDK answers itself: a JSON-RPC error
+        await env._request("no/such/method", {})
+    assert rpc.value.code in (-32601, -32602)  # (method not found; the SDK says invalid params)
     assert (await env.call("search_hotels", {"city": "Lisbon"})).data  # the session goes on after an error
     async with httpx.AsyncClient() as http:  # the session ended by someone else
         ended = await http.delete(
