@@ -109,12 +109,8 @@ def parse_python(source: str, filename: str = "<unknown>", mode: str = "exec") -
         return ast.parse(source, filename=filename, mode=mode)
 
 
-class _NotJSONConstant(Exception):
-    pass
-
-
 def _no_constant(name: str) -> Any:
-    raise _NotJSONConstant(name)
+    raise ValueError(f"{name} is not a JSON number")  # (json.loads passes it on: read as invalid JSON below)
 
 
 def parse_json(
@@ -140,8 +136,6 @@ def parse_json(
     maybe_deep = data.count("[") + data.count("{") > max_depth
     try:
         value = json.loads(data, parse_int=parse_int, parse_constant=None if constants else _no_constant)
-    except _NotJSONConstant as e:
-        raise error(f"{source}: invalid JSON: {e} is not a JSON number") from None
     except RecursionError:
         raise error(f"{source}: JSON nested deeper than {max_depth} levels") from None
     except json.JSONDecodeError as e:

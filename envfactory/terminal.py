@@ -141,11 +141,9 @@ class SafeConsole(Console):
 class Table(rich.table.Table):
     """A `rich` table that never cuts a cell with '…': what the CLI prints is often what the user types next (a
     thread id, an environment's name), on an 80-column terminal or in a pipe (where `rich` assumes 80 columns).
-    The first column — the names — is kept on one line (the others are narrowed first); a cell that still does not
-    fit folds onto the next line, whole."""
+    A cell that does not fit folds onto the next lines, whole. (Keeping the first column on one line instead
+    squeezed every other column to nothing beside a long name.)"""
 
     def add_column(self, header: RenderableType = "", footer: RenderableType = "", **kwargs: Any) -> None:
         kwargs.setdefault("overflow", "fold")
-        if not self.columns:
-            kwargs.setdefault("no_wrap", True)
         super().add_column(header, footer, **kwargs)

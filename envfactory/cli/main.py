@@ -482,6 +482,8 @@ def main() -> None:
     try:
         _add_plugins(sys.argv)
         code = app(standalone_mode=False)  # click raises usage errors to us instead of printing a panel
+    except KeyboardInterrupt:  # Ctrl-C before typer runs the command (a plugin's imports take seconds)
+        code = _INTERRUPTED
     except EnvFactoryError as e:
         err.print(f"[red]error:[/red] {safe(e)}", highlight=False, soft_wrap=True)
         sys.exit(1)

@@ -15,8 +15,8 @@ from typing import Any
 from envfactory.corpus.domains import domain_of
 from envfactory.corpus.models import CorpusError, Operation, SpecEntry
 from envfactory.env.metadata import ENV_NAME_MAX
-from envfactory.envgen.openapi import OpenAPIError, _Converter, identifier
-from envfactory.inputs import parse_json, parse_yaml
+from envfactory.envgen.openapi import OpenAPIError, _Converter, identifier, parse_openapi_yaml
+from envfactory.inputs import parse_json
 
 _SUMMARY_CHARS = 200
 
@@ -65,7 +65,7 @@ def parse_spec(data: bytes, suffix: str, source: str, max_depth: int) -> dict[st
             text = data.decode("utf-8")
         except UnicodeDecodeError as e:
             raise CorpusError(f"{source}: not valid UTF-8 (byte {e.start})") from None
-        doc = parse_yaml(text, source, max_depth=max_depth, error=CorpusError)
+        doc = parse_openapi_yaml(text, source, max_depth=max_depth, error=CorpusError)
     if not isinstance(doc, dict):
         raise CorpusError(f"{source}: not an OpenAPI document (the top level is a {type(doc).__name__})")
     try:

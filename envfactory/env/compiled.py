@@ -684,13 +684,15 @@ def _operation_problems(o: Operation, res: dict[str, Resource]) -> list[str]:
         for a, f in o.fields.items()
         if f not in props
     ]
+    keys = {r.id_field, *r.scope_fields} | ({r.parent_field} if r.parent_field is not None else set())
     if o.semantics in ("update", "upsert"):  # (a list's fields filter; a create files its record after them)
-        keys = {r.id_field, *r.scope_fields} | ({r.parent_field} if r.parent_field is not None else set())
         out += [  # where a record is filed is its path's business: a body field rewriting it would break the state
             f"{where}: fields maps '{a}' to '{f}', the field that files a {r.label} (its id, parent or scope)"
             for a, f in o.fields.items()
             if f in keys
         ]
+    if o.semantics == "transition" and o.status_field in keys:
+        out.append(f"{where}: a transition's status_field '{o.status_field}' is the field that files a {r.label}")
     problem = schema_problem(o.spec.input_schema)
     if problem is not None:  # every call's arguments are validated with it
         out.append(f"{where}: its input_schema is not a JSON Schema arguments can be checked with: {problem}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -139,7 +140,9 @@ def schema_problem(schema: Any) -> str | None:
 def _compiles(pattern: str) -> bool:
     """Whether `pattern` is a regular expression, as the meta-schema's "regex" format checks it (`re`)."""
     try:
-        re.compile(pattern)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "possible nested set" (`[[A-Z]`): a FutureWarning, not an error
+            re.compile(pattern)
     except (re.error, RecursionError, OverflowError):
         return False
     return True

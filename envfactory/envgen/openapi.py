@@ -25,7 +25,7 @@ from urllib.parse import unquote
 
 from envfactory.env.metadata import Domain, EnvMetadata, parse_metadata
 from envfactory.errors import EnvFactoryError, MetadataError
-from envfactory.inputs import parse_json, parse_yaml, read_text
+from envfactory.inputs import MAX_DEPTH, parse_json, parse_yaml, read_text
 from envfactory.words import snake_case
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -118,38 +118,77 @@ def load_openapi(path: str | Path) -> dict[str, Any]:
 
     if kind == "JSON":
         data = parse_json(text, str(p), error=invalid)
-    else:  # read as its JSON form would be: `on:` is a key named "on", `200:` one named "200"
-        data = _string_keys(parse_yaml(text, str(p), error=invalid, loader=_core_loader()))
+    else:
+        data = parse_openapi_yaml(text, str(p), error=invalid)
     if not isinstance(data, dict):
         raise OpenAPIError(str(p), "<root>", f"expected an object, got {type(data).__name__}")
     return data
 
 
+def parse_openapi_yaml(text: str, source: str, *, error: Any, max_depth: int = MAX_DEPTH) -> Any:
+    """A YAML OpenAPI document read as its JSON form would be: YAML 1.2's core scalars (`on`, `yes` and `no`
+    are strings, `09:30` is not a base-60 number, `1e3` is a number, a date is its text) and every mapping key a
+    string (`200:` is "200"). Every route that reads a spec reads it so (`load_openapi`, the corpus)."""
+    return _string_keys(parse_yaml(text, source, error=error, loader=_core_loader(), max_depth=max_depth), {})
+
+
 @functools.cache
 def _core_loader() -> Any:
-    """YAML's safe loader with the booleans of YAML 1.2 (and JSON): `true` and `false` only. YAML 1.1 reads `on`,
-    `off`, `yes`, `no`, `y`, `n` as booleans, so an API whose record has a field `on` (or an enum of `yes` and `no`)
-    would lose its names. (Built on first use: `yaml` is imported only when a YAML document is read.)"""
+    """YAML's safe loader with YAML 1.2's core schema for plain scalars (that of JSON): booleans `true`/`false`
+    only, decimal integers without leading zeros, floats with or without a dot (`1e3`), no sexagesimal numbers
+    and no timestamps. YAML 1.1 reads `on`/`off`/`yes`/`no` as booleans and `09:30` as 570, so an API whose
+    record has a field `on` (or an enum of times) would lose its names. (Built on first use: `yaml` is imported
+    only when a YAML document is read.)"""
     import yaml
 
     class CoreLoader(yaml.SafeLoader):
         pass
 
-    bool_tag = "tag:yaml.org,2002:bool"
+    replaced = {f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float", "timestamp")}
     CoreLoader.yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != bool_tag]
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in replaced]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
-    CoreLoader.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    CoreLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+    )
+    digits = list("-+0123456789")
+    CoreLoader.add_implicit_resolver("tag:yaml.org,2002:int", re.compile(r"^[-+]?[0-9]+$"), digits)
+
+    def decimal(loader: Any, node: Any) -> int:  # `012` is twelve (YAML 1.1's constructor reads it as octal)
+        text = loader.construct_scalar(node)
+        try:
+            return int(text, 10)
+        except ValueError:  # an explicit !!int 0x1F
+            return int(yaml.SafeLoader.construct_yaml_int(loader, node))
+
+    CoreLoader.add_constructor("tag:yaml.org,2002:int", decimal)
+    CoreLoader.add_implicit_resolver(
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        list("-+0123456789."),
+    )
     return CoreLoader
 
 
-def _string_keys(value: Any) -> Any:
-    """`value` with every mapping key as JSON writes it (YAML keys may be numbers, dates, null)."""
-    if isinstance(value, dict):
-        return {_json_key(k): _string_keys(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_string_keys(v) for v in value]
+def _string_keys(value: Any, done: dict[int, Any]) -> Any:
+    """`value` with every mapping key as JSON writes it (YAML keys may be numbers or null). A node YAML shares
+    (an alias) is converted once and stays shared: a small document of nested aliases is no large one."""
+    if isinstance(value, dict | list):
+        hit = done.get(id(value))
+        if hit is not None:
+            return hit
+        if isinstance(value, dict):
+            out: Any = {}
+            done[id(value)] = out
+            out.update({_json_key(k): _string_keys(v, done) for k, v in value.items()})
+        else:
+            out = []
+            done[id(value)] = out
+            out.extend(_string_keys(v, done) for v in value)
+        return out
     return value
 
 

@@ -11,6 +11,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 
 from envfactory.inputs import read_json
+from envfactory.records.run_folder import CONVERSATIONS, HELDOUT
+from envfactory.run_settings import SETTINGS_FILE, file_sha256
 from envfactory.scaling.errors import RunTableError
 from envfactory.scaling.table import Run, RunTable, load_table, write_table
 
@@ -50,28 +52,42 @@ def run_from(synth: Path, evaluation: Path, *, metric: Metric, model: str | None
         comp = _Composition.model_validate(_summary(synth, "synth run").get("composition"))
     except ValidationError:
         raise RunTableError(f"{synth}: its summary.json records no composition (rerun `envfactory synth`)") from None
+    if min(comp.A, comp.T, comp.S, comp.D) < 1:
+        raise RunTableError(
+            f"{synth}: it kept no training conversation (A={comp.A}, T={comp.T}): no model was trained on it "
+            "(its drop reasons are in dropped.jsonl)"
+        )
     score = score_of(_summary(evaluation, "evaluation"), metric, evaluation)
     _check_evaluated(synth, evaluation)
     return Run(apps=comp.A, tasks=comp.T, states=comp.S, depth=comp.D, score=score, model=model, label=label)
 
 
 def _check_evaluated(synth: Path, evaluation: Path) -> None:
-    """An evaluation of a synth run's held-out tasks must be of *this* run: its `settings.json` names the run it
-    read. (An evaluation on a benchmark suite scores a model trained on any run; one without settings is taken
-    as it is.)"""
-    settings = evaluation / "settings.json" if evaluation.is_dir() else evaluation.parent / "settings.json"
+    """An evaluation of a synth run's split must be of *this* run: the sha256 its `settings.json` records of the
+    file it read is that of this run's file (wherever either folder lives now). An evaluation on a benchmark
+    suite, or on a conversations file that is no run's split (a shared test set), may score a model trained on any
+    run; one without settings is taken as it is."""
+    settings = evaluation / SETTINGS_FILE if evaluation.is_dir() else evaluation.parent / SETTINGS_FILE
     if not settings.is_file():
         return
     record = read_json(settings, what="evaluation settings", error=RunTableError)
-    data = (record.get("settings") or {}).get("data") or {} if isinstance(record, dict) else {}
-    source = (record.get("context") or {}).get("source") if isinstance(record, dict) else None
-    if not isinstance(data, dict) or data.get("source") != "run" or not isinstance(source, str):
+    inner = record.get("settings") if isinstance(record, dict) else None
+    data = inner.get("data") if isinstance(inner, dict) else None
+    context = record.get("context") if isinstance(record, dict) else None
+    source = context.get("source") if isinstance(context, dict) else None
+    if not isinstance(data, dict) or not isinstance(data.get("sha256"), str):
+        return
+    if data.get("source") == "file" and not (isinstance(source, str) and Path(source).name in (HELDOUT, CONVERSATIONS)):
+        return  # a conversations file of its own: a shared test set
+    if data.get("source") not in ("run", "file"):
         return
     run = synth if synth.is_dir() else synth.parent
-    if Path(source).resolve() != run.resolve():
+    split = run / (HELDOUT if data.get("split") == "heldout" else CONVERSATIONS)
+    if not split.is_file() or file_sha256([split]) != data["sha256"]:
         raise RunTableError(
-            f"{evaluation} evaluated the run {source}, not {synth}: a row pairs a run's composition with the score "
-            "of a model evaluated on that run's held-out tasks"
+            f"{evaluation} evaluated other tasks than {split.name} of {synth} (its settings.json records another "
+            f"sha256, of {source or 'its data'}): a row pairs a run's composition with the score of a model "
+            "evaluated on that run's held-out tasks"
         )
 
 

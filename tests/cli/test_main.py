@@ -190,3 +190,21 @@ def test_synth_and_export_end_by_naming_every_file_they_wrote(tmp_path: Path) ->
     assert res.returncode == 0, res.stderr
     for path in (tmp_path / "sft").iterdir():
         assert str(path) in res.stdout, (path, res.stdout)
+
+
+def test_ctrl_c_while_a_command_is_still_loading_is_the_same_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib
+
+    cli = importlib.import_module("envfactory.cli.main")
+
+    def loading(argv: list[str]) -> None:
+        raise KeyboardInterrupt  # a plugin's imports (synth: seconds) are where a Ctrl-C often lands
+
+    monkeypatch.setattr(cli, "_add_plugins", loading)
+    monkeypatch.setattr(sys, "argv", ["envfactory", "synth", "--config", "x.yaml"])
+    with pytest.raises(SystemExit) as stopped:
+        cli.main()
+    said = capsys.readouterr().err
+    assert stopped.value.code == 130 and "Traceback" not in said and said.strip().startswith("interrupted:")

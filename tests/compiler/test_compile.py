@@ -646,12 +646,13 @@ def test_malformed_specs_a_reviewer_found_are_refused_in_words_or_compiled(tmp_p
     with pytest.raises(OpenAPIError, match="nested too deeply to convert"):
         compile_spec(chain, name="x", domain="utilities", source="chain.json")
     # YAML read as its JSON form: a field named `on` (YAML 1.1's boolean), `yes`/`no` in an enum, `200:` a code
-    field = '"on": {"type": "string", "enum": ["yes", "no"]}'
+    field = '"on": {"type": "string", "enum": ["yes", "no", "09:30", "2026-01-02"], "maximum": 1e3}'
     text = json.dumps(_spec()).replace('"name": {"type": "string"}', field, 1)
     import yaml
 
     written = yaml.safe_dump(json.loads(text))
-    for quoted, bare in (("'on':", "on:"), ("'yes'", "yes"), ("'no'", "no"), ("'200':", "200:")):
+    bare_words = ("'on':", "'yes'", "'no'", "'09:30'", "'2026-01-02'", "'200':")
+    for quoted, bare in ((w, w.replace("'", "")) for w in bare_words):
         written = written.replace(quoted, bare)
     (tmp_path / "spec.yaml").write_text(written)
     assert "on:" in written and "200:" in written

@@ -198,6 +198,12 @@ def test_an_update_may_not_rewrite_where_its_record_is_filed() -> None:
     with pytest.raises(EnvLoadError, match=f"fields maps '{arg}' to '{r['id_field']}', the field that files"):
         load_plan(data, "compiled.json")
     data = copy.deepcopy(_DATA)
+    transition = next(o for o in data["operations"] if o["semantics"] == "update")  # made a transition...
+    r = next(r for r in data["resources"] if r["name"] == transition["resource"])
+    transition.update(semantics="transition", fields={}, status_field=r["id_field"], target="X")  # ...of the id
+    with pytest.raises(EnvLoadError, match=r"a transition's status_field .* is the field that files"):
+        load_plan(data, "compiled.json")
+    data = copy.deepcopy(_DATA)
     data["resources"][0]["scope_fields"] = [data["resources"][0]["id_field"]]
     with pytest.raises(EnvLoadError, match=r"its id field '.*' cannot be a scope field"):
         load_plan(data, "compiled.json")

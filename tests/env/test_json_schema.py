@@ -136,3 +136,11 @@ def test_a_schema_that_would_raise_when_it_validates_is_named() -> None:
         schema = {"$defs": {"t": {"type": "string"}}, "properties": {"a": {"$ref": ref}}}
         assert "references are not supported" in str(schema_problem(schema))
     assert schema_problem({"pattern": "("}) == "at pattern: '(' is not a 'regex'"
+
+
+def test_a_pattern_python_warns_about_is_read_without_a_warning() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a FutureWarning ("possible nested set") would fail here
+        assert schema_problem({"type": "string", "pattern": "[[A-Z0-9]{1,18}"}) is None

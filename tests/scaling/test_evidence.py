@@ -18,6 +18,7 @@ from envfactory.eval.agent import AgentLimits
 from envfactory.eval.items import items_from_conversations, load_conversations
 from envfactory.eval.run import EvalSettings, run_eval, turn_runner
 from envfactory.llm.scripted import ScriptedChatModel
+from envfactory.run_settings import file_sha256
 from envfactory.scaling.table import load_table
 from envfactory.tasks.plan import SynthConfig
 from envfactory.tasks.run import run_batch
@@ -78,32 +79,51 @@ def test_bad_inputs_are_one_line_errors(runs: tuple[Path, Path], tmp_path: Path)
 
 def test_an_evaluation_of_another_run_or_the_same_row_twice_is_refused(runs: tuple[Path, Path], tmp_path: Path) -> None:
     run, evaluation = runs
-    other = tmp_path / "other_run"
-    shutil.copytree(run, other)  # the same composition, another run
-    record = {"command": "eval", "settings": {"data": {"source": "run", "split": "heldout"}}, "context": {}}
-    for source, refused in ((run, False), (other, True), (tmp_path / "gone", True)):
-        shutil.copytree(evaluation, tmp_path / "eval", dirs_exist_ok=True)
-        record["context"] = {"source": str(source)}
-        (tmp_path / "eval" / "settings.json").write_text(json.dumps(record))
-        res = _cli("add", str(tmp_path / f"{source.name}.csv"), "--run", str(run), "--eval", str(tmp_path / "eval"))
+    moved = tmp_path / "moved" / "run"  # the same run, copied elsewhere (from the cluster it was made on)
+    shutil.copytree(run, moved)
+    other = tmp_path / "other_run"  # another run with the same composition: other held-out tasks
+    shutil.copytree(run, other)
+    (other / "heldout.jsonl").write_text((run / "heldout.jsonl").read_text().replace("Lisbon", "Porto"))
+    mine = file_sha256([run / "heldout.jsonl"])
+
+    def evaluated(kind: str, source: Path, sha: str) -> Path:
+        folder = tmp_path / f"eval-{kind}-{source.name}-{sha[:6]}"
+        shutil.copytree(evaluation, folder, dirs_exist_ok=True)
+        data = {"source": kind, "split": "heldout", "sha256": sha}
+        record = {"command": "eval", "settings": {"data": data}, "context": {"source": str(source)}}
+        (folder / "settings.json").write_text(json.dumps(record))
+        return folder
+
+    for n, (kind, source, sha, refused) in enumerate(
+        [
+            ("run", run, mine, False),
+            ("run", tmp_path / "cluster" / "run", mine, False),  # recorded where it was: the sha says which run
+            ("run", other, file_sha256([other / "heldout.jsonl"]), True),
+            ("file", other / "heldout.jsonl", file_sha256([other / "heldout.jsonl"]), True),  # a run's file, given
+            ("file", tmp_path / "shared-test.jsonl", "0" * 64, False),  # a shared test set: any run's model
+        ]
+    ):
+        res = _cli("add", str(tmp_path / f"t{n}.csv"), "--run", str(moved), "--eval", str(evaluated(kind, source, sha)))
         if refused:
-            assert res.returncode == 1 and f"evaluated the run {source}, not {run}" in res.stderr, res.stderr
+            assert res.returncode == 1 and "evaluated other tasks than heldout.jsonl" in res.stderr, res.stderr
             assert res.stderr.count("\n") == 1
         else:
             assert res.returncode == 0, res.stderr
-    record["context"] = {"source": str(run)}
-    (tmp_path / "eval" / "settings.json").write_text(json.dumps(record))
-    again = _cli("add", str(tmp_path / f"{run.name}.csv"), "--run", str(run), "--eval", str(tmp_path / "eval"))
+    table, good = tmp_path / "t0.csv", evaluated("run", run, mine)
+    again = _cli("add", str(table), "--run", str(run), "--eval", str(good))
     assert again.returncode == 1 and "row 1 is this run already" in again.stderr, again.stderr
-    assert len(load_table(tmp_path / f"{run.name}.csv").runs) == 1
-    labelled = _cli(
-        "add",
-        str(tmp_path / f"{run.name}.csv"),
-        "--run",
-        str(run),
-        "--eval",
-        str(tmp_path / "eval"),
-        "--label",
-        "seed 2",
-    )
+    assert len(load_table(table).runs) == 1
+    labelled = _cli("add", str(table), "--run", str(run), "--eval", str(good), "--label", "seed 2")
     assert labelled.returncode == 0, labelled.stderr
+
+
+def test_a_run_that_kept_no_training_conversation_is_no_row(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    run, evaluation = runs
+    empty = tmp_path / "run"
+    shutil.copytree(run, empty)
+    summary = json.loads((empty / "summary.json").read_text())
+    summary["composition"].update(A=0, T=0)  # every training unit dropped, the held-out split kept
+    (empty / "summary.json").write_text(json.dumps(summary))
+    (empty / "settings.json").unlink(missing_ok=True)
+    res = _cli("add", str(tmp_path / "t.csv"), "--run", str(empty), "--eval", str(evaluation))
+    assert res.returncode == 1 and "kept no training conversation" in res.stderr and res.stderr.count("\n") == 1

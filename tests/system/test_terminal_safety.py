@@ -379,19 +379,22 @@ def test_a_table_keeps_its_names_whole_and_cuts_no_cell(names: list[str], cells:
     from envfactory.terminal import SafeConsole
     from envfactory.terminal import Table as CliTable
 
-    table = CliTable("name", *(f"column {i}" for i in range(len(cells))))
-    for name in names:
-        table.add_row(name, *cells)
-    buffer = io.StringIO()
-    SafeConsole(file=buffer, width=width, color_system=None).print(table)
-    lines = buffer.getvalue().splitlines()
-    assert "…" not in buffer.getvalue()
-    rows = [line.split("│")[1:-1] for line in lines if line.startswith("│")]  # the body's lines, cut into cells
-    first = [row[0].strip() for row in rows if row[0].strip()]
+    def render(rows: list[list[str]]) -> list[list[str]]:
+        """The body's lines of a table of `rows`, cut into cells."""
+        table = CliTable("name", *(f"column {i}" for i in range(len(cells))))
+        for row in rows:
+            table.add_row(*row)
+        buffer = io.StringIO()
+        SafeConsole(file=buffer, width=width, color_system=None).print(table)
+        assert "…" not in buffer.getvalue()
+        return [line.split("│")[1:-1] for line in buffer.getvalue().splitlines() if line.startswith("│")]
+
+    lines = render([[name, *cells] for name in names])
     if max(map(len, names)) + 4 <= width // (len(cells) + 1):  # room for every name on its line
-        assert first == names
+        assert [row[0].strip() for row in lines if row[0].strip()] == names
     if max(map(len, names)) + 4 + 4 * len(cells) + 1 > width:
         return  # not a character's room for each column: a narrower terminal than any table here can fit
-    last_row = rows[-(len(rows) // len(names)) :]  # the lines of the last row (every row holds the same cells)
-    for j, cell in enumerate(cells):  # every character of every cell is there, in order: folded, not cut
-        assert "".join(row[j + 1].strip() for row in last_row).replace(" ", "") == cell.replace(" ", "")
+    for name in names:  # one row: every character of every cell is there, in order (folded, not cut)
+        one = render([[name, *cells]])
+        for j, cell in enumerate([name, *cells]):
+            assert "".join(row[j].strip() for row in one).replace(" ", "") == cell.replace(" ", "")
