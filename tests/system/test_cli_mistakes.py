@@ -208,10 +208,7 @@ TRAINING_CASES: list[tuple[str, list[str], str]] = [
 @functools.cache
 def command_paths() -> frozenset[str]:
     """Every leaf command of the CLI, the plugin sub-apps included ("envs export", "synth", ...)."""
-    from importlib.metadata import entry_points
-
-    for ep in entry_points(group="envfactory.cli"):
-        cli.app.add_typer(ep.load(), name=ep.name)
+    cli._add_plugins(["envfactory", "--help"])  # every plugin, registered as `main` registers it
     found: set[str] = set()
 
     def walk(command: object, prefix: list[str]) -> None:
