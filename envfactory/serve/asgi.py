@@ -111,10 +111,8 @@ def envelope_problem(message: Any) -> str | None:
     what it cannot read, as `invalid_arguments`)."""
     if not isinstance(message, dict):
         return None  # a batch or a scalar: the SDK's own answer (a 400)
-    if "id" in message:
-        rid = message["id"]
-        if not (isinstance(rid, int) and not isinstance(rid, bool)) and not (isinstance(rid, str) and _utf8(rid)):
-            return "a JSON-RPC id must be a string (UTF-8: no lone surrogate) or an integer"
+    if "id" in message and not _writable_id(message["id"]):
+        return "a JSON-RPC id must be a string (UTF-8: no lone surrogate) or an integer"
     method = message.get("method")
     if "method" in message and not (isinstance(method, str) and _utf8(method)):
         return "a JSON-RPC method must be a string (UTF-8: no lone surrogate)"
@@ -133,6 +131,11 @@ def envelope_problem(message: Any) -> str | None:
 
 def _utf8(text: str) -> bool:
     return text.isascii() or not has_lone_surrogate(text)
+
+
+def _writable_id(rid: Any) -> bool:
+    """Whether `rid` is an id a JSON-RPC answer can carry: an integer, or a string UTF-8 can write."""
+    return (isinstance(rid, int) and not isinstance(rid, bool)) or (isinstance(rid, str) and _utf8(rid))
 
 
 class BoundedJSONBody:
@@ -241,9 +244,9 @@ class BoundedJSONBody:
         problem = envelope_problem(message)
         if problem is not None:  # JSON, but no JSON-RPC request MCP answers: its id kept where it can be written
             rid = message.get("id") if isinstance(message, dict) else None
-            usable = (isinstance(rid, int) and not isinstance(rid, bool)) or (isinstance(rid, str) and _utf8(rid))
             code = -32602 if problem.startswith(("tools/call", "a tool's", "an MCP")) else -32600
-            await self._refuse(scope, send, 400, f"the request body: {problem}", code=code, rid=rid if usable else None)
+            rid = rid if _writable_id(rid) else None
+            await self._refuse(scope, send, 400, f"the request body: {problem}", code=code, rid=rid)
             return
         scope = {**scope, PARSED_BODY: (message, len(body))}  # for `FastToolCalls`, inside this layer
         replayed = False
