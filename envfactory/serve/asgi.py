@@ -17,7 +17,7 @@ The limits are `envfactory.serve.limits.ServeLimits`; the connection side (uvico
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import anyio
 import anyio.to_thread
@@ -102,7 +102,14 @@ def _body_arrived(scope: Any, receive: Any) -> bool:
     )
 
 
-def envelope_problem(message: Any) -> str | None:
+class EnvelopeProblem(NamedTuple):
+    """Why a body is no request MCP answers, and the JSON-RPC error code its refusal carries."""
+
+    message: str
+    code: int  # -32600: not a valid request; -32602: a request whose params are not valid
+
+
+def envelope_problem(message: Any) -> EnvelopeProblem | None:
     """Why a parsed body is not a JSON-RPC message MCP could answer, or None. Checked before the SDK reads it:
     the SDK answers an id it cannot write back (a lone surrogate) with a 500 after ~135 ms of logging, an id
     that is a float, a boolean or null with a 202 and no answer, and other shapes (arguments that are a list)
@@ -112,20 +119,20 @@ def envelope_problem(message: Any) -> str | None:
     if not isinstance(message, dict):
         return None  # a batch or a scalar: the SDK's own answer (a 400)
     if "id" in message and not _writable_id(message["id"]):
-        return "a JSON-RPC id must be a string (UTF-8: no lone surrogate) or an integer"
+        return EnvelopeProblem("a JSON-RPC id must be a string (UTF-8: no lone surrogate) or an integer", -32600)
     method = message.get("method")
     if "method" in message and not (isinstance(method, str) and _utf8(method)):
-        return "a JSON-RPC method must be a string (UTF-8: no lone surrogate)"
+        return EnvelopeProblem("a JSON-RPC method must be a string (UTF-8: no lone surrogate)", -32600)
     params = message.get("params")
     if params is not None and not isinstance(params, dict):
-        return "an MCP request's params must be an object"
+        return EnvelopeProblem("an MCP request's params must be an object", -32602)
     if method == "tools/call":
         name = (params or {}).get("name")
         if not (isinstance(name, str) and _utf8(name)):
-            return "tools/call needs the tool's name as a string (UTF-8: no lone surrogate)"
+            return EnvelopeProblem("tools/call needs the tool's name as a string (UTF-8: no lone surrogate)", -32602)
         arguments = (params or {}).get("arguments")
         if arguments is not None and not isinstance(arguments, dict):
-            return "a tool's arguments must be an object"
+            return EnvelopeProblem("a tool's arguments must be an object", -32602)
     return None
 
 
@@ -244,9 +251,8 @@ class BoundedJSONBody:
         problem = envelope_problem(message)
         if problem is not None:  # JSON, but no JSON-RPC request MCP answers: its id kept where it can be written
             rid = message.get("id") if isinstance(message, dict) else None
-            code = -32602 if problem.startswith(("tools/call", "a tool's", "an MCP")) else -32600
             rid = rid if _writable_id(rid) else None
-            await self._refuse(scope, send, 400, f"the request body: {problem}", code=code, rid=rid)
+            await self._refuse(scope, send, 400, f"the request body: {problem.message}", code=problem.code, rid=rid)
             return
         scope = {**scope, PARSED_BODY: (message, len(body))}  # for `FastToolCalls`, inside this layer
         replayed = False

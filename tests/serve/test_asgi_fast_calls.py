@@ -153,15 +153,20 @@ def test_what_the_sdk_would_refuse_still_reaches_it(pair: tuple[EnvMCPServer, st
 # what no JSON-RPC answer could carry, or what the SDK would meet with a 500, a 202 and no answer, or a 9 KB warning:
 # a 400 before the SDK reads it, on both paths alike (a flood of them costs the event loop next to nothing)
 _CALL = '{"jsonrpc": "2.0", "id": ID, "method": "tools/call", "params": PARAMS}'
-ENVELOPE: dict[str, str] = {
-    "an id no UTF-8 can write": _CALL.replace("ID", '"\\ud800"').replace("PARAMS", '{"name": "N"}'),
-    "a float id": _CALL.replace("ID", "1.5").replace("PARAMS", '{"name": "N"}'),
-    "a null id": _CALL.replace("ID", "null").replace("PARAMS", '{"name": "N"}'),
-    "a boolean id": _CALL.replace("ID", "true").replace("PARAMS", '{"name": "N"}'),
-    "arguments a list": _CALL.replace("ID", "1").replace("PARAMS", '{"name": "N", "arguments": [1]}'),
-    "params a list": _CALL.replace("ID", "1").replace("PARAMS", "[1]"),
-    "a tool name no UTF-8 can write": _CALL.replace("ID", "1").replace("PARAMS", '{"name": "\\udfff"}'),
-    "NaN, which JSON has not": _CALL.replace("ID", "1").replace("PARAMS", '{"name": "N", "arguments": {"p": NaN}}'),
+ENVELOPE: dict[str, tuple[str, int, int | None]] = {  # body, the JSON-RPC error code, the id the answer keeps
+    "an id no UTF-8 can write": (_CALL.replace("ID", '"\\ud800"').replace("PARAMS", '{"name": "N"}'), -32600, None),
+    "a float id": (_CALL.replace("ID", "1.5").replace("PARAMS", '{"name": "N"}'), -32600, None),
+    "a null id": (_CALL.replace("ID", "null").replace("PARAMS", '{"name": "N"}'), -32600, None),
+    "a boolean id": (_CALL.replace("ID", "true").replace("PARAMS", '{"name": "N"}'), -32600, None),
+    "arguments a list": (_CALL.replace("ID", "1").replace("PARAMS", '{"name": "N", "arguments": [1]}'), -32602, 1),
+    "params a list": (_CALL.replace("ID", "7").replace("PARAMS", "[1]"), -32602, 7),
+    "a tool name no UTF-8 can write": (_CALL.replace("ID", "2").replace("PARAMS", '{"name": "\\udfff"}'), -32602, 2),
+    "a method no UTF-8 can write": ('{"jsonrpc": "2.0", "id": 3, "method": "\\ud800"}', -32600, 3),
+    "NaN, which JSON has not": (
+        _CALL.replace("ID", "1").replace("PARAMS", '{"name": "N", "arguments": {"p": NaN}}'),
+        -32700,
+        None,
+    ),
 }
 
 
@@ -169,7 +174,8 @@ ENVELOPE: dict[str, str] = {
 def test_a_request_no_answer_could_carry_is_a_400_on_both_paths(pair: tuple[EnvMCPServer, str, str], case: str) -> None:
     fast, fast_url, plain_url = pair
     assert fast.fast is not None
-    body = ENVELOPE[case].replace('"N"', json.dumps(STATE_TOOL))
+    text, code, rid = ENVELOPE[case]
+    body = text.replace('"N"', json.dumps(STATE_TOOL))
     with httpx.Client(timeout=30) as http:
         for url in (fast_url, plain_url):
             s = RawSession(http, url)
@@ -179,6 +185,7 @@ def test_a_request_no_answer_could_carry_is_a_400_on_both_paths(pair: tuple[EnvM
             r = http.post(url, content=body, headers=headers)
             assert r.status_code == 400, (case, r.status_code, r.text)
             assert r.json()["error"]["message"].startswith("the request body: "), r.text
+            assert (r.json()["error"]["code"], r.json()["id"]) == (code, rid), r.text
             assert fast.fast.answered == before
             s.close()
 
