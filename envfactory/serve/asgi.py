@@ -6,6 +6,7 @@
   else a 503.
 - `FastToolCalls`: answers `tools/call` of an open session directly, as the SDK would.
 - `NoServerStream`: 405 for the optional standalone GET stream.
+- `EndedSessions`: a request whose session ends while the SDK serves it gets a 404, not the SDK's 500.
 - `GuardLoop`: at the app's start, the event loop's exception handler and the log handlers made unable
   to fail (`envfactory.serve.http`).
 - `DISCONNECT_FILTER`: drops the SDK's and uvicorn's tracebacks of a client closing a session mid-flight.
@@ -460,6 +461,69 @@ class FastToolCalls:
         ):
             return None
         return session_id, transport
+
+
+class EndedSessions:
+    """A request whose session ends while the SDK serves it (a DELETE racing it, an eviction, the idle timeout)
+    gets the 404 every later request of that session gets, not a 500.
+
+    The SDK's POST handler meets its session's closed streams (`anyio.ClosedResourceError`): it answers 500, or
+    raises after answering, and uvicorn then drops the connection without a response. Here a 500 of a session
+    request is held until the SDK is done; if the session has ended by then, the 404 goes out instead, and an
+    exception the SDK raises for an ended session is not passed on. Any other answer passes through untouched.
+    """
+
+    def __init__(self, app: Any, server: SessionServer[Any]) -> None:
+        self.app, self.server = app, server
+
+    def _ended(self, session_id: str) -> bool:
+        transport = self.server.transport_of(session_id)
+        return transport is None or bool(transport.is_terminated)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        session_id = (
+            _header(scope.get("headers") or [], _SESSION_HEADER)
+            if scope["type"] == "http" and scope["method"] == "POST"
+            else None
+        )
+        if session_id is None:
+            await self.app(scope, receive, send)
+            return
+        held: list[dict[str, Any]] = []  # a 500's messages, not sent yet
+        started = False  # an answer other than a 500 went out
+
+        async def hold_500(message: dict[str, Any]) -> None:
+            nonlocal started
+            if held or (message["type"] == "http.response.start" and message.get("status") == 500 and not started):
+                held.append(message)
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, hold_500)
+        except Exception:
+            if not self._ended(session_id):
+                for message in held:
+                    await send(message)
+                raise
+            _LOG.debug("a request of session %s met its end in the SDK", session_id[:64])
+        else:
+            if not held:
+                return
+            if not self._ended(session_id):
+                for message in held:
+                    await send(message)
+                return
+        if not started:
+            error = types.JSONRPCError(
+                jsonrpc="2.0",
+                id="server-error",
+                error=types.ErrorData(code=types.INVALID_REQUEST, message="Session not found"),
+            )
+            await JSONResponse(error.model_dump(by_alias=True, exclude_none=True), status_code=404)(
+                scope, _no_receive, send
+            )
 
 
 class GuardLoop:

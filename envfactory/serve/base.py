@@ -42,6 +42,7 @@ from envfactory.serve.answers import answer_bytes, response_body, timed_body
 from envfactory.serve.asgi import (
     DISCONNECT_FILTER,
     BoundedJSONBody,
+    EndedSessions,
     FastToolCalls,
     GuardLoop,
     NoServerStream,
@@ -114,6 +115,7 @@ class SessionServer(FastMCP, Generic[H]):
 
     def streamable_http_app(self) -> Starlette:
         app = super().streamable_http_app()
+        app.add_middleware(EndedSessions, server=self)  # innermost: what the SDK answers for an ended session
         if not self.server_stream:
             app.add_middleware(NoServerStream, path=self.settings.streamable_http_path)
         if self.fast_calls:

@@ -26,7 +26,7 @@ from envfactory.env.pool import EnvPool, load_untrusted_folder
 from envfactory.env.session import Session
 from envfactory.serve.mcp_server import RESET_TOOL, STATE_TOOL, EnvMCPServer
 from tests.support.paths import ROOT
-from tests.support.serve import JSON_HEADERS, PROTOCOL, RawSession, serving
+from tests.support.serve import JSON_HEADERS, PROTOCOL, RawSession, hello_params, serving
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +199,36 @@ def test_a_closed_session_is_gone_for_the_fast_path_too(pair: tuple[EnvMCPServer
         assert s.call(STATE_TOOL, {}).status_code == 200
         s.close()
         assert s.call(STATE_TOOL, {}).status_code == 404
+
+
+async def _race_delete(url: str, method: str, params: dict[str, Any]) -> tuple[int, int, Any]:
+    """A fresh session whose request `method` and DELETE are sent at once: (the request's status, the DELETE's,
+    the request's body)."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello_params()}
+        opened = await http.post(url, json=hello, headers=JSON_HEADERS)
+        headers = {**JSON_HEADERS, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": PROTOCOL}
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
+        request = http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}, headers=headers)
+        answer, deleted = await asyncio.gather(request, http.delete(url, headers=headers))
+        return answer.status_code, deleted.status_code, answer.json()
+
+
+def test_a_request_racing_its_sessions_delete_is_answered_200_or_404(pair: tuple[EnvMCPServer, str, str]) -> None:
+    """The SDK met its session's closed streams with a 500, or with no answer at all (most races of a tools/list,
+    and of an SDK-path call); the request must get its answer or the 404 of an ended session."""
+    _, fast_url, plain_url = pair
+    call = {"name": "search_hotels", "arguments": {"city": "Lisbon"}}
+    for url, method, params in [
+        (fast_url, "tools/list", {}),
+        (plain_url, "tools/list", {}),
+        (plain_url, "tools/call", call),
+    ]:
+        for _ in range(12):
+            status, deleted, body = asyncio.run(_race_delete(url, method, params))
+            assert deleted == 200 and status in (200, 404), (method, status, body)
+            if status == 404:
+                assert body["error"]["message"] == "Session not found", body
 
 
 def test_fast_calls_keep_a_session_alive_and_idle_ones_expire(hotels: Any) -> None:

@@ -111,7 +111,7 @@ class RawSession:
     def __init__(self, http: httpx.Client, url: str, **headers: str) -> None:
         self.http, self.url, self.extra = http, url, headers
         self.next_id = 0
-        hello = self.post({"method": "initialize", "params": _hello()}, session=False)
+        hello = self.post({"method": "initialize", "params": hello_params()}, session=False)
         assert hello.status_code == 200, hello.text
         self.id = hello.headers["mcp-session-id"]
         assert self.post({"method": "notifications/initialized"}, with_id=False).status_code == 202
@@ -136,7 +136,7 @@ class RawSession:
         self.http.delete(self.url, headers={"mcp-session-id": self.id, "mcp-protocol-version": PROTOCOL})
 
 
-def _hello() -> dict[str, Any]:
+def hello_params() -> dict[str, Any]:
     return {"protocolVersion": PROTOCOL, "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}
 
 
@@ -153,7 +153,7 @@ def post_head(host: str, length: int) -> bytes:
 
 def initialize_body(request_id: int = 1) -> bytes:
     """An MCP `initialize` request's JSON-RPC body."""
-    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": _hello()}).encode()
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": hello_params()}).encode()
 
 
 def read_answers(sock: socket.socket, n: int = 1) -> list[tuple[int, bytes]]:
