@@ -139,6 +139,33 @@ def test_parse_openai_messages_plain_json_xml_and_mistral() -> None:
     assert xml.calls[0].arguments == {"nights": 2, "guest_name": "007"}  # JSON when it parses, text for strings
 
 
+# runs of markup a collapsing policy repeats, at the parser's whole budget (max_chars, 200k characters): each is
+# read in linear time (a run of "<function=" took ~73 s when a name could run on to the next "<")
+HOSTILE_RUNS = [
+    "<function=",
+    "<parameter=",
+    "<tool_call><function=",
+    "<function=x><parameter=",
+    "<function=" + "x" * 300,
+    "<parameter=x>",
+    "<tool_call>",
+    "```",
+    "```json\n{",
+    '{"name": ',
+    "<think>",
+    "[TOOL_CALLS][",
+]
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("unit", HOSTILE_RUNS)
+def test_a_run_of_markup_at_the_whole_budget_parses_in_linear_time(unit: str) -> None:
+    index = ToolIndex({"hotels": ["search_hotels", "book_room"]})
+    for text in (unit * (200_000 // len(unit) + 1), "<function=x>" + unit * (200_000 // len(unit))):
+        parsed = parse_tool_calls(text, index)
+        assert len(parsed.calls) <= 64 and parsed.error is None
+
+
 def test_parse_reports_unparseable_blocks_and_answers_without_calls() -> None:
     text = (
         '<tool_call>{"name": "search_hotels", "arguments": {"city": "Lisbon"}}</tool_call>'
