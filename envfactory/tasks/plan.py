@@ -190,10 +190,12 @@ def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
         if len(chains) < config.tasks:
             shortfall[env] = config.tasks - len(chains)
         held = heldout_tasks(config, env, len(chains))
+        held_pool = held | heldout_extras(config, env, len(chains), len(pool_of))
         for t, chain in enumerate(chains):
             more: list[ToolChain] | None = None
-            if offline:  # candidates to join after the task's own chain, in a seeded order
-                others = pool_of[:t] + pool_of[t + 1 :]
+            if offline:  # candidates to join after the task's own chain, in a seeded order, from its own split only
+                side = t in held_pool
+                others = [c for i, c in enumerate(pool_of) if i != t and (i in held_pool) == side]
                 more = random.Random(stable_seed(config.seed, env, t, "more")).sample(others, min(len(others), 8))
             for s in range(config.states):
                 units.append(
@@ -227,6 +229,17 @@ def heldout_tasks(config: SynthConfig, env: str, n: int) -> set[int]:
         return set(range(n))
     k = round(n * config.holdout_tasks)
     return set(random.Random(stable_seed(config.seed, env, "holdout")).sample(range(n), k)) if k else set()
+
+
+def heldout_extras(config: SynthConfig, env: str, n_tasks: int, n_pool: int) -> set[int]:
+    """The chains past the tasks (`n_tasks` to `n_pool`: what offline conversations join after their own) kept for
+    held-out conversations: the same share as the tasks, all of a held-out environment. A conversation joins chains
+    of its own split only, so no chain a held-out conversation holds is seen in training, nor the other way."""
+    extras = range(n_tasks, n_pool)
+    if env in config.holdout_envs:
+        return set(extras)
+    k = round(len(extras) * config.holdout_tasks)
+    return set(random.Random(stable_seed(config.seed, env, "holdout extras")).sample(extras, k)) if k else set()
 
 
 def _chains_from(sampler: TopologySampler, graph: ToolGraph, env: str, config: SynthConfig, n: int) -> list[ToolChain]:

@@ -100,3 +100,38 @@ def test_an_environment_whose_training_units_were_all_dropped_is_not_counted(tmp
     kept = {u.key for u in train if u.env == "hotels" and u.task != first}  # banking's all dropped, a hotels task too
     assert (training_composition(config, plan, kept=kept).A, training_composition(config, plan, kept=kept).T) == (1, 2)
     assert training_composition(config, plan, kept=set()).A == 0
+
+
+@pytest.mark.parametrize(("seed", "share", "held_envs"), [(0, 0.25, []), (3, 0.5, ["hotels"]), (7, 0.2, [])])
+def test_no_chain_is_joined_on_both_sides_of_the_split(
+    tmp_path: Path, seed: int, share: float, held_envs: list[str]
+) -> None:
+    """An offline conversation joins other chains after its own: a training one must never join a held-out task's
+    chain (6 of 178 training conversations did), nor a held-out one a chain that training conversations join."""
+    from envfactory.env.pool import EnvPool
+
+    settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path / "data")
+    config = SynthConfig.model_validate(
+        {
+            "envs": ["hotels", "banking", "calendar"],
+            "T": 12,
+            "S": 1,
+            "D": 2,
+            "seed": seed,
+            "out": tmp_path / "run",
+            "holdout_tasks": share,
+            "holdout_envs": held_envs,
+            "plot": False,
+        }
+    )
+    plan = plan_batch(config, settings, EnvPool(settings))
+    sides: dict[tuple[str, tuple[str, ...]], set[str]] = {}
+    for unit in plan.units:
+        assert unit.more is not None
+        for chain in [unit.chain, *unit.more]:
+            sides.setdefault((unit.env, tuple(chain.tools)), set()).add(unit.split)
+    both = sorted(chain for chain, split in sides.items() if len(split) > 1)
+    assert not both, both
+    assert {u.split for u in plan.units} == {"train", "heldout"}
+    held = [u for u in plan.units if u.split == "heldout" and u.env not in held_envs]
+    assert all(u.more for u in held)  # a held-out task still has chains to join
