@@ -36,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from envfactory.env.compiled import CompiledEnvironment, CompiledTool
+from envfactory.env.diff import StateDiff
 from envfactory.env.environment import BaseEnvironment
 from envfactory.env.pool import EnvPool
 from envfactory.env.session import CallRecord
@@ -793,8 +794,9 @@ class _PiStar:
                 # record, another target) before keeping it
                 error = "the read found nothing"
                 continue
-            if rec.ok and kind == "write" and rec.diff.empty:
-                # a write that changes nothing (the same nights again) is no goal a user would have:
+            if rec.ok and kind == "write" and (rec.diff.empty or self._asked_nothing_new(env, name, call, rec.diff)):
+                # a write that changes nothing (the same nights again) is no goal a user would have, nor one that
+                # changes only what the tool derives (a total recomputed from a stored one that did not add up):
                 # retry with other values (a call's own earlier values are not repeated on retries)
                 error = "the write changed nothing"
                 continue
@@ -822,6 +824,31 @@ class _PiStar:
         self.planned.append(planned)
         self.turn_of.append(turn)
         return planned, rec
+
+    def _asked_nothing_new(self, env: str, tool: str, call: ToolCall, diff: StateDiff) -> bool:
+        """Whether an update left every field its arguments name as it was: the records it changed hold fields
+        named by the call's (non-id) arguments, and none of those changed — what changed is what the tool derives
+        (`modify_booking` to the nights a booking already has, recomputing a generated total that did not add up).
+        A call that creates or removes anything, or whose arguments name no field of what it changed, is not."""
+        if diff.added or diff.removed or not diff.changed:
+            return False
+        fields = _argument_fields(self.pool.get(env), tool)
+        named = {fields.get(p, p) for p in call.arguments if not p.endswith(("_id", "_ids"))}
+        if not named:
+            return False
+        colls = self._records_of(env, None)
+        present = False
+        for path in diff.changed:
+            coll, _, rest = path.partition(".")
+            records = colls.get(coll) or {}
+            key = next((k for k in records if rest.startswith(f"{k}.")), None)
+            if key is None:
+                return False  # not a record's field (a counter, a setting): no judgement here
+            changed = re.split(r"[.\[]", rest[len(key) + 1 :], maxsplit=1)[0]
+            if changed in named:
+                return False  # a field the user named changed
+            present = present or bool(named & records[key].keys())
+        return present
 
     def run(self) -> PiStarOutcome:
         try:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from envfactory.env.pool import EnvPool
 from envfactory.records.episode import replay
-from envfactory.records.models import Conversation
+from envfactory.records.models import Conversation, ToolCall
 from envfactory.records.verifier import verify
 from envfactory.tasks.offline import _synthesize, _Unit, initial_states, synthesize_offline
 from envfactory.toolgraph import ToolGraph, TopologySampler
@@ -62,6 +63,45 @@ def test_offline_path_on_every_native_environment(pool: EnvPool, graph: ToolGrap
     assert len(kept) >= 18, f"kept {len(kept)}; drops: {codes}"  # 36 chains; measured about 3 in 4 kept
     assert {c.servers[0] for c in kept} >= {"hotels", "banking", "flights"}
     assert any(len(c.nodes) > 1 for c in kept)
+
+
+def _asks_nothing_new(pool: EnvPool, server: str, before: dict[str, Any], call: ToolCall) -> bool:
+    """Whether `call`, run on `before`, only changes records whose fields named by its (non-id) arguments stay as
+    they were — the user asked for what already holds (a booking's nights set to the nights it has)."""
+    after = replay(pool, [call], {server: before}).final[server]
+    named = {p for p in call.arguments if not p.endswith(("_id", "_ids"))}
+    touched: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    for coll, records in after.items():
+        if not isinstance(records, dict) or not isinstance(before.get(coll), dict):
+            continue
+        if set(records) != set(before[coll]):
+            return False  # created or removed a record
+        touched += [(before[coll][k], r) for k, r in records.items() if r != before[coll][k] and isinstance(r, dict)]
+    present = [f for old, _ in touched for f in named & old.keys()]
+    return bool(touched) and bool(present) and all(old.get(f) == new.get(f) for old, new in touched for f in named)
+
+
+def test_no_kept_write_asks_for_what_already_holds(pool: EnvPool, graph: ToolGraph) -> None:
+    """Generated records need not add up (a stored total against nights × price), so a write setting a field to
+    the value it has still changes the record through what the tool derives; it is no request a user makes.
+    Over every native environment, no kept write is one."""
+    writes = 0
+    plan = [(env, 6, 5) for env in pool.native_names()] + [("hotels", 30, 11)]  # where it was: 2 of 24 hotel writes
+    for env, n, seed in plan:
+        for i, c in enumerate(TopologySampler(graph.subgraph(env)).sample(n, (2, 4), seed=seed)):
+            out = synthesize_offline(pool, c, key=f"{env}/{i}", seed=i, depth=2, prompts_dir=PROMPTS)
+            if out.conversation is None:
+                continue
+            for node in out.conversation.nodes:
+                states = dict(node.initial_scenario)
+                for call in node.raw_tool_call:
+                    call = ToolCall.model_validate(call.model_dump())
+                    server = call.server or env
+                    if pool.get(server).metadata.tool(call.name).kind == "write":
+                        writes += 1
+                        assert not _asks_nothing_new(pool, server, states[server], call), (env, i, call)
+                    states[server] = replay(pool, [call], {server: states[server]}).final[server]
+    assert writes >= 40, writes
 
 
 def test_requests_say_what_the_user_knows_and_refer_back_to_earlier_turns(pool: EnvPool) -> None:
