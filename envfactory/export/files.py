@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from envfactory.export.errors import ExportError
 from envfactory.inputs import read_json
 from envfactory.records.models import Conversation
-from envfactory.records.run_folder import CONVERSATIONS, HELDOUT, SUMMARY, read_conversations
+from envfactory.records.run_folder import CONVERSATIONS, HELDOUT, SUMMARY, in_id_order, read_conversations
 
 Split = Literal["train", "heldout"]
 SPLIT_FILES: dict[str, str] = {"train": CONVERSATIONS, "heldout": HELDOUT}
@@ -35,7 +35,7 @@ def training_conversations(source: Path) -> list[Conversation]:
         raise ExportError(f"{path} is a run's held-out split, kept for evaluation: export never emits it")
     conversations = load_conversations(path)
     held = _heldout_ids(path.parent / SUMMARY)
-    return [c for c in conversations if c.id not in held]
+    return in_id_order([c for c in conversations if c.id not in held])  # the same rows in the same order, run after run
 
 
 def _heldout_ids(summary: Path) -> set[str]:

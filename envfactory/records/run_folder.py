@@ -6,6 +6,7 @@ Every layer that reads a run folder can name its files without importing the bat
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -20,6 +21,18 @@ DROPPED = "dropped.jsonl"  # one line per dropped unit: its code and reason
 SUMMARY = "summary.json"  # the run's counts and settings (and which units are held out)
 
 MAX_CONVERSATIONS_BYTES = 2 * 1024**3  # a large synth run, bounded
+
+
+def in_id_order(conversations: list[Conversation]) -> list[Conversation]:
+    """`conversations` in the order of their ids, a unit key's numbers read as numbers (`hotels/t2/s0` before
+    `hotels/t10/s0`): a run with concurrency writes them as its units finish, so a file's order is not the plan's,
+    and what is made of it (export's rows, the statistics' lists) must not depend on it."""
+    return sorted(
+        conversations, key=lambda c: [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in _PARTS.findall(c.id)]
+    )
+
+
+_PARTS = re.compile(r"\d+|\D+")
 
 
 def read_conversations(path: Path, *, error: ErrorFactory = InputError) -> list[Conversation]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from envfactory.records.models import Conversation
+from envfactory.records.run_folder import in_id_order
 from envfactory.terminal import Table, safe
 
 
@@ -42,6 +43,7 @@ class DatasetStats(BaseModel):
 def dataset_stats(conversations: list[Conversation]) -> DatasetStats:
     calls: Counter[str] = Counter()
     steps, per_turn = [], []
+    conversations = in_id_order(conversations)  # the lists in the plan's order, whatever order units finished in
     for conv in conversations:
         for node in conv.nodes:
             node_calls = node.tool_calls()

@@ -49,6 +49,7 @@ from envfactory.records.models import (
 )
 from envfactory.tasks.plan import Unit, run_units
 from envfactory.tasks.run import offline_runner
+from envfactory.tasks.stats import dataset_stats
 from tests.support.chains import chain, from_tool, hotel_chain, user
 from tests.support.paths import ROOT
 
@@ -564,6 +565,23 @@ def test_cli_exports_a_run_dir(run_dir: Path, tmp_path: Path) -> None:
     res = cli(str(run_dir), "--format", "llamafactory", "--out", str(tmp_path / "lf"), "--system", "Be brief.")
     assert res.exit_code == 0 and (tmp_path / "lf" / "dataset_info.json").is_file(), res.output
     assert json.loads((tmp_path / "lf" / "train.jsonl").read_text().splitlines()[0])["system"] == "Be brief."
+
+
+def test_rows_and_statistics_do_not_depend_on_the_order_units_finished_in(run_dir: Path, tmp_path: Path) -> None:
+    """A run with concurrency writes its conversations as units finish: the same seed gives the same lines in
+    another order. Export's rows and the statistics' lists are made in the ids' order, so they are the same."""
+    lines = (run_dir / CONVERSATIONS).read_text().splitlines(keepends=True)
+    orders = {"as written": lines, "reversed": lines[::-1], "rotated": lines[1:] + lines[:1]}
+    exported, stats = set(), set()
+    for name, order in orders.items():
+        run = tmp_path / name.replace(" ", "-")
+        run.mkdir()
+        (run / CONVERSATIONS).write_text("".join(order))
+        res = cli(str(run), "--format", "trl-sft", "--out", str(run / "sft"))
+        assert res.exit_code == 0, res.output
+        exported.add((run / "sft" / "train.jsonl").read_bytes())
+        stats.add(dataset_stats(load_conversations(run)).model_dump_json())
+    assert len(exported) == 1 and len(stats) == 1
 
 
 def test_cli_exports_only_the_tools_a_row_needs(run_dir: Path, tmp_path: Path) -> None:
