@@ -70,6 +70,12 @@ class _Checker:
                 self.visit_Call(node)
             elif isinstance(node, ast.ExceptHandler):
                 self.visit_ExceptHandler(node)
+            elif isinstance(node, ast.Match):
+                self.visit_Match(node)
+            elif isinstance(node, ast.MatchClass):
+                self.visit_MatchClass(node)
+            elif isinstance(node, ast.MatchAs | ast.MatchStar | ast.MatchMapping | ast.Global | ast.Nonlocal):
+                self.visit_bound_strings(node)
 
     # ---- imports ------------------------------------------------------------------------------
     def visit_Import(self, node: ast.Import) -> None:
@@ -177,6 +183,49 @@ class _Checker:
                 problem = self._attr_problem(arg.value)
                 if problem is not None:
                     self.add(node, f"{func.id}(..., {arg.value!r}): {problem}")
+
+    # ---- names the AST holds as plain strings ---------------------------------------------------
+    def visit_MatchClass(self, node: ast.MatchClass) -> None:
+        """`case C(attr=p)` reads `subject.attr` with the interpreter's own getattr (no guard sees it), so each
+        keyword attribute gets the rule of `x.attr`."""
+        for attr in node.kwd_attrs:
+            problem = self._attr_problem(attr)
+            if problem is not None:
+                self.add(node, f"class pattern '{attr}=': {problem}")
+
+    def visit_Match(self, node: ast.Match) -> None:
+        """A class pattern matched against a module (`match typing: case object(sys=s)`) reads module members:
+        the rule of `typing.sys`, where the subject is a module the code imported."""
+        base = self._resolve(node.subject)
+        if not isinstance(base, ModuleType):
+            return
+        for case in node.cases:
+            todo = [case.pattern]
+            while todo:  # the patterns matched against the subject itself: `as` and `|` keep it
+                pattern = todo.pop()
+                if isinstance(pattern, ast.MatchAs) and pattern.pattern is not None:
+                    todo.append(pattern.pattern)
+                elif isinstance(pattern, ast.MatchOr):
+                    todo.extend(pattern.patterns)
+                elif isinstance(pattern, ast.MatchClass):
+                    for attr in pattern.kwd_attrs:
+                        problem = module_member_problem(base, attr)
+                        if problem is not None and self._attr_problem(attr) is None:  # else said already
+                            self.add(pattern, f"class pattern '{attr}=': {problem}")
+
+    def visit_bound_strings(
+        self, node: ast.MatchAs | ast.MatchStar | ast.MatchMapping | ast.Global | ast.Nonlocal
+    ) -> None:
+        """Names a capture pattern binds (`case __builtins__:`, `[*name]`, `{**name}`) or `global` declares: the
+        rule of dunder names."""
+        if isinstance(node, ast.Global | ast.Nonlocal):
+            names = list(node.names)
+        else:
+            name = node.rest if isinstance(node, ast.MatchMapping) else node.name
+            names = [name] if name is not None else []
+        for ident in names:
+            if ident.startswith("__") and ident.endswith("__") and ident not in ALLOWED_DUNDER_NAMES:
+                self.add(node, f"name '{ident}' is forbidden: dunder names reach interpreter internals")
 
     # ---- control flow -------------------------------------------------------------------------
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:

@@ -3,7 +3,8 @@
 A frame is a 4-byte big-endian length and that many bytes of UTF-8 JSON (ASCII in practice: both
 sides encode with `ensure_ascii`, so a lone surrogate in a tool's arguments crosses intact). The
 worker is untrusted, so the parent reads every frame defensively: a length over the limit, bytes
-that are not JSON, JSON nested deeper than the limit, or a frame that does not arrive before the
+that are not JSON, JSON nested deeper than the limit, a string holding a lone surrogate (no answer
+to a client can carry it: UTF-8 has no encoding for it), or a frame that does not arrive before the
 deadline is a `WireError`, and the parent treats the worker as crashed. Nothing the worker sends
 is ever parsed by a recursive routine that could overflow the parent's stack.
 """
@@ -12,13 +13,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import struct
 import time
 from typing import Any
 
 from envfactory.errors import EnvError
-from envfactory.inputs import parse_int
+from envfactory.inputs import has_lone_surrogate, parse_int
 
 _HEADER = struct.Struct(">I")
 
@@ -72,14 +74,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# `\uD800`-`\uDFFF` escapes: half of a pair (a character past the BMP, which ensure_ascii writes as one), or a
+# lone surrogate. Bytes with none hold no surrogate (a raw one is not UTF-8); bytes with one are checked value by value.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
 # one instance (json.loads(**kw) builds one per call); long integer literals refused before they are converted
 _DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_int=parse_int)
 
 
 def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000, max_values: int = 2_000_000) -> Any:
-    """Parse one frame's body, refusing invalid UTF-8, invalid JSON (NaN included), more than
-    `max_containers` arrays and objects, more than about `max_values` values, and nesting beyond
-    `max_depth`.
+    """Parse one frame's body, refusing invalid UTF-8, invalid JSON (NaN included), a string (a key
+    included) holding a lone surrogate, more than `max_containers` arrays and objects, more than about
+    `max_values` values, and nesting beyond `max_depth`.
 
     The parent's cost is bounded before it starts: the container count is a byte count (brackets
     inside strings only make it stricter), so a frame of a million empty lists is refused at once
@@ -98,7 +104,17 @@ def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000, max_val
         raise WireError("malformed", f"a frame is not valid JSON: {e}") from None
     if brackets > max_depth and type(value) in (dict, list) and _tree_depth_exceeds(value, max_depth):
         raise WireError("too_deep", f"a frame nests deeper than {max_depth} levels")
+    if holds_lone_surrogate(body, value):
+        raise WireError("malformed", f"a frame holds {LONE_SURROGATE}")
     return value
+
+
+LONE_SURROGATE = "a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not UTF-8"
+
+
+def holds_lone_surrogate(body: bytes, value: Any) -> bool:
+    """Whether `value`, parsed from (or encoded as) the JSON `body`, holds a lone surrogate in a string or a key."""
+    return _SURROGATE_ESCAPE.search(body) is not None and has_lone_surrogate(value)
 
 
 class FrameReader:

@@ -43,7 +43,14 @@ from envfactory.env.sandbox.isolation import (
     read_status,
 )
 from envfactory.env.sandbox.protocol import Hello, Isolation
-from envfactory.env.sandbox.wire import FrameReader, WireError, encode, write_frame
+from envfactory.env.sandbox.wire import (
+    LONE_SURROGATE,
+    FrameReader,
+    WireError,
+    encode,
+    holds_lone_surrogate,
+    write_frame,
+)
 from envfactory.env.session import Session
 from envfactory.env.state import State
 from envfactory.env.tools import ArgumentError, Tool
@@ -222,6 +229,8 @@ class Worker:
             reply["id"] = req.get("id") if isinstance(req, dict) else None
             try:
                 frame = encode(reply)
+                if holds_lone_surrogate(frame, reply):  # the parent refuses it (and ends this worker): say why
+                    frame = encode({"id": reply["id"], "failure": f"the answer holds {LONE_SURROGATE}"})
             except (ValueError, TypeError, RecursionError, MemoryError) as e:
                 # a result the runtime cannot encode (too deep, not JSON): the call is not usable
                 frame = encode({"id": reply["id"], "failure": f"the answer cannot be encoded: {type(e).__name__}"})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import socket
@@ -20,6 +21,8 @@ from envfactory.env.sandbox import (
     parse_observations,
     static_check,
 )
+from envfactory.env.sandbox.policy import ALLOWED_DUNDER_ATTRS, FORBIDDEN_ATTRS
+from envfactory.env.sandbox.wire import WireError, decode, encode
 from envfactory.envgen.checks import ExpectedCall, TestScenario
 from envfactory.envgen.checks.sandbox_round import SandboxResult, run_checks_in_sandbox
 from tests.support.paths import ROOT
@@ -631,3 +634,108 @@ def test_binds_below_tmp_show_on_top_of_the_private_tmp(tmp_path: Path, monkeypa
     binds = [i for i in range(len(args) - 2) if args[i] == "--ro-bind"]
     assert any(args[i + 2] == below for i in binds)
     assert all(tmp_at < i for i in binds)
+
+
+# ---- names the AST holds as plain strings: class patterns, captures, `global` ------------------------
+
+MATCH_FORMS = [
+    # the review's gadget: the real builtins through a trusted function's globals, read by the match machinery
+    (
+        "import json\nmatch json.JSONEncoder():\n    case object(__init__=object(__globals__=g)):\n        b = g\n",
+        "'__globals__'",
+    ),
+    ("def f(x):\n    match x:\n        case object(__class__=c):\n            return c\n", "'__class__'"),
+    ("def f(x):\n    match x:\n        case object(_secret=s):\n            return s\n", "private"),
+    ("def f(g):\n    match g:\n        case object(gi_frame=fr):\n            return fr\n", "'gi_frame'"),
+    # nested under a sequence, a mapping, `|` and `as`: every MatchClass is checked, wherever it sits
+    ("def f(x):\n    match x:\n        case [1, object(__dict__=d)]:\n            return d\n", "'__dict__'"),
+    ("def f(x):\n    match x:\n        case {'k': object(tb_frame=t)}:\n            return t\n", "'tb_frame'"),
+    ("def f(x):\n    match x:\n        case int() | object(f_globals=g):\n            return g\n", "'f_globals'"),
+    (
+        "def f(x):\n    match x:\n        case (object(__subclasses__=s) as y):\n            return s, y\n",
+        "__subclasses__",
+    ),
+    # a class pattern matched against an imported module reads module members: the rule of `typing.sys`
+    ("import typing\nmatch typing:\n    case object(sys=s):\n        pass\n", "module 'sys'"),
+    ("import typing\nmatch typing:\n    case str() | object(sys=s):\n        pass\n", "module 'sys'"),
+    # names a pattern or `global` binds: the rule of dunder names
+    ("def f(x):\n    match x:\n        case __builtins__:\n            return 1\n", "'__builtins__'"),
+    ("def f(x):\n    match x:\n        case [*__builtins__]:\n            return 1\n", "'__builtins__'"),
+    ("def f(x):\n    match x:\n        case {**__builtins__}:\n            return 1\n", "'__builtins__'"),
+    ("def f():\n    global __builtins__\n    return 1\n", "'__builtins__'"),
+]
+
+
+@pytest.mark.parametrize(("code", "needle"), MATCH_FORMS)
+def test_static_check_sees_attribute_names_held_as_plain_strings(code: str, needle: str) -> None:
+    problems = static_check(code)
+    assert any(needle in p.message for p in problems), [p.message for p in problems]
+
+
+ATTRIBUTE_NAMES = sorted(
+    {*FORBIDDEN_ATTRS, *ALLOWED_DUNDER_ATTRS, "__globals__", "__class__", "__dict__", "__code__", "_private"}
+    | {"x", "name", "value", "items", "real", "model_dump", "__init_subclass__"}
+)
+
+
+@pytest.mark.parametrize("attr", ATTRIBUTE_NAMES)
+def test_a_class_pattern_attribute_is_judged_as_the_attribute_read(attr: str) -> None:
+    """`case object(attr=v)` reads `subject.attr`: refused exactly when `subject.attr` is (both directions)."""
+    read = f"def f(subject):\n    return subject.{attr}\n"
+    pattern = f"def f(subject):\n    match subject:\n        case object({attr}=v):\n            return v\n"
+    assert ast.parse(pattern).body[0].body[0].cases[0].pattern.kwd_attrs == [attr]  # type: ignore[attr-defined]
+    assert bool(static_check(read)) == bool(static_check(pattern)), (static_check(read), static_check(pattern))
+
+
+def test_static_check_accepts_ordinary_match_statements() -> None:
+    code = tiny_env(
+        """
+        from dataclasses import dataclass
+
+        @dataclass
+        class Point:
+            x: int
+            y: int
+
+        def where(p: object) -> str:
+            match p:
+                case Point(x=0, y=0):
+                    return "origin"
+                case Point(x=0) | Point(y=0) as axis:
+                    return f"axis {axis}"
+                case {"x": x, **rest}:
+                    return f"{x} {rest}"
+                case [first, *others]:
+                    return f"{first} {others}"
+                case str() as text:
+                    return text
+                case _:
+                    return "elsewhere"
+        """
+    )
+    assert static_check(code) == []
+
+
+# ---- a lone surrogate in a worker's answer ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"id": 1, "ok": True, "result": "a\ud800b"},
+        {"id": 1, "ok": True, "result": ["x", {"k": "\udfff"}]},
+        {"id": 1, "ok": True, "result": {"\udc00": 1}},  # a key
+        {"id": 1, "ok": True, "result": "\ud83d"},  # half a pair
+        {"id": 1, "ok": True, "result": "\ude00\ud83d"},  # a pair in the wrong order
+    ],
+)
+def test_the_parent_refuses_an_answer_holding_a_lone_surrogate(answer: dict) -> None:
+    body = encode(answer)[4:]
+    with pytest.raises(WireError) as caught:
+        decode(body, 100)
+    assert caught.value.kind == "malformed" and "lone surrogate" in str(caught.value)
+
+
+def test_the_parent_takes_answers_with_any_character_of_unicode() -> None:
+    answer = {"id": 1, "ok": True, "result": {"e\u0301": "caf\u00e9 \U0001f600 \uffff", "esc": "\\ud800 \\uD800"}}
+    assert decode(encode(answer)[4:], 100) == answer
