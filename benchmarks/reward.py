@@ -231,7 +231,9 @@ class Naive(CompositeReward):
     def __init__(self, pool: EnvPool) -> None:
         super().__init__(pool, RewardSettings(cache_size=0, memoize_replays=False))
 
-    def _state(self, t: Any, calls: list[ToolCall], keys: list[Any], reasons: list[str]) -> tuple[float | None, int]:
+    def _state(
+        self, t: Any, calls: list[ToolCall], keys: list[Any], reasons: list[str]
+    ) -> tuple[float | None, list[int]]:
         run = replay(self.pool, calls, t.initial)  # every server of the record forked
         equal = considered = 0
         for srv in t.servers:
@@ -247,7 +249,7 @@ class Naive(CompositeReward):
             if self.settings.state_scope == "all" or goal_moved or moved:
                 considered += 1
                 equal += same
-        return (equal / considered if considered else None), run.failures
+        return (equal / considered if considered else None), [k for k, r in enumerate(run.results) if not r.ok]
 
 
 def measure(

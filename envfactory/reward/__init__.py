@@ -14,7 +14,10 @@ that is not text/messages at all, or that tried to call tools but none could be 
   every argument not in the ground-truth call's `masked_arguments` is equal. Both sides are first
   normalized by the tool's own argument validator (so defaults are filled in and an omitted
   optional argument equals its default; dates compare as dates); a predicted call whose arguments
-  the tool rejects matches nothing. Values: numbers with `math.isclose` (rel 1e-6), booleans are
+  the tool rejects matches nothing, and a call the environment refuses when run (a replayed write, or a
+  read matched only leniently, run to find out) matches only a ground-truth call it repeats exactly (the
+  leniency below is for calls the tool accepts). Values: numbers
+  with `math.isclose` (rel 1e-6), booleans are
   not numbers, strings after stripping and case-folding (settable: `case_sensitive`), lists in
   order, objects key by key;
 - order: ground-truth calls form a partial order — call i must stay before call j (i < j) when they

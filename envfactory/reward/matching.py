@@ -6,7 +6,8 @@ away: the same tool; both calls' arguments **normalized by the tool's own valida
 as the tool reads them, a missing optional argument equal to its default); the ground truth's masked
 arguments (free text) not compared; values equal by `same_value` — numbers with `isclose`, booleans
 not numbers, strings stripped and case-folded (unless `case_sensitive`), lists in order, objects key by
-key with a missing key equal to None. A predicted call the tool would reject matches nothing.
+key with a missing key equal to None. A predicted call the tool would reject matches nothing, and the
+reward holds a call the environment refuses when run to `exact_args` (no leniency for a refused call).
 
 `best_match` is the largest one-to-one matching of predicted to ground-truth calls that respects the
 ground truth's partial order."""
@@ -86,6 +87,11 @@ class CallMatcher:
             for k in want.keys() | got.keys()
             if k not in masked
         )
+
+    def exact_args(self, want: dict[str, Any], masked: Sequence[str], got: dict[str, Any]) -> bool:
+        """`got` repeats `want` exactly (masked ones aside): equal as the tool reads them, without `same_value`'s
+        leniency (case, surrounding spaces, `isclose`) — what a call the tool refused must do to keep its match."""
+        return all(want.get(k) == got.get(k) for k in want.keys() | got.keys() if k not in masked)
 
     def same_call(self, truth: ToolCall, made: ToolCall) -> bool:
         """`made` does what the ground-truth call `truth` does."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
@@ -380,14 +381,16 @@ class CompositeReward:
         n_pred = parsed.n_calls
 
         keys = [_call_key(c) for c in calls]
-        matched = self._match(t, calls, keys)
+        state_reasons: list[str] = []
+        r_state_or_none, failed = self._state(t, calls, keys, state_reasons)
+        matched = self._match(t, calls, keys, failed)
         r_traj = 1.0 if n_gt == 0 and n_pred == 0 else 2.0 * matched / (n_gt + n_pred)
         if matched < n_gt:
             reasons.append(f"trajectory: {matched} of {n_gt} ground-truth calls matched")
         if n_pred > matched:
             reasons.append(f"trajectory: {n_pred - matched} predicted calls match no ground-truth call")
-
-        r_state_or_none, n_failed = self._state(t, calls, keys, reasons)
+        reasons.extend(state_reasons)
+        n_failed = len(failed)
         r_state = r_traj if r_state_or_none is None else r_state_or_none
         p_length = max(0, n_pred - n_gt)
         length_penalty = min(s.gamma * p_length, s.length_penalty_cap)
@@ -422,7 +425,11 @@ class CompositeReward:
         reasons.extend(parsed.problems[:3])
         return reasons
 
-    def _match(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None]) -> int:
+    def _match(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None], failed: Sequence[int] = ()) -> int:
+        """M: the most ground-truth calls matched. A call the environment refuses — `failed` (from the replay), and
+        a read matched only through `same_value`'s leniency (case, spaces, isclose), run here when reads are not
+        replayed — matches only a ground-truth call whose arguments it repeats exactly (`CallMatcher.exact_args`):
+        the leniency earns no credit for a call the tool did not accept."""
         if not t.gt or not calls:
             return 0
         candidates: list[tuple[int, ...]] = []
@@ -433,7 +440,55 @@ class CompositeReward:
                 if key is not None and len(t.candidates) < _CANDIDATES_KEPT:
                     t.candidates[key] = cands
             candidates.append(cands)
+        refused = set(failed)
+        if not self.settings.replay_reads:
+            loose = [
+                k
+                for k, c in enumerate(calls)
+                if candidates[k]
+                and k not in refused
+                and self._kind_of(t, c.server, c.name) == "read"
+                and self._exact(t, c, keys[k], candidates[k]) != candidates[k]
+            ]
+            if loose:
+                refused.update(self._refused_reads(t, calls, loose))
+        for k in refused:
+            if candidates[k]:
+                candidates[k] = self._exact(t, calls[k], keys[k], candidates[k])
         return best_match(candidates, t.succ, self.settings.max_match_states)
+
+    def _exact(self, t: Target, c: ToolCall, key: CallKey | None, candidates: tuple[int, ...]) -> tuple[int, ...]:
+        """Of `candidates` (the ground-truth indices `c` matches), those whose arguments `c` repeats exactly."""
+        hit = t.exact.get(key) if key is not None else None
+        if hit is not None:
+            return hit
+        args = self.normalize(c, strict=True)
+        exact = tuple(
+            i
+            for i in candidates
+            if args is not None
+            and (want := t.gt_args[i]) is not None
+            and self.matcher.exact_args(want, t.gt[i].masked_arguments, args)
+        )
+        if key is not None and len(t.exact) < _CANDIDATES_KEPT:
+            t.exact[key] = exact
+        return exact
+
+    def _refused_reads(self, t: Target, calls: list[ToolCall], reads: list[int]) -> set[int]:
+        """Which of the read calls `reads` the environment refuses, each run after the writes before it (reads
+        change nothing): only for reads matched leniently, which a well-formed completion does not make."""
+        wanted, last = set(reads), max(reads)
+        sessions: dict[str, Session] = {}
+        refused: set[int] = set()
+        for k, c in enumerate(calls[: last + 1]):
+            if c.server not in t.initial or (k not in wanted and self._kind_of(t, c.server, c.name) == "read"):
+                continue
+            session = sessions.get(c.server)
+            if session is None:
+                session = sessions[c.server] = self._fork(t, c.server)
+            if not session.call(c.name, c.arguments).ok and k in wanted:
+                refused.add(k)
+        return refused
 
     def _candidates(self, t: Target, c: ToolCall) -> tuple[int, ...]:
         """The ground-truth calls that the predicted call `c` matches (`CallMatcher`'s rule)."""
@@ -451,8 +506,9 @@ class CompositeReward:
 
     def _state(
         self, t: Target, calls: list[ToolCall], keys: list[CallKey | None], reasons: list[str]
-    ) -> tuple[float | None, int]:
-        """(R_state, failed calls); R_state None when no server is relevant (read-only both ways).
+    ) -> tuple[float | None, list[int]]:
+        """(R_state, the indices of the calls that failed: to a server outside the task, or refused when replayed);
+        R_state None when no server is relevant (read-only both ways).
 
         Read tools cannot change a state (sessions enforce it), so only writes — and calls to unknown
         tools, which fail — are replayed, unless `replay_reads`. What a replay gives depends on the
@@ -478,16 +534,16 @@ class CompositeReward:
                 if len(t.replays) >= _MEMO_SIZE:
                     t.replays.pop(next(iter(t.replays)))
                 t.replays[key] = run
-        failed = 0
+        failed: list[int] = []
         for k, c in enumerate(calls):
             if c.server not in t.initial:
-                failed += 1
-                if failed <= 3:
+                failed.append(k)
+                if len(failed) <= 3:
                     reasons.append(f"call {k} {c.server or '?'}.{c.name}: no such environment in this task")
         for (k, c), (ok, error) in zip(replayed, run.outcomes, strict=True):
             if not ok:
-                failed += 1
-                if failed <= 3 and error is not None:
+                failed.append(k)
+                if len(failed) <= 3 and error is not None:
                     reasons.append(f"call {k} {c.qualified} failed: {error}")
         reasons.extend(run.reasons)
         return run.r_state, failed

@@ -4,7 +4,8 @@ From each native environment's schema-valid calls (the schema checks' own argume
 scenario), seeded variations a model produces — another letter case, surrounding spaces, an integer
 written as a float, an optional argument left out or given its default, a wrong value — are judged by
 the selection's rule (`envfactory.querygen.select.match_calls`) and scored by the reward as the only call of a
-one-call record: a call the selection would keep scores R_traj 1.0, one it would turn away less.
+one-call record: a call the selection would keep scores R_traj 1.0, one it would turn away less (a call the tool
+refuses among them: the selection counts only calls that ran, and the reward holds a refused call to exactness).
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def test_selection_and_reward_agree_on_the_same_call(pool: EnvPool) -> None:
             }
             for made_args in [step.args, *_variants(step.args, spec, rng)]:
                 made = ToolCall(server=name, name=step.tool, arguments=made_args)
-                kept = match_calls([truth], [made], matcher) == (1, 0)
+                # selection counts a made call only when it ran (`_made_calls`): a call the tool refuses is no match
+                runs = Session.fork(env, initial).call(step.tool, made_args).ok
+                kept = runs and match_calls([truth], [made], matcher) == (1, 0)
                 completion = f"<tool_call>\n{json.dumps({'name': step.tool, 'arguments': made_args})}\n</tool_call>"
                 r_traj = scorer.score(completion, **record).r_traj
                 assert kept == (r_traj == 1.0), (name, step.tool, step.args, made_args, kept, r_traj)

@@ -104,12 +104,20 @@ class Reference(CompositeReward):
     def normalize(self, call: ToolCall, *, strict: bool) -> dict[str, Any] | None:
         return self.matcher.normalize(call, strict=strict)
 
-    def _match(self, t: Any, calls: list[ToolCall], keys: list[Any]) -> int:
+    def _match(self, t: Any, calls: list[ToolCall], keys: list[Any], failed: Any = ()) -> int:
         if not t.gt or not calls:
             return 0
+        # every call run in order, reads too: a call the environment refuses matches only exactly
+        episode = Episode(self.pool, {c.server: t.initial[c.server] for c in calls if c.server in t.initial})
+        refused = {
+            k
+            for k, c in enumerate(calls)
+            if c.server not in t.initial or not episode.call(c.server, c.name, c.arguments).ok
+        }
         candidates = []
-        for c in calls:
+        for k, c in enumerate(calls):
             args = self.normalize(c, strict=True)
+            same = self.matcher.exact_args if k in refused else self.matcher.same_args  # a refused write: exactly
             candidates.append(
                 [
                     i
@@ -117,12 +125,14 @@ class Reference(CompositeReward):
                     if (g.server, g.name) == (c.server, c.name)
                     and args is not None
                     and t.gt_args[i] is not None
-                    and self.matcher.same_args(t.gt_args[i], g.masked_arguments, args)
+                    and same(t.gt_args[i], g.masked_arguments, args)
                 ]
             )
         return best_match(candidates, t.succ, self.settings.max_match_states)
 
-    def _state(self, t: Any, calls: list[ToolCall], keys: list[Any], reasons: list[str]) -> tuple[float | None, int]:
+    def _state(
+        self, t: Any, calls: list[ToolCall], keys: list[Any], reasons: list[str]
+    ) -> tuple[float | None, list[int]]:
         s = self.settings
         replayed = [
             (k, c)
@@ -131,17 +141,17 @@ class Reference(CompositeReward):
         ]
         episode = Episode(self.pool, {c.server: t.initial[c.server] for _, c in replayed})
         wrote: set[str] = set()
-        failed = 0
+        failed: list[int] = []
         for k, c in enumerate(calls):
             if c.server not in t.initial:
-                failed += 1
-                if failed <= 3:
+                failed.append(k)
+                if len(failed) <= 3:
                     reasons.append(f"call {k} {c.server or '?'}.{c.name}: no such environment in this task")
         for k, c in replayed:
             rec = episode.call(c.server, c.name, c.arguments)
             if not rec.ok:
-                failed += 1
-                if failed <= 3 and rec.error is not None:
+                failed.append(k)
+                if len(failed) <= 3 and rec.error is not None:
                     reasons.append(f"call {k} {c.qualified} failed: {rec.error.type}: {rec.error.message[:120]}")
             elif self._kind(c.server, c.name) == "write":
                 wrote.add(c.server)

@@ -364,6 +364,39 @@ def test_argument_normalization_defaults_numbers_and_case(pool: EnvPool, scorer:
     assert again.reward == rejected.reward
 
 
+def test_a_write_the_environment_refuses_keeps_a_match_only_by_repeating_it_exactly(
+    pool: EnvPool, scorer: CompositeReward
+) -> None:
+    """The matcher's leniency (case, spaces, isclose) earned full trajectory credit for a write the tool refused: a
+    lower-cased hotel id (not_found) scored 0.9 at α = 0.9, above an honest partial answer (0.6)."""
+    rec = record(pool, [("hotels", "search_hotels", {"city": "Lisbon"}), ("hotels", "book_room", BOOK)])
+    search = ("search_hotels", {"city": "Lisbon"})
+    for hotel_id in ("ht-lis-01", " HT-LIS-01 "):
+        sloppy = scorer.score(hermes([search, ("book_room", {**BOOK, "hotel_id": hotel_id})]), **rec)
+        assert (sloppy.matched, sloppy.n_failed, sloppy.r_state) == (1, 1, 0.0), sloppy.reasons
+        partial = scorer.score(hermes([search]), **rec)
+        assert sloppy.reward < partial.reward  # the search alone, and nothing refused, is the better answer
+    accepted = scorer.score(hermes([search, ("book_room", {**BOOK, "guest_name": "ana costa"})]), **rec)
+    assert accepted.matched == 2 and accepted.n_failed == 0  # the tool took it: leniency stands (the state judges)
+    money = record(
+        pool, [("banking", "transfer", {"from_account_id": "AC-1001", "payee_id": "PY-0002", "amount": 20.5})]
+    )
+    close = scorer.score(
+        hermes([("transfer", {"from_account_id": "AC-1001", "payee_id": "PY-0002", "amount": 20.50001})]), **money
+    )
+    assert (close.matched, close.n_failed) == (0, 1), close.reasons  # isclose, but refused: two decimals at most
+    # a read the tool refuses, matched only leniently: no credit either (a read-only turn scored 1.0 with it)
+    look = record(pool, [("hotels", "get_hotel", {"hotel_id": "HT-LIS-01"})])
+    sloppy_read = scorer.score(hermes([("get_hotel", {"hotel_id": "ht-lis-01"})]), **look)
+    assert sloppy_read.matched == 0 and sloppy_read.reward == 0.0, sloppy_read
+    assert scorer.score(hermes([("get_hotel", {"hotel_id": "HT-LIS-01"})]), **look).reward == 1.0
+    # a refused write that repeats the ground truth exactly keeps its match (it failed for an earlier missing call)
+    trip = [("flights", "book_flight", {"flight_id": "FL-1001", "passenger_name": "Ana Costa"})]
+    flight = record(pool, [*trip, ("flights", "add_baggage", {"booking_id": "FB-0006", "bags": 1})])
+    alone = scorer.score(hermes([("add_baggage", {"booking_id": "FB-0006", "bags": 1})]), **flight)
+    assert (alone.matched, alone.n_failed) == (1, 1), alone.reasons
+
+
 def test_masked_arguments_in_both_terms(pool: EnvPool, scorer: CompositeReward) -> None:
     args = {
         "customer_id": "CU-002",
