@@ -11,7 +11,7 @@ from envfactory.config import Settings, get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.reward.record import _load_json
 from envfactory.reward.scorer import CompositeReward
-from envfactory.reward.settings import RewardResult, RewardSettings
+from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
 
@@ -37,20 +37,25 @@ def record_columns(kwargs: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
         col = column(name)
         if col is not None:
             for row, v in zip(rows, col, strict=True):
-                row[name] = v
+                if v is not None:  # a row's null leaves the field to the nested columns (a mixed dataset's gaps)
+                    row[name] = v
     nested = column("mcp_factory_kwargs")
     extra = column("extra_info")
     model = column("reward_model")
     for i, row in enumerate(rows):
+        # the nested columns as objects or as JSON strings (a dataset saved with them serialized)
+        info = _nested(extra[i], "extra_info") if extra is not None else None
         mfk = nested[i] if nested is not None else None
-        if mfk is None and extra is not None and isinstance(extra[i], Mapping):
-            mfk = extra[i].get("mcp_factory_kwargs")
-        mfk = _load_json(mfk, "mcp_factory_kwargs") if mfk is not None else None
+        if mfk is None and isinstance(info, Mapping):
+            mfk = info.get("mcp_factory_kwargs")
+        mfk = _nested(mfk, "mcp_factory_kwargs")
         if isinstance(mfk, Mapping):
             for name in _FIELDS[1:]:
-                row.setdefault(name, mfk.get(name))
-        if "ground_truth" not in row and model is not None and isinstance(model[i], Mapping):
-            row["ground_truth"] = model[i].get("ground_truth")
+                if row.get(name) is None and mfk.get(name) is not None:
+                    row[name] = mfk.get(name)
+        judged = _nested(model[i], "reward_model") if model is not None else None
+        if "ground_truth" not in row and isinstance(judged, Mapping):
+            row["ground_truth"] = judged.get("ground_truth")
     missing = [f for f in ("ground_truth", "final_config") if all(f not in r for r in rows)]
     if n and missing:
         raise ValueError(
@@ -58,6 +63,18 @@ def record_columns(kwargs: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
             "or the RL record's reward_model / extra_info"
         )
     return rows
+
+
+def _nested(value: Any, what: str) -> Any:
+    """A nested record column's value, read from JSON when it is text; unreadable, None: that row's record lacks
+    the fields, and its reward is 0 with the reason (one bad row does not stop a training step)."""
+    if value is None:
+        return None
+    try:
+        return _load_json(value, what)
+    except RecordError as e:
+        log.warning("reward: %s", e)
+        return None
 
 
 class ToolUseReward:

@@ -556,6 +556,17 @@ def test_trl_reward_function_with_flat_and_nested_columns(pool: EnvPool, hotel: 
         * n,
     }
     assert reward([""] * n, completions, **nested) == [1.0, 0.0, 0.0, 0.0]
+    # the nested columns saved as JSON text read the same; a flat column's null leaves its row to them
+    as_text = {k: [json.dumps(v) for v in col] for k, col in nested.items()}
+    assert reward([""] * n, completions, **as_text) == [1.0, 0.0, 0.0, 0.0]
+    search_only = [hermes(HOTEL_GT[:1])] * 2
+    gaps = {**nested, "final_config": [None, hotel["final_config"]]}
+    nested_only = reward([""] * 2, search_only, **{k: v[:2] for k, v in nested.items()})
+    assert reward([""] * 2, search_only, **{k: v[:2] for k, v in gaps.items()}) == nested_only
+    assert nested_only[0] < 0.5  # judged on the state too (a null had hidden it: scored on the trajectory alone)
+    broken = {**as_text, "extra_info": ["{not json", *as_text["extra_info"][1:]]}  # one unreadable cell
+    got = reward([""] * n, completions, **broken)  # the step goes on: that row has no record to score against
+    assert got == [0.0, 0.0, 0.0, 0.0] and any("no environment" in r for r in reward.last_results[0].reasons)
     with pytest.raises(ValueError, match="ground_truth"):
         reward(["p"], ["c"], other=[1])
     with pytest.raises(ValueError, match="one value per completion"):
