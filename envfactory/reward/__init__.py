@@ -42,7 +42,8 @@ server's final state is compared with `final_config` by the verifier's masked eq
 (`canonical`: generated ids and counters masked; `mask.paths` globs masked); a server missing from
 `final_config` is not scored (noted). With `mask_masked_values` (default), state fields whose
 ground-truth value is a masked argument's value (the free-text `description` a masked argument
-wrote) are masked too, so a different wording costs nothing in either term. R_state is the
+wrote) are masked too, so a different wording costs nothing in either term — but no wording is no
+match: a masked argument the ground truth fills must be filled (not left out, "" or blank). R_state is the
 fraction of *relevant* servers whose state is equivalent (`state_scope="changed"`, default): a
 server is relevant when the ground truth or the prediction changed it — untouched servers give no
 free credit. On a read-only turn with a read-only prediction (no relevant server) the state cannot

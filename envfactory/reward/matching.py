@@ -4,10 +4,11 @@
 that a turn selection keeps scores 1.0 against its own ground truth and no turn scoring 1.0 is turned
 away: the same tool; both calls' arguments **normalized by the tool's own validator** (types coerced
 as the tool reads them, a missing optional argument equal to its default); the ground truth's masked
-arguments (free text) not compared; values equal by `same_value` — numbers with `isclose`, booleans
-not numbers, strings stripped and case-folded (unless `case_sensitive`), lists in order, objects key by
-key with a missing key equal to None. A predicted call the tool would reject matches nothing, and the
-reward holds a call the environment refuses when run to `exact_args` (no leniency for a refused call).
+arguments (free text) not compared, only filled where the ground truth fills them; values equal by
+`same_value` — numbers with `isclose`, booleans not numbers, strings stripped and case-folded (unless
+`case_sensitive`), lists in order, objects key by key with a missing key equal to None. A predicted call
+the tool would reject matches nothing, and the reward holds a call the environment refuses when run to
+`exact_args` (no leniency for a refused call).
 
 `best_match` is the largest one-to-one matching of predicted to ground-truth calls that respects the
 ground truth's partial order."""
@@ -51,6 +52,17 @@ def same_value(a: Any, b: Any, *, case_sensitive: bool = False, rel_tol: float =
     return bool(a == b)
 
 
+def said_the_same(want: dict[str, Any], masked: Sequence[str], got: dict[str, Any]) -> bool:
+    """A masked argument (free text: any wording will do) is filled wherever the ground truth fills it — leaving out a
+    ticket's description, or giving "", is no other wording of it, and the state term cannot tell (it blanks the
+    field)."""
+    return all(_said(got.get(k)) for k in masked if _said(want.get(k)))
+
+
+def _said(value: Any) -> bool:
+    return value is not None and value not in ("", [], {}) and not (isinstance(value, str) and not value.strip())
+
+
 class CallMatcher:
     """The rule for "the same call" (see the module's docstring); `env_of(server)` gives an environment or None."""
 
@@ -79,8 +91,9 @@ class CallMatcher:
         return parsed if isinstance(parsed, dict) else dict(call.arguments)
 
     def same_args(self, want: dict[str, Any], masked: Sequence[str], got: dict[str, Any]) -> bool:
-        """Normalized ground-truth arguments `want` and predicted ones `got` agree (masked ones aside)."""
-        return all(
+        """Normalized ground-truth arguments `want` and predicted ones `got` agree: masked ones filled where the
+        ground truth fills them (`said_the_same`), every other one equal."""
+        return said_the_same(want, masked, got) and all(
             same_value(
                 want.get(k), got.get(k), case_sensitive=self.case_sensitive, rel_tol=self.rel_tol, abs_tol=self.abs_tol
             )
@@ -89,9 +102,12 @@ class CallMatcher:
         )
 
     def exact_args(self, want: dict[str, Any], masked: Sequence[str], got: dict[str, Any]) -> bool:
-        """`got` repeats `want` exactly (masked ones aside): equal as the tool reads them, without `same_value`'s
-        leniency (case, surrounding spaces, `isclose`) — what a call the tool refused must do to keep its match."""
-        return all(want.get(k) == got.get(k) for k in want.keys() | got.keys() if k not in masked)
+        """`got` repeats `want` exactly (masked ones as in `same_args`): equal as the tool reads them, without
+        `same_value`'s leniency (case, surrounding spaces, `isclose`) — what a call the tool refused must do to keep
+        its match."""
+        return said_the_same(want, masked, got) and all(
+            want.get(k) == got.get(k) for k in want.keys() | got.keys() if k not in masked
+        )
 
     def same_call(self, truth: ToolCall, made: ToolCall) -> bool:
         """`made` does what the ground-truth call `truth` does."""

@@ -414,6 +414,14 @@ def test_masked_arguments_in_both_terms(pool: EnvPool, scorer: CompositeReward) 
     assert strict.r_traj == 1.0 and strict.r_state == 0.0 and strict.reward == 0.5
     unmasked = scorer.score(hermes([("create_ticket", {**args, "subject": "Scanner offline"})]), **rec)
     assert unmasked.r_traj == 0.0 and unmasked.r_state == 0.0
+    # another wording costs nothing, but none at all is no wording: left out, empty or blank, the call matches nothing
+    for unsaid in (
+        {k: v for k, v in args.items() if k != "description"},
+        {**args, "description": ""},
+        {**args, "description": "  "},
+    ):
+        skipped = scorer.score(hermes([("create_ticket", unsaid)]), **rec)
+        assert skipped.r_traj == 0.0 and skipped.reward < result.reward, unsaid
 
 
 def test_multi_server_turn(pool: EnvPool, scorer: CompositeReward) -> None:
