@@ -173,6 +173,10 @@ def record_or_check(folder: Path, record: RunRecord, *, holds_results: bool, out
     def cannot_write(why: str) -> RunSettingsError:
         return RunSettingsError(f"cannot write {folder / SETTINGS_FILE}: {why}")
 
+    taken = next((p for p in (folder, *folder.parents) if p.exists()), None)  # the nearest path that exists
+    if taken is not None and not taken.is_dir():
+        what = "is a file" if taken == folder else f"cannot be made: {taken} is a file"
+        raise RunSettingsError(f"{out_option} {folder} {what}, not a folder: give a folder for the run")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -312,3 +312,15 @@ def test_another_commands_folder_is_refused_whatever_it_holds(tmp_path: Path, ho
     with pytest.raises(RunSettingsError, match=r"is an `envfactory synth` folder .* give another --out"):
         record_or_check(tmp_path, RunRecord(command="eval", settings={"T": 2}), holds_results=holds_results)
     assert (tmp_path / SETTINGS_FILE).read_bytes() == before
+
+
+@pytest.mark.parametrize("inside", [False, True])
+def test_an_out_that_is_a_file_is_named_as_one(tmp_path: Path, inside: bool) -> None:
+    """`--out` at a file (or under one) said "cannot write .../settings.json: File exists": it names the file."""
+    (tmp_path / "afile").write_text("mine\n")
+    out = tmp_path / "afile" / "run" if inside else tmp_path / "afile"
+    with pytest.raises(
+        RunSettingsError, match=r"^--out .*afile.* (is a file|cannot be made: .*afile is a file), not a folder"
+    ):
+        record_or_check(out, RunRecord(command="synth", settings={"T": 2}), holds_results=False)
+    assert (tmp_path / "afile").read_text() == "mine\n"

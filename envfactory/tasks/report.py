@@ -25,9 +25,13 @@ from envfactory.terminal import Table, safe
 
 
 def summary_table(summary: BatchSummary) -> Table:
-    table = Table("units", "already done", "kept", "dropped", "drop reasons", title="synth")
+    # kept: for training (conversations.jsonl) and held out (heldout.jsonl) apart, as the statistics count them
+    table = Table("units", "already done", "kept for training", "held out", "dropped", "drop reasons", title="synth")
     reasons = ", ".join(f"{safe(k)}: {v}" for k, v in summary.dropped_by_code.items()) or "-"  # codes: run data
-    table.add_row(str(summary.planned), str(summary.skipped), str(summary.kept), str(summary.dropped), reasons)
+    train = summary.kept - summary.heldout
+    table.add_row(
+        str(summary.planned), str(summary.skipped), str(train), str(summary.heldout), str(summary.dropped), reasons
+    )
     return table
 
 
