@@ -744,7 +744,8 @@ class SandboxedSession(Session):
             raise ScenarioError(f"the state of '{self.env.name}' could not be read: {e.detail}") from None
         state = raw.get("state")
         if not isinstance(state, dict):
-            raise ScenarioError(f"the state of '{self.env.name}' could not be read: {raw.get('error')}")
+            why = raw.get("error") or raw.get("failure") or "the worker's answer holds no state"
+            raise ScenarioError(f"the state of '{self.env.name}' could not be read: {why}")
         return state
 
     def call(self, tool: str, args: dict[str, Any] | None = None) -> CallRecord:

@@ -15,6 +15,7 @@ import pytest
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandboxed import SandboxedEnvironment
 from envfactory.env.session import Session
+from envfactory.errors import ScenarioError
 from tests.env.sandbox.test_idle import worker_of
 from tests.system.test_attacks import (
     ATTACK,
@@ -91,3 +92,16 @@ def test_a_lone_surrogate_fails_the_call_and_keeps_no_write(
     assert session.dump() == before and before["hits"] == 0
     assert session.call("ping").ok
     assert worker_of(session) is process and process.alive and env.pool.unhealthy is None
+
+
+def test_a_lone_surrogate_written_into_the_state_is_named_when_the_state_is_read(
+    runtime: Callable[..., SandboxedEnvironment],  # noqa: F811
+) -> None:
+    """A tool may leave a lone surrogate in the state rather than in its answer: the state cannot be sent then,
+    and reading it is refused naming why (it said "could not be read: None")."""
+    env = runtime('db.set("notes", ["a\\ud800b"])\n')
+    session = Session.fork(env, "default")
+    rec = session.call("attack")
+    assert rec.ok, rec  # its answer does not carry it: the state does
+    with pytest.raises(ScenarioError, match="could not be read: the answer holds a lone surrogate"):
+        session.dump()
