@@ -283,6 +283,15 @@ def facts(record: dict[str, Any], limit: int = 3, first: str | None = None) -> l
     return chosen
 
 
+def _agree(template: str, values: dict[str, str]) -> str:
+    """A count of one takes its noun in the singular: `{nights} nights` with nights 1 reads "1 night"."""
+
+    def one(m: re.Match[str]) -> str:
+        return f"{{{m.group(1)}}} {singular(m.group(2))}" if values.get(m.group(1)) == "1" else m.group(0)
+
+    return re.sub(r"{(\w+)} ([a-z]+s)\b", one, template)
+
+
 def _fill(template: str, values: dict[str, str]) -> str | None:
     """`{name}` placeholders from `values`; a `[segment]` whose placeholders are missing is dropped;
     None when a placeholder outside segments is missing."""
@@ -292,7 +301,7 @@ def _fill(template: str, values: dict[str, str]) -> str | None:
         names = re.findall(r"{(\w+)}", inner)
         return inner.format(**values) if all(n in values for n in names) else ""
 
-    text = re.sub(r"\[([^\[\]]*)\]", segment, template)
+    text = re.sub(r"\[([^\[\]]*)\]", segment, _agree(template, values))
     names = re.findall(r"{(\w+)}", text)
     if not all(n in values for n in names):
         return None

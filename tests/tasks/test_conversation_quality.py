@@ -195,6 +195,17 @@ def test_optional_segments_are_dropped_when_their_value_is_missing() -> None:
     assert _fill(template, {"max_price": "100"}) is None  # a required value is missing: not this phrasing
 
 
+def test_a_count_of_one_takes_its_noun_in_the_singular() -> None:
+    """A request read "make BK-0003 1 nights instead"."""
+    template = "make {booking_id} {nights} nights instead[ with {bags} bags]"
+    assert (
+        _fill(template, {"booking_id": "BK-0003", "nights": "1", "bags": "1"})
+        == "make BK-0003 1 night instead with 1 bag"
+    )
+    assert _fill(template, {"booking_id": "BK-0003", "nights": "2"}) == "make BK-0003 2 nights instead"
+    assert _fill("{n} status", {"n": "1"}) == "1 status"  # a word that only looks plural stays
+
+
 def _cancel_one_of_two_look_alikes(**extra: Any) -> Turn:
     """Ana Costa has two bookings that differ only by date; the turn lists them and cancels the second."""
     twins = [
