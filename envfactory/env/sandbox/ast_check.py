@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from envfactory.env.sandbox.policy import (
     ALLOWED_DUNDER_ATTRS,
+    ALLOWED_DUNDER_METHODS,
     ALLOWED_DUNDER_NAMES,
     ENV_ATTRS,
     ENVFACTORY_NAMES,
@@ -61,6 +62,27 @@ class _Checker:
                 self.visit_Import(node)
             elif isinstance(node, ast.ImportFrom):
                 self.visit_ImportFrom(node)
+        # a module is used only as `module.member`: bound to another name, put in a list, passed, matched or
+        # returned, it is out of the attribute rule's sight (`t = typing; t.sys`, `match [typing]: ...`)
+        attribute_bases = {id(n.value) for n in nodes if isinstance(n, ast.Attribute)}
+        attribute_bases |= {  # `getattr(module, name)`: a computed read, which the guarded getattr judges at run time
+            id(n.args[0])
+            for n in nodes
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Name)
+            and n.func.id in ("getattr", "hasattr")
+            and n.args
+        }
+        for node in nodes:
+            if (
+                isinstance(node, ast.Name | ast.Attribute)
+                and isinstance(node.ctx, ast.Load)
+                and id(node) not in attribute_bases
+                and isinstance(self._resolve(node), ModuleType)
+            ):
+                self.add(node, "a module may only be used as `module.member` (not named, stored, passed or matched)")
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                self.visit_definition(node)
         for node in nodes:
             if isinstance(node, ast.Name):
                 self.visit_Name(node)
@@ -183,6 +205,17 @@ class _Checker:
                 problem = self._attr_problem(arg.value)
                 if problem is not None:
                     self.add(node, f"{func.id}(..., {arg.value!r}): {problem}")
+
+    # ---- definitions ---------------------------------------------------------------------------
+    def visit_definition(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> None:
+        """A def's or a class's name is a plain string too: defining `__match_args__` (a positional class pattern then
+        reads the attributes it names) or `__instancecheck__` (any subject then matches) hands the interpreter's own
+        getattr to the code. Dunder methods are the plain data-model ones; a class takes no metaclass."""
+        name = node.name
+        if name.startswith("__") and name.endswith("__") and name not in ALLOWED_DUNDER_METHODS:
+            self.add(node, f"defining '{name}' is forbidden: only plain data-model methods may be dunder names")
+        if isinstance(node, ast.ClassDef) and any(k.arg == "metaclass" for k in node.keywords):
+            self.add(node, "a metaclass is forbidden: it changes how the interpreter looks the class's instances up")
 
     # ---- names the AST holds as plain strings ---------------------------------------------------
     def visit_MatchClass(self, node: ast.MatchClass) -> None:

@@ -116,6 +116,37 @@ FORBIDDEN_BUILTINS: dict[str, str] = {
 # __subclasses__, __dict__, __builtins__...) is the classic route out of a Python sandbox.
 ALLOWED_DUNDER_ATTRS: frozenset[str] = frozenset({"__init__", "__name__", "__doc__"})
 ALLOWED_DUNDER_NAMES: frozenset[str] = frozenset({"__name__", "__doc__", "__all__", "__slots__"})
+# the data-model methods generated code may define (comparisons, containers, context managers); not the ones that
+# change how the interpreter looks attributes or types up (`__getattr__`, `__match_args__`, `__instancecheck__`...)
+ALLOWED_DUNDER_METHODS: frozenset[str] = frozenset(
+    {
+        "__init__",
+        "__post_init__",
+        "__repr__",
+        "__str__",
+        "__format__",
+        "__hash__",
+        "__bool__",
+        "__len__",
+        "__eq__",
+        "__ne__",
+        "__lt__",
+        "__le__",
+        "__gt__",
+        "__ge__",
+        "__iter__",
+        "__next__",
+        "__contains__",
+        "__getitem__",
+        "__setitem__",
+        "__delitem__",
+        "__enter__",
+        "__exit__",
+        "__call__",
+        "__add__",
+        "__sub__",
+    }
+)
 
 _FRAME = "reaches interpreter frames or code objects (and through them every module's globals)"
 _EVAL = "evaluates strings as code (annotations are resolved with unrestricted builtins)"

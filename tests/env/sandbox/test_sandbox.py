@@ -663,6 +663,24 @@ MATCH_FORMS = [
     ("def f(x):\n    match x:\n        case [*__builtins__]:\n            return 1\n", "'__builtins__'"),
     ("def f(x):\n    match x:\n        case {**__builtins__}:\n            return 1\n", "'__builtins__'"),
     ("def f():\n    global __builtins__\n    return 1\n", "'__builtins__'"),
+    # a positional class pattern reads the attributes `__match_args__` names, and `__instancecheck__` makes any
+    # subject match: neither may be defined (a def's name is a plain string too), nor a metaclass given
+    (
+        "class M(type):\n    def __instancecheck__(cls, o):\n        return True\n"
+        "    @property\n    def __match_args__(cls):\n        return ('__globals__',)\n",
+        "defining '__instancecheck__'",
+    ),
+    (
+        "class M(type):\n    @property\n    def __match_args__(cls):\n        return ('x',)\n",
+        "defining '__match_args__'",
+    ),
+    ("class X(metaclass=type):\n    pass\n", "metaclass"),
+    ("class X:\n    def __getattr__(self, name):\n        return name\n", "defining '__getattr__'"),
+    # a module used as a value leaves the attribute rule's sight: aliased, listed, matched, passed
+    ("import typing\nt = typing\nx = t.sys\n", "`module.member`"),
+    ("import typing\nmatch [typing]:\n    case [object(sys=s)]:\n        pass\n", "`module.member`"),
+    ("import typing\nmatch {'m': typing}:\n    case {'m': object(sys=s)}:\n        pass\n", "`module.member`"),
+    ("import collections.abc\ndef f(m=collections.abc):\n    return m\n", "`module.member`"),
 ]
 
 
