@@ -56,7 +56,8 @@ def record_columns(kwargs: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
         judged = _nested(model[i], "reward_model") if model is not None else None
         if "ground_truth" not in row and isinstance(judged, Mapping):
             row["ground_truth"] = judged.get("ground_truth")
-    missing = [f for f in ("ground_truth", "final_config") if all(f not in r for r in rows)]
+    # a column the dataset has counts, whatever its cells hold (a mixed dataset's nulls are rows without the field)
+    missing = [f for f in ("ground_truth", "final_config") if f not in kwargs and all(f not in r for r in rows)]
     if n and missing:
         raise ValueError(
             f"the dataset gives no {' or '.join(missing)}: pass columns {', '.join(_FIELDS)} "

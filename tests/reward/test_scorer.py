@@ -572,6 +572,9 @@ def test_trl_reward_function_with_flat_and_nested_columns(pool: EnvPool, hotel: 
     nested_only = reward([""] * 2, search_only, **{k: v[:2] for k, v in nested.items()})
     assert reward([""] * 2, search_only, **{k: v[:2] for k, v in gaps.items()}) == nested_only
     assert nested_only[0] < 0.5  # judged on the state too (a null had hidden it: scored on the trajectory alone)
+    nulls = {**hotel, "final_config": [None, None]}  # a column of nulls: rows without it, not a missing column
+    scored = reward([""] * 2, search_only, **{k: v if isinstance(v, list) else [v] * 2 for k, v in nulls.items()})
+    assert scored[0] == scored[1] > nested_only[0]  # no final state to judge: the trajectory alone (it raised)
     broken = {**as_text, "extra_info": ["{not json", *as_text["extra_info"][1:]]}  # one unreadable cell
     got = reward([""] * n, completions, **broken)  # the step goes on: that row has no record to score against
     assert got == [0.0, 0.0, 0.0, 0.0] and any("no environment" in r for r in reward.last_results[0].reasons)
