@@ -826,10 +826,11 @@ class _PiStar:
         return planned, rec
 
     def _asked_nothing_new(self, env: str, tool: str, call: ToolCall, diff: StateDiff) -> bool:
-        """Whether an update left every field its arguments name as it was: the records it changed hold fields
-        named by the call's (non-id) arguments, and none of those changed — what changed is what the tool derives
+        """Whether an update left every field its arguments name as it was: every (non-id) argument names a field
+        of each record it changed, and none of those fields changed — what changed is what the tool derives
         (`modify_booking` to the nights a booking already has, recomputing a generated total that did not add up).
-        A call that creates or removes anything, or whose arguments name no field of what it changed, is not."""
+        A call that creates or removes anything, or with an argument that is no field of a record it changed
+        (`reschedule_event(start=..., duration_minutes=120)` moves `end`), is not judged here."""
         if diff.added or diff.removed or not diff.changed:
             return False
         fields = _argument_fields(self.pool.get(env), tool)
@@ -837,18 +838,17 @@ class _PiStar:
         if not named:
             return False
         colls = self._records_of(env, None)
-        present = False
         for path in diff.changed:
             coll, _, rest = path.partition(".")
             records = colls.get(coll) or {}
-            key = next((k for k in records if rest.startswith(f"{k}.")), None)
+            # the record's key (the longest that fits: a key may hold dots)
+            key = max((k for k in records if rest.startswith(f"{k}.")), key=len, default=None)
             if key is None:
                 return False  # not a record's field (a counter, a setting): no judgement here
             changed = re.split(r"[.\[]", rest[len(key) + 1 :], maxsplit=1)[0]
-            if changed in named:
-                return False  # a field the user named changed
-            present = present or bool(named & records[key].keys())
-        return present
+            if changed in named or not named <= records[key].keys():
+                return False  # a field the user named changed, or an argument that is no field of the record
+        return True
 
     def run(self) -> PiStarOutcome:
         try:

@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from envfactory.env.pool import EnvPool
+from envfactory.env.session import Session
 from envfactory.records.episode import replay
 from envfactory.records.models import Conversation, ToolCall
 from envfactory.records.verifier import verify
 from envfactory.tasks.offline import _synthesize, _Unit, initial_states, synthesize_offline
+from envfactory.tasks.pi_star import _PiStar, _records
 from envfactory.toolgraph import ToolGraph, TopologySampler
 from tests.support.chains import chain, from_tool, hotel_chain, user
 from tests.support.env_folders import trusted_pool
@@ -102,6 +105,31 @@ def test_no_kept_write_asks_for_what_already_holds(pool: EnvPool, graph: ToolGra
                         assert not _asks_nothing_new(pool, server, states[server], call), (env, i, call)
                     states[server] = replay(pool, [call], {server: states[server]}).final[server]
     assert writes >= 40, writes
+
+
+def _judged(pool: EnvPool, server: str, tool: str, args: Any, setup: Any = None) -> bool:
+    """`_PiStar._asked_nothing_new` on `tool(args)` run on `server`'s default scenario (after `setup`)."""
+    session = Session.fork(pool.get(server), "default")
+    if setup is not None:
+        setup(session)
+    rec = session.call(tool, args)
+    assert rec.ok and rec.diff is not None, rec
+    solver = SimpleNamespace(pool=pool, _records_of=lambda env, views: _records(session.dump()))
+    call = ToolCall(server=server, name=tool, arguments=args)
+    return bool(_PiStar._asked_nothing_new(solver, server, tool, call, rec.diff))  # type: ignore[arg-type]
+
+
+def test_a_write_is_judged_to_ask_nothing_new_only_when_every_argument_names_an_unchanged_field(pool: EnvPool) -> None:
+    def total_off(session: Session) -> None:  # a generated booking whose total does not add up
+        session.state.update("bookings", "BK-0001", total_price=1.0)  # type: ignore[attr-defined]
+
+    nights = Session.fork(pool.get("hotels"), "default").dump()["bookings"]["BK-0001"]["nights"]
+    assert _judged(pool, "hotels", "modify_booking", {"booking_id": "BK-0001", "nights": nights}, total_off)
+    assert not _judged(pool, "hotels", "modify_booking", {"booking_id": "BK-0001", "nights": nights + 1}, total_off)
+    # an argument that is no field of the record (a duration moves `end`): a real change, kept
+    event = Session.fork(pool.get("calendar"), "default").dump()["events"]["EV-0001"]
+    moved = {"event_id": "EV-0001", "start": event["start"], "duration_minutes": 120}
+    assert not _judged(pool, "calendar", "reschedule_event", moved)
 
 
 def test_requests_say_what_the_user_knows_and_refer_back_to_earlier_turns(pool: EnvPool) -> None:
