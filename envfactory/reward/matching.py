@@ -52,6 +52,17 @@ def same_value(a: Any, b: Any, *, case_sensitive: bool = False, rel_tol: float =
     return bool(a == b)
 
 
+def _identical(a: Any, b: Any) -> bool:
+    """Equal and of the same JSON types all the way down: `True` is not `1`, `1.0` is not `1`."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_identical(v, b[k]) for k, v in a.items())
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b)
+
+
 def said_the_same(want: dict[str, Any], masked: Sequence[str], got: dict[str, Any]) -> bool:
     """A masked argument (free text: any wording will do) is filled wherever the ground truth fills it — leaving out a
     ticket's description, or giving "", is no other wording of it, and the state term cannot tell (it blanks the
@@ -106,7 +117,7 @@ class CallMatcher:
         `same_value`'s leniency (case, surrounding spaces, `isclose`) — what a call the tool refused must do to keep
         its match."""
         return said_the_same(want, masked, got) and all(
-            want.get(k) == got.get(k) for k in want.keys() | got.keys() if k not in masked
+            _identical(want.get(k), got.get(k)) for k in want.keys() | got.keys() if k not in masked
         )
 
     def same_call(self, truth: ToolCall, made: ToolCall) -> bool:

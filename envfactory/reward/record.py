@@ -47,6 +47,7 @@ class Target:
     kinds: dict[tuple[str, str], str] = field(default_factory=dict)  # (server, tool) -> read / write
     candidates: dict[CallKey, tuple[int, ...]] = field(default_factory=dict)  # a predicted call's gt matches
     exact: dict[CallKey, tuple[int, ...]] = field(default_factory=dict)  # of those, the ones it repeats exactly
+    refused_reads: dict[tuple[Any, ...], bool] = field(default_factory=dict)  # by the read and the writes before it
     replays: dict[tuple[CallKey, ...], Replayed] = field(default_factory=dict)  # by the replayed calls
     live: LiveReplay | None = None  # the last replay's native sessions, rolled back by the next one
     lock: threading.Lock = field(default_factory=threading.Lock)  # who uses `live`

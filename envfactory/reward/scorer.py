@@ -451,7 +451,7 @@ class CompositeReward:
                 and self._exact(t, c, keys[k], candidates[k]) != candidates[k]
             ]
             if loose:
-                refused.update(self._refused_reads(t, calls, loose))
+                refused.update(self._refused_reads(t, calls, keys, loose))
         for k in refused:
             if candidates[k]:
                 candidates[k] = self._exact(t, calls[k], keys[k], candidates[k])
@@ -474,20 +474,44 @@ class CompositeReward:
             t.exact[key] = exact
         return exact
 
-    def _refused_reads(self, t: Target, calls: list[ToolCall], reads: list[int]) -> set[int]:
-        """Which of the read calls `reads` the environment refuses, each run after the writes before it (reads
-        change nothing): only for reads matched leniently, which a well-formed completion does not make."""
-        wanted, last = set(reads), max(reads)
-        sessions: dict[str, Session] = {}
+    def _refused_reads(
+        self, t: Target, calls: list[ToolCall], keys: list[CallKey | None], reads: list[int]
+    ) -> set[int]:
+        """Which of the read calls `reads` the environment refuses, each run after the writes before it on its server
+        (reads change nothing; other servers' writes cannot matter). Remembered per record by the read and those
+        writes: a lower-cased city the tool accepts recurs across a group's completions."""
         refused: set[int] = set()
+        todo: dict[int, tuple[Any, ...] | None] = {}
+        for k in reads:
+            c = calls[k]
+            before = [
+                keys[j]
+                for j in range(k)
+                if calls[j].server == c.server and self._kind_of(t, c.server, calls[j].name) != "read"
+            ]
+            memo = (keys[k], *before) if keys[k] is not None and None not in before else None
+            hit = t.refused_reads.get(memo) if memo is not None else None
+            if hit is None:
+                todo[k] = memo
+            elif hit:
+                refused.add(k)
+        if not todo:
+            return refused
+        servers, last = {calls[k].server for k in todo}, max(todo)
+        sessions: dict[str, Session] = {}
         for k, c in enumerate(calls[: last + 1]):
-            if c.server not in t.initial or (k not in wanted and self._kind_of(t, c.server, c.name) == "read"):
+            if c.server not in servers or (k not in todo and self._kind_of(t, c.server, c.name) == "read"):
                 continue
             session = sessions.get(c.server)
             if session is None:
                 session = sessions[c.server] = self._fork(t, c.server)
-            if not session.call(c.name, c.arguments).ok and k in wanted:
-                refused.add(k)
+            ok = session.call(c.name, c.arguments).ok
+            if k in todo:
+                if not ok:
+                    refused.add(k)
+                memo = todo[k]
+                if memo is not None and len(t.refused_reads) < _CANDIDATES_KEPT:
+                    t.refused_reads[memo] = not ok
         return refused
 
     def _candidates(self, t: Target, c: ToolCall) -> tuple[int, ...]:

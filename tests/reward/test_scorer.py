@@ -24,6 +24,7 @@ from envfactory.reward import (
     record_columns,
     same_value,
 )
+from envfactory.reward.matching import CallMatcher
 from envfactory.reward.tool_calls import ToolIndex, parse_tool_calls
 
 Call = tuple[str, dict[str, Any]]
@@ -250,6 +251,21 @@ def test_same_value_rules() -> None:
     assert same_value(" Lisbon", "lisbon") and not same_value("Lisbon", "lisbon", case_sensitive=True)
     assert same_value({"a": [1, {"b": "X"}]}, {"a": [1.0, {"b": "x"}], "c": None})
     assert not same_value([1, 2], [2, 1])
+
+
+def test_exact_arguments_have_no_leniency_at_all() -> None:
+    """What a refused call must repeat: stricter than `same_args` everywhere (`True == 1` in Python)."""
+    m = CallMatcher(lambda server: None)
+    for want, got in [
+        ({"f": 1}, {"f": True}),
+        ({"f": [0]}, {"f": [False]}),
+        ({"n": 1}, {"n": 1.0}),
+        ({"s": "Lisbon"}, {"s": "lisbon"}),
+        ({"s": "x"}, {"s": " x"}),
+        ({"d": {"a": 1}}, {"d": {"a": 1, "b": 2}}),
+    ]:
+        assert not m.exact_args(want, [], got), (want, got)
+    assert m.exact_args({"d": {"a": [1, "x"]}, "t": "free"}, ["t"], {"d": {"a": [1, "x"]}, "t": "other words"})
 
 
 # ---- the composite reward on real environments -----------------------------------------------------------
