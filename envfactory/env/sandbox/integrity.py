@@ -6,7 +6,8 @@ by identity after the import and after each scenario and reports every change as
 
 What a snapshot holds: every global of the runtime's modules (`envfactory.*`) and of the library
 modules its answers go through (`_LIBRARY_MODULES`: the JSON encoder of the wire, `copy`,
-pydantic-core), every attribute of their classes and of `BaseModel`, every builtin, and, for every
+pydantic-core) with the entries of their private dispatch tables (`copy._deepcopy_dispatch`), every attribute
+and the bases of their classes and of `BaseModel`, every builtin, and, for every
 Python function among those, what its behaviour is made of and can be swapped without rebinding the
 function: `__code__`, `__defaults__`, `__kwdefaults__` (and its values) and each closure cell's
 contents (`Session.dump.__code__ = other.__code__` leaves `Session.dump` the same object).
@@ -69,6 +70,9 @@ def _trusted_snapshot() -> dict[str, Any]:
     for module in _LIBRARY_MODULES:
         for key, value in list(vars(module).items()):
             snap[f"{module.__name__}.{key}"] = value
+            if type(value) is dict and key.startswith("_"):  # a private table the module dispatches through
+                for k, v in list(value.items()):  # (`copy._deepcopy_dispatch[list]`): its entries, changed in place
+                    snap[f"{module.__name__}.{key}[{getattr(k, '__qualname__', k)!s}]"] = v
             if isinstance(value, type) and value.__module__ == module.__name__:
                 _class_snapshot(value, f"{module.__name__}.{key}", snap)
     for key, value in vars(builtins).items():
@@ -145,6 +149,7 @@ def _functions_in(label: str, value: Any) -> list[tuple[str, types.FunctionType]
 
 
 def _class_snapshot(cls: type, label: str, snap: dict[str, Any]) -> None:
+    snap[f"{label}.__bases__"] = cls.__bases__  # a new tuple when rebased (`Environment.__bases__ = ...`)
     for key, value in list(vars(cls).items()):
         if not key.startswith(_VOLATILE):
             snap[f"{label}.{key}"] = value

@@ -49,6 +49,16 @@ SWAPS = {
         "WireError.__init__.__closure__[0].cell_contents = Exception\n",
         "envfactory.env.sandbox.wire.WireError.__init__.__closure__[0]",
     ),
+    "a dispatch table entry, changed in place": (
+        "import copy\ncopy._deepcopy_dispatch[list] = lambda x, memo, deepcopy=None: ['forged']\n",
+        "copy._deepcopy_dispatch[list]",
+    ),
+    "a class's bases": (
+        "from envfactory.env.environment import Environment, BaseEnvironment\n"
+        "class Forged(BaseEnvironment):\n    pass\n"
+        "Environment.__bases__ = (Forged,)\n",
+        "envfactory.env.environment.Environment.__bases__",
+    ),
     "a library function the answers go through": (
         "import copy\nreal = copy.deepcopy\ncopy.deepcopy = lambda *a, **k: real(*a, **k)\n",
         ": copy.deepcopy was changed",
