@@ -26,13 +26,23 @@ MAX_CONVERSATIONS_BYTES = 2 * 1024**3  # a large synth run, bounded
 def in_id_order(conversations: list[Conversation]) -> list[Conversation]:
     """`conversations` in the order of their ids, a unit key's numbers read as numbers (`hotels/t2/s0` before
     `hotels/t10/s0`): a run with concurrency writes them as its units finish, so a file's order is not the plan's,
-    and what is made of it (export's rows, the statistics' lists) must not depend on it."""
-    return sorted(
-        conversations, key=lambda c: [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in _PARTS.findall(c.id)]
-    )
+    and what is made of it (export's rows, the statistics' lists) must not depend on it. Ids that tie that way
+    (`t02`, `t2`) go by their text; numbers are compared by their digits, never converted (any length)."""
+    return sorted(conversations, key=lambda c: (_id_key(c.id), c.id))
 
 
-_PARTS = re.compile(r"\d+|\D+")
+def _id_key(text: str) -> list[tuple[int, int, str]]:
+    out: list[tuple[int, int, str]] = []
+    for part in _PARTS.findall(text):
+        if part[0].isascii() and part[0].isdigit():
+            digits = part.lstrip("0")
+            out.append((0, len(digits), digits))  # shorter is smaller; equal lengths compare as text
+        else:
+            out.append((1, 0, part))
+    return out
+
+
+_PARTS = re.compile(r"[0-9]+|[^0-9]+")
 
 
 def read_conversations(path: Path, *, error: ErrorFactory = InputError) -> list[Conversation]:

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
-from envfactory.records.run_folder import CONVERSATIONS, DROPPED
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, in_id_order
 from envfactory.tasks.offline import UnitOutcome, synthesize_offline
 from envfactory.tasks.plan import (
     SynthConfig,
@@ -197,3 +201,21 @@ def test_config_errors_are_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
     with pytest.raises(SynthConfigError, match="unknown environment"):
         plan_units(SynthConfig(envs=["nope"]), EnvPool(Settings(root=ROOT, bfcl=False)), ToolGraph())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(alphabet="ht/s01²9٣_-", min_size=1, max_size=12), min_size=1, max_size=12), st.randoms())
+def test_id_order_is_one_order_whatever_the_file_order(ids: list[str], rnd: random.Random) -> None:
+    """The order export and the statistics read conversations in: the same for any order of the same ids, never
+    raising on odd digits (`²`, Arabic-Indic), and numbers read as numbers."""
+    first = [c.id for c in in_id_order([SimpleNamespace(id=i) for i in ids])]  # type: ignore[misc]
+    shuffled = list(ids)
+    rnd.shuffle(shuffled)
+    assert [c.id for c in in_id_order([SimpleNamespace(id=i) for i in shuffled])] == first  # type: ignore[misc]
+    assert sorted(first) == sorted(ids)
+
+
+def test_id_order_reads_numbers_as_numbers_of_any_length() -> None:
+    ids = ["h/t10/s0", "h/t2/s1", "h/t2/s0", "h/t" + "9" * 5000, "h/t02/s0", "a/t3"]
+    got = [c.id for c in in_id_order([SimpleNamespace(id=i) for i in ids])]  # type: ignore[misc]
+    assert got == ["a/t3", "h/t02/s0", "h/t2/s0", "h/t2/s1", "h/t10/s0", "h/t" + "9" * 5000]
