@@ -503,7 +503,7 @@ class EndedSessions:
         try:
             await self.app(scope, receive, hold_500)
         except Exception:
-            if not self._ended(session_id):
+            if started or not self._ended(session_id):  # an answer under way, or no ended session: as the SDK left it
                 for message in held:
                     await send(message)
                 raise
@@ -515,15 +515,15 @@ class EndedSessions:
                 for message in held:
                     await send(message)
                 return
-        if not started:
-            error = types.JSONRPCError(
-                jsonrpc="2.0",
-                id="server-error",
-                error=types.ErrorData(code=types.INVALID_REQUEST, message="Session not found"),
-            )
-            await JSONResponse(error.model_dump(by_alias=True, exclude_none=True), status_code=404)(
-                scope, _no_receive, send
-            )
+        # here nothing has gone out (an answer under way is passed on above): the ended session's 404
+        error = types.JSONRPCError(
+            jsonrpc="2.0",
+            id="server-error",
+            error=types.ErrorData(code=types.INVALID_REQUEST, message="Session not found"),
+        )
+        await JSONResponse(error.model_dump(by_alias=True, exclude_none=True), status_code=404)(
+            scope, _no_receive, send
+        )
 
 
 class GuardLoop:
