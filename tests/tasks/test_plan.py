@@ -127,8 +127,8 @@ def test_stats_and_plot(tmp_path: Path, pool: EnvPool, graph: ToolGraph) -> None
     calls = sum(len(n.raw_tool_call) for c in conversations for n in c.nodes)
     assert sum(stats.tool_calls.values()) == calls == sum(stats.calls_per_turn)
     assert stats.by_generator == {"template": len(conversations)}
-    # a template turn: one step per call plus the closing answer
-    assert stats.steps_per_turn == [len(n.raw_tool_call) + 1 for c in conversations for n in c.nodes]
+    # a template turn: one step per call plus the closing answer (the lists in the conversations' id order)
+    assert stats.steps_per_turn == [len(n.raw_tool_call) + 1 for c in in_id_order(conversations) for n in c.nodes]
     png = plot_stats(stats, tmp_path / "stats.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
