@@ -34,12 +34,12 @@ from envfactory.eval.metrics import PassRates, TaskOutcomes, pass_rates
 from envfactory.eval.score import score_attempt
 from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
 from envfactory.inputs import JsonlAppender, read_jsonl_log, write_atomic
+from envfactory.records.run_folder import ATTEMPTS as ATTEMPTS  # eval's file names live with the run folders'
+from envfactory.records.run_folder import FAILURES as FAILURES
 from envfactory.reward import CompositeReward
 from envfactory.run_settings import ModelIdentity, RunRecord, check_resume, has_lines, record_or_check
 
-ATTEMPTS = "attempts.jsonl"
 SUMMARY = "summary.json"
-FAILURES = "failures.jsonl"
 
 
 class EvalRunError(DataError):

@@ -19,6 +19,8 @@ CONVERSATIONS = "conversations.jsonl"  # the training split: what export reads
 HELDOUT = "heldout.jsonl"  # the held-out split: for evaluation only, never exported
 DROPPED = "dropped.jsonl"  # one line per dropped unit: its code and reason
 SUMMARY = "summary.json"  # the run's counts and settings (and which units are held out)
+ATTEMPTS = "attempts.jsonl"  # an evaluation's attempts, one a line (`envfactory eval`)
+FAILURES = "failures.jsonl"  # an evaluation's attempts that could not run, until a rerun makes them
 
 MAX_CONVERSATIONS_BYTES = 2 * 1024**3  # a large synth run, bounded
 

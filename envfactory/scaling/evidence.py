@@ -5,13 +5,14 @@ plan → synth → export → train → eval → `scaling add` → `scaling fit`
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from envfactory.inputs import read_json
-from envfactory.records.run_folder import CONVERSATIONS, HELDOUT
+from envfactory.records.run_folder import ATTEMPTS, CONVERSATIONS, FAILURES, HELDOUT
 from envfactory.run_settings import SETTINGS_FILE, file_sha256
 from envfactory.scaling.errors import RunTableError
 from envfactory.scaling.table import Run, RunTable, load_table, write_table
@@ -34,16 +35,18 @@ def _summary(folder: Path, what: str) -> dict[str, Any]:
     return data
 
 
-def score_of(evaluation: dict[str, Any], metric: Metric, where: Path) -> float:
+def score_of(evaluation: dict[str, Any], metric: Metric, where: Path) -> tuple[float, str]:
+    """(the score, what it is: the metric's name, `pass^k` with its k)."""
     if metric == "pass_hat_max":
         hats = (evaluation.get("pass_rates") or {}).get("pass_hat") or {}
         if not hats:
             raise RunTableError(f"{where}: no pass^k in the evaluation summary")
-        return float(hats[max(hats, key=int)])
+        k = max(hats, key=int)
+        return float(hats[k]), f"pass^{k}"
     value = evaluation.get(metric)
     if not isinstance(value, int | float):
         raise RunTableError(f"{where}: the evaluation summary has no '{metric}'")
-    return float(value)
+    return float(value), metric
 
 
 def run_from(synth: Path, evaluation: Path, *, metric: Metric, model: str | None, label: str | None) -> Run:
@@ -57,9 +60,67 @@ def run_from(synth: Path, evaluation: Path, *, metric: Metric, model: str | None
             f"{synth}: it kept no training conversation (A={comp.A}, T={comp.T}): no model was trained on it "
             "(its drop reasons are in dropped.jsonl)"
         )
-    score = score_of(_summary(evaluation, "evaluation"), metric, evaluation)
+    summary = _summary(evaluation, "evaluation")
+    score, what = score_of(summary, metric, evaluation)
     _check_evaluated(synth, evaluation)
-    return Run(apps=comp.A, tasks=comp.T, states=comp.S, depth=comp.D, score=score, model=model, label=label)
+    _check_complete(evaluation, summary)
+    return Run(
+        apps=comp.A, tasks=comp.T, states=comp.S, depth=comp.D, score=score, model=model, label=label, metric=what
+    )
+
+
+def _check_complete(evaluation: Path, summary: dict[str, Any]) -> None:
+    """A row's score is that of a whole evaluation: some attempts ran, of every item it was given (no `--limit`),
+    each as many times as it asked (an attempt that could not run is in failures.jsonl until a rerun makes it)."""
+    folder = evaluation if evaluation.is_dir() else evaluation.parent
+    attempts, items = summary.get("attempts"), summary.get("items")
+    if not isinstance(attempts, int) or not isinstance(items, int) or attempts < 1 or items < 1:
+        raise RunTableError(
+            f"{evaluation}: no attempt of this evaluation ran (see its failures.jsonl): no score to add"
+        )
+    record = (
+        read_json(folder / SETTINGS_FILE, what="evaluation settings", error=RunTableError)
+        if (folder / SETTINGS_FILE).is_file()
+        else None
+    )
+    context = record.get("context") if isinstance(record, dict) else None
+    limit = context.get("limit") if isinstance(context, dict) else None
+    if isinstance(limit, int):
+        raise RunTableError(
+            f"{evaluation}: evaluated with --limit {limit} (the first items only): a row needs the whole evaluation; "
+            "rerun it without --limit (the attempts made are kept)"
+        )
+    inner = record.get("settings") if isinstance(record, dict) else None
+    k = inner.get("attempts") if isinstance(inner, dict) else None
+    if isinstance(k, int) and attempts != items * k:
+        raise RunTableError(
+            f"{evaluation}: {items * k - attempts} of {items} items' {k} attempts each did not run (failures.jsonl): "
+            "rerun the evaluation to finish them"
+        )
+    if (folder / FAILURES).is_file() and _unfinished(folder):
+        raise RunTableError(
+            f"{evaluation}: attempts listed in failures.jsonl never ran: rerun the evaluation to finish them"
+        )
+
+
+def _unfinished(folder: Path) -> bool:
+    """Whether failures.jsonl names an (item, attempt) that attempts.jsonl does not hold."""
+
+    def pairs(name: str) -> set[tuple[Any, Any]]:
+        path = folder / name
+        if not path.is_file():
+            return set()
+        out: set[tuple[Any, Any]] = set()
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a torn line: not an attempt
+            if isinstance(row, dict):
+                out.add((row.get("item"), row.get("attempt")))
+        return out
+
+    return bool(pairs(FAILURES) - pairs(ATTEMPTS))
 
 
 def _check_evaluated(synth: Path, evaluation: Path) -> None:
@@ -82,6 +143,13 @@ def _check_evaluated(synth: Path, evaluation: Path) -> None:
     if data.get("source") not in ("run", "file"):
         return
     run = synth if synth.is_dir() else synth.parent
+    training = run / CONVERSATIONS
+    if training.is_file() and file_sha256([training]) == data["sha256"]:
+        raise RunTableError(
+            f"{evaluation} evaluated the training conversations of {synth} (its conversations.jsonl): a row needs the "
+            "score on tasks the model did not train on — evaluate its held-out split (`envfactory eval RUN --split "
+            "heldout`; synth with holdout_tasks or holdout_envs to have one)"
+        )
     split = run / (HELDOUT if data.get("split") == "heldout" else CONVERSATIONS)
     if not split.is_file() or file_sha256([split]) != data["sha256"]:
         raise RunTableError(
@@ -100,6 +168,12 @@ def add_run(table: Path, run: Run) -> RunTable:
         raise RunTableError(
             f"{table}: row {runs.index(run) + 1} is this run already (the same composition, score, model and "
             "label); give --label to add a repeat that scored the same"
+        )
+    other = next((r.metric for r in runs if r.metric is not None and r.metric != run.metric), None)
+    if other is not None:
+        raise RunTableError(
+            f"{table}: its runs are scored by {other}, this evaluation by {run.metric}: one table, one metric "
+            f"(--metric to choose; or start another table)"
         )
     updated = RunTable(runs=[*runs, run])
     write_table(updated, table)

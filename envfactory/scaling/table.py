@@ -1,4 +1,4 @@
-"""The run table: one row per training run, ``(A, T, S, D, score[, compute, model, label])``.
+"""The run table: one row per training run, ``(A, T, S, D, score[, compute, model, label, metric])``.
 
 SynthAPI's composition variables: A apps, T tasks per app, S initial databases per task, D data depth
 (1 core batch + D−1 distractor batches); a run trains on N = A×T×S instances and is scored on a
@@ -17,6 +17,7 @@ score             normalized downstream score                           number i
 compute           training compute (FLOPs or tokens), optional          number > 0, all rows or none
 model             the model trained, optional; fitted one at a time     text
 label             a name for the run, optional                          text
+metric            what the score is (`scaling add` writes it), optional one per table
 ======== ======== ===================================================== ==========================
 
 Other columns are ignored, so a table may carry notes, seeds or token counts. Formats, by suffix:
@@ -53,7 +54,7 @@ from envfactory.scaling.laws import Features
 ComputeProxy = Literal["nd", "n"]
 
 REQUIRED = ("A", "T", "S", "D", "score")
-OPTIONAL = ("compute", "model", "label")
+OPTIONAL = ("compute", "model", "label", "metric")
 ALIASES: dict[str, str] = {
     "a": "A",
     "apps": "A",
@@ -67,6 +68,7 @@ ALIASES: dict[str, str] = {
     "compute": "compute",
     "model": "model",
     "label": "label",
+    "metric": "metric",
 }
 _INTEGER_MEANING = {"A": "apps", "T": "tasks per app", "S": "initial databases per task", "D": "data depth"}
 
@@ -84,6 +86,7 @@ class Run(BaseModel):
     compute: float | None = Field(default=None, gt=0.0, description="training compute, when known")
     model: str | None = None
     label: str | None = None
+    metric: str | None = Field(default=None, description="what the score is (success_rate, pass@1...), when known")
 
     @property
     def n(self) -> int:
@@ -103,6 +106,13 @@ class RunTable(BaseModel):
         if any(given) and not all(given):
             row = given.index(False) + 1
             raise ValueError(f"row {row} has no compute while others have; give compute for every run or for none")
+        metrics = list(dict.fromkeys(r.metric for r in self.runs if r.metric is not None))
+        if len(metrics) > 1:
+            row = next(i for i, r in enumerate(self.runs, 1) if r.metric == metrics[1])
+            raise ValueError(
+                f"row {row} is scored by {metrics[1]} while earlier rows are by {metrics[0]}: one table, one metric "
+                "(scores of different metrics are not one scale)"
+            )
         return self
 
     def __len__(self) -> int:
@@ -294,6 +304,7 @@ def _run(record: dict[str, Any], columns: dict[str, str], where: str) -> Run:
         raise RunTableError(f"{where}, column '{name}': compute must be positive, got {_show(value)}")
     model, _ = cell("model")
     label, _ = cell("label")
+    metric, _ = cell("metric")
     return Run(
         apps=ints["A"],
         tasks=ints["T"],
@@ -303,6 +314,7 @@ def _run(record: dict[str, Any], columns: dict[str, str], where: str) -> Run:
         compute=compute,
         model=None if model is None else str(model).strip(),
         label=None if label is None else str(label).strip(),
+        metric=None if metric is None else str(metric).strip(),
     )
 
 

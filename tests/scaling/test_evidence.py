@@ -127,3 +127,48 @@ def test_a_run_that_kept_no_training_conversation_is_no_row(runs: tuple[Path, Pa
     (empty / "settings.json").unlink(missing_ok=True)
     res = _cli("add", str(tmp_path / "t.csv"), "--run", str(empty), "--eval", str(evaluation))
     assert res.returncode == 1 and "kept no training conversation" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_a_row_needs_a_whole_evaluation_of_held_out_tasks_in_one_metric(
+    runs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """What `scaling add` accepted and made a row of: an evaluation of the training split (score 1.0), one where no
+    attempt ran (score 0.0), a partial one (--limit, attempts that never ran), a second metric in one table."""
+    run, evaluation = runs
+    record = json.loads((evaluation / "settings.json").read_text())
+
+    def variant(name: str, *, settings: dict | None = None, summary: dict | None = None, failures: str = "") -> Path:
+        folder = tmp_path / name
+        shutil.copytree(evaluation, folder)
+        if settings is not None:
+            (folder / "settings.json").write_text(json.dumps(settings))
+        if summary is not None:
+            base = json.loads((folder / "summary.json").read_text())
+            (folder / "summary.json").write_text(json.dumps({**base, **summary}))
+        if failures:
+            (folder / "failures.jsonl").write_text(failures)
+        return folder
+
+    train = {"source": "run", "split": "train", "sha256": file_sha256([run / "conversations.jsonl"])}
+    refused = {
+        "the training split": (
+            variant("train", settings={**record, "settings": {**record["settings"], "data": train}}),
+            "training conversations",
+        ),
+        "no attempt ran": (variant("none", summary={"attempts": 0, "items": 0}), "no attempt of this evaluation ran"),
+        "--limit": (variant("limit", settings={**record, "context": {**(record.get("context") or {}), "limit": 2}}), "--limit 2"),
+        "attempts missing": (variant("short", summary={"attempts": 1}), "did not run"),
+        "a failure never rerun": (
+            variant("failed", failures='{"item": "nope", "attempt": 0, "reason": "OSError"}\n'),
+            "never ran",
+        ),
+    }
+    for case, (folder, needle) in refused.items():
+        res = _cli("add", str(tmp_path / "t.csv"), "--run", str(run), "--eval", str(folder))
+        assert res.returncode == 1 and needle in res.stderr and res.stderr.count("\n") == 1, (case, res.stderr)
+    assert not (tmp_path / "t.csv").exists()
+    table = tmp_path / "m.csv"
+    assert _cli("add", str(table), "--run", str(run), "--eval", str(evaluation)).returncode == 0
+    assert load_table(table).runs[0].metric == "success_rate"
+    mixed = _cli("add", str(table), "--run", str(run), "--eval", str(evaluation), "--metric", "mean_reward")
+    assert mixed.returncode == 1 and "one table, one metric" in mixed.stderr, mixed.stderr
