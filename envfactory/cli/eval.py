@@ -41,12 +41,9 @@ from envfactory.eval.run import (
     HasId,
     Runner,
     TurnRunner,
-    asked_attempts,
     check_settings,
-    done_attempts,
     run_eval,
 )
-from envfactory.eval.stats import pass_at_1
 from envfactory.executor import check_executor_flags, executor_from
 from envfactory.export.errors import ExportError
 from envfactory.export.files import conversations_file
@@ -164,10 +161,9 @@ def evaluate(
             f"{lost} attempt(s) could not run (reasons in {safe(out_dir / FAILURES)}); rerun to try them again",
             highlight=False,
         )
-    out.print(summary_table(summary))
-    asked = asked_attempts(done_attempts(out_dir), items[:limit] if limit else items, attempts)
-    if asked:
-        ci = pass_at_1(asked)
+    out.print(summary_table(summary, "conversations" if config.mode == "conversation" else "turns"))
+    ci = summary.pass_at_1_ci
+    if ci is not None:
         out.print(
             f"pass@1 {ci.estimate:.3f}, 95% CI [{ci.low:.3f}, {ci.high:.3f}] (bootstrap over {ci.items} items, seed 0)",
             highlight=False,
@@ -199,27 +195,29 @@ def _data(source: Path | None, suite: str | None, split: str | None) -> tuple[Ev
     ), chosen
 
 
-def _row(table: Table, name: str, g: Group) -> None:
+def _row(table: Table, name: str, g: Group, k: int) -> None:
     at, hat = g.pass_rates.pass_at, g.pass_rates.pass_hat
-    k = max(at) if at else 1
     table.add_row(
         safe(name),
         str(g.items),
         str(g.attempts),
         f"{g.success_rate:.3f}",
         f"{g.mean_reward:.3f}",
-        f"{at.get(k, 0.0):.3f}",
-        f"{hat.get(k, 0.0):.3f}",
+        f"{at[k]:.3f}" if k in at else "-",
+        f"{hat[k]:.3f}" if k in hat else "-",
     )
 
 
-def summary_table(summary: EvalSummary) -> Table:
+def summary_table(summary: EvalSummary, unit: str = "turns") -> Table:
+    """One k for every row — the run's (the fewest attempts any item has): a group whose items all have more
+    would otherwise show its own larger k under the same header. `success` is over attempts, pass@k over items."""
     k = max(summary.pass_rates.pass_at) if summary.pass_rates.pass_at else 1
-    table = Table("group", "turns", "attempts", "success", "reward", f"pass@{k}", f"pass^{k}", title="evaluation")
-    _row(table, "all", summary)
+    headers = ("group", unit, "attempts", "success (attempts)", "reward (attempts)", f"pass@{k}", f"pass^{k}")
+    table = Table(*headers, title="evaluation")
+    _row(table, "all", summary, k)
     for title, groups in (("env", summary.by_env), ("kind", summary.by_kind), ("calls", summary.by_chain_length)):
         for name, g in groups.items():
-            _row(table, f"{title}={name}", g)
+            _row(table, f"{title}={name}", g, k)
     return table
 
 

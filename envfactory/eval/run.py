@@ -32,6 +32,7 @@ from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem
 from envfactory.eval.metrics import PassRates, TaskOutcomes, pass_rates
 from envfactory.eval.score import score_attempt
+from envfactory.eval.stats import Interval, pass_at_1
 from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
 from envfactory.inputs import JsonlAppender, read_jsonl_log, write_atomic
 from envfactory.records.run_folder import ATTEMPTS as ATTEMPTS  # eval's file names live with the run folders'
@@ -132,6 +133,10 @@ class EvalSummary(Group):
     by_chain_length: dict[str, Group]
     by_kind: dict[str, Group]
     settings: dict[str, Any] | None = Field(default=None, description="what made the attempts (settings.json's)")
+    pass_at_1_ci: Interval | None = Field(
+        default=None,
+        description="pass@1 over items with its 95 % bootstrap interval (seed 0); `success_rate` is over attempts",
+    )
 
 
 ModelFactory = Callable[[], BaseChatModel]
@@ -167,7 +172,13 @@ def attempt(
 
 
 def done_attempts(out: Path) -> list[AttemptRecord]:
-    return [AttemptRecord.model_validate(r) for r in read_jsonl_log(out / ATTEMPTS, error=EvalRunError)]
+    """The attempts made, one per (item, attempt): a line written twice (two processes given one --out) counts
+    once, the first kept."""
+    seen: dict[tuple[str, int], AttemptRecord] = {}
+    for r in read_jsonl_log(out / ATTEMPTS, error=EvalRunError):
+        record = AttemptRecord.model_validate(r)
+        seen.setdefault((record.item, record.attempt), record)
+    return list(seen.values())
 
 
 class HasId(Protocol):
@@ -272,7 +283,9 @@ def run_eval(
         if progress is not None:
             progress(result)
     asked = asked_attempts(records, items, settings.attempts)
-    summary = summarize(asked, settings.attempts).model_copy(update={"settings": settings.recorded().settings})
+    interval = pass_at_1(asked) if asked else None  # over items: what the CLI prints, kept with the figures
+    update = {"settings": settings.recorded().settings, "pass_at_1_ci": interval}
+    summary = summarize(asked, settings.attempts).model_copy(update=update)
     write_atomic(out / SUMMARY, summary.model_dump_json(indent=2) + "\n")
     return summary
 

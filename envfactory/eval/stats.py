@@ -13,6 +13,7 @@ between-item variance that two separate intervals would count twice. Runs over d
 
 from __future__ import annotations
 
+import math
 import random
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -88,11 +89,14 @@ def _percentiles(means: list[float], level: float) -> tuple[float, float]:
 def bootstrap_mean(
     values: Sequence[float], *, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = 0
 ) -> Interval:
-    """The mean of per-item values with a percentile-bootstrap interval over items."""
+    """The mean of per-item values with a percentile-bootstrap interval over items. With very few items (or all
+    equal) the interval is as narrow as the data, not as the truth: one item gives [x, x]."""
     _check(level, resamples)
     n = len(values)
     if n == 0:
         raise StatsError("no item to estimate over: the evaluation holds no attempt")
+    if any(not math.isfinite(v) for v in values):
+        raise StatsError("an item's value is not a finite number (NaN or infinite): no interval over it")
     rng = random.Random(seed)
     means = [sum(rng.choices(values, k=n)) / n for _ in range(resamples)]
     low, high = _percentiles(means, level)

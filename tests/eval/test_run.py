@@ -8,6 +8,7 @@ a killed run resumes with no attempt lost or duplicated.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,40 @@ def test_a_killed_run_resumes_with_no_attempt_lost_or_duplicated(
     keys = [(r.item, r.attempt) for r in done_attempts(tmp_path)]
     assert sorted(keys) == sorted({(i.id, k) for i in subset for k in range(2)}) and len(keys) == len(set(keys))
     assert summary.attempts == 8 and summary.success_rate == 1.0
+    kept = json.loads((tmp_path / "summary.json").read_text())["pass_at_1_ci"]  # the interval the CLI prints, kept
+    assert kept["estimate"] == 1.0 and kept["items"] == 4 and kept["level"] == 0.95
+    log.write_text(log.read_text() + log.read_text().splitlines()[0] + "\n")  # a line written twice (two writers)
+    assert len(done_attempts(tmp_path)) == 8  # counted once
+
+
+def test_the_table_shows_one_k_for_every_row_when_items_had_unequal_attempts(
+    items: list[EvalItem], pool: EnvPool, tmp_path: Path
+) -> None:
+    """An item whose later attempts could not run made the header say pass@1 while the other rows printed their own
+    pass@2 under it."""
+    from envfactory.cli.eval import summary_table
+
+    short, half, good = items[0].id, items[1].id, turns(pool)
+
+    def flaky(model: Any, item: EvalItem, k: int) -> Any:
+        if item.id == short and k > 0:
+            raise OSError("worker lost")
+        return good(model, item, k)
+
+    chosen = items[:3]
+    script: list[Any] = []
+    for i in chosen:
+        for k in range(2):
+            if i.id == short and k > 0:
+                continue
+            script += ["I cannot."] if (i.id == half and k == 1) else truth_play(i)  # `half` solves 1 of 2
+    summary = run_eval(chosen, lambda: ScriptedChatModel(script=script), flaky, tmp_path, EvalSettings(attempts=2))
+    assert list(summary.pass_rates.pass_at) == [1]
+    table = summary_table(summary)
+    assert table.columns[5].header == "pass@1"
+    groups = [summary, *summary.by_env.values(), *summary.by_kind.values(), *summary.by_chain_length.values()]
+    assert list(table.columns[5]._cells) == [f"{g.pass_rates.pass_at[1]:.3f}" for g in groups]
+    assert any(g.pass_rates.pass_at.get(2, g.pass_rates.pass_at[1]) != g.pass_rates.pass_at[1] for g in groups)
 
 
 def test_a_source_that_is_not_conversations_is_one_clear_error(tmp_path: Path) -> None:
@@ -180,7 +215,6 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
     run_dir: Path, items: list[EvalItem], tmp_path: Path
 ) -> None:
     """`envfactory eval` end to end in a subprocess, the scripted model set through the eval role's settings."""
-    import os
     import subprocess
     import sys
 

@@ -117,3 +117,5 @@ def test_degenerate_and_wrong_inputs() -> None:
         bootstrap_mean([1.0], level=95)
     with pytest.raises(StatsError, match="at least one resample"):
         bootstrap_mean([1.0], resamples=0)
+    with pytest.raises(StatsError, match="not a finite number"):
+        bootstrap_mean([0.5, float("nan")])
