@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import operator
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal
 
 from langgraph.runtime import Runtime
+from typing_extensions import TypedDict  # pydantic (Studio's JSON schemas) needs it below Python 3.12
 
 from envfactory.config import Settings, get_settings
 from envfactory.env.metadata import EnvMetadata

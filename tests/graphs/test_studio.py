@@ -41,3 +41,23 @@ async def test_sdk_run_interrupt_read_state_resume(dev_server: str) -> None:
     assert state["next"] == [] and state["values"]["revision"] == 1
     history = await client.threads.get_history(thread["thread_id"], limit=50)
     assert len(history) >= 7  # input, search, code, test, revise, test, register
+
+
+@pytest.mark.parametrize("name", ["envgen", "querygen"])
+def test_every_graph_of_langgraph_json_gives_studio_its_schemas(name: str) -> None:
+    """Studio builds its input form from the graph's input schema: on Python 3.11 a `typing.TypedDict` state made
+    pydantic refuse it (EnvGen's), and Studio showed no form."""
+    import importlib.util
+    import json
+
+    from tests.support.paths import ROOT
+
+    graphs = json.loads((ROOT / "langgraph.json").read_text())["graphs"]
+    assert set(graphs) == {"envgen", "querygen"}
+    path, attr = graphs[name].split(":")
+    spec = importlib.util.spec_from_file_location(f"studio_{name}", ROOT / path)  # by file, as `langgraph dev` loads it
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    graph = getattr(module, attr)
+    assert graph.get_input_jsonschema()["properties"] and graph.get_output_jsonschema()["properties"]
