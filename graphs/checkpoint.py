@@ -40,11 +40,26 @@ def open_checkpointer(settings: Settings | None = None) -> Iterator[BaseCheckpoi
 
     path = checkpoint_path(settings)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not path.is_file():
+        raise EnvFactoryError(f"{path}: not a file, where the checkpoint database goes: {_ASIDE}")
     conn = sqlite3.connect(str(path), check_same_thread=False)
     try:
-        yield SqliteSaver(conn)
+        try:  # read (and set up) here, so a damaged or foreign file is one line, not a traceback at first use
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(checkpoints)")}
+            if tables and not {"thread_id", "checkpoint_ns", "checkpoint_id"} <= columns:
+                shown = ", ".join(sorted(tables)[:5])
+                raise EnvFactoryError(f"{path}: a SQLite database of something else (tables: {shown}): {_ASIDE}")
+            saver = SqliteSaver(conn)
+            saver.setup()
+        except sqlite3.DatabaseError as e:
+            raise EnvFactoryError(f"{path}: not a readable checkpoint database ({e}): {_ASIDE}") from None
+        yield saver
     finally:
         conn.close()
+
+
+_ASIDE = "move it aside (its threads cannot be resumed), or set ENVFACTORY_DATA_DIR to another folder"
 
 
 def process_checkpointer(runner: Shipped, settings: Settings) -> BaseCheckpointSaver[str]:

@@ -160,3 +160,34 @@ def test_a_failed_run_leaves_its_code_and_report_on_disk_and_exits_non_zero(
     assert len(kept) == 1, res.stdout
     assert (kept[0] / "env.py").read_text() == code("good")
     assert (kept[0] / "report.json").is_file() and kept[0].name in res.stdout.replace("\n", "")
+
+
+def _garbage(path: Path) -> None:
+    path.write_bytes(bytes(range(256)) * 16)
+
+
+def _foreign(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE checkpoints (x)")  # another program's file, a table of the same name
+
+
+def _a_folder(path: Path) -> None:
+    path.mkdir()
+
+
+@pytest.mark.parametrize("spoil", [_garbage, _foreign, _a_folder])
+def test_a_damaged_or_foreign_checkpoint_database_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spoil: Any
+) -> None:
+    """`envgen threads` / `history` / `resume` / `run` gave a 45-line sqlite3 traceback, the file never named."""
+    from envfactory.config import Settings
+    from envfactory.errors import EnvFactoryError
+    from graphs.checkpoint import checkpoint_path
+
+    settings = Settings(root=tmp_path, data_dir=tmp_path / "data")
+    path = checkpoint_path(settings)
+    path.parent.mkdir(parents=True)
+    spoil(path)
+    with pytest.raises(EnvFactoryError) as caught, open_checkpointer(settings):
+        pass
+    assert str(path) in str(caught.value) and "move it aside" in str(caught.value) and "\n" not in str(caught.value)
