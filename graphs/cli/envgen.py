@@ -220,6 +220,7 @@ def resume(
         snap = graph.get_state(cfg)
         if not snap.values:
             raise EnvFactoryError(f"no checkpoint for thread '{thread}' (`envfactory envgen threads` lists them)")
+        _refuse_other_graphs(saver, thread)
         if not snap.next:
             given = [
                 option
@@ -253,6 +254,8 @@ def history(thread: str) -> None:
     with open_checkpointer(get_settings()) as saver:
         graph = build(saver)
         snaps = list(graph.get_state_history({"configurable": {"thread_id": thread}}))
+        if snaps:
+            _refuse_other_graphs(saver, thread)
     if not snaps:
         raise EnvFactoryError(f"no checkpoint for thread '{thread}' (`envfactory envgen threads` lists them)")
     table = Table("step", "ran", "next", "revision", "status", "tests passed", "checkpoint")
@@ -275,6 +278,23 @@ def history(thread: str) -> None:
     out.print(table)
 
 
+def _is_envgen(saver: Any, thread: str) -> bool:
+    """Whether `thread` is an EnvGen run: its state holds the `request` EnvGen starts from (`synth` in LLM mode writes
+    its QueryGen threads to the same database; a thread id is free text, so its prefix proves nothing)."""
+    found = saver.get_tuple({"configurable": {"thread_id": thread}})
+    values = (found.checkpoint.get("channel_values") or {}) if found is not None else {}
+    start = values.get("__start__")
+    return "request" in values or (isinstance(start, dict) and "request" in start)
+
+
+def _refuse_other_graphs(saver: Any, thread: str) -> None:
+    if not _is_envgen(saver, thread):
+        raise EnvFactoryError(
+            f"thread '{thread}' is not an EnvGen run (synth's QueryGen keeps its threads in the same database): "
+            "`envfactory envgen threads` lists EnvGen's"
+        )
+
+
 @app.command("threads")
 def threads_cmd() -> None:
     """Every EnvGen thread in the checkpointer, newest first: its environment, status and what is next."""
@@ -286,6 +306,9 @@ def threads_cmd() -> None:
             checkpoint = str(item.config["configurable"].get("checkpoint_id", ""))
             if checkpoint > latest.get(thread, ""):
                 latest[thread] = checkpoint
+        others = [t for t in latest if not _is_envgen(saver, t)]  # synth's QueryGen threads share the database
+        for thread in others:
+            del latest[thread]
         table = Table("thread", "environment", "status", "next", "revision", "output / failure")
         for thread in sorted(latest, key=lambda t: latest[t], reverse=True):
             snap = graph.get_state({"configurable": {"thread_id": thread}})
@@ -301,7 +324,13 @@ def threads_cmd() -> None:
                 safe(values.get("revision", "")),
                 safe(values.get("output") or values.get("failure") or ""),
             )
+    note = f"{len(others)} thread(s) of synth's QueryGen in the same database, not shown" if others else ""
     if not latest:
-        out.print("no EnvGen threads yet: start one with `envfactory envgen run`", highlight=False)
+        out.print(
+            f"no EnvGen threads yet: start one with `envfactory envgen run`{f' ({note})' if note else ''}",
+            highlight=False,
+        )
         return
     out.print(table)
+    if note:
+        out.print(note, highlight=False)

@@ -191,3 +191,29 @@ def test_a_damaged_or_foreign_checkpoint_database_is_one_line_naming_it(
     with pytest.raises(EnvFactoryError) as caught, open_checkpointer(settings):
         pass
     assert str(path) in str(caught.value) and "move it aside" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_synths_querygen_threads_in_the_same_database_are_not_envgens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`synth` in LLM mode checkpoints its QueryGen units into the same database: `threads` listed them as blank
+    rows and `resume` of one said "has finished: None" and exited 0."""
+    from graphs.querygen.graph import build as build_querygen
+
+    setup_project(tmp_path, monkeypatch, {"code/generate": [fenced(code("good"))], "test/scenarios": [SCENARIOS]})
+    other = "querygen-0a1b2c3d-unit-0007"
+    with open_checkpointer(get_settings()) as saver:  # a QueryGen unit stopped before its first node (no model)
+        graph = build_querygen(saver)
+        cfg: Any = {"configurable": {"thread_id": other}}
+        start = {"chain": {"servers": ["hotels"], "tools": []}, "seed": 7, "conversation_id": "unit-0007"}
+        graph.invoke(start, cfg, interrupt_before=["prepare"], durability="sync")
+    listed = _cli("envgen", "threads")
+    assert listed.code == 0 and other not in listed.stdout and "no EnvGen threads yet" in listed.stdout
+    assert "1 thread(s) of synth's QueryGen" in listed.stdout
+    for command in ("resume", "history"):
+        refused = _cli("envgen", command, other)
+        assert refused.code == 1 and "is not an EnvGen run" in refused.stderr, (command, refused)
+    ours = _cli("envgen", "run", "--metadata", str(METADATA), "--thread-id", "mine-without-prefix")
+    assert ours.code == 0, ours.stderr
+    listed = _cli("envgen", "threads").stdout
+    assert "mine-without-prefix" in listed and other not in listed
