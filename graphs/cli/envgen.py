@@ -42,6 +42,43 @@ def _context(prompt: list[str], budget: int | None, threshold: float | None, dra
     return EnvGenContext(prompt_overrides=overrides, revision_budget=budget, pass_threshold=threshold, draft=draft)
 
 
+def _options(ctx: EnvGenContext) -> dict[str, Any]:
+    """The options a thread keeps (what `_context` made of the flags)."""
+    return {
+        "prompt_overrides": dict(ctx.prompt_overrides),
+        "revision_budget": ctx.revision_budget,
+        "pass_threshold": ctx.pass_threshold,
+        "draft": ctx.draft,
+    }
+
+
+_FLAGS = {"prompt_overrides": "--prompt", "revision_budget": "--budget", "pass_threshold": "--threshold"}
+
+
+def _resumed_context(
+    thread: str, kept: Any, prompt: list[str], budget: int | None, threshold: float | None, draft: bool | None
+) -> EnvGenContext:
+    """The context a resume goes on with: the options the thread was started with, each flag given now in their
+    place, and every option that so changes said (a resume forgot `--budget 1` and ran to the default 3)."""
+    given = _context(prompt, budget, threshold, True if draft is None else draft)
+    if not isinstance(kept, dict):  # a thread from before options were kept: the flags alone, as before
+        return given
+    ctx = EnvGenContext(
+        prompt_overrides={**(kept.get("prompt_overrides") or {}), **given.prompt_overrides},
+        revision_budget=budget if budget is not None else kept.get("revision_budget"),
+        pass_threshold=threshold if threshold is not None else kept.get("pass_threshold"),
+        draft=bool(kept.get("draft", True)) if draft is None else draft,
+    )
+    for key, flag in {**_FLAGS, "draft": "--draft"}.items():
+        before, now = kept.get(key), getattr(ctx, key)
+        if before != now and (before or now is not None):
+            out.print(
+                f"thread {safe(thread)} was started with {flag} {safe(before)}; resuming with {safe(now)}",
+                highlight=False,
+            )
+    return ctx
+
+
 def _preflight(requests: list[EnvGenRequest], ctx: EnvGenContext, settings: Settings) -> None:
     """Everything the user handed us, read and checked before a thread starts: a bad metadata or OpenAPI file,
     a prompt override that is missing or does not render, or no model for a role the runs need is one line
@@ -180,7 +217,11 @@ def run(
     ):
         task = progress.add_task("envgen", total=len(requests))
         local = saver if runs_on.name == "local" else None  # Ray workers open their own
-        jobs: list[Job] = [(t, {"request": r.model_dump(mode="json")}) for t, r in zip(threads, requests, strict=True)]
+        options = _options(ctx)  # kept with each thread: a resume goes on as the run started
+        jobs: list[Job] = [
+            (t, {"request": r.model_dump(mode="json"), "options": options})
+            for t, r in zip(threads, requests, strict=True)
+        ]
         for (thread, _), result in runs_on.map(EnvGenRunner(settings, ctx, stops, local), jobs):
             if isinstance(result, dict):
                 rows.append(result)
@@ -210,10 +251,15 @@ def resume(
     budget: Annotated[int | None, typer.Option(min=0, help="revision budget")] = None,
     threshold: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="pass threshold, 0-1")] = None,
     draft: Annotated[
-        bool, typer.Option("--draft/--no-draft", help="as for `run`, when the code step is still to come")
-    ] = True,
+        bool | None,
+        typer.Option(
+            "--draft/--no-draft", help="as for `run`, when the code step is still to come (default: the run's)"
+        ),
+    ] = None,
 ) -> None:
-    """Continue a thread from its last checkpoint (after an interrupt or a crash)."""
+    """Continue a thread from its last checkpoint (after an interrupt or a crash), with the options it was started
+    with (`--prompt`, `--budget`, `--threshold`, `--draft`); an option given here takes the place of the run's, and
+    says so."""
     with open_checkpointer(get_settings()) as saver:
         graph = build(saver)
         cfg: Any = {"configurable": {"thread_id": thread}}
@@ -240,9 +286,8 @@ def resume(
             out.print(f"thread {safe(thread)} has finished: {safe(snap.values.get('status'))}", highlight=False)
             _summary([{"thread": thread, **snap.values}])
             return
-        row = run_one(
-            saver, thread, None, _context(prompt or [], budget, threshold, draft), _check_nodes(interrupt_before or [])
-        )
+        ctx = _resumed_context(thread, snap.values.get("options"), prompt or [], budget, threshold, draft)
+        row = run_one(saver, thread, None, ctx, _check_nodes(interrupt_before or []))
         _keep_failed([row], get_settings(), saver)
     _summary([row])
     _exit_status([row])

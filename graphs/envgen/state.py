@@ -30,6 +30,9 @@ class EnvGenState(TypedDict, total=False):
     status: Status
     failure: str | None
     output: str | None  # where register / reject wrote the environment
+    # the run's options as `envgen run` was given them (RunOptions): kept with the thread so that `envgen resume`
+    # goes on as the run started (the context is not checkpointed); no node reads it
+    options: dict[str, Any] | None
 
 
 @dataclass

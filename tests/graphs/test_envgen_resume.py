@@ -217,3 +217,53 @@ def test_synths_querygen_threads_in_the_same_database_are_not_envgens(
     assert ours.code == 0, ours.stderr
     listed = _cli("envgen", "threads").stdout
     assert "mine-without-prefix" in listed and other not in listed
+
+
+def test_a_resume_goes_on_with_the_options_the_run_was_started_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--budget 1` then an interrupt: a plain `resume` used the default budget (3), so the run that the budget
+    rejects uninterrupted was registered after a second revision. The run's options are kept with its thread; one
+    given to `resume` takes its place and is said."""
+    script = {
+        "code/generate": [fenced(code("bug"))] * 2,
+        "test/scenarios": [SCENARIOS] * 2,
+        "code/revise": [fenced(code("nodelete")), fenced(code("good"))] * 2,
+    }
+    setup_project(tmp_path, monkeypatch, script)
+    straight = _cli("envgen", "run", "--metadata", str(METADATA), "--thread-id", "straight", "--budget", "1")
+    assert "rejected" in straight.stdout, straight.stdout
+    stepped = _cli(
+        "envgen",
+        "run",
+        "--metadata",
+        str(METADATA),
+        "--thread-id",
+        "stepped",
+        "--budget",
+        "1",
+        "--interrupt-before",
+        "revise",
+    )
+    assert "interrupted before revise" in stepped.stdout, stepped.stdout + stepped.stderr
+    resumed = _cli("envgen", "resume", "stepped")
+    assert "rejected" in resumed.stdout and "registered" not in resumed.stdout, resumed.stdout  # the same outcome
+    assert "was started with" not in resumed.stdout  # nothing changed: nothing said
+    with open_checkpointer(get_settings()) as saver:
+        kept = build(saver).get_state({"configurable": {"thread_id": "stepped"}}).values["options"]
+    assert kept["revision_budget"] == 1 and kept["prompt_overrides"] == {}
+    other = _cli(
+        "envgen",
+        "run",
+        "--metadata",
+        str(METADATA),
+        "--thread-id",
+        "other",
+        "--budget",
+        "1",
+        "--interrupt-before",
+        "revise",
+    )
+    assert other.code == 0
+    changed = _cli("envgen", "resume", "other", "--budget", "3")
+    assert "was started with --budget 1; resuming with 3" in changed.stdout, changed.stdout
