@@ -166,6 +166,11 @@ def fit_law(law: Law | str, table: RunTable, *, seed: int = 0, restarts: int = 8
     if len(table) < int(free.sum()) + 1:
         raise _too_few(spec, fixed, len(table))
     f, y = table.features(), table.scores()
+    if float(np.ptp(y)) <= 1e-9:  # all zeros, all ones: any law fits it, its errors are rounding and its SEs huge
+        raise FitError(
+            f"every run scored {y[0]:g}: a score that does not vary says nothing of how it scales "
+            "(a harder evaluation, more attempts, or runs further apart give scores to fit)"
+        )
     spec.check_identifiable(f, frozenset(n for n in spec.param_names if n not in fixed))
     held = np.array([fixed.get(name, 0.0) for name in spec.param_names], dtype=float)
     rng = np.random.default_rng(seed)

@@ -107,6 +107,16 @@ def test_bad_fixed_parameters() -> None:
     assert free_count("composition", {"nu": 1.0, "a0": 0.0}) == 4 and free_count("n_only", {"nu": 1.0}) == 2
 
 
+@pytest.mark.parametrize("score", [0.0, 1.0, 0.4])
+def test_scores_that_do_not_vary_are_refused(score: float) -> None:
+    """All zeros (or ones) fitted with near-zero error and standard errors up to 1e10, and the report put a ratio of
+    two rounding errors beside SynthAPI's."""
+    table = RunTable(runs=[Run(apps=a, tasks=t, states=1, depth=1, score=score) for a in (1, 2, 4) for t in (2, 8)])
+    for law in ("composition", "n_only"):
+        with pytest.raises(ScalingError, match=f"every run scored {score:g}"):
+            fit_law(law, table)
+
+
 def test_cli_fit_with_fixed_parameters(tmp_path: Path) -> None:
     runner = CliRunner()
     path = tmp_path / "runs.csv"
