@@ -1,9 +1,9 @@
 """Suggesting a composition for a task budget: the (A, T, S, D) the fitted law predicts best.
 
 For a budget of N training instances (N = A×T×S) the search tries every A and S among the divisors
-of N and the powers of two (within the limits), sets T = ⌊N/(A·S)⌋ (capped by `max_tasks`), so a
-composition uses N′ = A·T·S ≤ N instances — exactly N when A·S divides it — and tries every allowed
-depth D. Candidates are ranked by the composition law's prediction.
+of N, the powers of two and the limits themselves (`max_apps`: the apps you have), sets T = ⌊N/(A·S)⌋
+(capped by `max_tasks`), so a composition uses N′ = A·T·S ≤ N instances — exactly N when A·S divides
+it — and tries every allowed depth D. Candidates are ranked by the composition law's prediction.
 
 The law sees A, S and D only through the product A·S·D, so compositions with the same product and
 the same T tie. Each tie is listed once, by its representative with the most apps (tool diversity:
@@ -74,10 +74,12 @@ def _divisors(n: int) -> list[int]:
 
 
 def candidates(n: int, low: int, high: int | None) -> list[int]:
-    """Divisors of n and powers of two up to n, within [low, high]."""
+    """Divisors of n and powers of two up to n, within [low, high], and both ends of that range themselves (the
+    apps you have, `max_apps`, is a composition to try whether or not it divides the budget)."""
     top = n if high is None else min(n, high)
     values = set(_divisors(n))
     values.update(1 << k for k in range(n.bit_length()))
+    values.update((low, top))
     return sorted(v for v in values if low <= v <= top)
 
 

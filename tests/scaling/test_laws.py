@@ -244,6 +244,9 @@ def test_budget_respects_limits_and_collapses_ties() -> None:
     # a budget that is not a power of two: A·S from divisors and powers of two, T = ⌊N/(A·S)⌋
     odd = suggest_compositions(DEFAULT_PARAMS, 1000, CompositionLimits(max_apps=64, depths=[1]), top=3)
     assert all(s.n <= 1000 for s in odd) and odd[0].n >= 900
+    # the apps you have are tried whether or not they divide the budget (364 with 3 apps left A=3 out)
+    three = suggest_compositions(DEFAULT_PARAMS, 364, CompositionLimits(max_apps=3, max_states=1, depths=[2]), top=1)
+    assert three[0].apps == 3 and three[0].n <= 364
 
 
 def test_budget_errors() -> None:
