@@ -54,8 +54,11 @@ class PromptFile(BaseModel):
     messages: list[PromptMessage] = Field(min_length=1)
 
 
-def template_fields(prompt: str, template: str, where: str) -> set[str]:
-    """The `{placeholder}` names in a template; only plain identifiers are allowed."""
+def template_fields(prompt: str, template: str, where: str, source: str | None = None) -> set[str]:
+    """The `{placeholder}` names in a template; only plain identifiers are allowed. `source`: the prompt's file,
+    named in the error (an override's, not the library's)."""
+    if source is not None:
+        where = f"{source}: {where}"
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as e:
@@ -109,7 +112,7 @@ class Prompt:
             raise PromptError(f"prompt '{self.name}' ({self.source}): variable '{dupes[0]}' is declared twice")
         used: set[str] = set()
         for i, message in enumerate(self.messages):
-            fields = template_fields(self.name, message.content, f"message {i} ({message.role})")
+            fields = template_fields(self.name, message.content, f"message {i} ({message.role})", self.source)
             undeclared = sorted(fields - declared)
             if undeclared:
                 raise PromptError(

@@ -92,7 +92,7 @@ def test_template_errors_at_load_name_prompt_and_variable(
     )
     with pytest.raises(PromptError) as e:
         PromptLibrary(tmp_path)
-    assert "prompt 'grp/bad'" in str(e.value)
+    assert "prompt 'grp/bad'" in str(e.value) and str(tmp_path / "grp" / "bad.yaml") in str(e.value)  # the file too
     assert needle in str(e.value)
 
 
