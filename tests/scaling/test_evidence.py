@@ -156,7 +156,10 @@ def test_a_row_needs_a_whole_evaluation_of_held_out_tasks_in_one_metric(
             "training conversations",
         ),
         "no attempt ran": (variant("none", summary={"attempts": 0, "items": 0}), "no attempt of this evaluation ran"),
-        "--limit": (variant("limit", settings={**record, "context": {**(record.get("context") or {}), "limit": 2}}), "--limit 2"),
+        "--limit": (
+            variant("limit", settings={**record, "context": {**(record.get("context") or {}), "limit": 2}}),
+            "--limit 2",
+        ),
         "attempts missing": (variant("short", summary={"attempts": 1}), "did not run"),
         "a failure never rerun": (
             variant("failed", failures='{"item": "nope", "attempt": 0, "reason": "OSError"}\n'),
