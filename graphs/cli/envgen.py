@@ -26,6 +26,7 @@ from envfactory_agents.search import EnvGenRequest
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import EnvGenContext, build
 from graphs.envgen.batch import EnvGenRunner, Job, run_one
+from graphs.envgen.state import EnvGenState
 
 app = typer.Typer(no_args_is_help=True, help="EnvGen: synthesize and verify new environments (LangGraph).")
 out = SafeConsole()  # what a run recorded (names, a model's failure text, checkpoints) is printed through `safe`
@@ -324,12 +325,18 @@ def history(thread: str) -> None:
 
 
 def _is_envgen(saver: Any, thread: str) -> bool:
-    """Whether `thread` is an EnvGen run: its state holds the `request` EnvGen starts from (`synth` in LLM mode writes
-    its QueryGen threads to the same database; a thread id is free text, so its prefix proves nothing)."""
+    """Whether `thread` is an EnvGen run: its state holds EnvGen's keys and no other graph's (`synth` in LLM mode
+    writes its QueryGen threads to the same database; a thread id is free text, so its prefix proves nothing)."""
     found = saver.get_tuple({"configurable": {"thread_id": thread}})
-    values = (found.checkpoint.get("channel_values") or {}) if found is not None else {}
-    start = values.get("__start__")
-    return "request" in values or (isinstance(start, dict) and "request" in start)
+    values = dict(found.checkpoint.get("channel_values") or {}) if found is not None else {}
+    start = values.pop("__start__", None)
+    keys = {k for k in values if not k.startswith(("__", "branch:"))} | (
+        set(start) if isinstance(start, dict) else set()
+    )
+    return bool(keys & _ENVGEN_KEYS) and keys <= _ENVGEN_KEYS
+
+
+_ENVGEN_KEYS = frozenset(EnvGenState.__annotations__)
 
 
 def _refuse_other_graphs(saver: Any, thread: str) -> None:
