@@ -348,8 +348,13 @@ def _refuse_other_graphs(saver: Any, thread: str) -> None:
 
 
 @app.command("threads")
-def threads_cmd() -> None:
+def threads_cmd(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON object a line (thread ids whole, for scripts), not a table")
+    ] = False,
+) -> None:
     """Every EnvGen thread in the checkpointer, newest first: its environment, status and what is next."""
+    rows: list[dict[str, Any]] = []
     with open_checkpointer(get_settings()) as saver:
         graph = build(saver)
         latest: dict[str, str] = {}  # thread -> its newest checkpoint id (ids sort by time)
@@ -368,14 +373,20 @@ def threads_cmd() -> None:
             status = values.get("status", "")
             if snap.next:
                 status = f"interrupted before {', '.join(snap.next)}"
-            table.add_row(
-                safe(thread),
-                safe((values.get("metadata") or {}).get("name", "")),
-                safe(status),
-                safe(", ".join(snap.next)),
-                safe(values.get("revision", "")),
-                safe(values.get("output") or values.get("failure") or ""),
-            )
+            row = {
+                "thread": thread,
+                "environment": (values.get("metadata") or {}).get("name", ""),
+                "status": status,
+                "next": list(snap.next),
+                "revision": values.get("revision", ""),
+                "output": values.get("output") or values.get("failure") or "",
+            }
+            rows.append(row)
+            table.add_row(*(safe(", ".join(v) if isinstance(v, list) else v) for v in row.values()))
+    if as_json:  # plain lines on stdout: no table folds an id, nothing is styled
+        for row in rows:
+            print(json.dumps(row, default=str))  # ASCII: no terminal control reaches the screen
+        return
     note = f"{len(others)} thread(s) of synth's QueryGen in the same database, not shown" if others else ""
     if not latest:
         out.print(

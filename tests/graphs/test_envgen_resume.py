@@ -267,3 +267,17 @@ def test_a_resume_goes_on_with_the_options_the_run_was_started_with(
     assert other.code == 0
     changed = _cli("envgen", "resume", "other", "--budget", "3")
     assert "was started with --budget 1; resuming with 3" in changed.stdout, changed.stdout
+
+
+def test_threads_as_json_lines_hold_the_ids_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table folds a long thread id in a pipe or a narrow terminal: `--json` gives one object a line to script on."""
+    import json
+
+    monkeypatch.setenv("COLUMNS", "40")
+    setup_project(tmp_path, monkeypatch, {"code/generate": [fenced(code("good"))], "test/scenarios": [SCENARIOS]})
+    thread = "envgen-a-rather-long-thread-id-0123456789"
+    assert _cli("envgen", "run", "--metadata", str(METADATA), "--thread-id", thread).code == 0
+    listed = _cli("envgen", "threads", "--json")
+    rows = [json.loads(line) for line in listed.stdout.splitlines() if line.strip()]
+    assert listed.code == 0 and [r["thread"] for r in rows] == [thread], listed.stdout
+    assert rows[0]["status"] == "registered" and rows[0]["next"] == [] and rows[0]["environment"]
