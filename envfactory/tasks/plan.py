@@ -225,21 +225,22 @@ def _cut(chain: ToolChain, config: SynthConfig, env: str, task: int) -> ToolChai
 def heldout_tasks(config: SynthConfig, env: str, n: int) -> set[int]:
     """The task indices of `env` held out: all of a held-out environment, else a seeded share of its tasks
     (every state variant of a task goes the same way, so no held-out task is seen in training)."""
-    if env in config.holdout_envs:
-        return set(range(n))
-    k = round(n * config.holdout_tasks)
-    return set(random.Random(stable_seed(config.seed, env, "holdout")).sample(range(n), k)) if k else set()
+    return _held_share(config, env, range(n), "holdout")
 
 
 def heldout_extras(config: SynthConfig, env: str, n_tasks: int, n_pool: int) -> set[int]:
     """The chains past the tasks (`n_tasks` to `n_pool`: what offline conversations join after their own) kept for
     held-out conversations: the same share as the tasks, all of a held-out environment. A conversation joins chains
     of its own split only, so no chain a held-out conversation holds is seen in training, nor the other way."""
-    extras = range(n_tasks, n_pool)
+    return _held_share(config, env, range(n_tasks, n_pool), "holdout extras")
+
+
+def _held_share(config: SynthConfig, env: str, indices: range, salt: str) -> set[int]:
+    """All of `indices` for a held-out environment, else a share `holdout_tasks` of them, seeded by `salt`."""
     if env in config.holdout_envs:
-        return set(extras)
-    k = round(len(extras) * config.holdout_tasks)
-    return set(random.Random(stable_seed(config.seed, env, "holdout extras")).sample(extras, k)) if k else set()
+        return set(indices)
+    k = round(len(indices) * config.holdout_tasks)
+    return set(random.Random(stable_seed(config.seed, env, salt)).sample(indices, k)) if k else set()
 
 
 def _chains_from(sampler: TopologySampler, graph: ToolGraph, env: str, config: SynthConfig, n: int) -> list[ToolChain]:
