@@ -5,13 +5,12 @@ plan → synth → export → train → eval → `scaling add` → `scaling fit`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from envfactory.inputs import read_json
+from envfactory.inputs import read_json, read_jsonl_log
 from envfactory.records.run_folder import ATTEMPTS, CONVERSATIONS, FAILURES, HELDOUT
 from envfactory.run_settings import SETTINGS_FILE, file_sha256
 from envfactory.scaling.errors import RunTableError
@@ -62,14 +61,30 @@ def run_from(synth: Path, evaluation: Path, *, metric: Metric, model: str | None
         )
     summary = _summary(evaluation, "evaluation")
     score, what = score_of(summary, metric, evaluation)
-    _check_evaluated(synth, evaluation)
-    _check_complete(evaluation, summary)
+    record = _eval_settings(evaluation)
+    _check_evaluated(synth, evaluation, record)
+    _check_complete(evaluation, summary, record)
     return Run(
         apps=comp.A, tasks=comp.T, states=comp.S, depth=comp.D, score=score, model=model, label=label, metric=what
     )
 
 
-def _check_complete(evaluation: Path, summary: dict[str, Any]) -> None:
+def _eval_settings(evaluation: Path) -> dict[str, Any] | None:
+    """The evaluation's `settings.json` record (None: it has none, or not an object)."""
+    path = (evaluation if evaluation.is_dir() else evaluation.parent) / SETTINGS_FILE
+    if not path.is_file():
+        return None
+    record = read_json(path, what="evaluation settings", error=RunTableError)
+    return record if isinstance(record, dict) else None
+
+
+def _part(record: dict[str, Any] | None, key: str) -> dict[str, Any]:
+    """`record[key]` when it is an object, else empty."""
+    value = record.get(key) if record is not None else None
+    return value if isinstance(value, dict) else {}
+
+
+def _check_complete(evaluation: Path, summary: dict[str, Any], record: dict[str, Any] | None) -> None:
     """A row's score is that of a whole evaluation: some attempts ran, of every item it was given (no `--limit`),
     each as many times as it asked (an attempt that could not run is in failures.jsonl until a rerun makes it)."""
     folder = evaluation if evaluation.is_dir() else evaluation.parent
@@ -78,20 +93,13 @@ def _check_complete(evaluation: Path, summary: dict[str, Any]) -> None:
         raise RunTableError(
             f"{evaluation}: no attempt of this evaluation ran (see its failures.jsonl): no score to add"
         )
-    record = (
-        read_json(folder / SETTINGS_FILE, what="evaluation settings", error=RunTableError)
-        if (folder / SETTINGS_FILE).is_file()
-        else None
-    )
-    context = record.get("context") if isinstance(record, dict) else None
-    limit = context.get("limit") if isinstance(context, dict) else None
+    limit = _part(record, "context").get("limit")
     if isinstance(limit, int):
         raise RunTableError(
             f"{evaluation}: evaluated with --limit {limit} (the first items only): a row needs the whole evaluation; "
             "rerun it without --limit (the attempts made are kept)"
         )
-    inner = record.get("settings") if isinstance(record, dict) else None
-    k = inner.get("attempts") if isinstance(inner, dict) else None
+    k = _part(record, "settings").get("attempts")
     if isinstance(k, int) and attempts != items * k:
         raise RunTableError(
             f"{evaluation}: {items * k - attempts} of {items} items' {k} attempts each did not run (failures.jsonl): "
@@ -107,35 +115,19 @@ def _unfinished(folder: Path) -> bool:
     """Whether failures.jsonl names an (item, attempt) that attempts.jsonl does not hold."""
 
     def pairs(name: str) -> set[tuple[Any, Any]]:
-        path = folder / name
-        if not path.is_file():
-            return set()
-        out: set[tuple[Any, Any]] = set()
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a torn line: not an attempt
-            if isinstance(row, dict):
-                out.add((row.get("item"), row.get("attempt")))
-        return out
+        rows = read_jsonl_log(folder / name, repair=False, error=RunTableError)  # a torn last line: not an attempt
+        return {(row.get("item"), row.get("attempt")) for row in rows if isinstance(row, dict)}
 
     return bool(pairs(FAILURES) - pairs(ATTEMPTS))
 
 
-def _check_evaluated(synth: Path, evaluation: Path) -> None:
-    """An evaluation of a synth run's split must be of *this* run: the sha256 its `settings.json` records of the
-    file it read is that of this run's file (wherever either folder lives now). An evaluation on a benchmark
+def _check_evaluated(synth: Path, evaluation: Path, record: dict[str, Any] | None) -> None:
+    """An evaluation of a synth run's split must be of *this* run: the sha256 its `settings.json` (`record`) records
+    of the file it read is that of this run's file (wherever either folder lives now). An evaluation on a benchmark
     suite, or on a conversations file that is no run's split (a shared test set), may score a model trained on any
     run; one without settings is taken as it is."""
-    settings = evaluation / SETTINGS_FILE if evaluation.is_dir() else evaluation.parent / SETTINGS_FILE
-    if not settings.is_file():
-        return
-    record = read_json(settings, what="evaluation settings", error=RunTableError)
-    inner = record.get("settings") if isinstance(record, dict) else None
-    data = inner.get("data") if isinstance(inner, dict) else None
-    context = record.get("context") if isinstance(record, dict) else None
-    source = context.get("source") if isinstance(context, dict) else None
+    data = _part(record, "settings").get("data")
+    source = _part(record, "context").get("source")
     if not isinstance(data, dict) or not isinstance(data.get("sha256"), str):
         return
     if data.get("source") == "file" and not (isinstance(source, str) and Path(source).name in (HELDOUT, CONVERSATIONS)):
