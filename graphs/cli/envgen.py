@@ -6,6 +6,7 @@ loads this sub-app only when its name is on the command line.
 
 from __future__ import annotations
 
+import copy
 import json
 import uuid
 from pathlib import Path
@@ -43,17 +44,18 @@ def _context(prompt: list[str], budget: int | None, threshold: float | None, dra
     return EnvGenContext(prompt_overrides=overrides, revision_budget=budget, pass_threshold=threshold, draft=draft)
 
 
+# the options a thread keeps (`EnvGenContext` fields), with the flag that sets each
+_KEPT = {
+    "prompt_overrides": "--prompt",
+    "revision_budget": "--budget",
+    "pass_threshold": "--threshold",
+    "draft": "--draft",
+}
+
+
 def _options(ctx: EnvGenContext) -> dict[str, Any]:
     """The options a thread keeps (what `_context` made of the flags)."""
-    return {
-        "prompt_overrides": dict(ctx.prompt_overrides),
-        "revision_budget": ctx.revision_budget,
-        "pass_threshold": ctx.pass_threshold,
-        "draft": ctx.draft,
-    }
-
-
-_FLAGS = {"prompt_overrides": "--prompt", "revision_budget": "--budget", "pass_threshold": "--threshold"}
+    return {key: copy.copy(getattr(ctx, key)) for key in _KEPT}
 
 
 def _resumed_context(
@@ -70,7 +72,7 @@ def _resumed_context(
         pass_threshold=threshold if threshold is not None else kept.get("pass_threshold"),
         draft=bool(kept.get("draft", True)) if draft is None else draft,
     )
-    for key, flag in {**_FLAGS, "draft": "--draft"}.items():
+    for key, flag in _KEPT.items():
         before, now = kept.get(key), getattr(ctx, key)
         if before != now and (before or now is not None):
             out.print(

@@ -144,11 +144,18 @@ class _Checker:
                 self.modules[alias.asname or alias.name] = value
 
     # ---- names and attributes -----------------------------------------------------------------
-    def visit_Name(self, node: ast.Name) -> None:
-        ident = node.id
+    def _dunder_name(self, node: ast.AST, ident: str) -> bool:
+        """The rule of dunder names (a name read, bound by a pattern, or declared `global`); True if refused."""
         if ident.startswith("__") and ident.endswith("__") and ident not in ALLOWED_DUNDER_NAMES:
             self.add(node, f"name '{ident}' is forbidden: dunder names reach interpreter internals")
-        elif ident in FORBIDDEN_BUILTINS and ident not in self.bound:
+            return True
+        return False
+
+    def visit_Name(self, node: ast.Name) -> None:
+        ident = node.id
+        if self._dunder_name(node, ident):
+            return
+        if ident in FORBIDDEN_BUILTINS and ident not in self.bound:
             self.add(node, f"'{ident}' is forbidden: it {FORBIDDEN_BUILTINS[ident]}")
         elif ident in FORBIDDEN_ATTRS and isinstance(node.ctx, ast.Load) and ident not in self.bound:
             self.add(node, f"'{ident}' is forbidden: it {FORBIDDEN_ATTRS[ident]}")
@@ -257,8 +264,7 @@ class _Checker:
             name = node.rest if isinstance(node, ast.MatchMapping) else node.name
             names = [name] if name is not None else []
         for ident in names:
-            if ident.startswith("__") and ident.endswith("__") and ident not in ALLOWED_DUNDER_NAMES:
-                self.add(node, f"name '{ident}' is forbidden: dunder names reach interpreter internals")
+            self._dunder_name(node, ident)
 
     # ---- control flow -------------------------------------------------------------------------
     def visit_ExceptHandler(self, node: ast.ExceptHandler) -> None:
