@@ -86,6 +86,9 @@ def depth_exceeds(value: Any, limit: int, max_nodes: int = MAX_NODES) -> bool:
     return False
 
 
+LONE_SURROGATE = "a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not UTF-8"  # how errors name one
+
+
 def has_lone_surrogate(value: Any) -> bool:
     """True if a string anywhere in `value` (keys included) holds a lone surrogate (not valid Unicode)."""
     try:
@@ -145,7 +148,7 @@ def parse_json(
     if maybe_deep and depth_exceeds(value, max_depth, max_nodes):
         raise error(f"{source}: JSON nested deeper than {max_depth} levels")
     if not surrogates and "\\u" in data and has_lone_surrogate(value):
-        raise error(f"{source}: a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape)")
+        raise error(f"{source}: a string holds {LONE_SURROGATE}")
     return value
 
 

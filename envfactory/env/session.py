@@ -12,7 +12,7 @@ from envfactory.env.environment import BaseEnvironment, Environment
 from envfactory.env.state import Change
 from envfactory.env.tools import ArgumentError
 from envfactory.errors import ToolError
-from envfactory.inputs import has_lone_surrogate
+from envfactory.inputs import LONE_SURROGATE, has_lone_surrogate
 
 ErrorType = Literal[
     "unknown_tool",
@@ -164,7 +164,7 @@ class Session:
             )
         except Exception as e:  # arguments that cannot even be read: lone surrogates, nesting past the stack
             why = (
-                "a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not UTF-8"
+                f"a string holds {LONE_SURROGATE}"
                 if has_lone_surrogate(args)
                 else f"they cannot be read ({type(e).__name__}: {str(e)[:200]})"
             )

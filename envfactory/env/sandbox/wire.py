@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from envfactory.errors import EnvError
-from envfactory.inputs import has_lone_surrogate, parse_int
+from envfactory.inputs import LONE_SURROGATE, has_lone_surrogate, parse_int
 
 _HEADER = struct.Struct(">I")
 
@@ -107,9 +107,6 @@ def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000, max_val
     if holds_lone_surrogate(body, value):
         raise WireError("malformed", f"a frame holds {LONE_SURROGATE}")
     return value
-
-
-LONE_SURROGATE = "a lone surrogate (an unpaired \\ud800-\\udfff escape), which is not UTF-8"
 
 
 def holds_lone_surrogate(body: bytes, value: Any) -> bool:

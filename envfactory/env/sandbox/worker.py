@@ -43,18 +43,12 @@ from envfactory.env.sandbox.isolation import (
     read_status,
 )
 from envfactory.env.sandbox.protocol import Hello, Isolation
-from envfactory.env.sandbox.wire import (
-    LONE_SURROGATE,
-    FrameReader,
-    WireError,
-    encode,
-    holds_lone_surrogate,
-    write_frame,
-)
+from envfactory.env.sandbox.wire import FrameReader, WireError, encode, holds_lone_surrogate, write_frame
 from envfactory.env.session import Session
 from envfactory.env.state import State
 from envfactory.env.tools import ArgumentError, Tool
 from envfactory.errors import ScenarioError
+from envfactory.inputs import LONE_SURROGATE
 
 MAX_REQUEST_BYTES = 256 * 1024 * 1024  # the parent is trusted; this only stops a broken pipe's garbage
 
