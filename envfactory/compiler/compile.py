@@ -10,13 +10,17 @@ Each operation becomes a tool only when its method and shape give it honest sema
 | POST collection               | create: body fields → record fields; the id from a counter             |
 | GET collection                | list: query parameters that name record fields filter; limit/offset/page |
 | GET item                      | read                                                                   |
-| PUT / PATCH item              | update: the body's fields                                              |
+| PUT / PATCH item              | update: the body's fields (an unknown id: not found)                   |
+| PUT item, no POST to create   | upsert (create or replace), unless its operation id says update        |
 | DELETE item                   | delete (the records filed under it go with it)                         |
 | POST/PUT/PATCH item/verb      | transition, only where the record's status enum names the verb's state |
 
 Everything else is left out and counted with the reason: an action with no state it moves to, a
 required parameter the tool could not honour, a route the grammar cannot read, a record the spec
-never describes. Parameters a tool cannot honour (a query parameter naming no record field, a header)
+never describes, a POST that is an action though its path looks like a collection (`/invitation/delete`,
+an operation id `deregisterAccount`), a GET on a collection route that answers one object (a count), a
+custom method (`/jobs:search`), a second top-level route to the same records (`/insights/assessments/{id}`
+beside `/assessments/{id}`: two collections would not see each other's writes). Parameters a tool cannot honour (a query parameter naming no record field, a header)
 are not offered. Names from the spec become identifiers and dictionary keys, never Python source.
 """
 
@@ -30,7 +34,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from envfactory.compiler.routes import Shape, normalize, shape
-from envfactory.compiler.schemas import clean, scalar
+from envfactory.compiler.schemas import clean, plain_text, scalar
 from envfactory.env.compiled import CompiledPlan, Operation, Resource, Semantics, Skipped, type_of
 from envfactory.env.metadata import Domain, ToolSpec
 from envfactory.envgen.openapi import OpenAPIError, _Converter, identifier, malformed_as_openapi_error, snake_case
@@ -46,9 +50,14 @@ _TRANSPORT = re.compile(
     r"|fields|expand|include|pretty|prettyprint|alt|quota_user|user_ip|upload_type|upload_protocol|oauth_token"
     r"|x_.*)$"
 )
+# the keys of a page beside its one array of records (snake_case: `nextPageToken` and `@odata.nextLink` count)
 _WRAPPER_KEYS = frozenset(
     {"count", "total", "total_count", "next", "previous", "prev", "page", "limit", "offset", "cursor", "has_more",
-     "next_page", "next_cursor", "links", "meta", "per_page", "pages", "total_pages", "size"}
+     "next_page", "next_cursor", "links", "meta", "per_page", "pages", "total_pages", "size", "next_page_token",
+     "page_token", "next_token", "next_link", "odata_next_link", "odata_count", "odata_context", "continuation_token",
+     "next_marker", "marker", "is_truncated", "truncated", "kind", "etag", "self_link", "total_results",
+     "total_items", "total_size", "result_count", "results_per_page", "items_per_page", "start_index", "page_info",
+     "pagination", "paging"}
 )  # fmt: skip
 _IRREGULAR = {
     "cancel": ("cancelled", "canceled"),
@@ -98,6 +107,21 @@ _NOT_A_CREATE = frozenset(
      "test", "preview", "estimate", "calculate", "export", "send", "run", "start", "stop", "execute", "invoke",
      "tag", "untag", "verify", "simulate", "generate", "render", "convert", "translate", "analyze", "detect"}
 )  # fmt: skip
+# verbs that act on records that exist (remove, switch off, link, undo): an operation id starting with one, or a
+# route whose last segment is one (`POST /invitation/delete`, `POST /account/deregisterAccount`), is no create
+# and no update of fields, whatever its method and path would make it
+_ACTS_ON_RECORDS = frozenset(
+    {"delete", "remove", "deregister", "unregister", "disable", "enable", "cancel", "decline", "reject", "accept",
+     "approve", "archive", "unarchive", "associate", "disassociate", "attach", "detach", "revoke", "reset",
+     "restore", "purge", "clear", "terminate", "reboot", "restart", "abort", "revert", "rollback", "undo", "close",
+     "reopen", "leave", "unsubscribe", "unfollow", "unlink", "disconnect", "invalidate", "expire", "deactivate",
+     "activate", "suspend", "resume", "pause", "lock", "unlock", "block", "unblock", "void", "refund", "confirm",
+     "resolve", "unassign", "acknowledge", "dismiss", "mute", "unmute", "flush", "erase", "destroy", "drop", "mark",
+     "retry", "finalize", "broadcast"}
+)  # fmt: skip
+# verbs that change a record that exists: no create (a POST to `/x/update`), and a PUT named so is an update
+# that refuses an unknown id, not a create-or-replace
+_CHANGES_A_RECORD = frozenset({"update", "modify", "edit", "change", "patch", "rename", "set"})
 
 
 class CompileSettings(BaseModel):
@@ -195,6 +219,7 @@ class _Compiler:
         self.conv = _Budgeted(doc, source, settings.schema_budget)
         self.s = settings
         self.skipped: list[Skipped] = []
+        self._outputs: dict[str, dict[str, Any]] = {}  # an operation's response schema, by its place in the spec
 
     def skip(self, method: str, route: str, reason: str) -> None:
         self.skipped.append(Skipped(method=method.upper(), route=route, reason=reason))
@@ -209,6 +234,10 @@ class _Compiler:
             s = shape(route)
             if isinstance(s, str):
                 self.skip(method, route, s)
+                continue
+            if ":" in route.rsplit("/", 1)[-1]:
+                verb = route.rsplit(":", 1)[-1]
+                self.skip(method, route, f"a custom method (':{verb}') is an action the compiler does not model")
                 continue
             yield _Op(route, method, op, shared, path, s)
 
@@ -227,7 +256,8 @@ class _Compiler:
             s, m = o.shape, o.method
             if s.ends == "collection":
                 if m == "get":
-                    draft(s).add("list", o)
+                    if self.answers_records(o):
+                        draft(s).add("list", o)
                 elif m == "post":
                     draft(s).add("create", o)
                 else:
@@ -248,7 +278,8 @@ class _Compiler:
             s, m = o.shape, o.method
             if s.collection in drafts or m == "get":
                 if m == "get":
-                    draft(s).add("list", o)
+                    if self.answers_records(o):
+                        draft(s).add("list", o)
                 elif m == "post":
                     draft(s).add("create", o)
                 else:
@@ -257,6 +288,29 @@ class _Compiler:
                 drafts[s.parents[-1].collection].actions.append(o)
             else:
                 self.skip(m, o.route, "an action on a record the spec defines no operations for")
+        return self.one_collection_a_name(drafts)
+
+    def one_collection_a_name(self, drafts: dict[str, _Draft]) -> dict[str, _Draft]:
+        """`/assessments/{assessmentId}` and `/insights/assessments/{assessmentId}` name the same records by the
+        same id, but two collections would not see each other's writes (a record one creates is `not_found` in
+        the other): of top-level collections with the same name and id variable, the shortest route is the
+        resource and the others' operations are left out, with the reason. (A child of another resource,
+        `/groups/{groupId}/users/{userId}`, is a collection of its own.)"""
+        kept: dict[tuple[str, str], str] = {}
+        order = {c: i for i, c in enumerate(drafts)}
+        for c in sorted(drafts, key=lambda c: (c.count("/"), order[c])):
+            d = drafts[c]
+            ops = [o for group in d.ops.values() for o in group]
+            var = next((o.shape.levels[-1].var for o in ops if o.shape.ends == "item"), None)
+            if var is None or d.parent is not None or any(lv.var for o in ops[:1] for lv in o.shape.parents):
+                continue
+            key = (c.rsplit("/", 1)[-1].lower(), identifier(var))
+            if key not in kept:
+                kept[key] = c
+                continue
+            for o in [*ops, *d.actions]:
+                self.skip(o.method, o.route, f"it names the records of {kept[key]} under another prefix")
+            del drafts[c]
         return drafts
 
     # ---- records ----------------------------------------------------------------------------------
@@ -269,12 +323,33 @@ class _Compiler:
             return {}
 
     def output(self, o: _Op) -> dict[str, Any]:
-        try:
-            return self.conv.output(o.op, o.path) or {}
-        except _TooLarge:
-            raise
-        except OpenAPIError:
-            return {}
+        if o.path not in self._outputs:
+            try:
+                self._outputs[o.path] = self.conv.output(o.op, o.path) or {}
+            except _TooLarge:
+                raise
+            except OpenAPIError:
+                self._outputs[o.path] = {}
+        return self._outputs[o.path]
+
+    def answers_records(self, o: _Op) -> bool:
+        """Whether a GET on a collection route answers records: an array, or a page (one array beside the
+        `_WRAPPER_KEYS`), perhaps inside one-key envelopes — or an answer the spec leaves undescribed. One object
+        (`{"invitationsCount": 2}`, an account's settings) is no list; such a GET is left out, with the reason."""
+        schema = self.output(o)
+        for _ in range(3):
+            props = schema.get("properties")
+            if schema.get("type") == "array" or not isinstance(props, dict) or not props:
+                return True
+            arrays = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "array"]
+            if len(arrays) == 1 and all(_wrapper(k) for k in props if k != arrays[0]):
+                return True
+            objects = [v for v in props.values() if isinstance(v, dict) and isinstance(v.get("properties"), dict)]
+            if len(props) != 1 or len(objects) != 1:
+                break
+            schema = objects[0]
+        self.skip(o.method, o.route, "a GET that answers one object (a count, a setting, a summary), not a list")
+        return False
 
     def body(self, o: _Op) -> tuple[dict[str, Any], bool]:
         """The request body as an object schema (properties, required) and whether it is required."""
@@ -301,7 +376,7 @@ class _Compiler:
             if not isinstance(props, dict):
                 return schema
             arrays = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "array"]
-            if listing and len(arrays) == 1 and set(props) - {arrays[0]} <= _WRAPPER_KEYS:
+            if listing and len(arrays) == 1 and all(_wrapper(k) for k in props if k != arrays[0]):
                 schema = props[arrays[0]]
                 continue
             objects = [v for v in props.values() if isinstance(v, dict) and isinstance(v.get("properties"), dict)]
@@ -353,9 +428,7 @@ class _Compiler:
         summary = str(o.op.get("summary") or "").strip()
         details = str(o.op.get("description") or "").strip()
         text = f"{summary.rstrip('.')}. {details}" if summary and details and details != summary else summary or details
-        text = " ".join((text or fallback).split())
-        limit = self.s.max_description
-        return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+        return plain_text(text, self.s.max_description) or fallback
 
 
 @dataclass
@@ -394,6 +467,16 @@ def _id_field(record: dict[str, Any], var: str | None, label: str) -> str:
         if c in props and type_of(props[c]) in ("string", "integer"):
             return c
     return "id"
+
+
+def _wrapper(key: str) -> bool:
+    """A key of a page beside its records (`nextPageToken`, `@odata.nextLink`, `total`)."""
+    return snake_case(key.lstrip("@").replace(".", "_")) in _WRAPPER_KEYS
+
+
+def _verb(name: Any) -> str:
+    """The first word of an operation id or a route's last segment (`deregisterAccount` → `deregister`)."""
+    return snake_case(str(name or "")).split("_")[0]
 
 
 def _targets(verb: str) -> list[str]:
@@ -591,12 +674,19 @@ def _operations(
     order: tuple[Semantics, ...] = ("create", "list", "read", "update", "delete")
     for semantics in order:
         for o in d.ops.get(semantics, []):
-            verb = snake_case(str(o.op.get("operationId") or "")).split("_")[0]
-            if semantics in ("create", "update") and verb in _NOT_A_CREATE:
+            verb = _verb(o.op.get("operationId"))
+            refused = _NOT_A_CREATE | _ACTS_ON_RECORDS | (_CHANGES_A_RECORD if semantics == "create" else frozenset())
+            if semantics in ("create", "update") and verb in refused:
                 c.skip(o.method, o.route, f"its operation id says it does something else ('{verb}'), not a {semantics}")
                 continue
-            # with no POST to create records, a PUT on an item creates or replaces it (Azure's createOrUpdate)
+            last = _verb(re.sub(r"\.(json|xml|yaml|csv)$", "", o.route.rsplit("/", 1)[-1]).split(".")[-1])
+            if semantics == "create" and last in _NOT_A_CREATE | _ACTS_ON_RECORDS | _CHANGES_A_RECORD:
+                c.skip(o.method, o.route, f"its path ends in a verb ('{last}'): an action, not a create")
+                continue
+            # with no POST to create records, a PUT on an item creates or replaces it (Azure's createOrUpdate) —
+            # unless its operation id says it changes a record that exists (`updateAuthorizer`: unknown id, not found)
             upsert = semantics == "update" and o.method == "put" and not d.ops.get("create")
+            upsert = upsert and verb not in _CHANGES_A_RECORD
             made = _operation(c, o, "upsert" if upsert else semantics, res, resources, by_route, props, taken)
             if made is not None:
                 out.append(made)

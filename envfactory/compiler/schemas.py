@@ -8,6 +8,7 @@ pattern would let one argument hang a server), bounds nesting, and must pass `ch
 
 from __future__ import annotations
 
+import html
 import re
 import warnings
 from typing import Any
@@ -28,6 +29,22 @@ MAX_STRING = 10_000  # characters of a string argument or field whose schema sta
 MAX_ITEMS = 1_000  # items of a list argument or field whose schema states no limit
 # a group holding a quantifier, itself quantified: (a+)+, (\w*x)*, (a|aa){2,}
 _NESTED_QUANTIFIER = re.compile(r"\([^()]*[+*}][^()]*\)\s*[+*{?]")
+
+
+# HTML a spec's prose carries (AWS's and Azure's descriptions are HTML): block tags end a line, others go
+_BLOCK_TAG = re.compile(r"</?(?:p|br|li|ul|ol|div|h[1-6]|tr|td|th|table|pre|dd|dt|dl)\b[^<>]{0,300}>", re.IGNORECASE)
+_TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]{0,300})?/?>")
+
+
+def plain_text(text: str, limit: int) -> str:
+    """A spec's prose as a model should read it: HTML tags gone (the text inside kept), entities decoded,
+    whitespace one space, cut at a word to at most `limit` characters (with "...")."""
+    text = " ".join(html.unescape(_TAG.sub("", _BLOCK_TAG.sub(" ", text))).split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 3]
+    word = cut.rsplit(" ", 1)[0]
+    return (word if len(word) >= limit // 2 else cut).rstrip(" ,;:") + "..."
 
 
 def safe_pattern(pattern: Any) -> str | None:
@@ -55,7 +72,7 @@ def clean(schema: Any, depth: int = 0) -> dict[str, Any]:
         out["type"] = list(dict.fromkeys(t))
     for key in _TEXT:
         if isinstance(schema.get(key), str):
-            out[key] = schema[key][:1000] if key != "format" else schema[key][:40]
+            out[key] = plain_text(schema[key], 1000) if key != "format" else schema[key][:40]
     for key in _NUMBERS:
         v = schema.get(key)
         number = v if isinstance(v, int | float) and not isinstance(v, bool) and v == v and abs(v) < 1e300 else None
