@@ -238,6 +238,7 @@ def compile_corpus(
         ),
     ] = None,
     ids: Annotated[list[str] | None, typer.Option("--id", help="only this spec (repeat for several)")] = None,
+    licence: LicenceOption = None,
     limit: Annotated[int | None, typer.Option(min=1, help="only the first N specs (by id)")] = None,
     processes: Annotated[int, typer.Option(min=1, help="worker processes on this machine")] = 2,
     executor: Annotated[str, typer.Option(help="local (processes) or ray")] = "local",
@@ -248,6 +249,7 @@ def compile_corpus(
 ) -> None:
     """Compile corpus specs into environments (no model): resources, CRUD tools, scenarios; only those that
     pass `envs health` on every dimension are written. Resumable: specs already reported are skipped.
+    `--licence` keeps the specs under one licence (the corpus's licences vary; 1,659 state none).
     Add the folder to the pool with ENVFACTORY_COMPILED_DIR."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -258,7 +260,17 @@ def compile_corpus(
     check_executor_flags(executor, ray_address, None)
     settings = get_settings()
     target = out_dir or settings.data_path / "compiled"
-    jobs = corpus_jobs(_corpus(), ids)
+    corpus = _corpus()
+    jobs = corpus_jobs(corpus, ids)
+    if licence is not None:
+        allowed = {e.id for e in corpus.entries(licence=licence)}
+        kept = [j for j in jobs if j.spec_id in allowed]
+        if not kept:
+            hint = "(see `envfactory corpus list --licence`)"
+            raise CorpusError(f"no spec to compile under the licence '{licence}' {hint}")
+        if len(kept) < len(jobs) and ids:
+            err.print(f"{len(jobs) - len(kept)} of the given specs left out: not under the licence '{safe(licence)}'")
+        jobs = kept
     jobs = jobs[:limit] if limit else jobs
     runner = (
         ProcessExecutor(processes)

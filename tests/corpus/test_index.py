@@ -229,3 +229,12 @@ def test_cli_a_blank_query_and_a_compile_that_makes_nothing_are_one_line_errors(
     lines = res.stderr.strip().splitlines()
     assert res.code == 1 and lines[-1].startswith("error: no spec compiled into a healthy environment"), res.stderr
     assert str(out / "compile-report.jsonl") in lines[-1] and (out / "compile-report.jsonl").is_file()
+    # --licence keeps the specs under one licence (a reviewer found no way to keep the unlicensed ones out)
+    res = _cli(monkeypatch, data_dir, *argv, "--licence", "MIT")
+    assert res.code == 1 and res.stderr.strip().splitlines() == [
+        "error: no spec to compile under the licence 'MIT' (see `envfactory corpus list --licence`)"
+    ]
+    res = _cli(monkeypatch, data_dir, *argv, "--id", "rottentomatoes.com", "--licence", "mit")
+    assert "1 of the given specs left out: not under the licence 'mit'" in res.stderr, res.stderr
+    reported = [json.loads(line)["spec_id"] for line in (out / "compile-report.jsonl").read_text().splitlines()]
+    assert reported == ["nasa.gov/apod", "rottentomatoes.com"]
