@@ -20,8 +20,9 @@ required parameter the tool could not honour, a route the grammar cannot read, a
 never describes, a POST that is an action though its path looks like a collection (`/invitation/delete`,
 an operation id `deregisterAccount`), a GET on a collection route that answers one object (a count), a
 custom method (`/jobs:search`), a second top-level route to the same records (`/insights/assessments/{id}`
-beside `/assessments/{id}`: two collections would not see each other's writes). Parameters a tool cannot honour (a query parameter naming no record field, a header)
-are not offered. Names from the spec become identifiers and dictionary keys, never Python source.
+beside `/assessments/{id}`: two collections would not see each other's writes). Parameters a tool cannot
+honour (a query parameter naming no record field, a header) are not offered. Names from the spec become
+identifiers and dictionary keys, never Python source; its prose becomes plain text (HTML tags dropped).
 """
 
 from __future__ import annotations
