@@ -375,8 +375,18 @@ def hub_serve(
         Path | None,
         typer.Option(help="HTTP on this Unix socket instead of a TCP port (a trainer on the same machine; owner only)"),
     ] = None,
+    control_tools: Annotated[
+        bool | None,
+        typer.Option(
+            "--control-tools/--no-control-tools",
+            help="list envfactory_load_task and envfactory_state, for a trainer (default: only without --tasks)",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the pool through SynthAPI's meta-tools; a session picks its task with ?task=ID or envfactory_load_task."""
+    """Serve the pool through SynthAPI's meta-tools; a session picks its task with ?task=ID (or the header).
+
+    With --tasks the agent gets the meta-tools only (the control tools would let it restart a task it failed);
+    without, a trainer loads each session's task with envfactory_load_task, a whole Task or an id."""
     from envfactory.serve.hub_server import build_hub_server
 
     _http_options(transport, ("--host", host), ("--port", port), ("--uds", uds))
@@ -384,7 +394,14 @@ def hub_serve(
     apps = env_names(app_name) if app_name is not None else None
     bind_host, bind_port = host or settings.http_host, port or settings.http_port
     server = build_hub_server(  # tasks and apps checked here: an error comes before "serving ..."
-        EnvPool(settings), tasks, apps=apps, default_task=task, host=bind_host, port=bind_port
+        EnvPool(settings),
+        tasks,
+        apps=apps,
+        default_task=task,
+        host=bind_host,
+        port=bind_port,
+        control_tools=tasks is None if control_tools is None else control_tools,
+        client_tasks=tasks is None,
     )
     if transport is Transport.http:
         _run_http(server, "the hub", uds)

@@ -52,7 +52,8 @@ class HubEpisode(Episode):
         super().__init__(pool)
         self.task: Task | None = None
         self.ended = False
-        self.result: CompletionResult | None = None
+        self.result: CompletionResult | None = None  # the verdict in full (the expected values named), for logs
+        self.told: CompletionResult | None = None  # the verdict as the agent was told it: no expected value
         self.calls: list[HubCall] = []
 
 
@@ -174,7 +175,7 @@ class Hub:
         episode.sessions = sessions
         episode.task = task
         episode.ended = False
-        episode.result = None
+        episode.result = episode.told = None
         episode.calls = []
         return task
 
@@ -217,6 +218,7 @@ class Hub:
         verdict = verify(task.verifier, task.initial_state, self.state(episode), answer)
         episode.ended = True
         episode.result = CompletionResult(success=verdict.ok, reasons=verdict.reasons)
+        episode.told = CompletionResult(success=verdict.ok, reasons=verdict.public)
         return episode.result
 
     # ---- dispatch by name ------------------------------------------------------------------------
@@ -249,8 +251,10 @@ class Hub:
             out = ToolList(app=args.app, tools=self.list_tools(args.app))
         elif isinstance(args, GetToolDocumentationArgs):
             out = self.get_tool_documentation(args.app, args.tool)
-        elif isinstance(args, CompleteTaskArgs):
-            out = self.complete_task(episode, args.answer)
+        elif isinstance(args, CompleteTaskArgs):  # the agent hears the verdict without the expected values
+            self.complete_task(episode, args.answer)
+            assert episode.told is not None
+            out = episode.told
         else:
             out = AppList(apps=self.list_apps())
         return MetaOutcome(ok=True, payload=out.model_dump(mode="json"))

@@ -191,10 +191,12 @@ class Task(BaseModel):
 
 
 class Verdict(BaseModel):
-    """The outcome of running a verifier: ok, and in words what differs."""
+    """The outcome of running a verifier: ok, and in words what differs — `reasons` for logs and trainers,
+    `public` the same without an expected value (what an agent may be told: `complete_task`'s answer)."""
 
     ok: bool
     reasons: list[str] = Field(default_factory=list)
+    public: list[str] = Field(default_factory=list)
 
 
 # ---- a finished conversation ---------------------------------------------------------------------

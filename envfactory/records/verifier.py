@@ -133,46 +133,49 @@ def answer_forms(value: Any) -> list[str]:
     return sorted({str(value), *renderings(str(value))})
 
 
-def check_assertion(a: Assertion, states: States, answer: str | None) -> str | None:
-    """None when the assertion holds, else why not."""
+def check_assertion(a: Assertion, states: States, answer: str | None) -> tuple[str, str] | None:
+    """None when the assertion holds, else why not: in full (with the expected value, for logs) and as an agent
+    may be told it (without: a verdict that named it would hand over the answer to a retry)."""
     if a.kind == "answer_contains":
         if not answer:
-            return f"no final answer (expected one mentioning {a.value!r})"
+            return f"no final answer (expected one mentioning {a.value!r})", "no final answer"
         text = answer.lower()
         if any(form.lower() in text for form in answer_forms(a.value)):
             return None
-        return f"the answer does not mention {a.value!r}"
+        return f"the answer does not mention {a.value!r}", "the answer does not state what was asked"
     state = states.get(a.server or "")
     if state is None:
-        return f"no state for environment '{a.server}'"
+        return (f"no state for environment '{a.server}'",) * 2
     try:
         value = get_path(state, a.path or "")
     except KeyError:
-        return None if a.kind == "state_absent" else f"{a.server}: nothing at {a.path}"
+        return None if a.kind == "state_absent" else (f"{a.server}: nothing at {a.path}",) * 2
     if a.kind == "state_absent":
-        return f"{a.server}: {a.path} should be absent"
-    return None if value == a.value else f"{a.server}: {a.path} is {value!r}, expected {a.value!r}"
+        return (f"{a.server}: {a.path} should be absent",) * 2
+    if value == a.value:
+        return None
+    return f"{a.server}: {a.path} is {value!r}, expected {a.value!r}", f"{a.server}: {a.path} is not as expected"
 
 
 def verify(verifier: StateVerifier, initial: States, final: States, answer: str | None = None) -> Verdict:
     """v(final): every environment's final state equivalent to its goal, every assertion holding."""
-    reasons: list[str] = []
+    reasons: list[tuple[str, str]] = []  # (in full, as an agent may hear it); a state's difference names no value
     if verifier.check_state:
         for server, goal in verifier.goal.items():
             actual = final.get(server)
             if actual is None:
-                reasons.append(f"{server}: no final state")
+                reasons.append((f"{server}: no final state",) * 2)
                 continue
             diffs = state_differences(initial.get(server, {}), goal, actual, verifier.mask)
-            reasons.extend(f"{server}: {d}" for d in diffs)
+            reasons.extend((f"{server}: {d}",) * 2 for d in diffs)
     for a in verifier.assertions:
         problem = check_assertion(a, final, answer)
         if problem is not None:
             reasons.append(problem)
     shown = reasons[:_MAX_REASONS]
     if len(reasons) > _MAX_REASONS:
-        shown.append(f"... and {len(reasons) - _MAX_REASONS} more")
-    return Verdict(ok=not reasons, reasons=shown)
+        shown.append((f"... and {len(reasons) - _MAX_REASONS} more",) * 2)
+    return Verdict(ok=not reasons, reasons=[full for full, _ in shown], public=[told for _, told in shown])
 
 
 def admissible(verifier: StateVerifier, initial: States, solved: States, answer: str | None) -> tuple[bool, str | None]:

@@ -53,28 +53,35 @@ HUB_INSTRUCTIONS = (
     " complete_task(answer) once: it ends the episode and verifies the result."
 )
 
-_HUB_CONTROL_TOOLS = [
-    types.Tool(
-        name=LOAD_TASK_TOOL,
-        description=(
-            "Start this session over on a task: `task_id` names one of the server's tasks, or `task` gives a whole"
-            " Task object. Every app of the task starts from the task's initial state, every other app from its"
-            " default scenario. Neither given: restart the current task."
-        ),
-        inputSchema={
-            "type": "object",
-            "properties": {
-                "task_id": {"type": "string", "description": "id of a task in the server's tasks file"},
-                "task": {"type": "object", "description": "a whole Task object (id, instruction, servers, ...)"},
+
+def _control_tools(client_tasks: bool) -> list[types.Tool]:
+    """The trainer's tools (never an agent's: with them it could restart a task it failed, or pick an easier one):
+    load a task, read the session's state; a whole client-written `task` only where the server takes them."""
+    task_id = {"type": "string", "description": "id of a task in the server's tasks file"}
+    whole = {"type": "object", "description": "a whole Task object (id, instruction, servers, ...)"}
+    return [
+        types.Tool(
+            name=LOAD_TASK_TOOL,
+            description=(
+                "Start this session over on a task: `task_id` names one of the server's tasks"
+                + (", or `task` gives a whole Task object" if client_tasks else "")
+                + ". Every app of the task starts from the task's initial state, every other app from its"
+                " default scenario. Neither given: restart the current task."
+            ),
+            inputSchema={
+                "type": "object",
+                "properties": {"task_id": task_id, **({"task": whole} if client_tasks else {})},
             },
-        },
-    ),
-    types.Tool(
-        name=STATE_TOOL,
-        description="Return this session's current state dumps, one per app it holds a session of, for verification.",
-        inputSchema={"type": "object", "properties": {}},
-    ),
-]
+        ),
+        types.Tool(
+            name=STATE_TOOL,
+            description=(
+                "Return this session's current state dumps, one per app it holds a session of, for verification."
+            ),
+            inputSchema={"type": "object", "properties": {}},
+        ),
+    ]
+
 
 _META_TOOLS = [
     types.Tool(
@@ -104,6 +111,7 @@ class HubMCPServer(SessionServer[HubEpisode]):
         host: str = "127.0.0.1",
         port: int = 8765,
         control_tools: bool = True,
+        client_tasks: bool = False,
         log_level: str = "WARNING",
         json_response: bool = True,
         server_stream: bool = False,
@@ -132,13 +140,17 @@ class HubMCPServer(SessionServer[HubEpisode]):
         self._inprocess: dict[str, bool] = {}  # app -> its calls run in this process (learnt from its sessions)
         self._tools_off_loop = OffLoop(self.limits.inline_cpu_s, self.limits.inline_call_s, weak=False)
         self.default_task = default_task
+        # a client-written Task carries its own goal: a client that may send one sets its own verdict, so only a
+        # server whose clients are trainers (no tasks of its own to protect) takes them
+        self.client_tasks = client_tasks
+        self._control = _control_tools(client_tasks)
 
     @property
     def open_episodes(self) -> int:
         return self.open_held
 
     async def list_tools(self) -> list[types.Tool]:
-        return _META_TOOLS + (_HUB_CONTROL_TOOLS if self.control_tools else [])
+        return _META_TOOLS + (self._control if self.control_tools else [])
 
     def create(self, choice: Any) -> HubEpisode:
         """A new episode on the connection's task (if any)."""
@@ -218,6 +230,12 @@ class HubMCPServer(SessionServer[HubEpisode]):
             raise HubError("invalid_arguments", f"give `task_id` or `task` to {LOAD_TASK_TOOL}, not both")
         target: Task | str | None
         if raw is not None:
+            if not self.client_tasks:
+                raise HubError(
+                    "invalid_arguments",
+                    f"this hub runs its own tasks only: give {LOAD_TASK_TOOL} a `task_id` (a whole `task` is taken "
+                    "only by a hub serving no tasks file, whose clients are trainers)",
+                )
             try:
                 target = Task.model_validate(raw)
             except ValidationError as e:
@@ -306,6 +324,7 @@ def serve_hub(
     *,
     default_task: str | None = None,
     control_tools: bool = True,
+    client_tasks: bool = False,
     apps: list[str] | None = None,
     log_level: str = "WARNING",
     limits: ServeLimits | None = None,
@@ -321,6 +340,7 @@ def serve_hub(
         host=host,
         port=port,
         control_tools=control_tools,
+        client_tasks=client_tasks,
         log_level=log_level,
         limits=limits,
     )

@@ -243,7 +243,7 @@ def _structured(result: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def hub_url(pool: EnvPool, tasks_file: Path) -> Iterator[str]:
     """A real streamable-HTTP hub server (uvicorn, in a background thread) on a free port."""
-    server = build_hub_server(pool, tasks_file)
+    server = build_hub_server(pool, tasks_file, client_tasks=True)  # a trainer's hub: it may send whole tasks
     server.hub.list_apps()  # load every app here, not concurrently from the server's thread
     with serving(server.streamable_http_app(), "the hub server") as url:
         yield url
@@ -325,6 +325,44 @@ async def test_http_task_errors_and_task_object(hub_url: str, tasks: dict[str, T
         assert _structured(loaded)["task_id"] == "custom"
         no_call = await s.call_tool("complete_task", {})
         assert _structured(no_call) == {"success": False, "reasons": ["hotels: missing bookings.<new>"]}
+
+
+class _Session:
+    pass
+
+
+def test_an_agent_cannot_set_its_own_verdict_or_hear_the_answer(
+    pool: EnvPool, tasks_file: Path, tasks: dict[str, Task]
+) -> None:
+    """What a reviewer did over MCP: load a client-written task (an empty goal, the real task's id) and pass it;
+    read the expected answer off a failed `complete_task`, restart, and answer it."""
+    server = build_hub_server(pool, tasks_file, control_tools=True)  # a hub with tasks takes none from clients
+    key = _Session()  # what keys a session's episode on the server (its MCP session object)
+    load = next(t for t in asyncio.run(server.list_tools()) if t.name == LOAD_TASK_TOOL)
+    assert set(load.inputSchema["properties"]) == {"task_id"}
+    forged = tasks["book-and-quote"].model_copy(update={"verifier": StateVerifier(goal={})})
+    refused = server.dispatch(key, None, LOAD_TASK_TOOL, {"task": forged.model_dump(mode="json")})
+    assert refused.isError and "runs its own tasks only" in _payload(refused)["error"]["message"]
+    assert not server.dispatch(key, None, LOAD_TASK_TOOL, {"task_id": "book-and-quote"}).isError
+    server.dispatch(key, None, "call_tool", {"app": "hotels", "tool": "book_room", "arguments": BOOK})
+    told = _payload(server.dispatch(key, None, "complete_task", {"answer": "booked"}))
+    assert told == {"success": False, "reasons": ["the answer does not state what was asked"]}
+    assert "140" not in json.dumps(told)
+    episode = server.held(key, None)  # the trainer's log keeps the reason in full
+    assert episode.result is not None and episode.result.reasons == ["the answer does not mention 140.0"]
+
+
+async def test_the_cli_hub_with_tasks_offers_the_agent_the_meta_tools_only(tasks_file: Path) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "envfactory.cli", "hub", "serve", "--tasks", str(tasks_file), "--app", "hotels"],
+        env={**os.environ, "ENVFACTORY_ROOT": str(ROOT)},
+    )
+    async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+        await s.initialize()
+        assert [t.name for t in (await s.list_tools()).tools] == [m.name for m in META_TOOLS]
+        hidden = await s.call_tool(LOAD_TASK_TOOL, {"task_id": "cancel-bk1"})
+        assert hidden.isError
 
 
 async def test_stdio_hub(tasks_file: Path) -> None:
