@@ -52,6 +52,22 @@ def _as_dict(message: Any) -> Any:
     return message.model_dump(exclude_none=True) if hasattr(message, "model_dump") else message
 
 
+def _as_run(messages: list[Any]) -> list[Any]:
+    """The completion as it ran: a call no tool message answers is left out. verifiers runs a message's calls only
+    to build the next prompt, so the last message's calls never run when a rollout stops at `max_turns` (or a
+    timeout, or a prompt too long): scored from the transcript, they earned the reward of a state never reached."""
+    answered = {m.get("tool_call_id") for m in messages if isinstance(m, dict) and m.get("role") == "tool"}
+    out: list[Any] = []
+    for m in messages:
+        calls = m.get("tool_calls") if isinstance(m, dict) else None
+        if isinstance(calls, list) and calls:
+            kept = [c for c in calls if isinstance(c, dict) and c.get("id") in answered]
+            if len(kept) < len(calls):
+                m = {**m, "tool_calls": kept} if kept else {k: v for k, v in m.items() if k != "tool_calls"}
+        out.append(m)
+    return out
+
+
 ROWS = Features({"prompt": List(Json()), "info": Json()})  # every row exactly as written (see the module)
 
 
@@ -147,7 +163,7 @@ class EnvFactoryEnv(vf.MultiTurnEnv):
         cached = state.get("envfactory_reward")
         if cached is None:
             episode: TaskEpisode = state["episode"]
-            cached = state["envfactory_reward"] = episode.reward([_as_dict(m) for m in completion or []])
+            cached = state["envfactory_reward"] = episode.reward(_as_run([_as_dict(m) for m in completion or []]))
         return cached
 
     async def envfactory_reward(self, completion: Any, state: vf.State) -> float:

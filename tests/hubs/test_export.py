@@ -252,6 +252,31 @@ def test_openenv_unknown_task_is_an_error_not_a_crash(openenv_package: tuple[Any
         asyncio.run(reset())
 
 
+def test_openenv_runs_no_call_outside_an_episode(run: Path, tmp_path: Path) -> None:
+    """A raw client that does not stop at `done` went on running (and scoring) calls, and a step before any
+    reset silently started the first task: both are now an error observation, and nothing runs."""
+    from openenv.core.env_server.mcp_types import CallToolAction
+
+    from envfactory.hubs.openenv_env import EnvFactoryEnvironment
+
+    out = _export(run, tmp_path / "pkg", "openenv", "hotels", "banking")
+
+    class Env(EnvFactoryEnvironment):
+        data_folder = out / "envfactory_pool_env" / "data"
+        max_calls = 2
+
+    env = Env()
+    task = load_tasks(Env.data_folder / "tasks.jsonl")[0]
+    name, arguments = _calls(task)[0]
+    early = env.step(CallToolAction(tool_name=name, arguments=arguments))
+    assert early.done and early.error is not None and "reset first" in early.error.message and env.episode is None
+    env.reset(task_id=task.id)
+    steps = [env.step(CallToolAction(tool_name=name, arguments=arguments)) for _ in range(3)]
+    assert [o.done for o in steps] == [False, True, True] and len(env.episode.calls) == 2  # type: ignore[union-attr]
+    assert steps[2].error is not None and "the episode is over" in steps[2].error.message
+    assert steps[2].reward == steps[1].reward
+
+
 # ---- verifiers -----------------------------------------------------------------------------------------
 
 
@@ -318,6 +343,26 @@ def test_verifiers_reward_equals_ours_for_any_call_sequence(
 
     check()
     assert len(seen) >= 2, seen
+
+
+def test_verifiers_scores_only_the_calls_that_ran(verifiers_package: tuple[Path, str], scorer: CompositeReward) -> None:
+    """verifiers runs a message's calls only to build the next prompt: at `max_turns` the last message's calls never
+    run. A reviewer's rollout scored 1.0 for a ground truth whose last call never ran (0.4 for what ran)."""
+    import verifiers as vf
+    from openai import AsyncOpenAI
+
+    out, module = verifiers_package
+    first = load_tasks(next(out.glob("*/data/tasks.jsonl")))[0]  # evaluate's first example
+    calls = _calls(first)
+    env = vf.load_environment(module, max_turns=len(calls))  # the last call is made at the limit, never run
+    with scripted_chat_server(calls) as base_url:
+        client = vf.OpenAIChatCompletionsClient(AsyncOpenAI(base_url=base_url, api_key="x"))
+        results = asyncio.run(
+            env.evaluate(client, "scripted", num_examples=1, rollouts_per_example=1, on_progress=lambda *a: None)
+        )
+    [output] = results["outputs"]
+    assert output["reward"] == pytest.approx(ours(scorer, first, calls[:-1]), abs=1e-9)
+    assert output["reward"] < ours(scorer, first, calls)
 
 
 def test_export_errors_are_actionable(run: Path, tmp_path: Path) -> None:
