@@ -74,7 +74,10 @@ def evaluate(
     ] = None,
     attempts: Annotated[int, typer.Option(min=1, max=1000, help="attempts per turn: k of pass@k and pass^k")] = 1,
     concurrency: Annotated[int, typer.Option(min=1, help="attempts at once")] = 1,
-    limit: Annotated[int | None, typer.Option(min=1, help="the first N turns only")] = None,
+    limit: Annotated[
+        int | None,
+        typer.Option(min=1, help="the first N turns only (conversations in conversation mode, entries of --suite)"),
+    ] = None,
     max_steps: Annotated[int, typer.Option(min=1, help="model steps per attempt")] = 8,
     tools: Annotated[
         str | None, typer.Option(help="direct (the turn's tools; the default) or meta (SynthAPI's meta-tools)")
@@ -162,6 +165,12 @@ def evaluate(
             highlight=False,
         )
     out.print(summary_table(summary, "conversations" if config.mode == "conversation" else "turns"))
+    if summary.errors:  # a score of 0 from a model that never answered is not a model that answered wrong
+        err.print(
+            f"{summary.errors} of {summary.attempts} attempt(s) ended in an error, not an answer (the model or its "
+            f"server; each attempt's `error` is in {safe(out_dir / ATTEMPTS)}): they count as failures above",
+            highlight=False,
+        )
     ci = summary.pass_at_1_ci
     if ci is not None:
         out.print(

@@ -241,6 +241,19 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
     assert again.returncode == 0 and len((out / ATTEMPTS).read_text().splitlines()) == 3
     missing = subprocess.run([*cmd[:4], str(tmp_path / "nowhere"), *cmd[5:]], env=env, capture_output=True, text=True)
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
+    # a model that stops answering scores 0 like a wrong one: the console says how many attempts were errors
+    short = tmp_path / "short.yaml"
+    short.write_text(yaml.safe_dump(play(items[:1], 1)))
+    cut = subprocess.run(
+        [*cmd[:6], str(tmp_path / "cut"), *cmd[7:]],
+        env={**env, "ENVFACTORY_LLM_ROLES__EVAL__SCRIPT": str(short)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = json.loads((tmp_path / "cut" / "summary.json").read_text())["errors"]
+    assert cut.returncode == 0 and errors >= 1, cut.stderr
+    assert f"{errors} of 3 attempt(s) ended in an error, not an answer" in " ".join(cut.stderr.split())
 
 
 def test_meta_tools_discovered_on_demand_solve_every_turn(items: list[EvalItem], pool: EnvPool) -> None:
