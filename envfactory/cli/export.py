@@ -20,6 +20,7 @@ app = typer.Typer(
     subcommand_metavar="",
 )
 out = SafeConsole(soft_wrap=True)
+err = SafeConsole(stderr=True, soft_wrap=True)
 
 
 class Format(StrEnum):
@@ -57,7 +58,13 @@ def export(
     out_dir: Annotated[
         Path, typer.Option("--out", help="output folder", parser=path_to_write, callback=out_dir_option)
     ],
-    per: Annotated[Per, typer.Option(help="SFT samples: one per valid turn, or one per conversation")] = Per.turn,
+    per: Annotated[
+        Per | None,
+        typer.Option(
+            help="SFT samples: one per valid turn, or one per conversation (default: turn; llamafactory: "
+            "conversation, as it trains every assistant message of a row)"
+        ),
+    ] = None,
     keep_thinking: Annotated[bool, typer.Option("--keep-thinking", help="keep <think> traces")] = False,
     system: Annotated[str | None, typer.Option(help="a system message for every sample")] = None,
     user_calls: Annotated[
@@ -98,6 +105,14 @@ def export(
         raise ExportError(f"--include-interactive shapes RL rows (trl-grpo, verl); {fmt.value} rows are SFT")
     if per is Per.conversation and fmt.value not in ("trl-sft", "llamafactory"):  # RL rows are turns
         raise ExportError(f"--per conversation shapes SFT rows (trl-sft, llamafactory); {fmt.value} rows are turns")
+    if per is None:  # LLaMA-Factory trains every gpt/function_call of a row: turn rows would train earlier turns again
+        per = Per.conversation if fmt.value == "llamafactory" else Per.turn
+    elif per is Per.turn and fmt.value == "llamafactory":
+        err.print(
+            "note: LLaMA-Factory trains every assistant message of a row, so per-turn rows train earlier turns again "
+            "(mask_history: true trains only each row's last answer, never its calls); --per conversation avoids both",
+            highlight=False,
+        )
     refuse_overwriting_input(out_dir, "--out", source)
     if (recorded := read_record(out_dir)) is not None:  # a synth run's or an evaluation's folder
         raise ExportError(f"{out_dir} is an `envfactory {recorded.command}` folder: give another --out")

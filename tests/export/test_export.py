@@ -565,6 +565,12 @@ def test_cli_exports_a_run_dir(run_dir: Path, tmp_path: Path) -> None:
     res = cli(str(run_dir), "--format", "llamafactory", "--out", str(tmp_path / "lf"), "--system", "Be brief.")
     assert res.exit_code == 0 and (tmp_path / "lf" / "dataset_info.json").is_file(), res.output
     assert json.loads((tmp_path / "lf" / "train.jsonl").read_text().splitlines()[0])["system"] == "Be brief."
+    # LLaMA-Factory trains every assistant message of a row: by default one row a conversation (a reviewer found
+    # per-turn rows trained turn 1 again in every later row, ~2.8x; with mask_history, no call at all)
+    assert json.loads((tmp_path / "lf" / "export.json").read_text())["options"]["per"] == "conversation"
+    assert len((tmp_path / "lf" / "train.jsonl").read_text().splitlines()) == 3
+    res = cli(str(run_dir), "--format", "llamafactory", "--out", str(tmp_path / "lf-turn"), "--per", "turn")
+    assert res.exit_code == 0 and "per-turn rows train earlier turns again" in " ".join(res.output.split())
 
 
 def test_rows_and_statistics_do_not_depend_on_the_order_units_finished_in(run_dir: Path, tmp_path: Path) -> None:
