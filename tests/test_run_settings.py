@@ -262,8 +262,8 @@ def test_export_records_its_source_and_refuses_to_mix_formats(run_dir: Path, tmp
     other = CliRunner().invoke(app, [*args, "trl-sft"])  # would leave LlamaFactory's dataset_info.json behind
     assert isinstance(other.exception, ExportError) and "earlier llamafactory export" in str(other.exception)
     assert (out / "train.jsonl").read_text() == rows
-    again = CliRunner().invoke(app, [*args, "llamafactory", "--per", "conversation"])  # same format: replaced
-    assert again.exit_code == 0 and json.loads((out / "export.json").read_text())["options"]["per"] == "conversation"
+    again = CliRunner().invoke(app, [*args, "llamafactory", "--per", "turn"])  # same format: replaced
+    assert again.exit_code == 0 and json.loads((out / "export.json").read_text())["options"]["per"] == "turn"
 
 
 # ---- the comparison ----------------------------------------------------------------------------------------------

@@ -163,6 +163,7 @@ def quality_table(figures: QualityFigures, summary: BatchSummary) -> Table:
 
 def export_demo(settings: Settings, pool: EnvPool, console: Console) -> SanityReport:
     from envfactory.export import FORMATS, convert_to_rl_data, export_conversations
+    from envfactory.export.options import ExportOptions, default_per
     from envfactory.export.tools_schema import catalog_for
 
     synth = settings.data_path / "demo" / "synth"
@@ -172,7 +173,7 @@ def export_demo(settings: Settings, pool: EnvPool, console: Console) -> SanityRe
     for fmt in FORMATS:
         out = settings.data_path / "demo" / "export" / fmt
         shutil.rmtree(out, ignore_errors=True)
-        report = export_conversations(conversations, fmt, out, catalog)
+        report = export_conversations(conversations, fmt, out, catalog, ExportOptions(per=default_per(fmt)))
         files = ", ".join(p.name for p in report.files)
         table.add_row(fmt, str(report.samples), str(report.skipped_turns), safe(files))
     console.print(table)

@@ -92,7 +92,7 @@ def export(
     from envfactory.export.errors import ExportError
     from envfactory.export.export import ExportSource, check_earlier, export_conversations
     from envfactory.export.files import conversations_file, training_conversations
-    from envfactory.export.options import ExportOptions
+    from envfactory.export.options import ExportOptions, default_per
     from envfactory.export.tools_schema import catalog_for
     from envfactory.run_settings import file_sha256, read_record
 
@@ -105,8 +105,8 @@ def export(
         raise ExportError(f"--include-interactive shapes RL rows (trl-grpo, verl); {fmt.value} rows are SFT")
     if per is Per.conversation and fmt.value not in ("trl-sft", "llamafactory"):  # RL rows are turns
         raise ExportError(f"--per conversation shapes SFT rows (trl-sft, llamafactory); {fmt.value} rows are turns")
-    if per is None:  # LLaMA-Factory trains every gpt/function_call of a row: turn rows would train earlier turns again
-        per = Per.conversation if fmt.value == "llamafactory" else Per.turn
+    if per is None:
+        per = Per(default_per(fmt.value))
     elif per is Per.turn and fmt.value == "llamafactory":
         err.print(
             "note: LLaMA-Factory trains every assistant message of a row, so per-turn rows train earlier turns again "

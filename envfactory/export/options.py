@@ -48,3 +48,9 @@ class ExportOptions(BaseModel):
     prompts_dir: Path | None = Field(
         default=None, description="prompt folder holding the export wording; None: the settings' prompt folder"
     )
+
+
+def default_per(fmt: str) -> Per:
+    """One row a conversation for LLaMA-Factory, which trains every assistant message of a row (per-turn rows
+    repeat the earlier turns, trained again in every later row); one a turn for the other formats."""
+    return "conversation" if fmt == "llamafactory" else "turn"
