@@ -352,8 +352,10 @@ def read_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = Inp
     data = read_file_bytes(path, max_bytes=MAX_LOG_BYTES, what="JSONL file", error=error)
     if data and not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]
-        if repair:
-            path.write_bytes(data)
+        if repair:  # cut in place: a rewrite of the whole file, killed, would leave it empty (every row lost)
+            with path.open("r+b") as fh:
+                fh.truncate(len(data))
+                os.fsync(fh.fileno())
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

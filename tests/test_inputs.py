@@ -456,6 +456,25 @@ def test_the_synth_jsonl_reader_still_repairs_a_torn_tail(tmp_path: Path) -> Non
     assert read_jsonl(tmp_path / "absent.jsonl") == []
 
 
+def test_a_torn_tail_is_cut_in_place_never_rewritten(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reviewer killed a resume while it repaired a 1.4 GB log by rewriting it: the file was left empty, every
+    finished unit lost, and the next run started over. The repair cuts the torn line off in place."""
+    from envfactory.inputs import read_jsonl_log
+
+    path = tmp_path / "conversations.jsonl"
+    whole = b"".join(b'{"key": "%d"}\n' % i for i in range(1000))
+    path.write_bytes(whole + b'{"key": "torn')
+    inode = path.stat().st_ino
+
+    def rewrite(*_: object, **__: object) -> None:
+        raise AssertionError("the repair rewrote the whole file")
+
+    monkeypatch.setattr(Path, "write_bytes", rewrite)
+    monkeypatch.setattr(Path, "write_text", rewrite)
+    assert len(read_jsonl_log(path)) == 1000
+    assert path.read_bytes() == whole and path.stat().st_ino == inode
+
+
 def test_export_skips_a_last_line_torn_mid_character(tmp_path: Path) -> None:
     from envfactory.export.errors import ExportError
     from envfactory.export.files import load_conversations
