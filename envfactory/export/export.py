@@ -20,6 +20,7 @@ from envfactory.export.options import ExportOptions
 from envfactory.export.rl import convert_to_rl_data
 from envfactory.export.sft import convert_to_sft_data
 from envfactory.export.tools_schema import Catalog
+from envfactory.inputs import write_atomic
 from envfactory.records.models import Conversation
 from envfactory.run_settings import EXPORT_FILE
 
@@ -84,6 +85,9 @@ def export_conversations(
     options = options or ExportOptions()
     check_earlier(out, fmt)
     out.mkdir(parents=True, exist_ok=True)
+    # a re-export killed halfway must not leave the last export's report beside the new, partial rows: the report
+    # goes first and comes back, written whole, only once every data file is
+    (out / SUMMARY).unlink(missing_ok=True)
     turns = sum(len(c.nodes) for c in conversations)
     skipped_rows = 0
     removed = sum(1 for c in conversations for n in c.nodes for s in n.steps for r in s.results() if not r.ok)
@@ -122,5 +126,5 @@ def export_conversations(
         files=files,
         source=source,
     )
-    (out / SUMMARY).write_text(json.dumps(report.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
+    write_atomic(out / SUMMARY, json.dumps(report.model_dump(mode="json"), indent=2) + "\n", error=ExportError)
     return report

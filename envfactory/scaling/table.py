@@ -38,6 +38,7 @@ not the conclusion. Give real numbers in ``compute`` when you have them.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -47,7 +48,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envfactory.inputs import parse_json, read_file_bytes
+from envfactory.inputs import parse_json, read_file_bytes, write_atomic
 from envfactory.scaling.errors import RunTableError
 from envfactory.scaling.laws import Features
 
@@ -365,15 +366,18 @@ def write_table(table: RunTable, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     if suffix == ".csv":
         fields = list(REQUIRED) + [k for k in OPTIONAL if any(k in rec for rec in records)]
-        with path.open("w", encoding="utf-8", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=fields, lineterminator="\n")
-            writer.writeheader()
-            for rec in records:
-                writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in rec.items()})
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        for rec in records:
+            writer.writerow({k: repr(v) if isinstance(v, float) else v for k, v in rec.items()})
+        content = text.getvalue()
     elif suffix == ".jsonl":
-        path.write_text("".join(json.dumps(rec) + "\n" for rec in records), encoding="utf-8")
+        content = "".join(json.dumps(rec) + "\n" for rec in records)
     elif suffix == ".json":
-        path.write_text(json.dumps({"runs": records}, indent=1) + "\n", encoding="utf-8")
+        content = json.dumps({"runs": records}, indent=1) + "\n"
     else:
         raise RunTableError(f"{path}: unknown table format '{suffix or '(none)'}'; use .csv, .jsonl or .json")
+    # the old table or the whole new one, never a torn one: `scaling add` rewrites a table that holds every row
+    write_atomic(path, content, error=RunTableError)
     return path

@@ -553,6 +553,26 @@ def cli(*args: str) -> Any:
     return CliRunner().invoke(root, ["export", *args])
 
 
+def test_a_reexport_cut_short_leaves_no_report_of_the_last_one(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reviewer killed a re-export mid-write: the old export.json ("5790 samples") stayed beside an 18-row
+    train.jsonl. The report goes first and is written, whole, only after every data file."""
+    import envfactory.export.trl_sft as trl_sft
+
+    out = tmp_path / "sft"
+    assert cli(str(run_dir), "--format", "trl-sft", "--out", str(out)).exit_code == 0
+    assert (out / "export.json").is_file()
+
+    def killed(rows: Any, path: Path) -> int:
+        path.write_text(next(iter(rows)).model_dump_json() + "\n")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(trl_sft, "write_jsonl", killed)
+    assert cli(str(run_dir), "--format", "trl-sft", "--out", str(out)).exit_code != 0
+    assert not (out / "export.json").exists() and len((out / "train.jsonl").read_text().splitlines()) == 1
+
+
 def test_cli_exports_a_run_dir(run_dir: Path, tmp_path: Path) -> None:
     res = cli(str(run_dir), "--format", "trl-sft", "--out", str(tmp_path / "sft"))
     assert res.exit_code == 0, res.output

@@ -170,6 +170,29 @@ def test_table_formats_round_trip(tmp_path: Path, hand_made: Path) -> None:
         assert again.runs == table.runs, suffix
 
 
+def test_a_table_rewrite_cut_short_leaves_the_old_table(
+    tmp_path: Path, hand_made: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`scaling add` rewrites the whole table: a reviewer's kill mid-write left a 300,000-row table empty. The old
+    table or the whole new one, never a torn one."""
+    import envfactory.inputs
+
+    table = load_table(hand_made)
+    for suffix in (".csv", ".jsonl", ".json"):
+        path = write_table(table, tmp_path / f"runs{suffix}")
+        before = path.read_bytes()
+
+        def killed(*_: object) -> None:
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as m:
+            m.setattr(envfactory.inputs.os, "replace", killed)
+            with pytest.raises(RunTableError, match="No space left on device"):
+                write_table(table.model_copy(update={"runs": table.runs[:1]}), path)
+        assert path.read_bytes() == before, suffix
+        assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
 def test_compute_column_and_models(tmp_path: Path) -> None:
     path = tmp_path / "runs.jsonl"
     rows = [
