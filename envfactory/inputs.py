@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import fcntl
 import json
 import os
 import stat
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -366,6 +368,34 @@ def read_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = Inp
             continue
         rows.append(parse_json(line, f"{path}:{n}", error=lambda m: error(f"{m}; fix or remove it to resume")))
     return rows
+
+
+FOLDER_LOCK = ".envfactory.lock"
+
+
+@contextlib.contextmanager
+def exclusive_folder(folder: Path, command: str, *, error: ErrorFactory = InputError) -> Iterator[None]:
+    """Hold `folder` as the one writer of its logs (an flock on `folder/.envfactory.lock`, let go when the process
+    ends however it ends): a second batch on the same folder is refused in words, not run beside the first (two
+    synth runs on one --out each appended every unit: every record twice, and summaries that disagreed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / FOLDER_LOCK, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read(20).strip()
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise error(
+                f"{folder} is being written by another `{command}`{who}: wait for it to finish, or give another --out"
+            ) from None
+        try:
+            fh.truncate(0)
+            fh.write(str(os.getpid()))
+            fh.flush()
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 class JsonlAppender:

@@ -35,7 +35,7 @@ from envfactory.envgen.health import HealthReport, HealthSettings, check_health
 from envfactory.envgen.openapi import OpenAPIError, identifier, load_openapi
 from envfactory.errors import EnvFactoryError
 from envfactory.executor import Executor, LocalExecutor, Shipped, WorkerLost
-from envfactory.inputs import JsonlAppender, read_jsonl_log, write_atomic
+from envfactory.inputs import JsonlAppender, exclusive_folder, read_jsonl_log, write_atomic
 
 if TYPE_CHECKING:
     from envfactory.corpus import Corpus
@@ -234,7 +234,17 @@ def build_many(
     """Build every job not already in `out/compile-report.jsonl` (a resumed batch skips them); yields each
     report as it is recorded. Names must be unique across `jobs`."""
     s = settings or BuildSettings()
-    out.mkdir(parents=True, exist_ok=True)
+    with exclusive_folder(out, "envfactory corpus compile", error=EnvFactoryError):
+        yield from _build_many(jobs, out, s, executor, progress)
+
+
+def _build_many(
+    jobs: Sequence[SpecJob],
+    out: Path,
+    s: BuildSettings,
+    executor: Executor | None,
+    progress: Callable[[int, int], None] | None,
+) -> Iterator[BuildReport]:
     log = out / REPORT_FILE
     done = {row.get("spec_id") for row in read_jsonl_log(log)}
     todo = [j for j in jobs if j.spec_id not in done]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -15,7 +16,8 @@ from rich.console import Console
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
-from envfactory.llm.usage import process_usage
+from envfactory.inputs import exclusive_folder
+from envfactory.llm.usage import RoleUsage, process_usage
 from envfactory.records.run_folder import DROPPED, HELDOUT, SUMMARY
 from envfactory.tasks.offline import UnitOutcome, synthesize_offline
 from envfactory.tasks.plan import (
@@ -132,6 +134,21 @@ def run_batch(
             raise SynthConfigError("mode 'llm' needs the QueryGen runner: run it through `envfactory synth`")
         runner = offline_runner(pool, settings)
     where = f"{config.concurrency} at once" if executor is None else f"{executor.name} executor"
+    with exclusive_folder(outdir, "envfactory synth", error=SynthError):
+        return _run_and_summarize(config, plan, runner, executor, outdir, where, usage_before, out, err)
+
+
+def _run_and_summarize(
+    config: SynthConfig,
+    plan: Plan,
+    runner: UnitRunner,
+    executor: Executor | None,
+    outdir: Path,
+    where: str,
+    usage_before: list[RoleUsage],
+    out: Console,
+    err: Console,
+) -> BatchSummary:
     say_plan(out, config, plan, outdir, where)
     with unit_progress(err, len(plan.units)) as advance:
         start = time.perf_counter()

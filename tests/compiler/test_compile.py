@@ -34,6 +34,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.env.session import Session
 from envfactory.envgen.health import HealthSettings, check_health
 from envfactory.envgen.openapi import OpenAPIError, identifier, load_openapi
+from envfactory.errors import EnvFactoryError
 from envfactory.executor import ExecutorSettings, ProcessExecutor, RayExecutor
 from tests.support.paths import ROOT, TEST_DATA
 
@@ -670,6 +671,19 @@ def test_a_batch_resumes_and_records_every_spec(built: Path, tmp_path: Path) -> 
     ]
     again = list(build_many(jobs, out, BuildSettings(health=HealthSettings(calls=10, scenarios=1))))
     assert len(again) == 2 and len(read_reports(out)) == len(lines)
+
+
+def test_a_second_compile_into_a_folder_being_written_is_refused(tmp_path: Path) -> None:
+    """Two compiles on one --out shared a staging folder the first to finish deleted under the other: one failed,
+    the other left a 'healthy' environment with no compiled.json that no rerun repaired. The second is refused."""
+    from envfactory.inputs import exclusive_folder
+
+    out = tmp_path / "compiled"
+    job = SpecJob(spec_id="nasa.gov/apod", path=CORPUS / "nasa.gov" / "apod.json", name="apod")
+    busy = "is being written by another `envfactory corpus compile`"
+    with exclusive_folder(out, "envfactory corpus compile"), pytest.raises(EnvFactoryError, match=busy):
+        list(build_many([job], out))
+    assert [r.spec_id for r in build_many([job], out)] == ["nasa.gov/apod"]
 
 
 def test_a_spec_that_is_no_spec_is_a_recorded_failure(tmp_path: Path) -> None:

@@ -183,6 +183,26 @@ def test_cli_resumes_after_sigkill_without_duplicates_or_losses(tmp_path: Path, 
     assert "N = " in done.stdout
 
 
+def test_a_second_run_on_a_folder_being_written_is_refused(tmp_path: Path, graph: ToolGraph) -> None:
+    """A reviewer ran two syntheses on one --out at once: both exited 0 with every record twice, summaries that
+    disagreed with the logs, and an export of doubled rows. The second is refused in one line; once the first is
+    over (its process gone, however it ended), the folder is free."""
+    from envfactory.inputs import exclusive_folder
+
+    out = tmp_path / "run"
+    cfg = tmp_path / "synth.yaml"
+    graph_file = save_graph(graph, tmp_path / "graph.json")
+    cfg.write_text(yaml.safe_dump({"envs": ["hotels"], "T": 1, "S": 1, "out": str(out), "graph": str(graph_file)}))
+    cmd = [sys.executable, "-m", "envfactory.cli", "synth", "--config", str(cfg)]
+    with exclusive_folder(out, "envfactory synth"):  # the first run, still writing
+        second = subprocess.run(cmd, env=_cli_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert second.returncode == 1 and second.stderr.count("\n") == 1, second.stderr
+    assert f"error: {out} is being written by another `envfactory synth` (pid {os.getpid()})" in second.stderr
+    assert not (out / CONVERSATIONS).exists()
+    after = subprocess.run(cmd, env=_cli_env(tmp_path), capture_output=True, text=True, timeout=300)
+    assert after.returncode == 0 and (out / CONVERSATIONS).is_file(), after.stderr
+
+
 def test_config_errors_are_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("T: 0\n")
