@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
 from langchain_core.language_models import BaseChatModel
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
-from envfactory.errors import DataError
+from envfactory.errors import DataError, first_error
 from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem
 from envfactory.eval.metrics import PassRates, TaskOutcomes, pass_rates
@@ -175,8 +175,14 @@ def done_attempts(out: Path) -> list[AttemptRecord]:
     """The attempts made, one per (item, attempt): a line written twice (two processes given one --out) counts
     once, the first kept."""
     seen: dict[tuple[str, int], AttemptRecord] = {}
-    for r in read_jsonl_log(out / ATTEMPTS, error=EvalRunError):
-        record = AttemptRecord.model_validate(r)
+    for n, r in enumerate(read_jsonl_log(out / ATTEMPTS, error=EvalRunError), 1):
+        try:
+            record = AttemptRecord.model_validate(r)
+        except ValidationError as e:
+            where, what = first_error(e, "the row")
+            raise EvalRunError(
+                f"{out / ATTEMPTS}: row {n} is no attempt record ({where}: {what}); fix or remove it to resume"
+            ) from None
         seen.setdefault((record.item, record.attempt), record)
     return list(seen.values())
 

@@ -265,6 +265,19 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return read_jsonl_log(path, error=SynthConfigError)
 
 
+def _rows_with(path: Path, keys: tuple[str, ...]) -> list[dict[str, Any]]:
+    """A run log's rows, each an object whose `keys` hold text (what a resume reads of it); another row — valid
+    JSON but no record of this run (`{"x": 1}`, `[1, 2]`) — is a one-line error naming it, not a traceback."""
+    rows = read_jsonl(path)
+    for n, row in enumerate(rows, 1):
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in keys):
+            wanted = " and ".join(f"'{k}'" for k in keys)
+            raise SynthConfigError(
+                f"{path}: row {n} is no record of a run (no text {wanted}); fix or remove it to resume"
+            )
+    return rows
+
+
 def done_keys(out: Path) -> set[str]:
     """Units already finished in `out`: kept ones, and drops other than errors (those are retried)."""
     return RunLog.read(out).done()
@@ -283,9 +296,9 @@ class RunLog:
     @classmethod
     def read(cls, out: Path) -> RunLog:
         log = cls()
-        log.train = list(read_jsonl(out / CONVERSATIONS))
-        log.heldout_ids = [r["id"] for r in read_jsonl(out / HELDOUT)]
-        log.drops = [(r["key"], r["code"]) for r in read_jsonl(out / DROPPED)]
+        log.train = list(_rows_with(out / CONVERSATIONS, ("id",)))
+        log.heldout_ids = [r["id"] for r in _rows_with(out / HELDOUT, ("id",))]
+        log.drops = [(r["key"], r["code"]) for r in _rows_with(out / DROPPED, ("key", "code"))]
         return log
 
     def train_ids(self) -> list[str]:

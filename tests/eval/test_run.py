@@ -18,7 +18,7 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem, EvalSourceError, items_from_conversations, load_conversations
-from envfactory.eval.run import ATTEMPTS, EvalSettings, Runner, done_attempts, run_eval, turn_runner
+from envfactory.eval.run import ATTEMPTS, EvalRunError, EvalSettings, Runner, done_attempts, run_eval, turn_runner
 from envfactory.eval.score import score_attempt
 from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.reward import CompositeReward
@@ -170,6 +170,9 @@ def test_a_killed_run_resumes_with_no_attempt_lost_or_duplicated(
     assert kept["estimate"] == 1.0 and kept["items"] == 4 and kept["level"] == 0.95
     log.write_text(log.read_text() + log.read_text().splitlines()[0] + "\n")  # a line written twice (two writers)
     assert len(done_attempts(tmp_path)) == 8  # counted once
+    log.write_text(log.read_text() + '{"x": 1}\n')  # valid JSON, no attempt: one line naming it, not a traceback
+    with pytest.raises(EvalRunError, match=r"attempts\.jsonl: row 10 is no attempt record \(item: Field required\)"):
+        done_attempts(tmp_path)
 
 
 def test_the_table_shows_one_k_for_every_row_when_items_had_unequal_attempts(

@@ -114,6 +114,12 @@ def test_run_resume_torn_line_and_retried_errors(tmp_path: Path, pool: EnvPool, 
     assert "error" not in summary.dropped_by_code
     keys = [r["id"] for r in read_jsonl(tmp_path / CONVERSATIONS)]
     assert len(keys) == len(set(keys)) == summary.kept
+    # a middle row that is valid JSON but no record of the run: one line naming it (it was a 45-line traceback)
+    rows = (tmp_path / DROPPED).read_text().splitlines()
+    for odd in ('{"x": 1}', "[1, 2]", '{"key": 3, "code": "error"}'):
+        (tmp_path / DROPPED).write_text("\n".join([rows[0], odd, *rows[1:]]) + "\n")
+        with pytest.raises(SynthConfigError, match=r"dropped\.jsonl: row 2 is no record of a run .*'key' and 'code'"):
+            run_units(plan.units, run, tmp_path)
 
 
 def test_stats_and_plot(tmp_path: Path, pool: EnvPool, graph: ToolGraph) -> None:
