@@ -51,15 +51,16 @@ _TRANSPORT = re.compile(
     r"|fields|expand|include|pretty|prettyprint|alt|quota_user|user_ip|upload_type|upload_protocol|oauth_token"
     r"|x_.*)$"
 )
-# the keys of a page beside its one array of records (snake_case: `nextPageToken` and `@odata.nextLink` count)
-_WRAPPER_KEYS = frozenset(
-    {"count", "total", "total_count", "next", "previous", "prev", "page", "limit", "offset", "cursor", "has_more",
-     "next_page", "next_cursor", "links", "meta", "per_page", "pages", "total_pages", "size", "next_page_token",
-     "page_token", "next_token", "next_link", "odata_next_link", "odata_count", "odata_context", "continuation_token",
-     "next_marker", "marker", "is_truncated", "truncated", "kind", "etag", "self_link", "total_results",
-     "total_items", "total_size", "result_count", "results_per_page", "items_per_page", "start_index", "page_info",
-     "pagination", "paging"}
-)  # fmt: skip
+# the keys of a page beside its one array of records, snake_cased (`nextPageToken`, `@odata.nextLink`, `_links`):
+# paging, counts, links, and what a response says about itself (errors, warnings, its version, its kind)
+_PAGE_KEY = re.compile(
+    r"^(links?|meta|metadata|paging|pagination|page_info|errors?|warnings?|messages?|version|api_version|href|kind"
+    r"|etag|self_link|odata_.*|timeframe|took|status|success|code|request_id|query|attributes|has_more|more"
+    r"|is_truncated|truncated|marker|cursor|offset|limit|size|count|total|next|prev|previous|page|pages|per_page"
+    r"|object|url|unreachable|warning|included|incomplete_results|length|embedded)$"
+    r"|^(next|prev|previous|page|total|start|end|continuation|result|results|items)_"
+    r"|_(count|total|token|cursor|link|links|url|page|pages|size|index|number|marker)$"
+)
 _IRREGULAR = {
     "cancel": ("cancelled", "canceled"),
     "open": ("open", "opened"),
@@ -122,7 +123,9 @@ _ACTS_ON_RECORDS = frozenset(
 )  # fmt: skip
 # verbs that change a record that exists: no create (a POST to `/x/update`), and a PUT named so is an update
 # that refuses an unknown id, not a create-or-replace
-_CHANGES_A_RECORD = frozenset({"update", "modify", "edit", "change", "patch", "rename", "set"})
+_CHANGES_A_RECORD = frozenset({"update", "modify", "edit", "change", "patch", "rename"})
+# words of an operation id that say it makes a record, whatever its first word (`updateOrCreateContacts`)
+_CREATES = frozenset({"create", "add", "insert", "new", "upsert"})
 
 
 class CompileSettings(BaseModel):
@@ -236,7 +239,7 @@ class _Compiler:
             if isinstance(s, str):
                 self.skip(method, route, s)
                 continue
-            if ":" in route.rsplit("/", 1)[-1]:
+            if ":" in re.sub(r"\{[^{}]*\}", "", route.rsplit("/", 1)[-1]):  # not `{path:.*}`, a variable's pattern
                 verb = route.rsplit(":", 1)[-1]
                 self.skip(method, route, f"a custom method (':{verb}') is an action the compiler does not model")
                 continue
@@ -306,8 +309,10 @@ class _Compiler:
             if var is None or d.parent is not None or any(lv.var for o in ops[:1] for lv in o.shape.parents):
                 continue
             key = (c.rsplit("/", 1)[-1].lower(), identifier(var))
-            if key not in kept:
-                kept[key] = c
+            first = kept.get(key)
+            defines = first is not None and any(drafts[first].ops.get(k) for k in ("read", "create"))
+            if first is None or not (defines and c.lower().endswith(first.lower())):  # `/providers/invoices` is
+                kept.setdefault(key, c)  # not `/customers/invoices`: only a prefix before the same route is a view
                 continue
             for o in [*ops, *d.actions]:
                 self.skip(o.method, o.route, f"it names the records of {kept[key]} under another prefix")
@@ -334,21 +339,18 @@ class _Compiler:
         return self._outputs[o.path]
 
     def answers_records(self, o: _Op) -> bool:
-        """Whether a GET on a collection route answers records: an array, or a page (one array beside the
-        `_WRAPPER_KEYS`), perhaps inside one-key envelopes — or an answer the spec leaves undescribed. One object
-        (`{"invitationsCount": 2}`, an account's settings) is no list; such a GET is left out, with the reason."""
-        schema = self.output(o)
+        """Whether a GET on a collection route answers records: an answer that holds an array anywhere in its first
+        three levels (a list, a page however it is wrapped: Stripe's, Google's, HAL's, Open Banking's) or that the
+        spec leaves undescribed. One object with no list in it (`{"invitationsCount": 2}`, an account's settings)
+        is no list of records; such a GET is left out, with the reason."""
+        answer = self.output(o)
+        if not isinstance(answer.get("properties"), dict) or not answer["properties"] or type_of(answer) == "array":
+            return True  # a list, or an answer the spec does not describe: as the route says
+        level = [answer]
         for _ in range(3):
-            props = schema.get("properties")
-            if schema.get("type") == "array" or not isinstance(props, dict) or not props:
+            if any(type_of(v) == "array" or isinstance(v.get("items"), dict) for v in level):
                 return True
-            arrays = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "array"]
-            if len(arrays) == 1 and all(_wrapper(k) for k in props if k != arrays[0]):
-                return True
-            objects = [v for v in props.values() if isinstance(v, dict) and isinstance(v.get("properties"), dict)]
-            if len(props) != 1 or len(objects) != 1:
-                break
-            schema = objects[0]
+            level = [v for s in level for v in (s.get("properties") or {}).values() if isinstance(v, dict)]
         self.skip(o.method, o.route, "a GET that answers one object (a count, a setting, a summary), not a list")
         return False
 
@@ -370,15 +372,19 @@ class _Compiler:
     def unwrap(schema: dict[str, Any], listing: bool = False) -> dict[str, Any]:
         """The record inside a response: an array's items, a one-key envelope's content, a page's items."""
         for _ in range(3):
-            if schema.get("type") == "array" and isinstance(schema.get("items"), dict):
+            if type_of(schema) == "array" and isinstance(schema.get("items"), dict):
                 schema = schema["items"]
                 continue
             props = schema.get("properties")
             if not isinstance(props, dict):
                 return schema
-            arrays = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "array"]
-            if listing and len(arrays) == 1 and all(_wrapper(k) for k in props if k != arrays[0]):
-                schema = props[arrays[0]]
+            page = _page_of(props) if listing else None
+            if page is not None:
+                schema = props[page]
+                continue
+            inner = _envelope_of(props) if listing else None  # HAL's `_embedded`, Open Banking's `Data`
+            if inner is not None:
+                schema = props[inner]
                 continue
             objects = [v for v in props.values() if isinstance(v, dict) and isinstance(v.get("properties"), dict)]
             if len(props) == 1 and len(objects) == 1:
@@ -470,9 +476,27 @@ def _id_field(record: dict[str, Any], var: str | None, label: str) -> str:
     return "id"
 
 
-def _wrapper(key: str) -> bool:
-    """A key of a page beside its records (`nextPageToken`, `@odata.nextLink`, `total`)."""
-    return snake_case(key.lstrip("@").replace(".", "_")) in _WRAPPER_KEYS
+def _page_of(props: dict[str, Any]) -> str | None:
+    """The key of a page's records: its one array (of records, not of messages) when every other key is about the
+    page (`_PAGE_KEY`: `{"accounts": [...], "next_page_token": ..., "total_records": ...}`); None for anything
+    else (a record that holds a list: `{"id": ..., "email": ..., "orgs": [...]}`)."""
+    meta = {k for k in props if _PAGE_KEY.search(snake_case(k.replace(".", "_")).strip("_"))}
+    arrays = [k for k, v in props.items() if isinstance(v, dict) and type_of(v) == "array"]
+    records = [k for k in arrays if k not in meta] or (arrays if len(arrays) == 1 else [])
+    if len(records) != 1:
+        return None
+    return records[0] if all(k in meta for k in props if k != records[0]) else None
+
+
+def _envelope_of(props: dict[str, Any]) -> str | None:
+    """The one key holding an object beside keys about the page (`{"_embedded": {...}, "_links": ..., "page": ...}`,
+    `{"Data": {...}, "Links": ..., "Meta": ...}`): the records are inside it; None for anything else."""
+    objects = [k for k, v in props.items() if isinstance(v, dict) and isinstance(v.get("properties"), dict)]
+    meta = {k for k in props if _PAGE_KEY.search(snake_case(k.replace(".", "_")).strip("_"))}
+    inner = [k for k in objects if k not in meta or k.strip("_").lower() == "embedded"]
+    if len(inner) != 1:
+        return None
+    return inner[0] if all(k in meta for k in props if k != inner[0]) else None
 
 
 def _verb(name: Any) -> str:
@@ -677,10 +701,12 @@ def _operations(
         for o in d.ops.get(semantics, []):
             verb = _verb(o.op.get("operationId"))
             refused = _NOT_A_CREATE | _ACTS_ON_RECORDS | (_CHANGES_A_RECORD if semantics == "create" else frozenset())
-            if semantics in ("create", "update") and verb in refused:
+            says_create = not _CREATES.isdisjoint(snake_case(str(o.op.get("operationId") or "")).split("_"))
+            if semantics in ("create", "update") and verb in refused and not says_create:  # not `updateOrCreateX`
                 c.skip(o.method, o.route, f"its operation id says it does something else ('{verb}'), not a {semantics}")
                 continue
-            last = _verb(re.sub(r"\.(json|xml|yaml|csv)$", "", o.route.rsplit("/", 1)[-1]).split(".")[-1])
+            # the path's last segment a verb alone (`/invitation/delete`; not `/check-runs`, `/reset-tokens`)
+            last = snake_case(re.sub(r"\.(json|xml|yaml|csv)$", "", o.route.rsplit("/", 1)[-1]).split(".")[-1])
             if semantics == "create" and last in _NOT_A_CREATE | _ACTS_ON_RECORDS | _CHANGES_A_RECORD:
                 c.skip(o.method, o.route, f"its path ends in a verb ('{last}'): an action, not a create")
                 continue

@@ -33,7 +33,13 @@ _NESTED_QUANTIFIER = re.compile(r"\([^()]*[+*}][^()]*\)\s*[+*{?]")
 
 # HTML a spec's prose carries (AWS's and Azure's descriptions are HTML): block tags end a line, others go
 _BLOCK_TAG = re.compile(r"</?(?:p|br|li|ul|ol|div|h[1-6]|tr|td|th|table|pre|dd|dt|dl)\b[^<>]{0,300}>", re.IGNORECASE)
-_TAG = re.compile(r"</?[A-Za-z][\w:-]*(?:\s[^<>]{0,300})?/?>")
+# only HTML's own elements and AWS's documentation tags: `List<String>`, `projects/<project>`, `Bearer <token>` stay
+_TAG = re.compile(
+    r"</?(?:a|b|i|u|em|strong|code|tt|kbd|var|samp|cite|abbr|span|small|big|sup|sub|img|hr|section|note"
+    r"|important|fullname|para|emphasis|ulink|link|br|p|li|ul|ol|div|h[1-6]|tr|td|th|table|tbody|thead|pre"
+    r"|blockquote|dd|dt|dl)\b(?:\s[^<>]{0,300})?/?>",
+    re.IGNORECASE,
+)
 
 
 def plain_text(text: str, limit: int) -> str:

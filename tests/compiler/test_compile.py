@@ -217,6 +217,52 @@ def test_actions_counts_and_custom_methods_are_not_records() -> None:
             "get": {"operationId": "describeAuthorizer", "responses": _ok(authorizer)},
             "put": {"operationId": "updateAuthorizer", "requestBody": _body(authorizer), "responses": _ok(authorizer)},
         },
+        "/me": {  # one object with no list in it
+            "get": {
+                "operationId": "getMe",
+                "responses": _ok(
+                    {"type": "object", "properties": {"id": {"type": "string"}, "name": {"type": "string"}}}
+                ),
+            }
+        },
+        # what the first version of these rules refused wrongly (a reviewer's real-spec cases): a path whose last
+        # segment starts with a verb but names records, an `updateOrCreate…` POST, a path variable with a colon,
+        # and two collections of the same name under different prefixes (different records, both kept)
+        "/check-runs": {
+            "post": {"operationId": "createCheckRun", "requestBody": _body(member), "responses": _ok(member)}
+        },
+        "/check-runs/{checkRunId}": {"get": {"operationId": "getCheckRun", "responses": _ok(member)}},
+        "/contacts": {
+            "post": {"operationId": "updateOrCreateContacts", "requestBody": _body(member), "responses": _ok(member)}
+        },
+        "/contacts/{contactId}": {"get": {"operationId": "getContact", "responses": _ok(member)}},
+        "/files/{path:.*}": {"get": {"operationId": "getFile", "responses": _ok(member)}},
+        "/customers/invoices": {
+            "post": {"operationId": "createCustomerInvoice", "requestBody": _body(member), "responses": _ok(member)}
+        },
+        "/customers/invoices/{invoiceId}": {"get": {"operationId": "getCustomerInvoice", "responses": _ok(member)}},
+        "/providers/invoices": {
+            "post": {"operationId": "createProviderInvoice", "requestBody": _body(member), "responses": _ok(member)}
+        },
+        "/providers/invoices/{invoiceId}": {"get": {"operationId": "getProviderInvoice", "responses": _ok(member)}},
+        "/accounts": {  # a page as Zoom writes one: the records beside counts and a token, types that may be null
+            "get": {
+                "operationId": "accounts",
+                "responses": _ok(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "next_page_token": {"type": "string"},
+                            "page_count": {"type": "integer"},
+                            "total_records": {"type": "integer"},
+                            "accounts": {"type": ["array", "null"], "items": member},
+                        },
+                    }
+                ),
+            },
+            "post": {"operationId": "createAccount", "requestBody": _body(member), "responses": _ok(member)},
+        },
+        "/accounts/{accountId}": {"get": {"operationId": "getAccount", "responses": _ok(member)}},
         "/settings/{key}": {  # no create, and a PUT named for it: create-or-replace, as before
             "put": {"operationId": "putSetting", "requestBody": _body(authorizer), "responses": _ok(authorizer)},
             "get": {"operationId": "getSetting", "responses": _ok(authorizer)},
@@ -234,8 +280,23 @@ def test_actions_counts_and_custom_methods_are_not_records() -> None:
         "update_authorizer": "update",
         "put_setting": "upsert",
         "get_setting": "read",
+        "accounts": "list",
+        "create_account": "create",
+        "get_account": "read",
+        "create_check_run": "create",
+        "get_check_run": "read",
+        "update_or_create_contacts": "create",
+        "get_contact": "read",
+        "get_file": "read",
+        "create_customer_invoice": "create",
+        "get_customer_invoice": "read",
+        "create_provider_invoice": "create",
+        "get_provider_invoice": "read",
     }
     reasons = {(s.method, s.route): s.reason for s in skipped}
+    assert "answers one object" in reasons[("GET", "/me")]
+    accounts = next(r for r in plan.resources if r.name == "accounts")
+    assert set(accounts.record_schema["properties"]) == {"id", "email"}  # the page's keys are no record fields
     assert "('delete'), not a create" in reasons[("POST", "/members/delete")]
     assert "path ends in a verb ('disable')" in reasons[("POST", "/members/disable")]
     assert "('deregister'), not a create" in reasons[("POST", "/account/deregisterAccount")]
@@ -480,6 +541,8 @@ def test_a_specs_prose_becomes_bounded_plain_text(text: str, limit: int) -> None
     assert plain_text("<p>Lists the <a href='https://docs.aws'>findings</a> of a member.</p>", 600) == (
         "Lists the findings of a member."
     )
+    kept = "A List<String> under projects/<project>, sent as Bearer <token>; a < b > c."  # no HTML: as written
+    assert plain_text(kept, 600) == kept
 
 
 def test_no_spec_string_ever_becomes_code(tmp_path: Path) -> None:
@@ -676,13 +739,24 @@ def test_a_batch_resumes_and_records_every_spec(built: Path, tmp_path: Path) -> 
 def test_a_second_compile_into_a_folder_being_written_is_refused(tmp_path: Path) -> None:
     """Two compiles on one --out shared a staging folder the first to finish deleted under the other: one failed,
     the other left a 'healthy' environment with no compiled.json that no rerun repaired. The second is refused."""
-    from envfactory.inputs import exclusive_folder
-
     out = tmp_path / "compiled"
     job = SpecJob(spec_id="nasa.gov/apod", path=CORPUS / "nasa.gov" / "apod.json", name="apod")
-    busy = "is being written by another `envfactory corpus compile`"
-    with exclusive_folder(out, "envfactory corpus compile"), pytest.raises(EnvFactoryError, match=busy):
-        list(build_many([job], out))
+    holder = (  # another process, writing to the folder until its stdin closes
+        "import sys; from pathlib import Path; from envfactory.inputs import exclusive_folder\n"
+        "with exclusive_folder(Path(sys.argv[1]), 'envfactory corpus compile'):\n"
+        "    print('held', flush=True); sys.stdin.read()"
+    )
+    first = subprocess.Popen(
+        [sys.executable, "-c", holder, str(out)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert first.stdout is not None and first.stdout.readline().strip() == "held"
+        with pytest.raises(
+            EnvFactoryError, match=rf"is being written by another `envfactory corpus compile` \(pid {first.pid}\)"
+        ):
+            list(build_many([job], out))
+    finally:
+        first.communicate("", timeout=30)
     assert [r.spec_id for r in build_many([job], out)] == ["nasa.gov/apod"]
 
 
