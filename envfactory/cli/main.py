@@ -400,8 +400,7 @@ def hub_serve(
         default_task=task,
         host=bind_host,
         port=bind_port,
-        control_tools=tasks is None if control_tools is None else control_tools,
-        client_tasks=tasks is None,
+        control_tools=control_tools,  # None: only a hub without --tasks (a trainer's) lists them
     )
     if transport is Transport.http:
         _run_http(server, "the hub", uds)

@@ -110,8 +110,8 @@ class HubMCPServer(SessionServer[HubEpisode]):
         default_task: str | None = None,
         host: str = "127.0.0.1",
         port: int = 8765,
-        control_tools: bool = True,
-        client_tasks: bool = False,
+        control_tools: bool | None = None,
+        client_tasks: bool | None = None,
         log_level: str = "WARNING",
         json_response: bool = True,
         server_stream: bool = False,
@@ -120,6 +120,12 @@ class HubMCPServer(SessionServer[HubEpisode]):
     ) -> None:
         if default_task is not None:
             hub.task(default_task)  # fail at start, not at the first call, on an unknown task id
+        # a hub with tasks of its own serves agents: no control tools (an agent could restart a task it failed) and
+        # no client-written task (its sender would set its own verdict); a hub without is a trainer's, which loads
+        # each session's task itself
+        trainers = not hub.tasks
+        control_tools = trainers if control_tools is None else control_tools
+        client_tasks = trainers if client_tasks is None else client_tasks
         super().__init__(
             name="envfactory-hub",
             instructions=HUB_INSTRUCTIONS,
@@ -323,8 +329,8 @@ def serve_hub(
     port: int = 8765,
     *,
     default_task: str | None = None,
-    control_tools: bool = True,
-    client_tasks: bool = False,
+    control_tools: bool | None = None,
+    client_tasks: bool | None = None,
     apps: list[str] | None = None,
     log_level: str = "WARNING",
     limits: ServeLimits | None = None,

@@ -243,7 +243,7 @@ def _structured(result: Any) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def hub_url(pool: EnvPool, tasks_file: Path) -> Iterator[str]:
     """A real streamable-HTTP hub server (uvicorn, in a background thread) on a free port."""
-    server = build_hub_server(pool, tasks_file, client_tasks=True)  # a trainer's hub: it may send whole tasks
+    server = build_hub_server(pool, tasks_file, control_tools=True, client_tasks=True)  # a trainer's hub
     server.hub.list_apps()  # load every app here, not concurrently from the server's thread
     with serving(server.streamable_http_app(), "the hub server") as url:
         yield url
@@ -336,6 +336,10 @@ def test_an_agent_cannot_set_its_own_verdict_or_hear_the_answer(
 ) -> None:
     """What a reviewer did over MCP: load a client-written task (an empty goal, the real task's id) and pass it;
     read the expected answer off a failed `complete_task`, restart, and answer it."""
+    agents = asyncio.run(build_hub_server(pool, tasks_file).list_tools())  # a hub with tasks: the meta-tools only
+    assert [t.name for t in agents] == [m.name for m in META_TOOLS]
+    trainers = build_hub_server(pool)  # a hub without: the trainer's tools, whole tasks taken
+    assert trainers.control_tools and trainers.client_tasks
     server = build_hub_server(pool, tasks_file, control_tools=True)  # a hub with tasks takes none from clients
     key = _Session()  # what keys a session's episode on the server (its MCP session object)
     load = next(t for t in asyncio.run(server.list_tools()) if t.name == LOAD_TASK_TOOL)
