@@ -95,8 +95,9 @@ class EnvFactoryEnvironment(Environment[Any, Any, EpisodeState]):
 
     def step(self, action: Any, timeout_s: float | None = None, **_: Any) -> Observation:
         episode = self.episode
-        if isinstance(action, ListToolsAction) and episode is not None:
-            return ListToolsObservation(tools=mcp_tools(episode.task), reward=self._state.reward, done=False)
+        if isinstance(action, ListToolsAction):  # before the first reset: no task, so no tool yet
+            tools = mcp_tools(episode.task) if episode is not None else []
+            return ListToolsObservation(tools=tools, reward=self._state.reward, done=False)
         if not isinstance(action, CallToolAction | ListToolsAction):
             raise ValueError(f"this environment takes call_tool and list_tools actions, not {type(action).__name__}")
         # no call runs outside an episode: before the first reset (which picks the task), or once the episode is

@@ -53,14 +53,19 @@ def _as_dict(message: Any) -> Any:
 
 
 def _as_run(messages: list[Any]) -> list[Any]:
-    """The completion as it ran: a call no tool message answers is left out. verifiers runs a message's calls only
-    to build the next prompt, so the last message's calls never run when a rollout stops at `max_turns` (or a
-    timeout, or a prompt too long): scored from the transcript, they earned the reward of a state never reached."""
-    answered = {m.get("tool_call_id") for m in messages if isinstance(m, dict) and m.get("role") == "tool"}
+    """The completion as it ran: a call that no tool message answers before the next assistant message is left out.
+    verifiers runs a message's calls only to build the next prompt, so the last message's calls never run when a
+    rollout stops at `max_turns` (or a timeout, or a prompt too long): scored from the transcript, they earned the
+    reward of a state never reached. (Matched within the turn: ids may repeat across turns, or be empty.)"""
     out: list[Any] = []
-    for m in messages:
+    for i, m in enumerate(messages):
         calls = m.get("tool_calls") if isinstance(m, dict) else None
         if isinstance(calls, list) and calls:
+            answered: set[Any] = set()
+            for later in messages[i + 1 :]:
+                if not isinstance(later, dict) or later.get("role") != "tool":
+                    break
+                answered.add(later.get("tool_call_id"))
             kept = [c for c in calls if isinstance(c, dict) and c.get("id") in answered]
             if len(kept) < len(calls):
                 m = {**m, "tool_calls": kept} if kept else {k: v for k, v in m.items() if k != "tool_calls"}

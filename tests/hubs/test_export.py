@@ -365,6 +365,20 @@ def test_verifiers_scores_only_the_calls_that_ran(verifiers_package: tuple[Path,
     assert output["reward"] < ours(scorer, first, calls)
 
 
+def test_a_call_counts_as_run_only_if_its_own_turn_answered_it() -> None:
+    """Ids repeat across turns (`call_0` numbered per message) or are empty: an answer in an earlier turn does not
+    make a later, unrun call count."""
+    from envfactory.hubs.verifiers_env import _as_run
+
+    ran = {"role": "assistant", "tool_calls": [{"id": "call_0", "name": "a"}, {"id": "", "name": "b"}]}
+    answers = [{"role": "tool", "tool_call_id": "call_0"}, {"role": "tool", "tool_call_id": ""}]
+    unrun = {"role": "assistant", "content": "", "tool_calls": [{"id": "call_0", "name": "c"}, {"id": "", "name": "d"}]}
+    assert _as_run([ran, *answers, unrun]) == [ran, *answers, {"role": "assistant", "content": ""}]
+    half = {"role": "assistant", "tool_calls": [{"id": "x", "name": "e"}, {"id": "y", "name": "f"}]}
+    out = _as_run([half, {"role": "tool", "tool_call_id": "y"}])
+    assert out[0]["tool_calls"] == [{"id": "y", "name": "f"}]
+
+
 def test_export_errors_are_actionable(run: Path, tmp_path: Path) -> None:
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "keep.txt").write_text("mine")
