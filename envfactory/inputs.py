@@ -379,6 +379,29 @@ def exclusive_folder(folder: Path, command: str, *, error: ErrorFactory = InputE
     ends however it ends): a second batch on the same folder is refused in words, not run beside the first (two
     synth runs on one --out each appended every unit: every record twice, and summaries that disagreed)."""
     folder.mkdir(parents=True, exist_ok=True)
+    key = folder.resolve()
+    with _FOLDERS_LOCK:
+        mine = key in _FOLDERS_HELD  # this process holds it already (a caller around the batch): it goes on
+        _FOLDERS_HELD[key] = _FOLDERS_HELD.get(key, 0) + 1
+    try:
+        if mine:
+            yield
+        else:
+            with _folder_flock(folder, command, error):
+                yield
+    finally:
+        with _FOLDERS_LOCK:
+            _FOLDERS_HELD[key] -= 1
+            if not _FOLDERS_HELD[key]:
+                del _FOLDERS_HELD[key]
+
+
+_FOLDERS_HELD: dict[Path, int] = {}
+_FOLDERS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _folder_flock(folder: Path, command: str, error: ErrorFactory) -> Iterator[None]:
     with open(folder / FOLDER_LOCK, "a+") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

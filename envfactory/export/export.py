@@ -85,9 +85,11 @@ def export_conversations(
     options = options or ExportOptions()
     check_earlier(out, fmt)
     out.mkdir(parents=True, exist_ok=True)
-    # a re-export killed halfway must not leave the last export's report beside the new, partial rows: the report
-    # goes first and comes back, written whole, only once every data file is
-    (out / SUMMARY).unlink(missing_ok=True)
+    # a re-export killed halfway must not leave the last export's report beside the new, partial rows: until every
+    # data file is written the report says only its format, unfinished (so an export of another format into the
+    # folder is still refused), and the whole report replaces it at the end
+    unfinished = {"format": fmt, "finished": False, "note": "an export in progress, or one that was cut short"}
+    write_atomic(out / SUMMARY, json.dumps(unfinished) + "\n", error=ExportError)
     turns = sum(len(c.nodes) for c in conversations)
     skipped_rows = 0
     removed = sum(1 for c in conversations for n in c.nodes for s in n.steps for r in s.results() if not r.ok)

@@ -15,9 +15,10 @@ from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
 from envfactory.executor import check_executor_flags, executor_from
+from envfactory.inputs import exclusive_folder
 from envfactory.llm.models import check_configured
 from envfactory.querygen.records import QUERY_ROLE, SOLVER_ROLE, USER_ROLE
-from envfactory.tasks.plan import choose_envs, load_config
+from envfactory.tasks.plan import SynthError, choose_envs, load_config
 from envfactory.tasks.run import plan_batch, run_batch
 from envfactory.tasks.synth_settings import record_synth_settings
 from envfactory.terminal import SafeConsole
@@ -60,9 +61,10 @@ def synth(
     choose_envs(cfg, pool)  # an unknown environment: one line before the run's folder holds anything
     if cfg.mode == "offline":
         plan = plan_batch(cfg, settings, pool, err)  # a plan with no unit: one line, nothing written
-        record_synth_settings(cfg, settings, config)  # what shapes the run; a resume made otherwise stops here
-        runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
-        run_batch(cfg, settings, console=out, executor=runs_on, pool=pool, plan=plan)
+        with exclusive_folder(cfg.folder(), "envfactory synth", error=SynthError):  # before its record is written
+            record_synth_settings(cfg, settings, config)  # what shapes the run; a resume made otherwise stops here
+            runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
+            run_batch(cfg, settings, console=out, executor=runs_on, pool=pool, plan=plan)
         return
     check_configured((QUERY_ROLE, SOLVER_ROLE, USER_ROLE), settings)  # before any work, not once per unit
     try:
@@ -74,7 +76,10 @@ def synth(
         ) from None
 
     plan = plan_batch(cfg, settings, pool, err)
-    with open_checkpointer(settings) as saver:  # one saver per process, shared by the batch's threads
+    with (
+        exclusive_folder(cfg.folder(), "envfactory synth", error=SynthError),
+        open_checkpointer(settings) as saver,  # one saver per process, shared by the batch's threads
+    ):
         record_synth_settings(cfg, settings, config)
         runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
         run_batch(cfg, settings, QueryGenRunner(settings, cfg, pool, saver), out, runs_on, pool=pool, plan=plan)

@@ -570,7 +570,11 @@ def test_a_reexport_cut_short_leaves_no_report_of_the_last_one(
 
     monkeypatch.setattr(trl_sft, "write_jsonl", killed)
     assert cli(str(run_dir), "--format", "trl-sft", "--out", str(out)).exit_code != 0
-    assert not (out / "export.json").exists() and len((out / "train.jsonl").read_text().splitlines()) == 1
+    report = json.loads((out / "export.json").read_text())
+    assert report["finished"] is False and "samples" not in report  # no count of rows that are not there
+    assert len((out / "train.jsonl").read_text().splitlines()) == 1
+    other = cli(str(run_dir), "--format", "llamafactory", "--out", str(out))  # still refused: a trl-sft folder
+    assert other.exit_code != 0 and "earlier trl-sft export" in str(other.exception)
 
 
 def test_cli_exports_a_run_dir(run_dir: Path, tmp_path: Path) -> None:
