@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from envfactory.inputs import FOLDER_LOCK
 from tests.support.paths import ROOT
 
 
@@ -183,7 +184,7 @@ def test_synth_and_export_end_by_naming_every_file_they_wrote(tmp_path: Path) ->
     plan.write_text(f"envs: [hotels]\nT: 1\nS: 1\nD: 1\nplot: false\nout: {tmp_path / 'run'}\n")
     res = cli("synth", "--config", str(plan))
     assert res.returncode == 0, res.stderr
-    written = {p.name for p in (tmp_path / "run").iterdir() if p.is_file()}
+    written = {p.name for p in (tmp_path / "run").iterdir() if p.is_file() and p.name != FOLDER_LOCK}  # (the lock)
     named = {name for name in written if f"{tmp_path / 'run' / name}:" in res.stdout}
     assert {"conversations.jsonl", "summary.json", "settings.json"} <= written and named == written, res.stdout
     res = cli("export", str(tmp_path / "run"), "--format", "trl-sft", "--out", str(tmp_path / "sft"))
