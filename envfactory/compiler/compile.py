@@ -480,7 +480,7 @@ def _page_of(props: dict[str, Any]) -> str | None:
     """The key of a page's records: its one array (of records, not of messages) when every other key is about the
     page (`_PAGE_KEY`: `{"accounts": [...], "next_page_token": ..., "total_records": ...}`); None for anything
     else (a record that holds a list: `{"id": ..., "email": ..., "orgs": [...]}`)."""
-    meta = {k for k in props if _PAGE_KEY.search(snake_case(k.replace(".", "_")).strip("_"))}
+    meta = _page_keys(props)
     arrays = [k for k, v in props.items() if isinstance(v, dict) and type_of(v) == "array"]
     records = [k for k in arrays if k not in meta] or (arrays if len(arrays) == 1 else [])
     if len(records) != 1:
@@ -492,16 +492,16 @@ def _envelope_of(props: dict[str, Any]) -> str | None:
     """The one key holding an object beside keys about the page (`{"_embedded": {...}, "_links": ..., "page": ...}`,
     `{"Data": {...}, "Links": ..., "Meta": ...}`): the records are inside it; None for anything else."""
     objects = [k for k, v in props.items() if isinstance(v, dict) and isinstance(v.get("properties"), dict)]
-    meta = {k for k in props if _PAGE_KEY.search(snake_case(k.replace(".", "_")).strip("_"))}
+    meta = _page_keys(props)
     inner = [k for k in objects if k not in meta or k.strip("_").lower() == "embedded"]
     if len(inner) != 1:
         return None
     return inner[0] if all(k in meta for k in props if k != inner[0]) else None
 
 
-def _verb(name: Any) -> str:
-    """The first word of an operation id or a route's last segment (`deregisterAccount` → `deregister`)."""
-    return snake_case(str(name or "")).split("_")[0]
+def _page_keys(props: dict[str, Any]) -> set[str]:
+    """The keys of a response object that are about the page, not its records (`_PAGE_KEY`)."""
+    return {k for k in props if _PAGE_KEY.search(snake_case(k.replace(".", "_")).strip("_"))}
 
 
 def _targets(verb: str) -> list[str]:
@@ -699,9 +699,12 @@ def _operations(
     order: tuple[Semantics, ...] = ("create", "list", "read", "update", "delete")
     for semantics in order:
         for o in d.ops.get(semantics, []):
-            verb = _verb(o.op.get("operationId"))
+            words = snake_case(str(o.op.get("operationId") or "")).split(
+                "_"
+            )  # `deregisterAccount`: deregister, account
+            verb = words[0]
             refused = _NOT_A_CREATE | _ACTS_ON_RECORDS | (_CHANGES_A_RECORD if semantics == "create" else frozenset())
-            says_create = not _CREATES.isdisjoint(snake_case(str(o.op.get("operationId") or "")).split("_"))
+            says_create = not _CREATES.isdisjoint(words)
             if semantics in ("create", "update") and verb in refused and not says_create:  # not `updateOrCreateX`
                 c.skip(o.method, o.route, f"its operation id says it does something else ('{verb}'), not a {semantics}")
                 continue

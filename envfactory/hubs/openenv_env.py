@@ -98,20 +98,19 @@ class EnvFactoryEnvironment(Environment[Any, Any, EpisodeState]):
         if isinstance(action, ListToolsAction):  # before the first reset: no task, so no tool yet
             tools = mcp_tools(episode.task) if episode is not None else []
             return ListToolsObservation(tools=tools, reward=self._state.reward, done=False)
-        if not isinstance(action, CallToolAction | ListToolsAction):
+        if not isinstance(action, CallToolAction):
             raise ValueError(f"this environment takes call_tool and list_tools actions, not {type(action).__name__}")
         # no call runs outside an episode: before the first reset (which picks the task), or once the episode is
         # done (a client that does not stop at `done` would otherwise go on changing the state it was scored on)
         if episode is None or len(episode.calls) >= self.max_calls:
             why = "no episode: reset first (it picks the task)" if episode is None else "the episode is over: reset"
             return CallToolObservation(
-                tool_name=getattr(action, "tool_name", "list_tools"),
+                tool_name=action.tool_name,
                 result={"content": [{"type": "text", "text": why}], "is_error": True},
                 error=ToolError(error_type=ToolErrorType.EXECUTION_ERROR, message=why),
                 reward=self._state.reward,
                 done=True,
             )
-        assert isinstance(action, CallToolAction)
         outcome = episode.call(action.tool_name, dict(action.arguments))
         result = episode.reward()
         self._state.step_count += 1

@@ -146,8 +146,6 @@ class HubMCPServer(SessionServer[HubEpisode]):
         self._inprocess: dict[str, bool] = {}  # app -> its calls run in this process (learnt from its sessions)
         self._tools_off_loop = OffLoop(self.limits.inline_cpu_s, self.limits.inline_call_s, weak=False)
         self.default_task = default_task
-        # a client-written Task carries its own goal: a client that may send one sets its own verdict, so only a
-        # server whose clients are trainers (no tasks of its own to protect) takes them
         self.client_tasks = client_tasks
         self._control = _control_tools(client_tasks)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -17,7 +16,7 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.executor import Executor, Shipped
 from envfactory.inputs import exclusive_folder
-from envfactory.llm.usage import RoleUsage, process_usage
+from envfactory.llm.usage import process_usage
 from envfactory.records.run_folder import DROPPED, HELDOUT, SUMMARY
 from envfactory.tasks.offline import UnitOutcome, synthesize_offline
 from envfactory.tasks.plan import (
@@ -134,47 +133,33 @@ def run_batch(
             raise SynthConfigError("mode 'llm' needs the QueryGen runner: run it through `envfactory synth`")
         runner = offline_runner(pool, settings)
     where = f"{config.concurrency} at once" if executor is None else f"{executor.name} executor"
-    with exclusive_folder(outdir, "envfactory synth", error=SynthError):
-        return _run_and_summarize(config, plan, runner, executor, outdir, where, usage_before, out, err)
-
-
-def _run_and_summarize(
-    config: SynthConfig,
-    plan: Plan,
-    runner: UnitRunner,
-    executor: Executor | None,
-    outdir: Path,
-    where: str,
-    usage_before: list[RoleUsage],
-    out: Console,
-    err: Console,
-) -> BatchSummary:
-    say_plan(out, config, plan, outdir, where)
-    with unit_progress(err, len(plan.units)) as advance:
-        start = time.perf_counter()
-        log = RunLog()
-        skipped, ran = run_units(
-            plan.units, runner, outdir, concurrency=config.concurrency, progress=advance, executor=executor, log=log
-        )
-        elapsed = time.perf_counter() - start
-    summary = summarize(plan, outdir, skipped, log)
-    stats = dataset_stats(log.conversations())
-    say_results(out, summary, ran=ran, elapsed=elapsed, tasks=config.tasks, stats=stats)
-    png = plot_stats(stats, outdir / "stats.png") if config.plot and stats.conversations else None
-    usage = process_usage().since(usage_before)  # this run's LLM calls here (Ray workers count in their own)
-    say_extras(out, png, usage)
-    record: dict[str, Any] = {"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}
-    record["composition"] = training_composition(config, plan, kept=set(log.train_ids())).model_dump()
-    record["planned_composition"] = training_composition(config, plan).model_dump()
-    if usage:
-        record["llm_usage"] = [row.model_dump() for row in usage]
-    (outdir / SUMMARY).write_text(json.dumps(record, indent=2) + "\n")
-    say_where(out, outdir, summary)
-    held = outdir / HELDOUT
-    if stats.conversations == 0 and not (held.is_file() and held.stat().st_size > 0):  # the folder, resumed too
-        reasons = ", ".join(f"{code} {n}" for code, n in summary.dropped_by_code.items())
-        raise SynthError(f"no conversation was kept ({reasons}); the reasons are in {outdir / DROPPED}")
-    return summary
+    with exclusive_folder(outdir, "envfactory synth", error=SynthError):  # one writer of the folder's logs
+        say_plan(out, config, plan, outdir, where)
+        with unit_progress(err, len(plan.units)) as advance:
+            start = time.perf_counter()
+            log = RunLog()
+            skipped, ran = run_units(
+                plan.units, runner, outdir, concurrency=config.concurrency, progress=advance, executor=executor, log=log
+            )
+            elapsed = time.perf_counter() - start
+        summary = summarize(plan, outdir, skipped, log)
+        stats = dataset_stats(log.conversations())
+        say_results(out, summary, ran=ran, elapsed=elapsed, tasks=config.tasks, stats=stats)
+        png = plot_stats(stats, outdir / "stats.png") if config.plot and stats.conversations else None
+        usage = process_usage().since(usage_before)  # this run's LLM calls here (Ray workers count in their own)
+        say_extras(out, png, usage)
+        record: dict[str, Any] = {"summary": summary.model_dump(mode="json"), "stats": stats.model_dump()}
+        record["composition"] = training_composition(config, plan, kept=set(log.train_ids())).model_dump()
+        record["planned_composition"] = training_composition(config, plan).model_dump()
+        if usage:
+            record["llm_usage"] = [row.model_dump() for row in usage]
+        (outdir / SUMMARY).write_text(json.dumps(record, indent=2) + "\n")
+        say_where(out, outdir, summary)
+        held = outdir / HELDOUT
+        if stats.conversations == 0 and not (held.is_file() and held.stat().st_size > 0):  # the folder, resumed too
+            reasons = ", ".join(f"{code} {n}" for code, n in summary.dropped_by_code.items())
+            raise SynthError(f"no conversation was kept ({reasons}); the reasons are in {outdir / DROPPED}")
+        return summary
 
 
 class Composition(BaseModel):
