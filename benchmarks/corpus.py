@@ -33,6 +33,7 @@ from envfactory.compiler.build import BuildSettings, build_many, corpus_jobs, re
 from envfactory.config import Settings, get_settings
 from envfactory.corpus import Corpus
 from envfactory.env.pool import EnvPool
+from envfactory.errors import EnvFactoryError
 from envfactory.executor import Executor, ExecutorSettings, ProcessExecutor, make_executor
 
 PUBLISHED = [  # (system, environments, tools) as their papers report them
@@ -70,9 +71,12 @@ def main() -> int:
             if args.executor == "local"
             else make_executor(ExecutorSettings(kind="ray", address=args.ray_address, workers=args.processes))
         )
-        for ran, _ in enumerate(build_many(jobs, out, BuildSettings(), executor), 1):
-            if ran % 100 == 0:
-                console.print(f"{ran} specs, {time.monotonic() - started:.0f} s")
+        try:
+            for ran, _ in enumerate(build_many(jobs, out, BuildSettings(), executor), 1):
+                if ran % 100 == 0:
+                    console.print(f"{ran} specs, {time.monotonic() - started:.0f} s")
+        except EnvFactoryError as e:  # a folder another build made, or one being written
+            raise SystemExit(f"error: {e}") from None
     wall = time.monotonic() - started
     load_after = os.getloadavg()
     wanted = {j.spec_id for j in jobs}

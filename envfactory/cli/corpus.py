@@ -246,14 +246,30 @@ def compile_corpus(
     keep_rejected: Annotated[
         bool, typer.Option("--keep-rejected", help="keep unhealthy ones under .rejected/")
     ] = False,
+    rebuild_stale: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild-stale", help="compile again the specs --out holds from another build (code or settings)"
+        ),
+    ] = False,
 ) -> None:
     """Compile corpus specs into environments (no model): resources, CRUD tools, scenarios; only those that
-    pass `envs health` on every dimension are written. Resumable: specs already reported are skipped.
+    pass `envs health` on every dimension are written. Resumable: specs already reported are skipped; a folder
+    another build of the compiler made is refused unless `--rebuild-stale` compiles its specs again.
     `--licence` keeps the specs under one licence (the corpus's licences vary; 1,659 state none).
     Add the folder to the pool with ENVFACTORY_COMPILED_DIR."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from envfactory.compiler.build import REPORT_FILE, BuildSettings, build_many, corpus_jobs, read_reports, yield_of
+    from envfactory.compiler.build import (
+        REPORT_FILE,
+        BuildSettings,
+        build_key,
+        build_many,
+        check_build,
+        corpus_jobs,
+        read_reports,
+        yield_of,
+    )
     from envfactory.corpus import CorpusError
     from envfactory.executor import ExecutorSettings, ProcessExecutor, check_executor_flags, make_executor
 
@@ -277,19 +293,25 @@ def compile_corpus(
         if executor == "local"
         else make_executor(ExecutorSettings(kind="ray", address=ray_address, workers=processes))
     )
+    build = BuildSettings(keep_rejected=keep_rejected, rebuild_stale=rebuild_stale)
+    check_build(target, build)  # a folder another build made: refused before the bar starts
     columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err) as bars:
         task = bars.add_task("compile", total=None)
         for _ in build_many(
             jobs,
             target,
-            BuildSettings(keep_rejected=keep_rejected),
+            build,
             runner,
             progress=lambda done, total: bars.update(task, completed=done, total=total),
         ):
             pass
     wanted = {j.spec_id for j in jobs}
-    y = yield_of([r for r in read_reports(target) if r.spec_id in wanted])
+    reports = read_reports(target)
+    y = yield_of([r for r in reports if r.spec_id in wanted])
+    others = sum(r.build != build_key(build) for r in reports)
+    if others:  # --rebuild-stale with a narrower selection than the folder's
+        err.print(f"{others} spec(s) in {safe(target)} outside this selection are still from another build")
     table = Table("specs", "compiled", "with scenarios", "healthy", "usable", "tools (healthy)", "skipped ops")
     table.add_row(
         str(y.specs), str(y.compiled), str(y.with_scenarios), str(y.healthy), str(y.usable),

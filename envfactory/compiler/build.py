@@ -4,7 +4,9 @@ A spec's environment joins the pool folder only when `envs health` passes on eve
 does not is recorded with its failing dimension (and its folder kept under `.rejected/` for a look when
 asked). Every spec gives one report row, whatever happens to it, appended to `compile-report.jsonl` as
 it finishes, so a killed batch resumes where it stopped and a spec that breaks the compiler is a
-recorded failure, not a crash of the batch.
+recorded failure, not a crash of the batch. Every row names the build that made it (`build_key`: the code that
+decides what a spec becomes, and the settings): a batch resumed on a folder another build made is refused,
+or with `rebuild_stale` compiles those specs again, so one pool folder never mixes two builds unknown to its user.
 
 A unit (`build_unit`) builds and checks the environment in a folder of its own process and hands back
 its files with the report; the driver — the only writer of the output folder — puts them in place. So a
@@ -15,6 +17,7 @@ the same environments.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import tempfile
@@ -66,6 +69,27 @@ class BuildSettings(BaseModel):
         description="the gate: every dimension of `envs health`, with fewer calls than `envs health` runs",
     )
     keep_rejected: bool = Field(default=False, description="keep unhealthy environments' folders under .rejected/")
+    rebuild_stale: bool = Field(
+        default=False,
+        description="compile again the specs an output folder holds from another build (compiler code or settings)",
+    )
+
+
+# the packages whose code decides what a spec becomes: the compiler, the gate (envgen's health checks and the
+# π* solver they run) and the runtime of a compiled environment
+_BUILD_PACKAGES = ("compiler", "envgen", "env", "tasks")
+
+
+def build_key(settings: BuildSettings) -> str:
+    """What made a batch's environments: a digest of the code that decides what a spec becomes and of the settings
+    that change it. Recorded on every report row, so a batch resumed after either changed does not mix two
+    builds in one pool folder unknown to its user (`build_many`)."""
+    root = Path(__file__).resolve().parent.parent
+    digest = hashlib.sha256(settings.model_dump_json(exclude={"keep_rejected", "rebuild_stale"}).encode())
+    for package in _BUILD_PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
 
 
 class BuildReport(BaseModel):
@@ -84,6 +108,7 @@ class BuildReport(BaseModel):
     usable: bool = False  # healthy, at least one write tool, at least one dependency (an id one tool reads)
     seconds: float = 0.0  # wall clock of the unit
     cpu_seconds: float = 0.0  # CPU time of the unit (its thread's): what a batch costs, whatever else runs
+    build: str | None = None  # `build_key` of the batch that made it (None: a version that recorded none)
 
 
 class BuildResult(BaseModel):
@@ -232,7 +257,9 @@ def build_many(
     progress: Callable[[int, int], None] | None = None,
 ) -> Iterator[BuildReport]:
     """Build every job not already in `out/compile-report.jsonl` (a resumed batch skips them); yields each
-    report as it is recorded. Names must be unique across `jobs`."""
+    report as it is recorded. Names must be unique across `jobs`. A folder with rows of another build is
+    refused (`EnvFactoryError`), or with `settings.rebuild_stale` those of `jobs` are compiled again (their old
+    folders removed first); rows of specs outside `jobs` stay as they are."""
     s = settings or BuildSettings()
     with exclusive_folder(out, "envfactory corpus compile", error=EnvFactoryError):
         yield from _build_many(jobs, out, s, executor, progress)
@@ -246,26 +273,59 @@ def _build_many(
     progress: Callable[[int, int], None] | None,
 ) -> Iterator[BuildReport]:
     log = out / REPORT_FILE
-    done = {row.get("spec_id") for row in read_jsonl_log(log)}
-    todo = [j for j in jobs if j.spec_id not in done]
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise EnvFactoryError("two specs would make environments of the same name: give them distinct names")
+    read_jsonl_log(log)  # a torn last row (a killed batch's) cut off, now that this batch holds the folder
+    key, last, stale = check_build(out, s)
+    todo = [j for j in jobs if j.spec_id not in last or j.spec_id in stale]
     appender = JsonlAppender(log)
     runner = _Runner(s)
     results = (executor or LocalExecutor(concurrency=1)).map(runner, todo)
     for finished, (job, result) in enumerate(results, 1):
         if isinstance(result, BuildResult):
             report = result.report
+            if job.spec_id in stale:  # compiled again: what the older build left goes, whatever becomes of it now
+                _remove_environment(out, last[job.spec_id].get("name"))
             place(result, out)
         else:
             why = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
             report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed", reason=why[:500])
+        report.build = key
         appender.write(report.model_dump_json())
         if progress is not None:
             progress(finished, len(todo))
         yield report
     shutil.rmtree(out / STAGING_DIR, ignore_errors=True)
+
+
+def check_build(out: Path, settings: BuildSettings) -> tuple[str, dict[str, dict[str, Any]], set[str]]:
+    """This build's key, `out`'s latest row of each spec, and the specs another build made; raises
+    `EnvFactoryError` when there are such specs and `settings.rebuild_stale` is off (a CLI asks before it starts)."""
+    key = build_key(settings)
+    last = _last_rows(read_jsonl_log(out / REPORT_FILE, repair=False))  # (read-only: no lock is needed)
+    stale = {spec for spec, row in last.items() if row.get("build") != key}
+    if stale and not settings.rebuild_stale:
+        raise EnvFactoryError(
+            f"{out} holds {len(stale)} spec(s) compiled by another build (other compiler code or settings; "
+            f"first: {min(stale)}), and one pool folder should not mix two: compile into a new --out, "
+            "or pass --rebuild-stale to compile them again here"
+        )
+    return key, last, stale
+
+
+def _last_rows(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each spec's latest report row (a spec compiled again has its new row appended after the old)."""
+    return {str(row.get("spec_id")): row for row in rows}
+
+
+def _remove_environment(out: Path, name: object) -> None:
+    """The folders an earlier build left for the environment `name` (in the pool folder or `.rejected/`)."""
+    if not isinstance(name, str) or not name or name != Path(name).name or name.startswith("."):
+        return  # (a row's name is the driver's own; anything else names no environment folder of ours)
+    for folder in (out / name, out / REJECTED_DIR / name):
+        if folder.is_dir() and not folder.is_symlink():
+            shutil.rmtree(folder)
 
 
 def corpus_jobs(corpus: Corpus, ids: Sequence[str] | None = None) -> list[SpecJob]:
@@ -307,7 +367,9 @@ def corpus_jobs(corpus: Corpus, ids: Sequence[str] | None = None) -> list[SpecJo
 
 
 def read_reports(out: Path) -> list[BuildReport]:
-    return [BuildReport.model_validate(row) for row in read_jsonl_log(out / REPORT_FILE, repair=False)]
+    """Each spec's latest report (one a spec, in the order they were first recorded)."""
+    rows = _last_rows(read_jsonl_log(out / REPORT_FILE, repair=False))
+    return [BuildReport.model_validate(row) for row in rows.values()]
 
 
 class Yield(BaseModel):

@@ -23,7 +23,15 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from pydantic_core import PydanticSerializationError, from_json, to_json
 
-from envfactory.compiler.build import BuildSettings, SpecJob, build_many, build_one, read_reports, yield_of
+from envfactory.compiler.build import (
+    BuildSettings,
+    SpecJob,
+    build_key,
+    build_many,
+    build_one,
+    read_reports,
+    yield_of,
+)
 from envfactory.compiler.compile import CompileError, compile_spec
 from envfactory.compiler.routes import shape
 from envfactory.compiler.scenarios import generate_scenarios
@@ -732,8 +740,44 @@ def test_a_batch_resumes_and_records_every_spec(built: Path, tmp_path: Path) -> 
         )
         for line in lines
     ]
-    again = list(build_many(jobs, out, BuildSettings(health=HealthSettings(calls=10, scenarios=1))))
+    again = list(build_many(jobs, out, QUICK))
     assert len(again) == 2 and len(read_reports(out)) == len(lines)
+    assert _outcome(out) == _outcome(built)
+
+
+def _rows(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "compile-report.jsonl").read_text(encoding="utf-8").splitlines()]
+
+
+def test_a_folder_another_build_made_is_refused_or_compiled_again(built: Path, tmp_path: Path) -> None:
+    """A batch resumed after the compiler or its settings changed mixed two builds in one pool folder, unknown to
+    its user. Every row names its build; a folder with rows of another is refused, or with `rebuild_stale` those
+    specs are compiled again — and what the older build left of them goes, even where the spec now fails."""
+    key = build_key(QUICK)
+    assert key == build_key(QUICK.model_copy(update={"keep_rejected": True, "rebuild_stale": True}))
+    assert key != build_key(BuildSettings())  # the gate's settings make other environments
+    assert {r["build"] for r in _rows(built)} == {key}
+
+    out = tmp_path / "older"
+    shutil.copytree(built, out)
+    rows = _rows(out)
+    healthy = next(r for r in rows if r["status"] == "healthy")
+    failed = next(r for r in rows if r["status"] != "healthy")
+    for r in rows:
+        if r is healthy or r is failed:
+            r.pop("build")  # a version that recorded none
+    failed["status"] = "healthy"  # the older build passed it, and left its folder
+    shutil.copytree(out / healthy["name"], out / failed["name"])
+    (out / "compile-report.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+
+    with pytest.raises(EnvFactoryError, match=r"holds 2 spec\(s\) compiled by another build .* --rebuild-stale"):
+        list(build_many(_jobs(), out, QUICK))
+    with pytest.raises(EnvFactoryError, match="another build"):  # new settings, same code: another build too
+        list(build_many(_jobs(), built, BuildSettings()))
+    again = list(build_many(_jobs(), out, QUICK.model_copy(update={"rebuild_stale": True})))
+    assert sorted(r.spec_id for r in again) == sorted([healthy["spec_id"], failed["spec_id"]])
+    assert not (out / failed["name"]).exists()  # the older build's environment, which this build rejects
+    assert _outcome(out) == _outcome(built) and len(_rows(out)) == len(rows) + 2
 
 
 def test_a_second_compile_into_a_folder_being_written_is_refused(tmp_path: Path) -> None:

@@ -238,3 +238,13 @@ def test_cli_a_blank_query_and_a_compile_that_makes_nothing_are_one_line_errors(
     assert "1 of the given specs left out: not under the licence 'mit'" in res.stderr, res.stderr
     reported = [json.loads(line)["spec_id"] for line in (out / "compile-report.jsonl").read_text().splitlines()]
     assert reported == ["nasa.gov/apod", "rottentomatoes.com"]
+    # a folder compiled by another build (here: rows from a version that recorded none) is not resumed silently
+    report = out / "compile-report.jsonl"
+    rows = [{k: v for k, v in json.loads(line).items() if k != "build"} for line in report.read_text().splitlines()]
+    report.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = _cli(monkeypatch, data_dir, *argv)
+    assert res.code == 1 and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert "holds 2 spec(s) compiled by another build" in res.stderr and "--rebuild-stale" in res.stderr
+    res = _cli(monkeypatch, data_dir, *argv, "--rebuild-stale")
+    assert "1 spec(s) in" in res.stderr and "outside this selection are still from another build" in res.stderr
+    assert [json.loads(line)["spec_id"] for line in report.read_text().splitlines()][2:] == ["nasa.gov/apod"]
