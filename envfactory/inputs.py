@@ -421,6 +421,18 @@ def _folder_flock(folder: Path, command: str, error: ErrorFactory) -> Iterator[N
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """A file error inside names `path`: a full disk's ENOSPC from write() or fsync() names no file, so a user
+    read "No space left on device" and not which of a run's files it was."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None:
+            raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+        raise
+
+
 class JsonlAppender:
     """Appends one line and fsyncs: a finished unit survives a kill right after. Thread-safe."""
 
@@ -429,7 +441,7 @@ class JsonlAppender:
         self._lock = threading.Lock()
 
     def write(self, line: str) -> None:
-        with self._lock, self.path.open("a", encoding="utf-8") as f:
+        with self._lock, writing(self.path), self.path.open("a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())

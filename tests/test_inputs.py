@@ -22,6 +22,7 @@ from envfactory.errors import EnvFactoryError
 from envfactory.inputs import (
     MAX_INT_DIGITS,
     InputError,
+    JsonlAppender,
     parse_json,
     parse_yaml,
     read_file_bytes,
@@ -263,6 +264,22 @@ def test_a_failed_write_in_process_keeps_the_old_file(tmp_path: Path, monkeypatc
         write_atomic(path, "new")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["graph.json"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device that is always full)")
+def test_a_full_disk_names_the_file_it_could_not_write() -> None:
+    """write() and fsync() on a full disk raise ENOSPC naming no file: a run said "No space left on device" and
+    not which of its files; the run logs' and the exports' writers name it (the CLI prints the name)."""
+    from envfactory.export.files import write_jsonl
+    from envfactory.records.models import ToolCall
+
+    full = Path("/dev/full")
+    with pytest.raises(OSError) as info:
+        JsonlAppender(full).write('{"unit": 1}')
+    assert info.value.errno == 28 and info.value.filename == str(full), info.value
+    with pytest.raises(OSError) as info:
+        write_jsonl([ToolCall(server="s", name="t", arguments={"x": "y" * 10_000})], full)
+    assert info.value.errno == 28 and info.value.filename == str(full), info.value
 
 
 # ---- the loaders: a FIFO, a deep or a malformed file is a one-line error ------------------------------------

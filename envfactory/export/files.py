@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from envfactory.export.errors import ExportError
-from envfactory.inputs import read_json
+from envfactory.inputs import read_json, writing
 from envfactory.records.models import Conversation
 from envfactory.records.run_folder import CONVERSATIONS, HELDOUT, SUMMARY, in_id_order, read_conversations
 
@@ -59,7 +59,7 @@ def write_jsonl(rows: Iterable[BaseModel], path: Path) -> int:
     """One JSON object a line (unset optional fields left out); returns the number of rows."""
     path.parent.mkdir(parents=True, exist_ok=True)
     count = 0
-    with path.open("w", encoding="utf-8") as f:
+    with writing(path), path.open("w", encoding="utf-8") as f:
         for row in rows:
             f.write(row.model_dump_json(by_alias=True, exclude_none=True) + "\n")
             count += 1
