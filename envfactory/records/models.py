@@ -140,8 +140,8 @@ class Assertion(BaseModel):
     """A per-task check beside state equivalence.
 
     `state_equals`: the value at `path` of environment `server`'s final state equals `value`;
-    `state_absent`: nothing is at `path`; `answer_contains`: the final answer contains `value`
-    (as text; numbers also match with the usual roundings).
+    `state_absent`: nothing is at `path`; `answer_contains`: the final answer states `value` (as a whole word or
+    number; numbers also match with the usual roundings), in at most `max_chars` characters when set.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -150,6 +150,7 @@ class Assertion(BaseModel):
     server: str | None = None
     path: str | None = None
     value: Any = None
+    max_chars: int | None = Field(default=None, ge=1)
 
 
 class MaskSpec(BaseModel):

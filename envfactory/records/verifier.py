@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -133,14 +134,34 @@ def answer_forms(value: Any) -> list[str]:
     return sorted({str(value), *renderings(str(value))})
 
 
+def mentions(answer: str, value: Any) -> bool:
+    """Whether `answer` states `value` in one of its forms (`answer_forms`), as a whole word or number: `5` is not
+    in `15`, `5.5` or `1,500`, `Ana` not in `Banana` (a substring test let a string of digits state every number)."""
+    text = answer.lower()
+    for form in answer_forms(value):
+        f = form.lower()
+        if f and re.search(rf"(?<!\w)(?<!\d[.,]){re.escape(f)}(?![.,]?\d)(?!\w)", text):
+            return True
+    return False
+
+
+def answer_budget(reference: str, *, floor: int = 400, times: float = 3.0) -> int:
+    """The longest answer a task takes (`Assertion.max_chars`): `times` its reference answer's length, at least
+    `floor` characters. An answer that pastes every record it read (an RL policy's way to state any value) is
+    no answer; the reference's own lists of three items fit many times over."""
+    return max(floor, int(times * len(reference)))
+
+
 def check_assertion(a: Assertion, states: States, answer: str | None) -> tuple[str, str] | None:
     """None when the assertion holds, else why not: in full (with the expected value, for logs) and as an agent
     may be told it (without: a verdict that named it would hand over the answer to a retry)."""
     if a.kind == "answer_contains":
         if not answer:
             return f"no final answer (expected one mentioning {a.value!r})", "no final answer"
-        text = answer.lower()
-        if any(form.lower() in text for form in answer_forms(a.value)):
+        if a.max_chars is not None and len(answer) > a.max_chars:
+            too_long = f"the answer is {len(answer)} characters long; this task takes at most {a.max_chars}"
+            return too_long, too_long + ": state what was asked"
+        if mentions(answer, a.value):
             return None
         return f"the answer does not mention {a.value!r}", "the answer does not state what was asked"
     state = states.get(a.server or "")

@@ -37,7 +37,7 @@ from envfactory.records.models import (
     Task,
     ToolResult,
 )
-from envfactory.records.verifier import admissible, verify
+from envfactory.records.verifier import admissible, answer_budget, verify
 from envfactory.tasks.compose import join
 from envfactory.tasks.conversation import ConversationWriter, Turn, spec_tools
 from envfactory.tasks.initial_state import generate_initial_state
@@ -211,7 +211,9 @@ def _turn_admissible(
     before it, and must hold after replaying its calls from the state before it (forked from `templates`
     where it is the initial state)."""
     servers = list(dict.fromkeys(p.call.server for p in planned))
-    assertions = [Assertion(kind="answer_contains", value=fact[1])] if fact is not None else []
+    assertions = (
+        [Assertion(kind="answer_contains", value=fact[1], max_chars=answer_budget(answer))] if fact is not None else []
+    )
     if fact is None:
         verifier = StateVerifier(goal={n: after[n] for n in servers})
     else:
@@ -368,7 +370,7 @@ def _synthesize(
     if not any(p.kind == "write" for p in outcome.planned):
         if last_fact is None:
             return drop("unverifiable", "a chain of reads whose last result has nothing to report back")
-        assertions.append(Assertion(kind="answer_contains", value=last_fact[1]))
+        assertions.append(Assertion(kind="answer_contains", value=last_fact[1], max_chars=answer_budget(answers[-1])))
     verifier = StateVerifier(goal={n: outcome.final[n] for n in chain.servers}, assertions=assertions)
     executed = replay(pool, [p.call for p in outcome.planned], initial, templates=templates)  # Exec(π*, Db⁰)
     kept, why = admissible(verifier, initial, executed.final, answers[-1])

@@ -10,8 +10,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from envfactory.env.diff import diff_states
-from envfactory.records.models import MaskSpec
-from envfactory.records.verifier import canonical, replace_ids, same_document, state_differences
+from envfactory.records.models import Assertion, MaskSpec
+from envfactory.records.verifier import (
+    answer_budget,
+    answer_forms,
+    canonical,
+    check_assertion,
+    mentions,
+    replace_ids,
+    same_document,
+    state_differences,
+)
 
 NAN = math.nan
 LEAVES = st.one_of(
@@ -91,3 +100,52 @@ def test_with_no_record_created_canonical_is_the_state_as_it_is(final: dict[str,
     assert diff_states(canonical(initial, final, mask), canonical(initial, other, mask)) == diff_states(
         _walked(initial, final, mask), _walked(initial, other, mask)
     )
+
+
+# ---- what an answer states -------------------------------------------------------------------------------
+
+_VALUES = st.one_of(
+    st.integers(-(10**9), 10**9),
+    st.floats(-1e7, 1e7, allow_nan=False, allow_infinity=False).map(lambda x: round(x, 2)),
+    st.text("ABCDEFabcdef0123456789-", min_size=1, max_size=12),
+    st.dates().map(lambda d: d.isoformat()),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=_VALUES,
+    before=st.sampled_from(["", "It is ", "Done: ", "(", "the total, "]),
+    after=st.sampled_from(["", ".", " in all", ")", "!"]),
+)
+def test_every_form_of_a_value_states_it_in_a_sentence(value: Any, before: str, after: str) -> None:
+    for form in answer_forms(value):
+        assert mentions(before + form + after, value), (form, value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    value=st.integers(0, 10**6),
+    digit=st.integers(1, 9),
+    pad=st.sampled_from(["{d}{v}", "{v}{d}", "{v}.{d}", "{d},{v:03d}"]),
+)
+def test_a_number_inside_another_is_not_stated(value: int, digit: int, pad: str) -> None:
+    """A substring test let `0123456789` state every digit and `15` state 5: an RL policy's cheap way to
+    pass. A value is stated only as a whole number (or word)."""
+    text = pad.format(d=digit, v=value)
+    if str(value) in (text.replace(",", ""), text.replace(",", "").rstrip(".0")):
+        return  # (the padding happened to write the value itself)
+    assert not mentions(f"The answer is {text}.", value), text
+
+
+def test_a_stuffed_answer_is_refused_and_told_without_the_value() -> None:
+    check = Assertion(kind="answer_contains", value=5088.75, max_chars=answer_budget("Your balance is 5,088.75."))
+    assert check_assertion(check, {}, "Your balance is 5,088.75 EUR.") is None
+    assert check_assertion(check, {}, "Your balance is 5,089.7.") is not None
+    everything = "; ".join(f"account AC-{i}: {i * 17.25:.2f}" for i in range(1, 400))  # 5,088.75 is AC-295
+    assert "5088.75" in everything and mentions(everything, 5088.75)
+    full, told = check_assertion(check, {}, everything) or ("", "")
+    assert "at most 400" in full and "5088" not in told and "state what was asked" in told
+    old = Assertion(kind="answer_contains", value=5088.75)  # a task made before the budget: no limit
+    assert check_assertion(old, {}, everything) is None
+    assert answer_budget("x" * 1000) == 3000 and answer_budget("short") == 400

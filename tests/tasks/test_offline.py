@@ -262,6 +262,9 @@ def test_a_chain_of_reads_is_verified_by_its_answer(pool: EnvPool) -> None:
     answer = str(out.conversation.nodes[-1].steps[-1].content)
     assert verify(task.verifier, task.initial_state, task.initial_state, answer).ok
     assert not verify(task.verifier, task.initial_state, task.initial_state, "I could not find it.").ok
+    assert assertion.max_chars is not None and len(answer) <= assertion.max_chars  # π*'s answer fits its budget
+    stuffed = answer + " " + " ".join(str(n) for n in range(assertion.max_chars))  # every number, pasted in
+    assert not verify(task.verifier, task.initial_state, task.initial_state, stuffed).ok
 
 
 @pytest.mark.parametrize("depth", [1, 3])
