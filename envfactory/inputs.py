@@ -114,7 +114,8 @@ def parse_python(source: str, filename: str = "<unknown>", mode: str = "exec") -
         return ast.parse(source, filename=filename, mode=mode)
 
 
-def _no_constant(name: str) -> Any:
+def no_constant(name: str) -> Any:
+    """`parse_constant` that refuses NaN and Infinity (Python's json reads them; JSON has no such numbers)."""
     raise ValueError(f"{name} is not a JSON number")  # (json.loads passes it on: read as invalid JSON below)
 
 
@@ -140,7 +141,7 @@ def parse_json(
             raise error(f"{source}: not valid UTF-8 (byte {e.start})") from None
     maybe_deep = data.count("[") + data.count("{") > max_depth
     try:
-        value = json.loads(data, parse_int=parse_int, parse_constant=None if constants else _no_constant)
+        value = json.loads(data, parse_int=parse_int, parse_constant=None if constants else no_constant)
     except RecursionError:
         raise error(f"{source}: JSON nested deeper than {max_depth} levels") from None
     except json.JSONDecodeError as e:

@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from envfactory.errors import EnvError
-from envfactory.inputs import LONE_SURROGATE, has_lone_surrogate, parse_int
+from envfactory.inputs import LONE_SURROGATE, has_lone_surrogate, no_constant, parse_int
 
 _HEADER = struct.Struct(">I")
 
@@ -70,16 +70,12 @@ def _tree_depth_exceeds(value: Any, limit: int) -> bool:
     return False
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 # `\uD800`-`\uDFFF` escapes: half of a pair (a character past the BMP, which ensure_ascii writes as one), or a
 # lone surrogate. Bytes with none hold no surrogate (a raw one is not UTF-8); bytes with one are checked value by value.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 # one instance (json.loads(**kw) builds one per call); long integer literals refused before they are converted
-_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_int=parse_int)
+_DECODER = json.JSONDecoder(parse_constant=no_constant, parse_int=parse_int)
 
 
 def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000, max_values: int = 2_000_000) -> Any:

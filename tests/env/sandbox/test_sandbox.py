@@ -757,3 +757,11 @@ def test_the_parent_refuses_an_answer_holding_a_lone_surrogate(answer: dict) -> 
 def test_the_parent_takes_answers_with_any_character_of_unicode() -> None:
     answer = {"id": 1, "ok": True, "result": {"e\u0301": "caf\u00e9 \U0001f600 \uffff", "esc": "\\ud800 \\uD800"}}
     assert decode(encode(answer)[4:], 100) == answer
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_the_parent_refuses_an_answer_holding_a_number_json_has_not(constant: str) -> None:
+    """Python's json reads NaN and Infinity; JSON has no such numbers, and a NaN in a state never equals itself."""
+    with pytest.raises(WireError) as caught:
+        decode(b'{"id": 1, "ok": true, "result": ' + constant.encode() + b"}", 100)
+    assert caught.value.kind == "malformed" and "is not a JSON number" in str(caught.value)
