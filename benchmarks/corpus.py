@@ -67,7 +67,7 @@ def main() -> int:
     ran = 0
     if not args.report_only:
         executor: Executor = (
-            ProcessExecutor(args.processes)
+            ProcessExecutor(args.processes, unit_timeout=300)
             if args.executor == "local"
             else make_executor(ExecutorSettings(kind="ray", address=args.ray_address, workers=args.processes))
         )

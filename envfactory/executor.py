@@ -17,9 +17,11 @@ Ray run and a local run of the same plan give the same records.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
@@ -131,13 +133,17 @@ class ProcessExecutor:
     One unit per worker is in flight at a time. A worker that dies (killed, out of memory) takes the whole
     process pool down with it: the units in flight then are suspects, run again one at a time in a fresh
     pool, so the one that kills its worker is found and charged (`retries` more tries alone, then it comes
-    back as `WorkerLost`) while the others finish — one bad unit costs itself, not the batch."""
+    back as `WorkerLost`) while the others finish — one bad unit costs itself, not the batch. A unit still
+    running `unit_timeout` seconds after it started is stopped the same way (its worker killed) and comes back
+    as `WorkerLost` at once, not retried: a hostile spec whose regular expression backtracked for ever held a
+    worker, and the batch, for ever."""
 
     name = "processes"
 
-    def __init__(self, processes: int = 2, retries: int = 2) -> None:
+    def __init__(self, processes: int = 2, retries: int = 2, unit_timeout: float | None = None) -> None:
         self.processes = max(1, processes)
         self.retries = max(0, retries)
+        self.unit_timeout = unit_timeout if unit_timeout is None or unit_timeout > 0 else None
 
     def map(self, runner: Runner[J, R], jobs: Sequence[J]) -> Iterator[tuple[J, R | BaseException | WorkerLost[J]]]:
         import multiprocessing
@@ -148,10 +154,13 @@ class ProcessExecutor:
         todo = list(reversed(range(len(jobs))))
         suspects: list[int] = []  # in flight when a pool died with several units in it: run alone next
         deaths = [0] * len(jobs)
+        overdue: set[int] = set()  # stopped for running past `unit_timeout`
+        limit = self.unit_timeout
         while todo or suspects:
             broken: BaseException | None = None
             with ProcessPoolExecutor(self.processes, mp_context=context, initializer=_hold, initargs=(runner,)) as ex:
                 pending: dict[Future[Any], int] = {}
+                started: dict[Future[Any], float] = {}  # (one unit a worker at a time: submitted is started)
                 while (todo or suspects or pending) and broken is None:
                     if suspects:
                         if not pending:
@@ -161,7 +170,21 @@ class ProcessExecutor:
                         while todo and len(pending) < self.processes:
                             i = todo.pop()
                             pending[ex.submit(_run_held, jobs[i])] = i
-                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    now = time.monotonic()
+                    for f in pending:
+                        started.setdefault(f, now)
+                    left = None if limit is None else max(0.0, min(started[f] for f in pending) + limit - now)
+                    done, _ = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+                    if not done and limit is not None:  # a unit ran past its time: its worker is killed
+                        late = [i for f, i in pending.items() if time.monotonic() - started[f] >= limit]
+                        if late:
+                            overdue.update(late)
+                            # the pool's own worker processes (a private map, the same since 3.8): killed, the
+                            # pool breaks and every unit in flight comes back below
+                            for process in dict(getattr(ex, "_processes", None) or {}).values():
+                                with contextlib.suppress(OSError, ValueError):
+                                    process.kill()
+                        continue
                     for f in done:
                         try:
                             result = f.result()
@@ -170,15 +193,20 @@ class ProcessExecutor:
                             continue  # stays pending: settled below, with the others in flight
                         except Exception as e:  # a batch records a failure and goes on
                             result = e
+                        started.pop(f, None)
                         yield jobs[pending.pop(f)], result
                 if broken is not None:
                     died = []
                     for f, i in pending.items():
                         if f.done() and not f.cancelled() and f.exception() is None:
                             yield jobs[i], f.result()  # it finished before the pool went
+                        elif i in overdue:
+                            yield jobs[i], WorkerLost(jobs[i], f"it ran longer than {limit:g} s and was stopped")
                         else:
                             died.append(i)
-                    if len(died) == 1:  # alone in flight: it is the one
+                    if any(i in overdue for i in pending.values()):
+                        todo.extend(died)  # killed for another unit's time: innocent, run again as before
+                    elif len(died) == 1:  # alone in flight: it is the one
                         i = died[0]
                         deaths[i] += 1
                         if deaths[i] > self.retries:

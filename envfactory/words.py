@@ -74,7 +74,7 @@ def spoken_name(name: str) -> str:
 
 def snake_case(text: str) -> str:
     """`getPetById` → `get_pet_by_id`, `list-pets` → `list_pets`, `HTTPStatus` → `http_status`."""
-    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", text)
+    s = re.sub(r"([A-Z])(?=[A-Z][a-z])", r"\1_", text)  # (not `([A-Z]+)([A-Z][a-z])`: quadratic on a run of capitals)
     s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
     return re.sub(r"[^A-Za-z0-9]+", "_", s).strip("_").lower()
 

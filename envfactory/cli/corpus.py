@@ -241,6 +241,13 @@ def compile_corpus(
     licence: LicenceOption = None,
     limit: Annotated[int | None, typer.Option(min=1, help="only the first N specs (by id)")] = None,
     processes: Annotated[int, typer.Option(min=1, help="worker processes on this machine")] = 2,
+    spec_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0,
+            help="local processes: seconds a spec may take before its worker is stopped and it is recorded failed",
+        ),
+    ] = 300.0,
     executor: Annotated[str, typer.Option(help="local (processes) or ray")] = "local",
     ray_address: Annotated[str | None, typer.Option(help="a Ray cluster to join (with --executor ray)")] = None,
     keep_rejected: Annotated[
@@ -289,7 +296,7 @@ def compile_corpus(
         jobs = kept
     jobs = jobs[:limit] if limit else jobs
     runner = (
-        ProcessExecutor(processes)
+        ProcessExecutor(processes, unit_timeout=spec_timeout or None)
         if executor == "local"
         else make_executor(ExecutorSettings(kind="ray", address=ray_address, workers=processes))
     )

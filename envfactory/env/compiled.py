@@ -31,7 +31,7 @@ from pydantic_core import PydanticSerializationError, from_json, to_json
 
 from envfactory.env.diff import StateDiff, diff_states
 from envfactory.env.environment import BaseEnvironment, contract_problems
-from envfactory.env.json_schema import schema_problem, timed_validator
+from envfactory.env.json_schema import pattern_budget, schema_problem, timed_validator
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, ToolSpec
 from envfactory.env.state import DEFAULT_CLOCK, Change
 from envfactory.env.tools import ArgumentError, ArgumentProblem
@@ -165,7 +165,9 @@ def validator_for(schema: dict[str, Any]) -> Draft202012Validator:
 
 def schema_problems(validator: Draft202012Validator, value: Any, root: str) -> list[ArgumentProblem]:
     out = []
-    for err in sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))[:5]:
+    with pattern_budget():
+        errors = sorted(validator.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))[:5]
+    for err in errors:
         where = ".".join(str(p) for p in err.absolute_path) or root
         if err.validator == "required":
             missing = str(err.message).split("'")[1] if "'" in err.message else root

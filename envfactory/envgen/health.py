@@ -41,7 +41,7 @@ from envfactory.config import Settings
 from envfactory.env.compiled import CompiledEnvironment
 from envfactory.env.diff import state_part
 from envfactory.env.environment import BaseEnvironment, Environment, contract_problems
-from envfactory.env.json_schema import timed_validator
+from envfactory.env.json_schema import pattern_budget, timed_validator
 from envfactory.env.metadata import EnvMetadata, dump_metadata
 from envfactory.env.pool import EnvPool
 from envfactory.env.sandboxed import WorkerPool, release_pool
@@ -391,7 +391,8 @@ def _fits(validator: Draft202012Validator | None, args: dict[str, Any]) -> bool:
     required = set(validator.schema.get("required") or [])
     given = {k: v for k, v in args.items() if v is not None or k in required}
     try:
-        return validator.is_valid(given)
+        with pattern_budget():
+            return validator.is_valid(given)
     except RecursionError:
         return True
 

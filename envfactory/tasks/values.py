@@ -19,6 +19,7 @@ from typing import Any
 import rstr
 from faker import Faker
 
+from envfactory.env.json_schema import readable, search, shortest_match
 from envfactory.tasks.fakers import thread_faker
 from envfactory.words import is_free_text
 
@@ -194,6 +195,7 @@ _EMAIL_DESCRIBED = re.compile(
 )
 _READABLE = string.ascii_letters + string.digits
 _PATTERN_TRIES = 4
+_MADE_LIMIT = 10_000  # characters of a made value: what a compiled schema bounds a string to
 _REPEAT_LIMIT = 12  # an unbounded repeat (`*`, `+`) as a person writes it, not up to a hundred times
 
 
@@ -220,12 +222,17 @@ class SeededXeger(rstr.Rstr):
         return self._random.choice(candidates)
 
     def _handle_repeat(self, start_range: int, end_range: int, value: Any) -> str:
-        return super()._handle_repeat(start_range, min(end_range, max(start_range, _REPEAT_LIMIT)), value)
+        # (rstr's own caps the end at 100 whatever the start: `x{300}` raised, and its values were never made)
+        times = self._random.randint(start_range, min(end_range, max(start_range, _REPEAT_LIMIT)))
+        return "".join("".join(self._handle_state(i) for i in value) for _ in range(times))
 
 
 def pattern_value(rng: random.Random, pattern: str) -> str | None:
     """A string matching a schema's `pattern`, as readable as the pattern allows (`SeededXeger`), the
     shortest of a few draws; None when the pattern cannot be read (a lookaround...) or nothing drawn matches."""
+    shortest = shortest_match(pattern)
+    if shortest is None or shortest > _MADE_LIMIT:  # no value of it we would keep (`x{30000000}`: 30 MB a draw)
+        return None
     maker = SeededXeger(rng)
     made: list[str] = []
     for _ in range(_PATTERN_TRIES):
@@ -250,10 +257,11 @@ def _fits_string(value: str, schema: dict[str, Any]) -> bool:
 
 
 def _matches(pattern: str, value: str) -> bool:
-    try:
-        return re.search(pattern, value) is not None
-    except re.error:
-        return True  # a pattern Python cannot read constrains nothing here
+    """Whether a made value fits a schema's pattern, matched under a time limit (the patterns come from specs and
+    environments: `(a|a){40}` backtracked for ever here, in a batch's worker); one that cannot be told in time
+    does not fit. A pattern the matcher cannot read constrains nothing here."""
+    found = search(pattern, value)
+    return found if found is not None else not readable(pattern)
 
 
 def learned_bounds(message: str) -> dict[str, tuple[float, float]]:

@@ -599,22 +599,66 @@ def test_catastrophic_patterns_are_dropped() -> None:
     assert clean({"type": "string"})["maxLength"] == 10_000  # an unbounded string still has a bound
 
 
-# patterns the nested-quantifier filter keeps that still backtrack for ever in Python's `re`
+# what a reviewer's hostile specs did with patterns the text rule kept: `(a|a){40}` backtracked 2^40 steps in the
+# scenario maker (a batch hung), `x{30000000}` made 30 MB values; nested groups hid a nested quantifier
+EXPONENTIAL = ["^(a|a){40}$x", "^(a|a)*$", "^(a|aa)*$", "((a+))+", "(?:(?:x*))*y", "^(\\bx\\b|[0-9a-z][_-]?)+$"]
+# alternatives of one character each are one class to the parser (`[\\w\\d]*`): linear
+KEPT = ["(east|west){1,2}", "(a|b)+", "^(\\w|\\d)*$", "^([a-z]|[a-z0-9])*$", "^[A-Z]{2}-\\d+$", "(ab){3}", "^[^/]+$"]
+
+
+@pytest.mark.parametrize("pattern", EXPONENTIAL)
+def test_patterns_that_backtrack_exponentially_are_dropped(pattern: str) -> None:
+    assert "pattern" not in clean({"type": "string", "pattern": pattern})
+
+
+@pytest.mark.parametrize("pattern", KEPT)
+def test_patterns_that_cannot_backtrack_much_are_kept(pattern: str) -> None:
+    assert clean({"type": "string", "pattern": pattern})["pattern"] == pattern
+
+
+def test_counts_no_value_may_reach_are_bounded_and_huge_enums_are_read_at_once() -> None:
+    """A spec's `minLength: 400000000`, `minItems: 3000000`, `^x{30000000}$` and a 200,000-value enum each hung or
+    blew up a batch's worker (the maker honoured them; the enum was deduplicated in quadratic time)."""
+    huge = clean(
+        {
+            "type": "object",
+            "minProperties": 3_000_000,
+            "properties": {
+                "s": {"type": "string", "minLength": 400_000_000},
+                "l": {"type": "array", "minItems": 3_000_000, "items": {"type": "string"}},
+                "p": {"type": "string", "pattern": "^x{30000000}$"},
+                "e": {"type": "string", "enum": [f"v{i}" for i in range(200_000)] + ["v1"]},
+            },
+        }
+    )
+    props = huge["properties"]
+    assert huge["minProperties"] == 200 and props["s"]["minLength"] == props["s"]["maxLength"] == 10_000
+    assert props["l"]["minItems"] == props["l"]["maxItems"] == 1_000 and "pattern" not in props["p"]
+    assert props["e"]["enum"] == [f"v{i}" for i in range(200)]
+    assert clean({"enum": [1, True, 1.0, "1", None, None]})["enum"] == [1, "1", None]  # 1 and True are one key
+
+
+# patterns the filters keep, or a hand-edited compiled.json holds, that still backtrack for ever in Python's `re`
 SLOW_PATTERNS = ["^(a|a)*$", "^(a|aa)*$", "^(\\w|\\d)*$", "^([a-z]|[a-z0-9])*$", "^\\d*\\d*\\d*\\d*\\d*\\d*\\d*x$"]
 
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("pattern", SLOW_PATTERNS)
-def test_a_pattern_the_filter_keeps_cannot_hang_a_call(pattern: str) -> None:
+def test_a_slow_pattern_cannot_hang_a_call(pattern: str) -> None:
     """A compiled environment runs in-process (no sandbox): a spec's pattern is matched in the server's
     process, holding the GIL. `^(a|a)*$` took 3 s on 24 characters, doubling with each more: one call
     would stop every session of the server. A value that cannot be checked in time is refused."""
-    assert clean({"type": "string", "pattern": pattern})["pattern"] == pattern  # the filter does keep it
-    tag = {"type": "object", "properties": {"label": {"type": "string", "pattern": pattern}}, "required": ["label"]}
+    tag = {
+        "type": "object",
+        "properties": {"label": {"type": "string", "pattern": "^HARMLESS$"}},
+        "required": ["label"],
+    }
     body = {"required": True, "content": {"application/json": {"schema": tag}}}
     ok = {"200": {"description": "ok", "content": {"application/json": {"schema": tag}}}}
     spec = _spec(**{"/tags": {"post": {"operationId": "createTag", "requestBody": body, "responses": ok}}})
-    plan, _ = compile_spec(spec, name="tags", domain="commerce", source="test")
+    compiled, _ = compile_spec(spec, name="tags", domain="commerce", source="test")
+    edited = compiled.model_dump_json().replace("^HARMLESS$", pattern.replace("\\", "\\\\"))  # a hand edit
+    plan = CompiledPlan.model_validate_json(edited)
     session = Session.fork(CompiledEnvironment(plan), None)
     hostile = ("1" if "d" in pattern and "a" not in pattern else "a") * 5000 + "!"
     rec = session.call("create_tag", {"label": hostile})

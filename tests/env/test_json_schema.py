@@ -15,7 +15,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from envfactory.env.json_schema import schema_problem, search, timed_validator
+from envfactory.env.json_schema import (
+    pattern_budget,
+    readable,
+    schema_problem,
+    search,
+    shortest_match,
+    timed_validator,
+)
 
 HONEST = ["^[a-z]+$", "x", "^id_[0-9]{2}$", "[A-Z]", "^$", "b|c", "^[a-z]*[0-9]?$"]
 keys = st.text(alphabet="abcxyzAB019_", max_size=6)
@@ -66,6 +73,26 @@ def test_a_pattern_that_backtracks_for_ever_refuses_the_value_at_once(where: str
     assert errors, where
     assert search(slow, hostile) is None
     assert search(slow, "aaaa") is True and search("^b", "aaaa") is False
+
+
+@pytest.mark.timeout(60)
+def test_one_validation_shares_one_budget_for_its_matches() -> None:
+    """Each match had its own 50 ms: a call whose list held 1,000 hostile strings took 205 s of a server's one
+    thread. The matches of one validation share `pattern_budget`; past it, a value is refused at once."""
+    slow = "^(a|a)*$"
+    schema = {"type": "array", "items": {"type": "string", "pattern": slow}}
+    hostile = ["a" * 64 + "!"] * 3000  # 150 s at 50 ms each
+    with pattern_budget():
+        errors = list(timed_validator(schema).iter_errors(hostile))
+    assert len(errors) == 3000 and all("cannot be checked" in e.message for e in errors)
+    with pattern_budget(0.0):
+        assert search("^a", "a") is None  # spent: not tried
+    assert search("^a", "a") is True  # outside a validation, each match has its own limit only
+
+
+def test_the_shortest_match_of_a_pattern() -> None:
+    assert shortest_match("^x{30000000}$") == 30_000_000 and shortest_match("(ab|c)+d?") == 1
+    assert shortest_match("(") is None and readable("^a") and not readable("(")
 
 
 # ---- schema_problem: a schema it passes validates without raising ------------------------------------------

@@ -17,3 +17,17 @@ class DiesOn:
         if unit == self.fatal:
             os.kill(os.getpid(), signal.SIGKILL)
         return unit * 10
+
+
+class HangsOn:
+    """Returns ten times its unit, except on `stuck`: there it never returns (a regular expression that backtracks
+    for ever holds the interpreter the same way, deaf to signals)."""
+
+    def __init__(self, stuck: int) -> None:
+        self.stuck = stuck
+
+    def __call__(self, unit: int) -> int:
+        if unit == self.stuck:
+            while True:
+                pass
+        return unit * 10

@@ -257,6 +257,17 @@ def test_pattern_values_match_and_read_as_typed() -> None:
             assert all(c.isalnum() or c in "-_:/. " for c in value), value
 
 
+@pytest.mark.timeout(60)
+def test_a_pattern_value_is_made_in_bounded_time_and_size_or_not_at_all() -> None:
+    """An environment's patterns reach the value maker unfiltered (EnvGen metadata; the compiler's filter may miss
+    one): `(a|a){40}$x` backtracked 2^40 steps when a made value was checked, `x{30000000}` made 30 MB values."""
+    import random
+
+    assert pattern_value(random.Random(0), "^(a|a){40}$x") is None  # cannot be told in time: no value fits
+    assert pattern_value(random.Random(0), "^x{30000000}$") is None  # longer than any value we keep
+    assert pattern_value(random.Random(0), "^x{300}$") == "x" * 300
+
+
 def test_pattern_values_are_the_same_in_every_process() -> None:
     """rstr draws a negated class from a set (its order is salted per process): ours does not."""
     script = (

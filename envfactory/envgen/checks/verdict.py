@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from envfactory.env.json_schema import timed_validator
+from envfactory.env.json_schema import pattern_budget, timed_validator
 from envfactory.env.metadata import EnvMetadata
 from envfactory.env.sandbox import (
     JudgedCall,
@@ -178,9 +178,10 @@ def _precheck(metadata: EnvMetadata, scenario: TestScenario) -> str | None:
         # null for an optional parameter means "not given" to the runtime, whatever its schema type says
         given = {k: v for k, v in step.args.items() if v is not None or k in spec.required}
         try:
-            error = jsonschema.exceptions.best_match(
-                timed_validator(spec.input_schema, formats=False).iter_errors(given)
-            )
+            with pattern_budget():
+                error = jsonschema.exceptions.best_match(
+                    timed_validator(spec.input_schema, formats=False).iter_errors(given)
+                )
         except Exception:  # SchemaError, an unresolvable $ref...: an odd metadata schema is not the scenario's fault
             continue
         if error is not None:
