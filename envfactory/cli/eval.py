@@ -168,7 +168,8 @@ def evaluate(
     if summary.errors:  # a score of 0 from a model that never answered is not a model that answered wrong
         err.print(
             f"{summary.errors} of {summary.attempts} attempt(s) ended in an error, not an answer (the model or its "
-            f"server; each attempt's `error` is in {safe(out_dir / ATTEMPTS)}): they count as failures above",
+            f"server; each attempt's `error` is in {safe(out_dir / ATTEMPTS)}): they count as failures above; "
+            "those whose model call failed are tried again when the command is run again",
             highlight=False,
         )
     ci = summary.pass_at_1_ci

@@ -171,9 +171,20 @@ def attempt(
     )
 
 
+MODEL_ERROR = "model error:"  # an attempt's `error` when the model's call raised (a server down, refused, broken)
+FAIL_FAST = 3  # the first attempts of a run that all end so: the model is not there (`run_eval`)
+
+
+def unanswered(record: AttemptRecord) -> bool:
+    """Whether the model never answered in this attempt (its call raised): tried again when the run is resumed,
+    not a failure of the model's to keep. A server that was down made every attempt one, and a resume after it
+    was started again reused them all: pass@1 0.000 for a model never asked."""
+    return (record.error or "").startswith(MODEL_ERROR)
+
+
 def done_attempts(out: Path) -> list[AttemptRecord]:
     """The attempts made, one per (item, attempt): a line written twice (two processes given one --out) counts
-    once, the first kept."""
+    once, the first kept; an unanswered one (`unanswered`) gives way to a later try of the same attempt."""
     seen: dict[tuple[str, int], AttemptRecord] = {}
     for n, r in enumerate(read_jsonl_log(out / ATTEMPTS, error=EvalRunError), 1):
         try:
@@ -183,7 +194,9 @@ def done_attempts(out: Path) -> list[AttemptRecord]:
             raise EvalRunError(
                 f"{out / ATTEMPTS}: row {n} is no attempt record ({where}: {what}); fix or remove it to resume"
             ) from None
-        seen.setdefault((record.item, record.attempt), record)
+        key = (record.item, record.attempt)
+        if key not in seen or unanswered(seen[key]):
+            seen[key] = record
     return list(seen.values())
 
 
@@ -273,9 +286,10 @@ def run_eval(
     if not items:
         raise EvalRunError("nothing to evaluate: the source holds no item")
     check_settings(out, settings)
-    records = done_attempts(out)  # the log is read once: then each new attempt is written and kept
+    records = [r for r in done_attempts(out) if not unanswered(r)]  # read once; the unanswered are tried again
     done = {(r.item, r.attempt) for r in records}
     todo = [(item, k) for item in items for k in range(settings.attempts) if (item.id, k) not in done]
+    first: list[AttemptRecord] = []  # this run's first results: all unanswered, the model is not there
     writer = JsonlAppender(out / ATTEMPTS)
     failures = JsonlAppender(out / FAILURES)
     made = Made(tools=settings.limits.tools, mode=settings.mode, model=settings.model.label if settings.model else None)
@@ -288,6 +302,13 @@ def run_eval(
         records.append(result)
         if progress is not None:
             progress(result)
+        if len(first) < FAIL_FAST:
+            first.append(result)
+            if len(first) == min(FAIL_FAST, len(todo)) and all(unanswered(r) for r in first):
+                raise EvalRunError(
+                    f"the model did not answer the first {len(first)} attempt(s) ({first[-1].error}): nothing is "
+                    "scored; start its server or fix the model settings, then run again (they are tried again)"
+                )
     asked = asked_attempts(records, items, settings.attempts)
     interval = pass_at_1(asked) if asked else None  # over items: what the CLI prints, kept with the figures
     update = {"settings": settings.recorded().settings, "pass_at_1_ci": interval}

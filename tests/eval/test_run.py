@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,16 @@ from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem, EvalSourceError, items_from_conversations, load_conversations
-from envfactory.eval.run import ATTEMPTS, EvalRunError, EvalSettings, Runner, done_attempts, run_eval, turn_runner
+from envfactory.eval.run import (
+    ATTEMPTS,
+    EvalRunError,
+    EvalSettings,
+    Runner,
+    done_attempts,
+    run_eval,
+    turn_runner,
+    unanswered,
+)
 from envfactory.eval.score import score_attempt
 from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.reward import CompositeReward
@@ -129,10 +139,29 @@ def test_a_reply_cut_at_the_token_cap_is_a_failure_that_says_so(items: list[Eval
 def test_model_errors_and_spent_budgets_are_recorded_failures(
     items: list[EvalItem], pool: EnvPool, tmp_path: Path
 ) -> None:
-    summary = run_eval(items[:3], lambda: ScriptedChatModel(script=[]), turns(pool), tmp_path, EvalSettings())
+    """A model that never answers (its calls raise) is not a model that answered wrong: a run whose first attempts
+    all end so stops in one line, and a resume tries them again (a server that was down scored 0.000 for ever)."""
+    with pytest.raises(EvalRunError, match=r"did not answer the first 3 attempt\(s\) \(model error: ScriptExhausted"):
+        run_eval(items[:3], lambda: ScriptedChatModel(script=[]), turns(pool), tmp_path, EvalSettings())
     records = done_attempts(tmp_path)
-    assert len(records) == 3 and summary.errors == 3 and summary.success_rate == 0.0
-    assert all(r.error is not None and r.error.startswith("model error: ScriptExhaustedError") for r in records)
+    assert len(records) == 3 and all(
+        unanswered(r) and r.error.startswith("model error: ScriptExhaustedError") for r in records
+    )  # type: ignore[union-attr]
+    summary = run_eval(
+        items[:3], lambda: ScriptedChatModel(script=play(items[:3], 1)), turns(pool), tmp_path, EvalSettings()
+    )
+    assert summary.errors == 0 and summary.success_rate == 1.0 and summary.attempts == 3
+    assert len(done_attempts(tmp_path)) == 3 and len((tmp_path / ATTEMPTS).read_text().splitlines()) == 6
+    # one unanswered among answered attempts is recorded, counted as an error, and tried again on the next run
+    mixed = tmp_path / "mixed"
+    summary = run_eval(
+        items[:3], lambda: ScriptedChatModel(script=play(items[:2], 1)), turns(pool), mixed, EvalSettings()
+    )
+    assert summary.errors == 1 and summary.attempts == 3
+    summary = run_eval(
+        items[:3], lambda: ScriptedChatModel(script=play(items[2:3], 1)), turns(pool), mixed, EvalSettings()
+    )
+    assert summary.errors == 0 and summary.success_rate == 1.0
     item = items[0]
     looping = [{"tool_calls": [{"name": item.ground_truth[0].name, "args": item.ground_truth[0].arguments}]}] * 3
     run = run_agent(ScriptedChatModel(script=looping), pool, item, AgentLimits(max_steps=3))
@@ -257,6 +286,25 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
     errors = json.loads((tmp_path / "cut" / "summary.json").read_text())["errors"]
     assert cut.returncode == 0 and errors >= 1, cut.stderr
     assert f"{errors} of 3 attempt(s) ended in an error, not an answer" in " ".join(cut.stderr.split())
+    # a real OpenAI-compatible client whose server is down (a port nothing listens on): one line, exit 1
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    down = {
+        **env,
+        "ENVFACTORY_LLM_ROLES__EVAL__PROVIDER": "openai",
+        "ENVFACTORY_LLM_ROLES__EVAL__MODEL": "smollm2",
+        "ENVFACTORY_LLM_ROLES__EVAL__BASE_URL": f"http://127.0.0.1:{port}/v1",
+        "ENVFACTORY_LLM_ROLES__EVAL__API_KEY": "none",
+        "ENVFACTORY_LLM_ROLES__EVAL__MAX_RETRIES": "0",
+    }
+    gone = subprocess.run(
+        [*cmd[:6], str(tmp_path / "down"), *cmd[7:]], env=down, capture_output=True, text=True, timeout=300
+    )
+    last = gone.stderr.strip().splitlines()[-1]
+    errors = [line for line in gone.stderr.splitlines() if line.startswith("error:")]
+    assert gone.returncode == 1 and len(errors) == 1 and "Traceback" not in gone.stderr, gone.stderr
+    assert last.startswith("error: the model did not answer the first 3 attempt(s) (model error: LLMCallError: cannot")
 
 
 def test_meta_tools_discovered_on_demand_solve_every_turn(items: list[EvalItem], pool: EnvPool) -> None:
