@@ -493,6 +493,16 @@ _CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.
 _INTERRUPTED = 130  # 128 + SIGINT, the shell's code for a command stopped by Ctrl-C
 
 
+def _interrupted(argv: list[str]) -> str:
+    """What Ctrl-C leaves, said for the command it stopped: a server is stopped; a batch resumes."""
+    words = [a for a in argv if not a.startswith("-")][:2]
+    if words[:1] == ["serve"] or words == ["hub", "serve"]:
+        return "stopped: the server is down and its sessions' states are gone"
+    if words[:1] in (["synth"], ["eval"]) or words == ["corpus", "compile"]:
+        return "interrupted: what was written is kept; run the same command again to continue where it stopped"
+    return "interrupted"
+
+
 def main() -> None:
     """Entry point: every error is one line — ours exit 1, usage errors (unknown option, bad value) exit 2."""
     try:
@@ -524,11 +534,6 @@ def main() -> None:
         sys.stderr.write(visible(traceback.format_exc()))
         sys.exit(1)
     if code == _INTERRUPTED:  # Ctrl-C: typer turns KeyboardInterrupt into exit code 130, silently
-        err.print(
-            "interrupted: what was written is kept; synth, eval and corpus compile continue where they "
-            "stopped when run again with the same arguments",
-            highlight=False,
-            soft_wrap=True,
-        )
+        err.print(_interrupted(sys.argv[1:]), highlight=False, soft_wrap=True)
     if isinstance(code, int) and code:  # `raise typer.Exit(n)` in a command
         sys.exit(code)

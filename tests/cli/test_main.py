@@ -153,23 +153,40 @@ def test_out_dash_prints_where_a_command_prints_and_is_refused_where_it_writes_a
     assert not (tmp_path / "-").exists()  # neither wrote a file named '-'
 
 
-def test_ctrl_c_says_what_was_kept_and_exits_130(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["envs", "list"], "interrupted"),
+        (
+            ["--quiet", "synth", "--config", "x.yaml"],
+            "interrupted: what was written is kept; run the same command again to continue where it stopped",
+        ),
+        (
+            ["corpus", "compile", "--id", "x"],
+            "interrupted: what was written is kept; run the same command again to continue where it stopped",
+        ),
+        (["serve", "hotels", "--transport", "http"], "stopped: the server is down and its sessions' states are gone"),
+        (["hub", "serve"], "stopped: the server is down and its sessions' states are gone"),
+    ],
+)
+def test_ctrl_c_says_what_it_left_for_the_command_and_exits_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
 ) -> None:
+    """A server stopped by Ctrl-C said what a batch's resume keeps ("synth, eval and corpus compile continue")."""
     import importlib
 
     cli = importlib.import_module("envfactory.cli.main")  # (the package exports its function `main` by that name)
 
-    def interrupted() -> None:
+    def interrupted(*_: object, **__: object) -> None:
         raise KeyboardInterrupt  # what Ctrl-C raises in the middle of a command's work
 
-    monkeypatch.setattr(cli, "_pool", interrupted)
-    monkeypatch.setattr(sys, "argv", ["envfactory", "envs", "list"])
+    monkeypatch.setattr(cli, "_add_plugins", interrupted)
+    monkeypatch.setattr(sys, "argv", ["envfactory", *argv])
     with pytest.raises(SystemExit) as stopped:
         cli.main()
     assert stopped.value.code == 130
     said = capsys.readouterr().err.strip().splitlines()
-    assert said[-1].startswith("interrupted: what was written is kept") and "Traceback" not in "\n".join(said)
+    assert said[-1] == says and "Traceback" not in "\n".join(said)
 
 
 def test_synth_and_export_end_by_naming_every_file_they_wrote(tmp_path: Path) -> None:
