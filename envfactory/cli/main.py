@@ -287,9 +287,15 @@ def envs_metadata(
     name: str,
     write: Annotated[bool, typer.Option("--write", help="write envs/NAME/metadata.json from the code")] = False,
 ) -> None:
-    """Print the metadata the code defines (signatures and docstrings), or write it to metadata.json."""
+    """Print the metadata the code defines (signatures and docstrings), or write it to metadata.json. A compiled
+    environment's is derived from its compiled.json: printed, never written."""
     pool = _pool()
     folder = pool.folder / env_name(name)
+    if not (folder / "env.py").is_file() and pool.compiled(name):
+        if write:
+            raise EnvFactoryError(f"'{name}' is compiled: its metadata comes from its compiled.json, nothing to write")
+        print_json(out, pool.get(name).metadata.model_dump_json(exclude_none=True))
+        return
     if not (folder / "env.py").is_file():
         raise EnvFactoryError(f"no environment folder '{name}' in {pool.folder}")
     meta = derived_metadata(folder, pool.settings)

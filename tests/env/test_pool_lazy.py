@@ -137,6 +137,12 @@ def test_envs_list_shows_the_compiled_environments_with_the_bundled_ones(tmp_pat
     writes = sum(t.kind == "write" for t in meta.tools)
     scenarios = ", ".join(sorted(p.stem for p in (compiled_dir / "tasks_07" / "scenarios").iterdir()))
     assert cells == ["tasks_07", meta.domain, str(len(meta.tools)), str(writes), scenarios, meta.source, "in-process"]
+    # `envs metadata` sees them too (it looked in envs/ alone: "no environment folder"), and writes nothing for one
+    command = [sys.executable, "-m", "envfactory.cli", "envs", "metadata", "tasks_07"]
+    shown = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["tools"] == json.loads(meta.model_dump_json())["tools"]
+    refused = subprocess.run([*command, "--write"], env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 1 and "is compiled: its metadata comes from its compiled.json" in refused.stderr
 
 
 def test_a_broken_metadata_file_is_one_error_for_its_entry_alone(tmp_path: Path, compiled_dir: Path) -> None:
