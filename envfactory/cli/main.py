@@ -141,8 +141,8 @@ def envs_export(
         raise HubExportError("name the environments, or give --tasks or --all")
     manifest = export_package(pool, chosen, records, fmt.value, out_dir, name)
     err.print(
-        f"{safe(manifest.format)}: {safe(manifest.module)} with {len(manifest.environments)} environments"
-        f" and {manifest.tasks} tasks in {safe(out_dir)}",
+        f"{safe(manifest.format)}: {safe(manifest.module)} with {len(manifest.environments)} environment(s)"
+        f" and {manifest.tasks} task(s) in {safe(out_dir)}",
         highlight=False,
     )
     if tasks is None:  # the environments only: an episode starts from a task, so nothing can run one yet
@@ -530,6 +530,7 @@ def main() -> None:
         ctx = getattr(e, "ctx", None)
         where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
         message = " ".join(e.format_message().split())  # type: ignore[attr-defined]  # click lists choices a line each
+        message = message.replace(": Value error, ", ": ")  # (pydantic's prefix, where typer validates with it)
         err.print(f"[red]error:[/red] {safe(message)}{safe(where)}", highlight=False, soft_wrap=True)
         sys.exit(exit_code)
     except OSError as e:  # the machine refused a file operation (a data folder under /proc, a full disk): one line

@@ -141,6 +141,7 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("synth --config {tmp}/offline.yaml --out {tmp}/afile", "is a file"),
     case("synth --config {tmp}/unknown.yaml --out {tmp}/r", "unknown environment(s) ['nosuch']"),
     case("export {run} --format trl-sft --out {tmp}/afile", "is a file"),
+    case("export {run} --format nosuch --out {tmp}/o", "'--format': 'nosuch' is not one of"),  # no 'Value error,'
     case("export {run} --format trl-grpo --per conversation --out {tmp}/o", "--per conversation shapes SFT rows"),
     case("export {run} --format trl-sft --distractors 5 --out {tmp}/o", "--distractors chooses distractor tools"),
     case("export {run} --format llamafactory --include-interactive --out {tmp}/o", "shapes RL rows"),
