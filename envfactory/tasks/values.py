@@ -106,6 +106,8 @@ class ValueMaker:
         fmt = schema.get("format")
         if fmt is None and _EMAIL_DESCRIBED.match(str(schema.get("description", ""))):
             fmt = "email"  # `people`, `to`, `cc`: what the description says they hold
+        elif fmt is None and _STAMP_DESCRIBED.search(str(schema.get("description", ""))):
+            fmt = "date-time"
         value = self._string(low, fmt)
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and not _matches(pattern, value):  # a shape only the pattern says: one that fits
@@ -158,7 +160,11 @@ class ValueMaker:
         f = self.faker
         if fmt == "date" or re.search(r"(^|_)(date|day|check_in|check_out|birthday|due)$", name):
             return self.future_date().isoformat()
-        if fmt == "date-time" or name.endswith(("_at", "datetime", "start", "end", "start_time", "end_time")):
+        if (
+            fmt == "date-time"
+            or name.endswith(("_at", "datetime", "start", "end", "start_time", "end_time"))
+            or (fmt is None and _STAMP_NAME.search(name))
+        ):
             when = datetime.combine(self.future_date(), datetime.min.time()) + timedelta(hours=self.rng.randint(9, 17))
             return when.isoformat()
         if fmt == "time" or re.search(r"(^|_)time$", name):
@@ -193,6 +199,11 @@ _EMAIL_DESCRIBED = re.compile(
     r"(?!\s+(?:body|subject|message|text|content|template|thread)\b)",
     re.I,
 )
+# a field that holds a moment: named so (`updated`, `created_on`, `last_modified`), or described so ("Last
+# modification time of the task (as a RFC 3339 timestamp)."): Google's specs give no format, and their records
+# said "updated": "event"
+_STAMP_NAME = re.compile(r"(^|_)(updated|created|modified|deleted|completed|timestamp|expires|expiry)(_on|_time)?$")
+_STAMP_DESCRIBED = re.compile(r"\b(timestamp|rfc\s?3339|iso\s?8601 (date-?time|timestamp)|date-time)\b", re.I)
 _READABLE = string.ascii_letters + string.digits
 _PATTERN_TRIES = 4
 _MADE_LIMIT = 10_000  # characters of a made value: what a compiled schema bounds a string to

@@ -7,6 +7,7 @@ import random
 from datetime import datetime
 from typing import Any
 
+import pytest
 from faker import Faker
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -68,3 +69,25 @@ def test_a_value_its_description_calls_an_email_address_is_one_in_a_list_too() -
             assert isinstance(value, str) and "@" in value.split()[-1], (name, value)
     for name, description in [("subject", "Subject of the email"), ("body", "Email body to send")]:  # not addresses
         assert "@" not in maker.make(name, {"type": "string", "description": description})
+
+
+@pytest.mark.parametrize(
+    ("name", "schema"),
+    [
+        ("updated", {"type": "string", "description": "Last modification time of the task (as a RFC 3339 timestamp)."}),
+        ("updated", {"type": "string"}),
+        ("created_on", {"type": "string"}),
+        ("last_modified", {"type": "string"}),
+        ("due", {"type": "string", "description": "Due date of the task (ISO 8601 timestamp)."}),
+    ],
+)
+def test_a_field_named_or_described_as_a_moment_gets_one(name: str, schema: dict[str, Any]) -> None:
+    """Google's specs give their timestamps no format: compiled records said "updated": "event"."""
+    value = ValueMaker(random.Random(0), CLOCK).make(name, schema)
+    assert isinstance(value, str) and datetime.fromisoformat(value.replace("Z", "+00:00")), value
+
+
+def test_a_field_that_only_mentions_time_keeps_its_words() -> None:
+    value = ValueMaker(random.Random(0), CLOCK).make("status", {"type": "string", "description": "Status of the task."})
+    with pytest.raises(ValueError):
+        datetime.fromisoformat(str(value))
