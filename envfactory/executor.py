@@ -120,10 +120,13 @@ class LocalExecutor:
             except Exception as e:  # a batch records a failure and goes on
                 return e
 
-        with ThreadPoolExecutor(max_workers=self.concurrency) as ex:
+        ex = ThreadPoolExecutor(max_workers=self.concurrency)
+        try:
             futures = {ex.submit(safe, job): job for job in jobs}
             for f in as_completed(futures):
                 yield futures[f], f.result()
+        finally:  # stopped early (Ctrl-C, a run that gives up): the queued units never start, the running finish
+            ex.shutdown(wait=True, cancel_futures=True)  # (the pool's own exit ran every queued unit: a minute)
 
 
 class ProcessExecutor:
