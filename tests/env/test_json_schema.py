@@ -8,6 +8,7 @@ value without raising (random ones, right and wrong, here).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -88,6 +89,9 @@ def test_one_validation_shares_one_budget_for_its_matches() -> None:
     with pattern_budget(0.0):
         assert search("^a", "a") is None  # spent: not tried
     assert search("^a", "a") is True  # outside a validation, each match has its own limit only
+    with pattern_budget(0.05):  # only the matches' own time is charged: a stall between them (load) is not
+        time.sleep(0.1)
+        assert search("^a", "a") is True and search("^a", "b") is False
 
 
 def test_the_shortest_match_of_a_pattern() -> None:
