@@ -164,40 +164,40 @@ class ProcessExecutor:
             with ProcessPoolExecutor(self.processes, mp_context=context, initializer=_hold, initargs=(runner,)) as ex:
                 pending: dict[Future[Any], int] = {}
                 started: dict[Future[Any], float] = {}  # (one unit a worker at a time: submitted is started)
-                while (todo or suspects or pending) and broken is None:
-                    if suspects:
-                        if not pending:
-                            i = suspects.pop()
-                            pending[ex.submit(_run_held, jobs[i])] = i
-                    else:
-                        while todo and len(pending) < self.processes:
-                            i = todo.pop()
-                            pending[ex.submit(_run_held, jobs[i])] = i
-                    now = time.monotonic()
-                    for f in pending:
-                        started.setdefault(f, now)
-                    left = None if limit is None else max(0.0, min(started[f] for f in pending) + limit - now)
-                    done, _ = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
-                    if not done and limit is not None:  # a unit ran past its time: its worker is killed
-                        late = [i for f, i in pending.items() if time.monotonic() - started[f] >= limit]
-                        if late:
-                            overdue.update(late)
-                            # the pool's own worker processes (a private map, the same since 3.8): killed, the
-                            # pool breaks and every unit in flight comes back below
-                            for process in dict(getattr(ex, "_processes", None) or {}).values():
-                                with contextlib.suppress(OSError, ValueError):
-                                    process.kill()
-                        continue
-                    for f in done:
-                        try:
-                            result = f.result()
-                        except BrokenProcessPool as e:
-                            broken = e
-                            continue  # stays pending: settled below, with the others in flight
-                        except Exception as e:  # a batch records a failure and goes on
-                            result = e
-                        started.pop(f, None)
-                        yield jobs[pending.pop(f)], result
+                try:
+                    while (todo or suspects or pending) and broken is None:
+                        if suspects:
+                            if not pending:
+                                i = suspects.pop()
+                                pending[ex.submit(_run_held, jobs[i])] = i
+                        else:
+                            while todo and len(pending) < self.processes:
+                                i = todo.pop()
+                                pending[ex.submit(_run_held, jobs[i])] = i
+                        now = time.monotonic()
+                        for f in pending:
+                            started.setdefault(f, now)
+                        left = None if limit is None else max(0.0, min(started[f] for f in pending) + limit - now)
+                        done, _ = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+                        if not done and limit is not None:  # a unit ran past its time: its worker is killed
+                            late = [i for f, i in pending.items() if time.monotonic() - started[f] >= limit]
+                            if late:
+                                overdue.update(late)
+                                _kill_workers(ex)  # the pool breaks, and every unit in flight comes back below
+                            continue
+                        for f in done:
+                            try:
+                                result = f.result()
+                            except BrokenProcessPool as e:
+                                broken = e
+                                continue  # stays pending: settled below, with the others in flight
+                            except Exception as e:  # a batch records a failure and goes on
+                                result = e
+                            started.pop(f, None)
+                            yield jobs[pending.pop(f)], result
+                except BaseException:  # Ctrl-C, or the consumer stopped: the workers are killed, not waited for
+                    _kill_workers(ex)  # (the pool's exit waited for the units in flight: a regular expression
+                    raise  # backtracking in one, deaf to signals, hung `corpus compile` on Ctrl-C)
                 if broken is not None:
                     died = []
                     for f, i in pending.items():
@@ -220,6 +220,13 @@ class ProcessExecutor:
                     else:
                         suspects.extend(died)
                     ex.shutdown(wait=True, cancel_futures=True)
+
+
+def _kill_workers(ex: Any) -> None:
+    """Kill a process pool's workers (its private map of them, the same since 3.8): the pool breaks at once."""
+    for process in dict(getattr(ex, "_processes", None) or {}).values():
+        with contextlib.suppress(OSError, ValueError):
+            process.kill()
 
 
 _HELD: list[Any] = []  # a process worker's runner

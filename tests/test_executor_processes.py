@@ -3,6 +3,8 @@ dies costs its own unit a retry, never the rest of the batch."""
 
 from __future__ import annotations
 
+import pytest
+
 from envfactory.executor import ProcessExecutor, WorkerLost
 from tests.support.executor import DiesOn, HangsOn
 
@@ -29,3 +31,14 @@ def test_a_unit_past_its_time_is_stopped_and_the_batch_goes_on() -> None:
     lost = {unit: r for unit, r in results if isinstance(r, WorkerLost)}
     assert list(lost) == [2] and "ran longer than 3 s and was stopped" in lost[2].reason
     assert all(r == unit * 10 for unit, r in results if unit != 2)
+
+
+@pytest.mark.timeout(60)
+def test_a_batch_stopped_while_a_unit_hangs_stops_at_once() -> None:
+    """Ctrl-C during `corpus compile` once hung: the pool's exit waited for the units in flight, and a unit stuck
+    in a regular expression never ends. A batch stopped early (an exception in its consumer, Ctrl-C) kills its
+    workers instead."""
+    results = ProcessExecutor(processes=2).map(HangsOn(stuck=0), list(range(6)))
+    first = next(results)
+    assert first == (1, 10)  # unit 0 hangs in the other worker
+    results.close()  # returns: nothing waits for unit 0
