@@ -77,8 +77,8 @@ def _timed(executor: Executor, runner: Any, units: list[Any], out: Path) -> tupl
     """(total s, steady s from the first result, units) of `run_units` on `executor`."""
     first: list[float] = []
 
-    def progress(_: Any) -> None:
-        if not first:
+    def progress(outcome: Any) -> None:
+        if not first and not isinstance(outcome, int):  # (an int: the units a resumed run did before)
             first.append(time.perf_counter())
 
     start = time.perf_counter()

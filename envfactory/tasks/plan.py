@@ -329,7 +329,7 @@ class BatchSummary(BaseModel):
 
 
 UnitRunner = Callable[[Unit], UnitOutcome]
-Progress = Callable[[UnitOutcome], None]
+Progress = Callable[[UnitOutcome | int], None]  # each outcome; first, on a resume, how many units ran before
 
 
 def run_units(
@@ -352,6 +352,8 @@ def run_units(
         log.train, log.heldout_ids, log.drops = earlier.train, earlier.heldout_ids, earlier.drops
     done = earlier.done()
     todo = [u for u in units if u.key not in done]
+    if progress is not None and len(todo) < len(units):  # a resume: the bar starts at what was done before
+        progress(len(units) - len(todo))
     kept, dropped = JsonlAppender(out / CONVERSATIONS), JsonlAppender(out / DROPPED)
     heldout = JsonlAppender(out / HELDOUT)
     split = {u.key: u.split for u in units}

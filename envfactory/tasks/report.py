@@ -46,7 +46,7 @@ def say_plan(out: Console, config: SynthConfig, plan: Plan, outdir: Path, where:
 
 
 @contextmanager
-def unit_progress(err: Console, total: int) -> Iterator[Callable[[UnitOutcome], None]]:
+def unit_progress(err: Console, total: int) -> Iterator[Callable[[UnitOutcome | int], None]]:
     """A progress bar over `total` units on `err`; yields what to call with each unit's outcome (kept, dropped,
     the rate so far). The bar is full when the block ends."""
     with Progress(
@@ -56,12 +56,21 @@ def unit_progress(err: Console, total: int) -> Iterator[Callable[[UnitOutcome], 
         kept = dropped = 0
         start = time.perf_counter()
 
-        def advance(outcome: UnitOutcome) -> None:
-            nonlocal kept, dropped
+        before = 0
+
+        def advance(outcome: UnitOutcome | int) -> None:
+            """One unit's outcome; or, first, how many units an earlier run did (a resume: the bar starts there)."""
+            nonlocal kept, dropped, before
+            if isinstance(outcome, int):
+                before = outcome
+                progress.update(bar, completed=before, description=f"synth: {before} done before")
+                return
             kept += outcome.conversation is not None
             dropped += outcome.dropped is not None
             rate = (kept + dropped) / max(time.perf_counter() - start, 1e-9)
-            progress.update(bar, advance=1, description=f"synth: {kept} kept, {dropped} dropped, {rate:.1f} units/s")
+            earlier = f" (+{before} before)" if before else ""
+            description = f"synth: {kept} kept, {dropped} dropped{earlier}, {rate:.1f} units/s"
+            progress.update(bar, advance=1, description=description)
 
         yield advance
         progress.update(bar, completed=total)
