@@ -25,6 +25,7 @@ from envfactory.config import Role
 from envfactory.env.pool import EnvPool
 from envfactory.eval.items import EvalItem
 from envfactory.eval.toolset import Toolset, tool_message
+from envfactory.llm.errors import LLMCallError, LLMRequestRefused
 from envfactory.llm.messages import message_text, stopped_at_cap
 from envfactory.llm.models import setting_var
 from envfactory.llm.thinking import strip_thinking
@@ -58,6 +59,7 @@ class AgentRun(BaseModel):
     model_steps: int = 0
     text_calls: int = 0
     error: str | None = None
+    transport_error: bool = False  # the model's server was not reached or failed (not a request it refused)
 
 
 def _toolset(pool: EnvPool, item: EvalItem) -> Toolset:
@@ -235,7 +237,8 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
             message = invoke(bound, messages, item.id)
             reply = read_reply(message, f"s{step}", lambda c: _exposed(c, toolset))
         except Exception as e:  # a provider's failure is a failed attempt, whatever its type
-            return finish(error=f"model error: {type(e).__name__}: {str(e)[:300]}")
+            transport = isinstance(e, LLMCallError) and not isinstance(e, LLMRequestRefused)
+            return finish(error=f"model error: {type(e).__name__}: {str(e)[:300]}", transport_error=transport)
         run.model_steps = step
         run.text_calls += reply.from_text
         text = reply.text

@@ -106,6 +106,9 @@ class AttemptRecord(BaseModel):
     text_calls: int = 0
     model_steps: int = 0
     error: str | None = None
+    transport_error: bool = Field(
+        default=False, description="the model's server was not reached or failed in transport"
+    )
     seconds: float = 0.0
     env: str
     kind: str
@@ -164,6 +167,7 @@ def attempt(
         text_calls=run.text_calls,
         model_steps=run.model_steps,
         error=run.error,
+        transport_error=run.transport_error,
         seconds=round(time.monotonic() - start, 4),
         env=item.env,
         kind=item.kind,
@@ -171,15 +175,16 @@ def attempt(
     )
 
 
-MODEL_ERROR = "model error:"  # an attempt's `error` when the model's call raised (a server down, refused, broken)
-FAIL_FAST = 3  # the first attempts of a run that all end so: the model is not there (`run_eval`)
+FAIL_FAST = 3  # the first attempts of a run that all end unanswered: the model is not there (`run_eval`)
 
 
 def unanswered(record: AttemptRecord) -> bool:
-    """Whether the model never answered in this attempt (its call raised): tried again when the run is resumed,
-    not a failure of the model's to keep. A server that was down made every attempt one, and a resume after it
-    was started again reused them all: pass@1 0.000 for a model never asked."""
-    return (record.error or "").startswith(MODEL_ERROR)
+    """Whether the model's server was not reached or failed in transport in this attempt (a connection refused, a
+    timeout, a 5xx after the client's retries): tried again when the run is resumed, not a failure of the model's
+    to keep. A server that was down made every attempt one, and a resume after it was started reused them all:
+    pass@1 0.000 for a model never asked. A request the server refused (HTTP 400: a prompt past the context) is
+    the model's failure, kept: it would be refused again."""
+    return record.transport_error
 
 
 def done_attempts(out: Path) -> list[AttemptRecord]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from envfactory.config import Settings
+from envfactory.config import LLMSettings, Settings
 from envfactory.env.pool import EnvPool
 from envfactory.eval.agent import AgentLimits, run_agent
 from envfactory.eval.items import EvalItem, EvalSourceError, items_from_conversations, load_conversations
@@ -30,6 +30,7 @@ from envfactory.eval.run import (
     unanswered,
 )
 from envfactory.eval.score import score_attempt
+from envfactory.llm.openai_compat import openai_model
 from envfactory.llm.scripted import ScriptedChatModel
 from envfactory.reward import CompositeReward
 from envfactory.tasks.plan import SynthConfig
@@ -139,29 +140,36 @@ def test_a_reply_cut_at_the_token_cap_is_a_failure_that_says_so(items: list[Eval
 def test_model_errors_and_spent_budgets_are_recorded_failures(
     items: list[EvalItem], pool: EnvPool, tmp_path: Path
 ) -> None:
-    """A model that never answers (its calls raise) is not a model that answered wrong: a run whose first attempts
-    all end so stops in one line, and a resume tries them again (a server that was down scored 0.000 for ever)."""
-    with pytest.raises(EvalRunError, match=r"did not answer the first 3 attempt\(s\) \(model error: ScriptExhausted"):
-        run_eval(items[:3], lambda: ScriptedChatModel(script=[]), turns(pool), tmp_path, EvalSettings())
+    """A model whose server is not there is not a model that answered wrong: a run whose first attempts all end so
+    stops in one line, and a resume tries them again (a server that was down scored 0.000 for ever). A request
+    the server refused, or a scripted model with nothing left to say, is the model's failure: kept, not retried."""
+    with socket.socket() as free:  # a real OpenAI-compatible client, its server down: nothing listens on the port
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    config = LLMSettings(
+        provider="openai", model="m", base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0
+    )
+    with pytest.raises(
+        EvalRunError, match=r"did not answer the first 3 attempt\(s\) \(model error: LLMCallError: cannot reach"
+    ):
+        run_eval(items[:3], lambda: openai_model("eval", config, []), turns(pool), tmp_path, EvalSettings())
     records = done_attempts(tmp_path)
-    assert len(records) == 3 and all(
-        unanswered(r) and r.error.startswith("model error: ScriptExhaustedError") for r in records
-    )  # type: ignore[union-attr]
+    assert len(records) == 3 and all(unanswered(r) for r in records)
     summary = run_eval(
         items[:3], lambda: ScriptedChatModel(script=play(items[:3], 1)), turns(pool), tmp_path, EvalSettings()
     )
     assert summary.errors == 0 and summary.success_rate == 1.0 and summary.attempts == 3
     assert len(done_attempts(tmp_path)) == 3 and len((tmp_path / ATTEMPTS).read_text().splitlines()) == 6
-    # one unanswered among answered attempts is recorded, counted as an error, and tried again on the next run
-    mixed = tmp_path / "mixed"
-    summary = run_eval(
-        items[:3], lambda: ScriptedChatModel(script=play(items[:2], 1)), turns(pool), mixed, EvalSettings()
+    # the scripted model with nothing left: model errors of the model's own, recorded and kept on the next run
+    spent = tmp_path / "spent"
+    summary = run_eval(items[:3], lambda: ScriptedChatModel(script=[]), turns(pool), spent, EvalSettings())
+    assert summary.errors == 3 and summary.success_rate == 0.0
+    records = done_attempts(spent)
+    assert all(r.error.startswith("model error: ScriptExhaustedError") and not unanswered(r) for r in records)  # type: ignore[union-attr]
+    again = run_eval(
+        items[:3], lambda: ScriptedChatModel(script=play(items[:3], 1)), turns(pool), spent, EvalSettings()
     )
-    assert summary.errors == 1 and summary.attempts == 3
-    summary = run_eval(
-        items[:3], lambda: ScriptedChatModel(script=play(items[2:3], 1)), turns(pool), mixed, EvalSettings()
-    )
-    assert summary.errors == 0 and summary.success_rate == 1.0
+    assert again.errors == 3 and len((spent / ATTEMPTS).read_text().splitlines()) == 3  # nothing rerun
     item = items[0]
     looping = [{"tool_calls": [{"name": item.ground_truth[0].name, "args": item.ground_truth[0].arguments}]}] * 3
     run = run_agent(ScriptedChatModel(script=looping), pool, item, AgentLimits(max_steps=3))
