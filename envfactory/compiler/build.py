@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -75,9 +76,10 @@ class BuildSettings(BaseModel):
     )
 
 
-# the packages whose code decides what a spec becomes: the compiler, the gate (envgen's health checks and the
-# π* solver they run) and the runtime of a compiled environment
-_BUILD_PACKAGES = ("compiler", "envgen", "env", "tasks")
+# the code that decides what a spec becomes: the compiler, the gate (envgen's health checks and the π* solver they
+# run), the runtime of a compiled environment, and what they read with; and the libraries that make its values
+_BUILD_CODE = ("compiler", "envgen", "env", "tasks", "records", "toolgraph", "words.py", "inputs.py")
+_BUILD_LIBRARIES = ("faker", "jsonschema", "regex", "rstr", "pydantic")
 
 
 def build_key(settings: BuildSettings) -> str:
@@ -86,9 +88,12 @@ def build_key(settings: BuildSettings) -> str:
     builds in one pool folder unknown to its user (`build_many`)."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256(settings.model_dump_json(exclude={"keep_rejected", "rebuild_stale"}).encode())
-    for package in _BUILD_PACKAGES:
-        for path in sorted((root / package).rglob("*.py")):
+    for part in _BUILD_CODE:
+        paths = [root / part] if part.endswith(".py") else sorted((root / part).rglob("*.py"))
+        for path in paths:
             digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    for library in _BUILD_LIBRARIES:
+        digest.update(f"{library}=={metadata.version(library)}\0".encode())
     return digest.hexdigest()[:12]
 
 
@@ -278,16 +283,27 @@ def _build_many(
         raise EnvFactoryError("two specs would make environments of the same name: give them distinct names")
     read_jsonl_log(log)  # a torn last row (a killed batch's) cut off, now that this batch holds the folder
     key, last, stale = check_build(out, s)
+    # the spec whose environment each folder of the pool is (a healthy latest row): never overwritten by another's
+    owner = {str(row.get("name")): spec for spec, row in last.items() if row.get("status") == "healthy"}
     todo = [j for j in jobs if j.spec_id not in last or j.spec_id in stale]
     appender = JsonlAppender(log)
     runner = _Runner(s)
     results = (executor or LocalExecutor(concurrency=1)).map(runner, todo)
     for finished, (job, result) in enumerate(results, 1):
-        if isinstance(result, BuildResult):
+        if job.spec_id in stale:  # compiled again: what the older build left goes, whatever becomes of it now
+            old = str(last[job.spec_id].get("name"))
+            if owner.get(old, job.spec_id) == job.spec_id:
+                _remove_environment(out, old)
+                owner.pop(old, None)
+        taken = owner.get(job.name, job.spec_id)
+        if taken != job.spec_id:  # its name is another spec's environment here (a selection named them otherwise)
+            why = f"its environment's name '{job.name}' is the environment of {taken} in {out}: not overwritten"
+            report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed", reason=why)
+        elif isinstance(result, BuildResult):
             report = result.report
-            if job.spec_id in stale:  # compiled again: what the older build left goes, whatever becomes of it now
-                _remove_environment(out, last[job.spec_id].get("name"))
             place(result, out)
+            if report.status == "healthy":
+                owner[job.name] = job.spec_id
         else:
             why = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
             report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed", reason=why[:500])
@@ -332,14 +348,10 @@ def corpus_jobs(corpus: Corpus, ids: Sequence[str] | None = None) -> list[SpecJo
     """One job per corpus spec (all, or `ids`), named from its id (`amazonaws_com_rbin`), with its domain,
     its title and description, and its provenance (provider, version, licence, origin, sha256)."""
     entries = [corpus.entry(i) for i in ids] if ids else corpus.entries()
+    names = _names(corpus)
     jobs: list[SpecJob] = []
-    taken: set[str] = set()
     for e in entries:
-        base = identifier(e.id, "api")[:56]
-        name, n = base, 2
-        while name in taken:
-            name, n = f"{base}_{n}", n + 1
-        taken.add(name)
+        name = names[e.id]
         description = f"{e.title}: {e.description}" if e.description else e.title
         provenance = {
             "corpus_id": e.id,
@@ -364,6 +376,21 @@ def corpus_jobs(corpus: Corpus, ids: Sequence[str] | None = None) -> list[SpecJo
             )
         )
     return jobs
+
+
+def _names(corpus: Corpus) -> dict[str, str]:
+    """Each corpus spec's environment name, from its id (`amazonaws_com_rbin`), made unique over the whole corpus in
+    id order — never over a selection: `--id B` alone named B's environment what A's was in the same folder."""
+    taken: set[str] = set()
+    out: dict[str, str] = {}
+    for e in sorted(corpus.entries(), key=lambda e: e.id):
+        base = identifier(e.id, "api")[:56]
+        name, n = base, 2
+        while name in taken:
+            name, n = f"{base}_{n}", n + 1
+        taken.add(name)
+        out[e.id] = name
+    return out
 
 
 def read_reports(out: Path) -> list[BuildReport]:

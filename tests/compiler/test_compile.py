@@ -823,6 +823,32 @@ def test_a_folder_another_build_made_is_refused_or_compiled_again(built: Path, t
     assert not (out / failed["name"]).exists()  # the older build's environment, which this build rejects
     assert _outcome(out) == _outcome(built) and len(_rows(out)) == len(rows) + 2
 
+    # a rebuild that fails (here: its spec file became garbage) removes what the older build left all the same
+    rows = _rows(out)
+    stale = next(r for r in reversed(rows) if r["status"] == "healthy")  # a spec's latest row: its folder is there
+    stale.pop("build")
+    assert (out / stale["name"]).is_dir()
+    (out / "compile-report.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("[1, 2", encoding="utf-8")
+    jobs = [j.model_copy(update={"path": garbage}) if j.spec_id == stale["spec_id"] else j for j in _jobs()]
+    [report] = build_many(jobs, out, QUICK.model_copy(update={"rebuild_stale": True}))
+    assert report.status == "invalid_spec" and not (out / stale["name"]).exists()
+
+
+def test_a_spec_never_overwrites_another_specs_environment(built: Path, tmp_path: Path) -> None:
+    """Names came from the selection (`--id B` alone named B's environment what A's was in the same folder), and a
+    rebuild removed folders by an old row's name: a spec's environment is now never replaced by another spec's."""
+    out = tmp_path / "pool"
+    shutil.copytree(built, out)
+    row = next(r for r in _rows(out) if r["status"] == "healthy")
+    before = sorted(p.relative_to(out).as_posix() for p in (out / row["name"]).rglob("*"))
+    other = next(j for j in _jobs() if j.spec_id != row["spec_id"])
+    intruder = other.model_copy(update={"spec_id": "another/spec", "name": row["name"]})
+    [report] = build_many([intruder], out, QUICK)
+    assert report.status == "failed" and f"is the environment of {row['spec_id']}" in (report.reason or "")
+    assert sorted(p.relative_to(out).as_posix() for p in (out / row["name"]).rglob("*")) == before
+
 
 def test_a_second_compile_into_a_folder_being_written_is_refused(tmp_path: Path) -> None:
     """Two compiles on one --out shared a staging folder the first to finish deleted under the other: one failed,

@@ -472,3 +472,19 @@ def test_cli_fetch_list_show(tmp_path: Path, fixture_tarball: tuple[Path, str]) 
 def test_cli_without_npm_is_one_line(tmp_path: Path) -> None:
     res = cli(tmp_path, "fetch", ENVFACTORY_CORPUS_NPM="no-such-npm-here")
     one_line_error(res, "apt-get install npm")
+
+
+def test_a_specs_environment_name_does_not_depend_on_the_selection(tmp_path: Path) -> None:
+    """Names were made unique over the specs given: of two ids that read as one name, `--id` of the second alone
+    named its environment what the first's was, and overwrote it in the same folder. Unique over the corpus now."""
+    from envfactory.compiler.build import corpus_jobs
+
+    spec = TEST_DATA / "corpus" / "api" / "twilio.com" / "twilio_studio_v1.json"
+    files = {"twilio.com/twilio_studio_v1": spec, "twilio.com/twilio-studio-v1": spec}  # one name: twilio_com_...
+    tarball = tmp_path / "twins.tgz"
+    corpus = corpus_for(tmp_path, tarball, build_tarball(tarball, files=files))
+    corpus.fetch()
+    everything = {j.spec_id: j.name for j in corpus_jobs(corpus)}
+    assert sorted(everything.values()) == ["twilio_com_twilio_studio_v1", "twilio_com_twilio_studio_v1_2"]
+    for spec_id, name in everything.items():
+        assert [j.name for j in corpus_jobs(corpus, [spec_id])] == [name]
