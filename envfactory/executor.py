@@ -181,9 +181,10 @@ class ProcessExecutor:
                         done, _ = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
                         if not done and limit is not None:  # a unit ran past its time: its worker is killed
                             late = [i for f, i in pending.items() if time.monotonic() - started[f] >= limit]
-                            if late:
+                            if late and _kill_workers(ex):  # the pool breaks: every unit in flight comes back below
                                 overdue.update(late)
-                                _kill_workers(ex)  # the pool breaks, and every unit in flight comes back below
+                            elif late:  # no worker to kill (the pool's private map is gone): no limit, no busy wait
+                                limit = None
                             continue
                         for f in done:
                             try:
@@ -222,11 +223,14 @@ class ProcessExecutor:
                     ex.shutdown(wait=True, cancel_futures=True)
 
 
-def _kill_workers(ex: Any) -> None:
-    """Kill a process pool's workers (its private map of them, the same since 3.8): the pool breaks at once."""
-    for process in dict(getattr(ex, "_processes", None) or {}).values():
+def _kill_workers(ex: Any) -> bool:
+    """Kill a process pool's workers (its private map of them, the same since 3.8): the pool breaks at once. False
+    when there was none to kill."""
+    processes = list(dict(getattr(ex, "_processes", None) or {}).values())
+    for process in processes:
         with contextlib.suppress(OSError, ValueError):
             process.kill()
+    return bool(processes)
 
 
 _HELD: list[Any] = []  # a process worker's runner

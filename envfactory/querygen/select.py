@@ -27,7 +27,7 @@ from envfactory.errors import EnvFactoryError
 from envfactory.querygen.records import Branch, SolveTask, TurnDraft, UserCall
 from envfactory.records.episode import replay
 from envfactory.records.models import MaskSpec, PlannedCall, States, StateVerifier, Step, ToolCall, ToolResult
-from envfactory.records.verifier import mentions, state_differences, verify
+from envfactory.records.verifier import answer_states, state_differences, verify
 from envfactory.reward.matching import CallMatcher
 
 # ---- matching calls: the reward's own rule (envfactory.reward.matching.CallMatcher) ----------------
@@ -114,7 +114,7 @@ def judge(
         return report
     verdict = verify(StateVerifier(goal=draft.expected), initial, branch.final)
     report.reasons.extend(verdict.reasons)
-    told = draft.fact is not None and mentions(branch.answer, draft.fact[1])
+    told = draft.fact is not None and answer_states(branch.answer, draft.fact[1])
     made_last_read = bool(raw_calls) and any(matcher.same_call(raw_calls[-1], m) for m in made)
     if draft.answer_required and draft.fact is not None and not told:
         report.reasons.append(f"the answer does not report {draft.fact[0]} = {draft.fact[1]!r}")

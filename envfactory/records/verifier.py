@@ -129,18 +129,24 @@ def answer_forms(value: Any) -> list[str]:
         forms = {f"{value}", f"{value:,}"}
         if float(value).is_integer():
             forms |= {str(int(value)), f"{int(value):,}"}
-        forms |= {f"{value:.2f}", f"{value:,.2f}"}
+        forms |= {f"{value:.2f}", f"{value:,.2f}", f"{value:.1f}", f"{value:,.1f}"}
         return sorted(forms)
     return sorted({str(value), *renderings(str(value))})
 
 
-def mentions(answer: str, value: Any) -> bool:
-    """Whether `answer` states `value` in one of its forms (`answer_forms`), as a whole word or number: `5` is not
-    in `15`, `5.5` or `1,500`, `Ana` not in `Banana` (a substring test let a string of digits state every number)."""
+def answer_states(answer: str, value: Any) -> bool:
+    """Whether `answer` states `value` in one of its forms (`answer_forms`), not as a part of another number or
+    word: `5` is not in `15`, `5.5` or `1,500`, `Ana` not in `Banana` (a substring test let a string of digits
+    state every number). A number may touch letters (`20GB`, `10am`, `FY2026`, `5件`), a word any non-ASCII
+    text (languages written without spaces)."""
     text = answer.lower()
     for form in answer_forms(value):
         f = form.lower()
-        if f and re.search(rf"(?<!\w)(?<!\d[.,]){re.escape(f)}(?![.,]?\d)(?!\w)", text):
+        if not f:
+            continue
+        before = r"(?<![0-9])(?<![0-9][.,])" + (r"(?<![a-z])" if f[0].isascii() and f[0].isalpha() else "")
+        after = r"(?![.,]?[0-9])" + (r"(?![a-z])" if f[-1].isascii() and f[-1].isalpha() else "")
+        if re.search(before + re.escape(f) + after, text):
             return True
     return False
 
@@ -161,7 +167,7 @@ def check_assertion(a: Assertion, states: States, answer: str | None) -> tuple[s
         if a.max_chars is not None and len(answer) > a.max_chars:
             too_long = f"the answer is {len(answer)} characters long; this task takes at most {a.max_chars}"
             return too_long, too_long + ": state what was asked"
-        if mentions(answer, a.value):
+        if answer_states(answer, a.value):
             return None
         return f"the answer does not mention {a.value!r}", "the answer does not state what was asked"
     state = states.get(a.server or "")

@@ -202,8 +202,10 @@ _EMAIL_DESCRIBED = re.compile(
 # a field that holds a moment: named so (`updated`, `created_on`, `last_modified`), or described so ("Last
 # modification time of the task (as a RFC 3339 timestamp)."): Google's specs give no format, and their records
 # said "updated": "event"
-_STAMP_NAME = re.compile(r"(^|_)(updated|created|modified|deleted|completed|timestamp|expires|expiry)(_on|_time)?$")
-_STAMP_DESCRIBED = re.compile(r"\b(timestamp|rfc\s?3339|iso\s?8601 (date-?time|timestamp)|date-time)\b", re.I)
+# (not `deleted`, `completed`, `expires`: flags and durations as often; not a bare "timestamp" in a description:
+# "sort by name or timestamp", "Unix timestamp in seconds")
+_STAMP_NAME = re.compile(r"^(last_)?(updated|created|modified|timestamp)(_on|_time)?$")
+_STAMP_DESCRIBED = re.compile(r"^(?!.*\b(duration|interval|period|format)\b).*\b(rfc\s?3339|iso\s?8601)\b", re.I | re.S)
 _READABLE = string.ascii_letters + string.digits
 _PATTERN_TRIES = 4
 _MADE_LIMIT = 10_000  # characters of a made value: what a compiled schema bounds a string to
@@ -251,7 +253,7 @@ def pattern_value(rng: random.Random, pattern: str) -> str | None:
             value = str(maker.xeger(pattern))
         except Exception:  # rstr reads a subset of regular expressions
             return None
-        if _matches(pattern, value):
+        if len(value) <= _MADE_LIMIT and _matches(pattern, value):  # (nested repeats can still outgrow it)
             made.append(value)
     return min(made, key=len) if made else None
 

@@ -266,6 +266,9 @@ def test_a_pattern_value_is_made_in_bounded_time_and_size_or_not_at_all() -> Non
     assert pattern_value(random.Random(0), "^(a|a){40}$x") is None  # cannot be told in time: no value fits
     assert pattern_value(random.Random(0), "^x{30000000}$") is None  # longer than any value we keep
     assert pattern_value(random.Random(0), "^x{300}$") == "x" * 300
+    for seed in range(5):  # nested repeats the shortest match does not bound: what is kept stays within the limit
+        made = pattern_value(random.Random(seed), "((?:x{9999})y){0,1000}")
+        assert made is None or len(made) <= 10_000
 
 
 def test_pattern_values_are_the_same_in_every_process() -> None:

@@ -87,7 +87,21 @@ def test_a_field_named_or_described_as_a_moment_gets_one(name: str, schema: dict
     assert isinstance(value, str) and datetime.fromisoformat(value.replace("Z", "+00:00")), value
 
 
-def test_a_field_that_only_mentions_time_keeps_its_words() -> None:
-    value = ValueMaker(random.Random(0), CLOCK).make("status", {"type": "string", "description": "Status of the task."})
+@pytest.mark.parametrize(
+    ("name", "description"),
+    [  # a skeptic's: flags, durations, formats and names of fields that only mention time
+        ("status", "Status of the task."),
+        ("sort_by", "Field to sort by: name or timestamp."),
+        ("time_format", "How times are shown: 'iso' (a date-time) or 'unix'."),
+        ("since", "Only events after this Unix timestamp (seconds)."),
+        ("is_completed", "'Y' or 'N'."),
+        ("deleted", "Whether the record is deleted ('true' or 'false')."),
+        ("expires", "Cache lifetime, e.g. '30m' or '2h'."),
+        ("timestamp_field", "Name of the column holding the timestamp."),
+        ("window", "Duration in ISO 8601 format (PT30M)."),
+    ],
+)
+def test_a_field_that_only_mentions_time_keeps_its_words(name: str, description: str) -> None:
+    value = ValueMaker(random.Random(0), CLOCK).make(name, {"type": "string", "description": description})
     with pytest.raises(ValueError):
         datetime.fromisoformat(str(value))
