@@ -74,6 +74,11 @@ class BuildSettings(BaseModel):
         default=False,
         description="compile again the specs an output folder holds from another build (compiler code or settings)",
     )
+    work_dir: Path | None = Field(
+        default=None,
+        description="where units make their temporary folders (a batch's own, removed when it ends: a unit killed "
+        "for its time leaves its folder there); None or missing on a worker's machine: the system's",
+    )
 
 
 # the code that decides what a spec becomes: the compiler, the gate (envgen's health checks and the π* solver they
@@ -87,7 +92,7 @@ def build_key(settings: BuildSettings) -> str:
     that change it. Recorded on every report row, so a batch resumed after either changed does not mix two
     builds in one pool folder unknown to its user (`build_many`)."""
     root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256(settings.model_dump_json(exclude={"keep_rejected", "rebuild_stale"}).encode())
+    digest = hashlib.sha256(settings.model_dump_json(exclude={"keep_rejected", "rebuild_stale", "work_dir"}).encode())
     for part in _BUILD_CODE:
         paths = [root / part] if part.endswith(".py") else sorted((root / part).rglob("*.py"))
         for path in paths:
@@ -171,7 +176,8 @@ def build_one(job: SpecJob, out: Path, settings: BuildSettings) -> BuildReport:
 def build_unit(job: SpecJob, settings: BuildSettings) -> BuildResult:
     """Compile, make scenarios and check `job`'s spec in a temporary folder of this process; the report, and the
     files of an environment that passed the gate (or failed it, with `keep_rejected`)."""
-    with tempfile.TemporaryDirectory(prefix="envfactory-build-") as tmp:
+    work = settings.work_dir if settings.work_dir is not None and settings.work_dir.is_dir() else None
+    with tempfile.TemporaryDirectory(prefix="envfactory-build-", dir=work) as tmp:
         return _build(job, Path(tmp), settings)
 
 
@@ -266,8 +272,11 @@ def build_many(
     refused (`EnvFactoryError`), or with `settings.rebuild_stale` those of `jobs` are compiled again (their old
     folders removed first); rows of specs outside `jobs` stay as they are."""
     s = settings or BuildSettings()
-    with exclusive_folder(out, "envfactory corpus compile", error=EnvFactoryError):
-        yield from _build_many(jobs, out, s, executor, progress)
+    with (
+        exclusive_folder(out, "envfactory corpus compile", error=EnvFactoryError),
+        tempfile.TemporaryDirectory(prefix="envfactory-batch-", ignore_cleanup_errors=True) as work,
+    ):
+        yield from _build_many(jobs, out, s.model_copy(update={"work_dir": Path(work)}), executor, progress)
 
 
 def _build_many(

@@ -13,6 +13,7 @@ import random
 import shutil
 import subprocess
 import sys
+import tempfile
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -968,3 +969,23 @@ def test_malformed_specs_a_reviewer_found_are_refused_in_words_or_compiled(tmp_p
     (tmp_path / "spec.yaml").write_text(written)
     assert "on:" in written and "200:" in written
     assert load_openapi(tmp_path / "spec.yaml") == json.loads(text)
+
+
+def test_what_a_killed_unit_leaves_goes_with_its_batch(tmp_path: Path) -> None:
+    """A unit killed for its time (or a worker killed by the kernel) left its `envfactory-build-*` folder in the
+    system's temporary folder for good: units make theirs in the batch's own, removed when the batch ends."""
+    seen: list[Path] = []
+
+    class Killed:  # runs nothing: stands for a worker killed mid-unit, its temporary folder left behind
+        name = "killed"
+
+        def map(self, runner: Any, jobs: Any) -> Any:
+            work = runner.settings.work_dir
+            assert work is not None and work.is_dir()
+            left = Path(tempfile.mkdtemp(prefix="envfactory-build-", dir=work))
+            (left / "compiled.json").write_text("{}", encoding="utf-8")
+            seen.append(left)
+            return iter(())
+
+    list(build_many([_jobs()[0]], tmp_path / "out", QUICK, Killed()))  # type: ignore[arg-type]
+    assert seen and not seen[0].exists() and not seen[0].parent.exists()
