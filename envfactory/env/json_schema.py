@@ -28,6 +28,9 @@ from jsonschema.exceptions import SchemaError
 _re_parser: Any = importlib.import_module("re._parser")  # private, the same since 3.11: `shortest_match`
 PATTERN_TIMEOUT_S = 0.05  # per match: an honest pattern on a bounded value takes microseconds
 VALIDATION_BUDGET_S = 0.25  # all the matches of one validation (`pattern_budget`)
+# tries of a match whose wall-clock limit passed while it used little CPU (the machine stalled it): a corpus run
+# under load refused a UUID checked against a UUID pattern after two
+_STALLED_TRIES = 5
 
 # the match time left to the validation running in this thread (None: each match has its own limit only)
 _LEFT: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("pattern_time_left", default=None)
@@ -57,12 +60,11 @@ def search(pattern: str, text: str) -> bool | None:
         timeout = min(timeout, left[0])
     start = time.thread_time()  # the budget is charged in this thread's CPU time: what a match costs, load aside
     try:
-        for _ in range(2):
-            cpu = time.thread_time()
+        for _ in range(_STALLED_TRIES):
             try:
                 return regex.search(pattern, text, timeout=timeout) is not None
             except TimeoutError:  # (the limit is wall-clock) a match the machine stalled, not one that worked: again
-                if time.thread_time() - cpu >= timeout / 2:
+                if time.thread_time() - start >= timeout / 2:
                     return None
         return None
     except (regex.error, RecursionError, OverflowError):

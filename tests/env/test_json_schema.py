@@ -94,6 +94,36 @@ def test_one_validation_shares_one_budget_for_its_matches() -> None:
         assert search("^a", "a") is True and search("^a", "b") is False
 
 
+def test_a_match_the_machine_stalled_is_tried_again_and_one_that_worked_is_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The match limit is wall-clock (`regex`'s): under load a UUID checked against a UUID pattern was refused, and a
+    compiled environment failed its gate in a corpus run. A timeout that cost little CPU is a stall: tried again."""
+    import envfactory.env.json_schema as js
+
+    real = js.regex.search
+    stalls = [3]
+
+    def stalled(pattern: str, text: str, timeout: float) -> object:
+        if stalls[0]:
+            stalls[0] -= 1
+            raise TimeoutError("regex timed out")  # no CPU spent: the process was not running
+        return real(pattern, text, timeout=timeout)
+
+    monkeypatch.setattr(js.regex, "search", stalled)
+    assert search("^[a-f0-9]{8}$", "b6a8035f") is True and stalls == [0]
+
+    tries = [0]
+
+    def working(pattern: str, text: str, timeout: float) -> object:
+        tries[0] += 1
+        end = time.thread_time() + timeout  # a match that works its whole limit
+        while time.thread_time() < end:
+            pass
+        raise TimeoutError("regex timed out")
+
+    monkeypatch.setattr(js.regex, "search", working)
+    assert search("^(a|a)*$", "a" * 30 + "!") is None and tries == [1]
+
+
 def test_the_shortest_match_of_a_pattern() -> None:
     assert shortest_match("^x{30000000}$") == 30_000_000 and shortest_match("(ab|c)+d?") == 1
     assert shortest_match("(") is None and readable("^a") and not readable("(")
