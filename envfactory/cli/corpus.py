@@ -270,7 +270,6 @@ def compile_corpus(
     from envfactory.compiler.build import (
         REPORT_FILE,
         BuildSettings,
-        build_key,
         build_many,
         check_build,
         corpus_jobs,
@@ -301,7 +300,7 @@ def compile_corpus(
         else make_executor(ExecutorSettings(kind="ray", address=ray_address, workers=processes))
     )
     build = BuildSettings(keep_rejected=keep_rejected, rebuild_stale=rebuild_stale)
-    check_build(target, build)  # a folder another build made: refused before the bar starts
+    key, _, _ = check_build(target, build)  # a folder another build made: refused before the bar starts
     columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err) as bars:
         task = bars.add_task("compile", total=None)
@@ -316,7 +315,7 @@ def compile_corpus(
     wanted = {j.spec_id for j in jobs}
     reports = read_reports(target)
     y = yield_of([r for r in reports if r.spec_id in wanted])
-    others = sum(r.build != build_key(build) for r in reports)
+    others = sum(r.build != key for r in reports)
     if others:  # --rebuild-stale with a narrower selection than the folder's
         err.print(f"{others} spec(s) in {safe(target)} outside this selection are still from another build")
     table = Table("specs", "compiled", "with scenarios", "healthy", "usable", "tools (healthy)", "skipped ops")

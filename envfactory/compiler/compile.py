@@ -699,9 +699,7 @@ def _operations(
     order: tuple[Semantics, ...] = ("create", "list", "read", "update", "delete")
     for semantics in order:
         for o in d.ops.get(semantics, []):
-            words = snake_case(str(o.op.get("operationId") or "")).split(
-                "_"
-            )  # `deregisterAccount`: deregister, account
+            words = snake_case(str(o.op.get("operationId") or "")).split("_")  # `deregisterAccount`: its two words
             verb = words[0]
             refused = _NOT_A_CREATE | _ACTS_ON_RECORDS | (_CHANGES_A_RECORD if semantics == "create" else frozenset())
             says_create = not _CREATES.isdisjoint(words)

@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 from envfactory.env.compiled import type_of
-from envfactory.env.json_schema import shortest_match
+from envfactory.env.json_schema import parse_pattern
 
 _JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
 _SCALARS = frozenset({"string", "integer", "number", "boolean"})
@@ -31,10 +31,9 @@ MAX_STRING = 10_000  # characters of a string argument or field whose schema sta
 MAX_ITEMS = 1_000  # items of a list argument or field whose schema states no limit
 MAX_PROPERTIES = 200  # properties an object schema keeps
 _COUNT_CAP = {"Length": MAX_STRING, "Items": MAX_ITEMS, "Properties": MAX_PROPERTIES}
-# a group holding a quantifier, itself quantified: (a+)+, (\w*x)*, (a|aa){2,}
-# Python's own parser of regular expressions (private modules, the same since 3.11): what `_ambiguous` reads
-_parser: Any = importlib.import_module("re._parser")
+# the node kinds of a parsed pattern (`parse_pattern`; a private module, the same since 3.11): what `_ambiguous` reads
 _c: Any = importlib.import_module("re._constants")
+# a group holding a quantifier, itself quantified: (a+)+, (\w*x)*, (a|aa){2,}
 _NESTED_QUANTIFIER = re.compile(r"\([^()]*[+*}][^()]*\)\s*[+*{?]")
 
 
@@ -69,8 +68,8 @@ def safe_pattern(pattern: Any) -> str | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "possible nested set": a FutureWarning, not an error
             re.compile(pattern)
-            tree = _parser.parse(pattern)
-        if _ambiguous(tree.data, False) or (shortest_match(pattern) or 0) > MAX_STRING:  # `x{30000000}`
+        tree = parse_pattern(pattern)
+        if _ambiguous(tree.data, False) or tree.getwidth()[0] > MAX_STRING:  # `x{30000000}`: its shortest match
             return None
     except (re.error, RecursionError, OverflowError):
         return None

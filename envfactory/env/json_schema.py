@@ -25,7 +25,7 @@ import regex
 from jsonschema import Draft202012Validator, FormatChecker, ValidationError, validators
 from jsonschema.exceptions import SchemaError
 
-_re_parser: Any = importlib.import_module("re._parser")  # private, the same since 3.11: `shortest_match`
+_re_parser: Any = importlib.import_module("re._parser")  # private, the same since 3.11: `parse_pattern`
 PATTERN_TIMEOUT_S = 0.05  # per match: an honest pattern on a bounded value takes microseconds
 VALIDATION_BUDGET_S = 0.25  # all the matches of one validation (`pattern_budget`)
 # tries of a match whose wall-clock limit passed while it used little CPU (the machine stalled it): a corpus run
@@ -74,13 +74,19 @@ def search(pattern: str, text: str) -> bool | None:
             left[0] -= time.thread_time() - start
 
 
+def parse_pattern(pattern: str) -> Any:
+    """`pattern` as Python's own parser of patterns reads it (its `.data`, `.getwidth()`); raises `re.error`,
+    `RecursionError` or `OverflowError` when it cannot be read."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "possible nested set": a FutureWarning, not an error
+        return _re_parser.parse(pattern)
+
+
 def shortest_match(pattern: str) -> int | None:
-    """The length of the shortest string `pattern` can match (Python's own parser of patterns reads it); None when
-    it cannot be read. `x{30000000}` made 30 MB values, four draws at a time."""
+    """The length of the shortest string `pattern` can match; None when it cannot be read. `x{30000000}` made 30 MB
+    values, four draws at a time."""
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "possible nested set": a FutureWarning, not an error
-            return int(_re_parser.parse(pattern).getwidth()[0])
+        return int(parse_pattern(pattern).getwidth()[0])
     except (re.error, RecursionError, OverflowError):
         return None
 
