@@ -248,6 +248,13 @@ class Settings(BaseSettings):
         default=True,
         description="keep one sandboxed worker started ahead (walled, no code yet): a new worker is a hand-over",
     )
+    sandbox_spin_us: int = Field(
+        default=300,
+        ge=0,
+        le=10_000,
+        description="a served untrusted environment's calls: the parent and its worker poll their pipe this long "
+        "(microseconds of CPU per wait) before sleeping on it, which makes a call about twice as fast; 0 turns it off",
+    )
     sandbox_worker_cpu_s: int = Field(
         default=120,
         ge=1,

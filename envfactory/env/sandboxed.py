@@ -98,6 +98,7 @@ class PoolSettings:
         canary_calls: int = 1000,
         canary_s: float = 60.0,
         spare: bool = False,
+        spin_us: int = 0,
     ) -> None:
         self.wall = wall
         self.memory_mb = memory_mb
@@ -109,6 +110,7 @@ class PoolSettings:
         self.canary_calls = canary_calls
         self.canary_s = canary_s
         self.spare = spare  # start workers from a warm spare (`sandbox/spare.py`) and keep one ready
+        self.spin_us = spin_us  # parent and worker poll their pipe this long before sleeping (`FrameReader`)
 
 
 _SERIALS = itertools.count(1)
@@ -197,11 +199,16 @@ class WorkerPool:
             raise EnvLoadError(self.refusal())
 
     # ---- workers ---------------------------------------------------------------------------------
+    def worker_channel(self) -> ChannelLimits:
+        """The channel its workers start with, and the spares they are taken from are kept under."""
+        s = self.settings
+        return self.channel.model_copy(update={"start_timeout_s": s.start_timeout_s, "spin_us": s.spin_us})
+
     def _start(self) -> _Pooled:
         self._refuse()
         s = self.settings
         limits = worker_limits(s.memory_mb, s.cpu_s)
-        channel = self.channel.model_copy(update={"start_timeout_s": s.start_timeout_s})
+        channel = self.worker_channel()
         spare = SPARES.take(s.wall, limits, s.tmpfs_mb, channel) if s.spare else None
         process = spare or SandboxProcess(s.wall, limits, tmpfs_mb=s.tmpfs_mb, channel=channel, monitor=True)
         pool = weakref.ref(self)

@@ -292,3 +292,27 @@ def test_a_hang_in_one_mcp_session_does_not_stall_the_others(served_looping: str
     assert all(seconds < 2.5 for _, _, seconds in fast)
     [(is_error, text, seconds)] = slow
     assert is_error and "timeout" in text and seconds < 10
+
+
+@pytest.mark.parametrize("spin_us", [0, 300])
+def test_the_pipe_poll_setting_reaches_the_worker_and_calls_agree(tmp_path: Path, spin_us: int) -> None:
+    """`sandbox_spin_us` is what the parent's reader polls and what its worker was told (0: neither polls); the
+    calls answer the same either way."""
+    folder = tmp_path / "envs" / "hotels"
+    shutil.copytree(ROOT / "envs" / "hotels", folder)
+    with (folder / "env.py").open("a", encoding="utf-8") as f:  # code of its own: a pool is per code per process
+        f.write(f"# spin {spin_us}\n")
+    settings = Settings(root=tmp_path, bfcl=False, sandbox_workers=1, sandbox_spare=False, sandbox_spin_us=spin_us)
+    env = EnvPool(settings).get("hotels")
+    assert isinstance(env, SandboxedEnvironment)
+    session = Session.fork(env, "default")
+    assert isinstance(session, SandboxedSession) and session._worker is not None
+    process = session._worker.process
+    assert process.channel.spin_us == spin_us
+    assert process._reader is not None and process._reader.spin_s == spin_us / 1e6
+    first = session.call("search_hotels", {"city": "Lisbon"})
+    assert first.ok and first.result
+    assert all(
+        comparable(session.call("search_hotels", {"city": "Lisbon"}))[2:] == comparable(first)[2:] for _ in range(20)
+    )
+    session.close()

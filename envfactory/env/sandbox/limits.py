@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from envfactory.config import Settings
 
 WORKER_CPU_S = 120  # the default of `sandbox_worker_cpu_s`
+WORKER_SPIN_US = 300  # the default of `sandbox_spin_us`
 WORKER_FSIZE_MB = 32  # the largest file a worker may write (its log on the host, a file in its /tmp)
 
 
@@ -48,6 +49,13 @@ class SandboxLimits(BaseModel):
     tmpfs_mb: int = Field(default=16, gt=0, description="size of the sandbox's private /tmp")
     max_answer_mb: int = Field(default=64, gt=0, description="largest answer the parent reads from the worker")
     max_depth: int = Field(default=100, gt=1, description="deepest JSON nesting the parent accepts from the worker")
+    spin_us: int = Field(
+        default=WORKER_SPIN_US,
+        ge=0,
+        le=10_000,
+        description="how long parent and worker poll their pipe before sleeping: the served workers' own "
+        "(`sandbox_spin_us`), so the code cannot tell a round from serving by it",
+    )
     replay: bool = Field(default=True, description="replay each scenario to check the tools are deterministic")
     unsafe_no_os_sandbox: bool = Field(
         default=False, description="run without bubblewrap where it is missing (Python guards only): UNSAFE"
@@ -60,6 +68,7 @@ class SandboxLimits(BaseModel):
             memory_mb=settings.sandbox_memory_mb,
             tmpfs_mb=settings.sandbox_tmpfs_mb,
             cpu_s=settings.sandbox_worker_cpu_s,
+            spin_us=settings.sandbox_spin_us,
             unsafe_no_os_sandbox=settings.unsafe_no_os_sandbox,
         )
 

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from envfactory.env.sandbox.protocol import Hello, Isolation, WorkerLimits
 from envfactory.env.sandbox.wall import Wall, bwrap_args, child_env, startup_filter, worker_filter
@@ -61,14 +61,36 @@ class WorkerDied(EnvError):
         self.detail = detail
 
 
+class _InFlight:
+    """How many requests this process has out to workers, over all threads."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def enter(self) -> bool:
+        """Count one more; True when it is the only one out."""
+        with self._lock:
+            self._count += 1
+            return self._count == 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._count -= 1
+
+
+_IN_FLIGHT = _InFlight()
+
+
 class ChannelLimits(BaseModel):
-    """What the parent accepts from a worker."""
+    """What the parent accepts from a worker, and how long both sides poll the pipe (`FrameReader`)."""
 
     max_answer_bytes: int = 32 * 1024 * 1024
     max_depth: int = 100
     max_containers: int = 1_000_000  # arrays and objects in one answer: bounds the parent's parsing work
     max_values: int = 2_000_000  # values in one answer (~60 bytes each in the parent once parsed)
     start_timeout_s: float = 20.0
+    spin_us: int = Field(default=0, ge=0, le=10_000)  # both sides poll the pipe this long before sleeping on it
 
 
 def _signal_name(sig: int) -> str:
@@ -155,7 +177,7 @@ class SandboxProcess:
         try:
             self.proc = _SPAWNER.submit(spawn).result()
             assert self.proc.stdout is not None and self.proc.stdin is not None
-            self._reader = FrameReader(self.proc.stdout.fileno())
+            self._reader = FrameReader(self.proc.stdout.fileno(), self.channel.spin_us / 1e6)
             os.set_blocking(self.proc.stdin.fileno(), False)  # writes wait under the request's deadline
         except OSError as e:
             raise WorkerDied("crashed", f"the sandbox could not start: {e}") from None
@@ -166,6 +188,7 @@ class SandboxProcess:
             limits=self.limits,
             seccomp_bpf=base64.b64encode(worker_filter()).decode("ascii"),
             wrapped=self.wall.kind == "bubblewrap",
+            spin_us=self.channel.spin_us,
         )
         reply = self._exchange(hello.model_dump(mode="json"), self.channel.start_timeout_s)
         if "isolation" not in reply:
@@ -354,13 +377,20 @@ class SandboxProcess:
             self._next_id += 1
             rid = self._next_id
             self._idle_base = None
-            reply = self._exchange({"op": op, "id": rid, "closed": list(closed), **fields}, timeout_s)
+            # the parent polls for a call's answer (the fast, frequent request) only while this is the process's one
+            # request out: with others out, a polling thread would take the CPU (and the GIL) those need
+            alone = _IN_FLIGHT.enter()
+            try:
+                message = {"op": op, "id": rid, "closed": list(closed), **fields}
+                reply = self._exchange(message, timeout_s, spin=alone and op == "call")
+            finally:
+                _IN_FLIGHT.leave()
             if reply.get("id") != rid:
                 raise self._die("protocol", f"the worker answered request {reply.get('id')!r}, not {rid}")
             self._idle_base, self._idle_at = self._cpu_now(), time.monotonic()
             return reply
 
-    def _exchange(self, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def _exchange(self, message: dict[str, Any], timeout_s: float, spin: bool = False) -> dict[str, Any]:
         proc = self.proc
         assert proc is not None and proc.stdin is not None and self._reader is not None
         deadline = time.monotonic() + timeout_s
@@ -375,7 +405,7 @@ class SandboxProcess:
         except (BrokenPipeError, OSError):
             raise self._die("crashed", "the worker is gone") from None
         try:
-            body = self._reader.read(max_bytes=self.channel.max_answer_bytes, deadline=deadline)
+            body = self._reader.read(max_bytes=self.channel.max_answer_bytes, deadline=deadline, spin=spin)
             reply = decode(body, self.channel.max_depth, self.channel.max_containers, self.channel.max_values)
         except WireError as e:
             if e.kind == "timeout":

@@ -52,6 +52,7 @@ class Hello(BaseModel):
     limits: WorkerLimits
     seccomp_bpf: str  # base64 of the BPF program the worker installs after its start-up
     wrapped: bool  # inside bubblewrap (False only under the unsafe opt-out: then it drops root itself)
+    spin_us: int = Field(default=0, ge=0, le=10_000)  # how long the worker polls its pipe before it sleeps
 
 
 class Isolation(BaseModel):

@@ -128,6 +128,7 @@ class _Round:
                 max_answer_bytes=self.limits.max_answer_mb * 1024 * 1024,
                 max_depth=self.limits.max_depth,
                 start_timeout_s=max(0.1, self._left()),
+                spin_us=self.limits.spin_us,
             ),
         )
         self.worker = worker

@@ -406,19 +406,23 @@ def test_requests_have_the_same_shape_judged_and_served(
     """Every kind of request a round sends has the keys, in order, a served worker's has; forks are not strict."""
     seen: dict[str, set[tuple[str, ...]]] = {}
     strict: set[object] = set()
+    hellos: set[int] = set()
     real = SandboxProcess._exchange
 
-    def exchange(self: SandboxProcess, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    def exchange(self: SandboxProcess, message: dict[str, Any], timeout_s: float, spin: bool = False) -> dict[str, Any]:
         seen.setdefault(str(message.get("op")), set()).add(tuple(message))
         if message.get("op") == "fork":
             strict.add(message.get("strict"))
-        return real(self, message, timeout_s)
+        elif "op" not in message:  # the hello: how the worker polls its pipe is the same judged and served
+            hellos.add(message["spin_us"])
+        return real(self, message, timeout_s, spin)
 
     monkeypatch.setattr(SandboxProcess, "_exchange", exchange)
     result = run_checks_in_sandbox(code("honest"), meta, [*SCENARIOS, *SCENARIOS], SandboxLimits(memory_mb=256))
     assert result.status == "ok", result.detail
-    in_round = dict(seen)
+    in_round, round_hellos = dict(seen), set(hellos)
     seen.clear()
+    hellos.clear()
     env = served(code("honest"), judge=False)
     session = Session.fork(env, "default")
     for step in BUMP_GET:
@@ -429,6 +433,7 @@ def test_requests_have_the_same_shape_judged_and_served(
     for op in ("load", "fork", "call", "dump", "integrity"):
         assert in_round.get(op) == seen.get(op), (op, in_round.get(op), seen.get(op))
     assert strict == {False}
+    assert round_hellos and round_hellos == hellos, (round_hellos, hellos)
 
 
 # ---- fingerprints: caught by a canary, or they give nothing ---------------------------------------------

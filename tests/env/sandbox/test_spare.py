@@ -23,8 +23,7 @@ def _wait_ready(env: SandboxedEnvironment, timeout_s: float = 30.0) -> None:
     s = pool.settings
     from envfactory.env.sandbox.limits import worker_limits
 
-    channel = pool.channel.model_copy(update={"start_timeout_s": s.start_timeout_s})
-    key = _key(s.wall, worker_limits(s.memory_mb, s.cpu_s), s.tmpfs_mb, channel)
+    key = _key(s.wall, worker_limits(s.memory_mb, s.cpu_s), s.tmpfs_mb, pool.worker_channel())
     stop = time.monotonic() + timeout_s
     while key not in SPARES._ready and time.monotonic() < stop:
         time.sleep(0.02)
