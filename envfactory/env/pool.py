@@ -313,6 +313,12 @@ class EnvPool:
                 return folder
         return None
 
+    def _linked_folder(self, name: str) -> Path | None:
+        """`<folder>/name` when it is a symbolic link (which `folder_of` never follows), else None."""
+        if "/" in name or "\\" in name or name in ("", ".", ".."):
+            return None
+        return next((base / name for base in self._folders() if (base / name).is_symlink()), None)
+
     def native_names(self) -> list[str]:
         """Environments with a folder: written in Python (`env.py`) or compiled from an API spec (`compiled.json`)."""
         names: set[str] = set()
@@ -436,6 +442,13 @@ class EnvPool:
         elif name in self.imported_factories():
             env = self.imported_factories()[name]()
         else:
+            link = self._linked_folder(name)
+            if link is not None:  # listed (a listing follows links to say what is there), never read through
+                raise FolderError(
+                    f"{link} is a symbolic link (to {os.readlink(link)}): an environment folder is read without "
+                    "following links, so that nothing in it can make the project read outside it; copy the folder "
+                    "in, or make the folder that holds it the pool (ENVFACTORY_ENVS_DIR)"
+                )
             shown = name if len(name) <= 80 else name[:77] + "..."
             raise EnvNotFoundError(f"no environment {shown!r} in {self.folder} (known: {_known(self.names())})")
         with self._lock:

@@ -635,3 +635,20 @@ def test_a_broken_trust_file_trusts_nothing_and_says_so_once(tmp_path: Path, cap
         assert trust_store.pinned(broken, "flights") is None
     said = [r.getMessage() for r in caplog.records if r.name == "envfactory.env.trust"]
     assert len(said) == 1 and "trusted.json" in said[0] and "runs sandboxed" in said[0]
+
+
+def test_a_linked_environment_folder_is_listed_and_refused_naming_the_link(project: Path) -> None:
+    """A pool entry that is a link to a folder elsewhere is never read through; getting it says so, naming the link
+    and where it points (it once said "no environment 'notes2' ... (known: notes2, ...)"), and a listing shows it
+    broken with that reason. Every other environment of the pool loads as before."""
+    real = project / "elsewhere" / "notes2"
+    shutil.copytree(project / "envs" / "notes", real)
+    link = project / "envs" / "notes2"
+    os.symlink(real, link)
+    pool = EnvPool(settings(project))
+    assert "notes2" in pool.names()
+    with pytest.raises(FolderError) as e:
+        pool.get("notes2")
+    assert str(link) in str(e.value) and str(real) in str(e.value) and "symbolic link" in str(e.value)
+    assert not pool.trusted("notes2")
+    assert pool.get("notes").name == "notes"
