@@ -28,15 +28,16 @@ from envfactory.tasks.plan import (
     SynthError,
     Unit,
     UnitRunner,
+    choose_envs,
     plan_units,
     run_units,
     summarize,
 )
 from envfactory.tasks.report import say_extras, say_plan, say_results, say_where, unit_progress
 from envfactory.tasks.stats import dataset_stats, plot_stats
+from envfactory.tasks.synth_settings import graph_file
 from envfactory.terminal import SafeConsole, safe
 from envfactory.toolgraph.graph import ToolGraph
-from envfactory.toolgraph.settings import graph_path
 
 
 def tool_graph(
@@ -46,16 +47,18 @@ def tool_graph(
     err: Console | None = None,
     pool: EnvPool | None = None,
 ) -> ToolGraph:
-    """The config's graph file, else the data dir's; built (and saved) when there is none (said on `err`)."""
+    """The run's graph (`graph_file`); built over `plan_envs` (None: the whole pool) and saved when there is none
+    (said on `err`)."""
     from envfactory.progress import phase_bars
     from envfactory.toolgraph.build import build_pool_graph
     from envfactory.toolgraph.io import load_graph, save_graph
 
-    path = config.graph or graph_path(settings)
+    path = graph_file(settings, config, plan_envs)
     if config.graph is not None or path.exists():
-        return load_graph(path if path.is_absolute() else settings.root / path)
+        return load_graph(path)
     err = err or SafeConsole(stderr=True)
-    err.print(f"no tool graph at {safe(path)}: building one over the pool (embeddings are cached)", highlight=False)
+    over = "the pool" if plan_envs is None else f"the run's {len(plan_envs)} environment(s)"
+    err.print(f"no tool graph at {safe(path)}: building one over {over} (embeddings are cached)", highlight=False)
     with phase_bars(err) as progress:
         graph, _ = build_pool_graph(settings, plan_envs, progress=progress, pool=pool)
     save_graph(graph, path)
@@ -98,7 +101,8 @@ def offline_runner(pool: EnvPool, settings: Settings) -> UnitRunner:
 def plan_batch(config: SynthConfig, settings: Settings, pool: EnvPool, err: Console | None = None) -> Plan:
     """The batch's units, over the run's tool graph; a plan with no unit is a `SynthError` saying why, before
     the run's folder holds anything of it."""
-    plan = plan_units(config, pool, tool_graph(settings, config, err=err or SafeConsole(stderr=True), pool=pool))
+    envs = choose_envs(config, pool)
+    plan = plan_units(config, pool, tool_graph(settings, config, envs, err=err or SafeConsole(stderr=True), pool=pool))
     if not plan.units:  # the graph gave no chain of these lengths
         short = ", ".join(f"{env} {n}" for env, n in plan.shortfall.items())
         why = f" (chains the tool graph could not give: {short}; try a shorter chain_length)" if short else ""

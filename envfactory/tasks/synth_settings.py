@@ -9,6 +9,7 @@ those already there: it is refused before any unit runs, naming what differs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,17 +17,29 @@ from envfactory.config import QUERYGEN_ROLES, Settings
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
 from envfactory.run_settings import RunRecord, file_sha256, has_lines, model_identity, record_or_check
 from envfactory.tasks.plan import SynthConfig
-from envfactory.toolgraph.settings import graph_path
+from envfactory.toolgraph.settings import envs_graph_path, graph_path
+
+
+def graph_file(settings: Settings, config: SynthConfig, envs: Sequence[str] | None = None) -> Path:
+    """The tool graph file a synth run over `envs` reads: the config's `graph`, else the data dir's (what `envfactory
+    graph build` writes), else — when there is none — the graph of the run's environments alone (`envs_graph_path`:
+    with a compiled corpus in the pool, the whole pool's graph is ~140k texts to embed, ~16 min here)."""
+    if config.graph is not None:
+        return config.graph if config.graph.is_absolute() else settings.root / config.graph
+    whole = graph_path(settings)
+    return whole if envs is None or whole.exists() else envs_graph_path(settings, envs)
+
 
 NOT_SHAPING = {"out", "concurrency", "plot"}
 
 
-def synth_record(config: SynthConfig, settings: Settings, config_file: Path | None = None) -> RunRecord:
+def synth_record(
+    config: SynthConfig, settings: Settings, config_file: Path | None = None, envs: Sequence[str] | None = None
+) -> RunRecord:
     shaping: dict[str, Any] = config.model_dump(mode="json", exclude=NOT_SHAPING)
     if config.mode == "llm":
         shaping["models"] = {r: model_identity(settings, r).model_dump() for r in QUERYGEN_ROLES}
-    graph = config.graph or graph_path(settings)
-    graph = graph if graph.is_absolute() else settings.root / graph
+    graph = graph_file(settings, config, envs)
     context: dict[str, Any] = {"tool_graph": str(graph)}
     if graph.is_file():
         context["tool_graph_sha256"] = file_sha256([graph])
@@ -35,10 +48,12 @@ def synth_record(config: SynthConfig, settings: Settings, config_file: Path | No
     return RunRecord(command="synth", settings=shaping, context=context)
 
 
-def record_synth_settings(config: SynthConfig, settings: Settings, config_file: Path | None = None) -> Path:
-    """Before any unit runs: record the run's settings in its folder, or refuse a resume made otherwise.
-    Returns the folder."""
+def record_synth_settings(
+    config: SynthConfig, settings: Settings, config_file: Path | None = None, envs: Sequence[str] | None = None
+) -> Path:
+    """Before any unit runs: record the run's settings (and the tool graph file a run over `envs` reads) in its
+    folder, or refuse a resume made otherwise. Returns the folder."""
     folder = config.folder()
     holds = any(has_lines(folder / name) for name in (CONVERSATIONS, HELDOUT, DROPPED))
-    record_or_check(folder, synth_record(config, settings, config_file), holds_results=holds)
+    record_or_check(folder, synth_record(config, settings, config_file, envs), holds_results=holds)
     return folder

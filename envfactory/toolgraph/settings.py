@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,6 +15,13 @@ if TYPE_CHECKING:
 def graph_path(settings: Settings) -> Path:
     """Where `envfactory graph build` writes and the other commands read by default."""
     return settings.data_path / "toolgraph" / "graph.json"
+
+
+def envs_graph_path(settings: Settings, envs: Iterable[str]) -> Path:
+    """Where a synth run keeps the graph of its environments alone when the data dir has no `graph_path` graph:
+    one file per set of environments (`graph-<digest of their sorted names>.json`)."""
+    digest = hashlib.sha256("\n".join(sorted(set(envs))).encode("utf-8")).hexdigest()[:12]
+    return settings.data_path / "toolgraph" / f"graph-{digest}.json"
 
 
 def cache_path(settings: Settings) -> Path:

@@ -1,0 +1,67 @@
+"""The tool graph a synth run reads: with no graph in the data dir, the graph of the run's environments alone is
+built once and kept for that set (a pool holding a compiled corpus has ~140k texts to embed for the whole graph);
+each environment's own part is the whole pool graph's, so the plan is the same; the run's record names that file."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from envfactory.config import Settings
+from envfactory.env.pool import EnvPool
+from envfactory.tasks.plan import SynthConfig, plan_units
+from envfactory.tasks.run import plan_batch
+from envfactory.tasks.synth_settings import graph_file, record_synth_settings
+from envfactory.terminal import SafeConsole
+from envfactory.toolgraph import ToolGraph, load_graph, save_graph
+from envfactory.toolgraph.settings import envs_graph_path, graph_path
+from tests.support.paths import ROOT
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> tuple[Settings, SynthConfig, EnvPool]:
+    settings = Settings(root=ROOT, bfcl=False, data_dir=tmp_path / "data")
+    config = SynthConfig.model_validate(
+        {"envs": ["hotels", "banking"], "T": 3, "S": 1, "D": 2, "seed": 5, "out": tmp_path / "run", "plot": False}
+    )
+    return settings, config, EnvPool(settings)
+
+
+def test_a_run_without_a_graph_builds_one_over_its_environments_and_keeps_it(
+    run: tuple[Settings, SynthConfig, EnvPool], graph: ToolGraph
+) -> None:
+    settings, config, pool = run
+    said = io.StringIO()
+    plan = plan_batch(config, settings, pool, SafeConsole(file=said, width=300))
+    kept = envs_graph_path(settings, ["hotels", "banking"])
+    assert kept == envs_graph_path(settings, ["banking", "hotels", "hotels"])  # the set, not the order
+    assert f"no tool graph at {kept}" in said.getvalue() and "the run's 2 environment(s)" in said.getvalue()
+    assert kept.is_file() and not graph_path(settings).exists()  # the data dir's pool graph is not written
+    assert sorted(load_graph(kept).envs()) == ["banking", "hotels"]
+    # each environment's part is the pool graph's: the very same plan as over the whole pool's graph
+    assert plan.units == plan_units(config, pool, graph).units
+    # kept: the next run over the same environments reads it, and builds nothing
+    again = io.StringIO()
+    stamp = kept.stat().st_mtime_ns
+    assert plan_batch(config, settings, pool, SafeConsole(file=again, width=300)).units == plan.units
+    assert "no tool graph" not in again.getvalue() and kept.stat().st_mtime_ns == stamp
+    # the run's record names the graph it read, with its digest
+    folder = record_synth_settings(config, settings, envs=plan.envs)
+    context = json.loads((folder / "settings.json").read_text())["context"]
+    assert context["tool_graph"] == str(kept) and context["tool_graph_sha256"]
+
+
+def test_the_data_dirs_graph_and_the_configs_come_first(
+    run: tuple[Settings, SynthConfig, EnvPool], graph: ToolGraph
+) -> None:
+    settings, config, _ = run
+    envs = ["banking", "hotels"]
+    assert graph_file(settings, config, envs) == envs_graph_path(settings, envs)
+    assert graph_file(settings, config) == graph_path(settings)  # no environments named: the pool's
+    save_graph(graph, graph_path(settings))
+    assert graph_file(settings, config, envs) == graph_path(settings)  # `graph build`'s, once it is there
+    own = config.model_copy(update={"graph": Path("g.json")})
+    assert graph_file(settings, own, envs) == ROOT / "g.json"
