@@ -94,6 +94,8 @@ def envs_list(
         cells = (name, e.domain, str(e.tools), str(e.write_tools), scenarios, e.source, e.runs)
         table.add_row(*map(safe, cells))
     out.print(table)
+    for name, hidden in pool.shadowed().items():  # the pool folder's comes first: the other is never loaded
+        out.print(f"note: {safe(name)} in {safe(str(hidden.parent))} is hidden by {safe(str(pool.folder / name))}")
 
 
 class HubFormatOption(StrEnum):

@@ -313,6 +313,21 @@ class EnvPool:
                 return folder
         return None
 
+    def shadowed(self) -> dict[str, Path]:
+        """Environments of the compiled folder that a pool folder of the same name hides (`folder_of` takes the
+        pool's first), by name: the hidden folder."""
+        folders = self._folders()
+        if len(folders) < 2:
+            return {}
+
+        def envs_in(base: Path) -> dict[str, Path]:
+            if not base.is_dir():
+                return {}
+            return {p.name: p for p in base.iterdir() if folder_exists(p, CODE_FILE) or folder_exists(p, PLAN_FILE)}
+
+        pool, compiled = envs_in(folders[0]), envs_in(folders[1])
+        return {name: compiled[name] for name in sorted(pool.keys() & compiled.keys())}
+
     def _linked_folder(self, name: str) -> Path | None:
         """`<folder>/name` when it is a symbolic link (which `folder_of` never follows), else None."""
         if "/" in name or "\\" in name or name in ("", ".", ".."):

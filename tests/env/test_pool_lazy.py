@@ -28,6 +28,7 @@ from envfactory.envgen.openapi import load_openapi
 from envfactory.errors import EnvLoadError, MetadataError
 from envfactory.metatools import Hub
 from envfactory.tasks.plan import SynthConfig, choose_envs
+from tests.support.cli import run_cli
 from tests.support.paths import ROOT, TEST_DATA
 
 SPEC = TEST_DATA / "corpus" / "api" / "googleapis.com" / "tasks.json"
@@ -293,3 +294,29 @@ def test_the_bounds_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert (pool.max_envs, pool.max_bytes) == (7, int(1.5 * 1024 * 1024))
     with pytest.raises(ValidationError):
         Settings(pool_cache_envs=0)
+
+
+def test_a_compiled_environment_named_like_a_pool_folder_is_hidden_and_envs_list_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool folder comes first: a compiled `hotels` is never loaded while envs/hotels exists. That is now
+    said (it was silent), naming both folders; nothing else changes."""
+    envs = tmp_path / "envs"
+    shutil.copytree(ROOT / "envs" / "hotels", envs / "hotels")
+    compiled = tmp_path / "compiled"
+    plan, scenarios = _plan()
+    for name in ("hotels", "tasks_a"):
+        write_compiled(compiled / name, plan.model_copy(update={"name": name}), scenarios)
+    pool = EnvPool(Settings(root=ROOT, envs_dir=envs, compiled_dir=compiled, bfcl=False))
+    assert pool.shadowed() == {"hotels": compiled / "hotels"}
+    assert not isinstance(pool.get("hotels"), CompiledEnvironment)
+    assert isinstance(pool.get("tasks_a"), CompiledEnvironment)
+    monkeypatch.setenv("ENVFACTORY_ROOT", str(ROOT))
+    monkeypatch.setenv("ENVFACTORY_ENVS_DIR", str(envs))
+    monkeypatch.setenv("ENVFACTORY_COMPILED_DIR", str(compiled))
+    monkeypatch.setenv("ENVFACTORY_BFCL", "false")
+    monkeypatch.setenv("COLUMNS", "300")
+    listed = run_cli(["envs", "list"])
+    assert listed.code == 0, listed.stderr
+    assert f"note: hotels in {compiled} is hidden by {envs / 'hotels'}" in listed.stdout
+    assert EnvPool(Settings(root=ROOT, compiled_dir=compiled, envs_dir=tmp_path / "none", bfcl=False)).shadowed() == {}
