@@ -253,7 +253,8 @@ class Settings(BaseSettings):
         ge=0,
         le=10_000,
         description="a served untrusted environment's calls: the parent and its worker poll their pipe this long "
-        "(microseconds of CPU per wait) before sleeping on it, which makes a call about twice as fast; 0 turns it off",
+        "(microseconds of CPU per wait) before sleeping on it, which makes a session's calls about twice as fast; "
+        "it costs up to that much CPU a call on each side when calls are spaced out; 0 turns it off",
     )
     sandbox_worker_cpu_s: int = Field(
         default=120,

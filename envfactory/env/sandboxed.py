@@ -56,7 +56,7 @@ from pydantic import ValidationError
 from envfactory.env.environment import BaseEnvironment, contract_problems
 from envfactory.env.metadata import EnvMetadata, ToolKind
 from envfactory.env.sandbox.ast_check import static_check
-from envfactory.env.sandbox.limits import WORKER_CPU_S, worker_limits
+from envfactory.env.sandbox.limits import WORKER_CPU_S, WORKER_SPIN_US, worker_limits
 from envfactory.env.sandbox.process import ChannelLimits, SandboxProcess, WorkerDied
 from envfactory.env.sandbox.protocol import CallAnswer, JudgedRun, LoadAnswer, load_fields, state_digest
 from envfactory.env.sandbox.spare import SPARES
@@ -98,7 +98,7 @@ class PoolSettings:
         canary_calls: int = 1000,
         canary_s: float = 60.0,
         spare: bool = False,
-        spin_us: int = 0,
+        spin_us: int = WORKER_SPIN_US,
     ) -> None:
         self.wall = wall
         self.memory_mb = memory_mb

@@ -28,6 +28,7 @@ from mcp.client.streamable_http import streamable_http_client
 from envfactory.config import Settings
 from envfactory.env.environment import Environment
 from envfactory.env.pool import EnvPool
+from envfactory.env.sandbox.process import _IN_FLIGHT, SandboxProcess
 from envfactory.env.sandboxed import SandboxedEnvironment, SandboxedSession
 from envfactory.env.session import CallRecord, Session
 from envfactory.env.trust import trust
@@ -295,24 +296,63 @@ def test_a_hang_in_one_mcp_session_does_not_stall_the_others(served_looping: str
 
 
 @pytest.mark.parametrize("spin_us", [0, 300])
-def test_the_pipe_poll_setting_reaches_the_worker_and_calls_agree(tmp_path: Path, spin_us: int) -> None:
-    """`sandbox_spin_us` is what the parent's reader polls and what its worker was told (0: neither polls); the
-    calls answer the same either way."""
-    folder = tmp_path / "envs" / "hotels"
-    shutil.copytree(ROOT / "envs" / "hotels", folder)
-    with (folder / "env.py").open("a", encoding="utf-8") as f:  # code of its own: a pool is per code per process
-        f.write(f"# spin {spin_us}\n")
-    settings = Settings(root=tmp_path, bfcl=False, sandbox_workers=1, sandbox_spare=False, sandbox_spin_us=spin_us)
-    env = EnvPool(settings).get("hotels")
-    assert isinstance(env, SandboxedEnvironment)
+def test_the_pipe_poll_setting_reaches_the_parent_and_the_worker_and_calls_agree(
+    tmp_path: Path, spin_us: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sandbox_spin_us` is what the parent's reader polls and what the worker's hello tells it (0: neither polls);
+    the calls answer the same either way."""
+    hellos: list[int] = []
+    real = SandboxProcess._exchange
+
+    def exchange(self: SandboxProcess, message: dict[str, Any], timeout_s: float, spin: bool = False) -> dict[str, Any]:
+        if "op" not in message:
+            hellos.append(message["spin_us"])
+        return real(self, message, timeout_s, spin)
+
+    monkeypatch.setattr(SandboxProcess, "_exchange", exchange)
+    env = _hotels_of_its_own(tmp_path, spin_us)
     session = Session.fork(env, "default")
     assert isinstance(session, SandboxedSession) and session._worker is not None
     process = session._worker.process
+    assert hellos == [spin_us]
     assert process.channel.spin_us == spin_us
     assert process._reader is not None and process._reader.spin_s == spin_us / 1e6
     first = session.call("search_hotels", {"city": "Lisbon"})
     assert first.ok and first.result
-    assert all(
-        comparable(session.call("search_hotels", {"city": "Lisbon"}))[2:] == comparable(first)[2:] for _ in range(20)
-    )
+    for _ in range(20):
+        assert comparable(session.call("search_hotels", {"city": "Lisbon"}))[2:] == comparable(first)[2:]
     session.close()
+
+
+def test_the_parent_polls_only_for_a_call_while_no_other_request_is_out(tmp_path: Path) -> None:
+    """With another request out (another thread's, or one waiting for a worker's lock), the parent sleeps on the
+    pipe: a polling thread would take the CPU and the GIL the others need. Forks are not polled for either."""
+    env = _hotels_of_its_own(tmp_path, 300)
+    session = Session.fork(env, "default")
+    assert isinstance(session, SandboxedSession) and session._worker is not None
+    reader = session._worker.process._reader
+    assert reader is not None
+    reader._polling[:] = [0, 2]
+    _IN_FLIGHT.enter()  # as if another thread's request were out
+    try:
+        assert session.call("search_hotels", {"city": "Lisbon"}).ok
+    finally:
+        _IN_FLIGHT.leave()
+    assert reader._polling == [0, 2]  # not polled, not counted
+    Session.fork(env, "default").close()
+    assert reader._polling == [0, 2]  # a fork: not polled
+    assert session.call("search_hotels", {"city": "Lisbon"}).ok
+    assert reader._polling[1] == 0  # alone, a call: polled
+    session.close()
+
+
+def _hotels_of_its_own(tmp_path: Path, spin_us: int) -> SandboxedEnvironment:
+    """hotels, untrusted, with code of its own (a pool is per code per process) and `sandbox_spin_us`."""
+    folder = tmp_path / "envs" / "hotels"
+    shutil.copytree(ROOT / "envs" / "hotels", folder)
+    with (folder / "env.py").open("a", encoding="utf-8") as f:
+        f.write(f"# {tmp_path.name} spin {spin_us}\n")
+    settings = Settings(root=tmp_path, bfcl=False, sandbox_workers=1, sandbox_spare=False, sandbox_spin_us=spin_us)
+    env = EnvPool(settings).get("hotels")
+    assert isinstance(env, SandboxedEnvironment)
+    return env

@@ -62,7 +62,7 @@ class WorkerDied(EnvError):
 
 
 class _InFlight:
-    """How many requests this process has out to workers, over all threads."""
+    """How many requests this process has out to workers or waiting for one, over all threads."""
 
     def __init__(self) -> None:
         self._count = 0
@@ -367,7 +367,20 @@ class SandboxProcess:
         """Send one request and return the worker's answer (a dict); `WorkerDied` when there is none.
 
         Every request has the same shape, whoever sends it: op, id, the sessions `closed` since the last
-        one, then its own fields. A worker that used CPU since its last answer is ended first ("idle")."""
+        one, then its own fields. A worker that used CPU since its last answer is ended first ("idle").
+
+        The parent polls for a call's answer (the fast, frequent request) only while it has no other request out
+        or waiting for a worker (`_IN_FLIGHT`, counted before the worker's lock): with others, a polling thread
+        would take the CPU (and the GIL) those need."""
+        alone = _IN_FLIGHT.enter()
+        try:
+            return self._request(op, timeout_s, closed, fields, spin=alone and op == "call")
+        finally:
+            _IN_FLIGHT.leave()
+
+    def _request(
+        self, op: str, timeout_s: float, closed: Iterable[int], fields: dict[str, Any], *, spin: bool
+    ) -> dict[str, Any]:
         with self._lock:
             if self.died is not None:
                 raise self.died
@@ -377,14 +390,7 @@ class SandboxProcess:
             self._next_id += 1
             rid = self._next_id
             self._idle_base = None
-            # the parent polls for a call's answer (the fast, frequent request) only while this is the process's one
-            # request out: with others out, a polling thread would take the CPU (and the GIL) those need
-            alone = _IN_FLIGHT.enter()
-            try:
-                message = {"op": op, "id": rid, "closed": list(closed), **fields}
-                reply = self._exchange(message, timeout_s, spin=alone and op == "call")
-            finally:
-                _IN_FLIGHT.leave()
+            reply = self._exchange({"op": op, "id": rid, "closed": list(closed), **fields}, timeout_s, spin=spin)
             if reply.get("id") != rid:
                 raise self._die("protocol", f"the worker answered request {reply.get('id')!r}, not {rid}")
             self._idle_base, self._idle_at = self._cpu_now(), time.monotonic()

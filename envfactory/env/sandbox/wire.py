@@ -23,7 +23,8 @@ from envfactory.errors import EnvError
 from envfactory.inputs import LONE_SURROGATE, has_lone_surrogate, no_constant, parse_int
 
 _HEADER = struct.Struct(">I")
-_REPROBE = 8  # a reader whose last poll came up empty polls again after this many reads
+_MISSES = 3  # polled reads in a row whose frame came late, after which a reader stops polling
+_REPROBE = 4  # reads without polling, after which it polls again
 
 
 class WireError(EnvError):
@@ -118,24 +119,26 @@ class FrameReader:
     other within tens of microseconds, and a process that sleeps between them is woken through the scheduler, on
     another core (on a VM a bare round trip then takes ~80-120 µs; with both sides polling, ~5 µs:
     benchmarks/sessions.py). Polling is the same `select` on the same pipe, bounded: at most `spin_s` of CPU
-    per wait, and only while the frames come that fast: a read polls when the last polled one got its frame
-    within `spin_s`, and again every `_REPROBE`th read (a poll that outlasts the other side's work only slows
-    that work down where the two cores share a physical one, and an agent thinking between calls is not worth
-    polling for)."""
+    per wait, and only while the frames come that fast: a reader stops polling after `_MISSES` polled reads in a
+    row whose frame came later than `spin_s` (a poll that outlasts the other side's work only slows that work
+    down where the two cores share a physical one, and an agent thinking between calls is not worth polling
+    for), and polls again after `_REPROBE` reads without (a frame in time: it keeps polling). One late frame
+    does not stop it: the two sides' polls depend on each other (a side that sleeps answers late), and both
+    must come back together."""
 
     def __init__(self, fd: int, spin_s: float = 0.0) -> None:
         self.fd = fd
         self.spin_s = spin_s
         self._buf = bytearray()
-        # [the last polled read got its frame in time, reads since the last poll]; one list, changed in place:
+        # [polled reads in a row whose frame came late, reads since the last poll]; one list, changed in place:
         # the worker's integrity check holds its reader's attributes by identity
-        self._polling: list[int] = [1, 0]
+        self._polling: list[int] = [0, 0]
 
     def _poll(self, until: float) -> None:
         """Poll until the pipe has data or `until` (a `time.monotonic()` value) has passed."""
         fds = [self.fd]
         while not select.select(fds, [], [], 0)[0] and time.monotonic() < until:
-            pass
+            os.sched_yield()  # a process that waits for this core (the other side, under load) gets it
 
     def _fill(self, need: int, deadline: float | None, poll_until: float | None) -> None:
         while len(self._buf) < need:
@@ -159,14 +162,14 @@ class FrameReader:
         state = self._polling
         poll_until = None
         if spin and self.spin_s > 0:
-            if state[0] or state[1] >= _REPROBE:
+            if state[0] < _MISSES or state[1] >= _REPROBE:
                 poll_until = time.monotonic() + self.spin_s
                 state[1] = 0
             else:
                 state[1] += 1
         self._fill(_HEADER.size, deadline, poll_until)
         if poll_until is not None:
-            state[0] = time.monotonic() <= poll_until
+            state[0] = 0 if time.monotonic() <= poll_until else state[0] + 1
         (size,) = _HEADER.unpack_from(self._buf)
         if size > max_bytes:
             raise WireError("too_large", f"a frame of {size} bytes is over the {max_bytes}-byte limit")

@@ -97,27 +97,33 @@ def test_a_round_polls_as_serving_does() -> None:
 
 
 def test_a_reader_stops_polling_for_frames_that_come_late_and_tries_again_later(pipe: tuple[int, int]) -> None:
-    """A poll that came up empty (the frame came after it) is not repeated on the next reads: polling that outlasts
-    the other side's work only slows that work, and an agent thinking between calls is not worth polling for.
-    After `_REPROBE` reads the reader polls once more, and keeps polling while frames come in time."""
+    """A reader stops polling after `_MISSES` polled reads in a row whose frame came late (polling that outlasts the
+    other side's work only slows that work; an agent thinking between calls is not worth polling for), not after
+    one; after `_REPROBE` reads without, it polls again, and keeps polling once a frame comes in time."""
     r, w = pipe
-    reader = FrameReader(r, spin_s=0.05)
-    late = _write_later(w, [encode({"id": 1})], 0.15)
-    reader.read(max_bytes=1024, deadline=time.monotonic() + 10, spin=True)  # polled 50 ms, then slept
-    late.join()
-    late = _write_later(w, [encode({"id": 2})], 0.3)
-    before = time.thread_time()
-    reader.read(max_bytes=1024, deadline=time.monotonic() + 10, spin=True)
-    used = time.thread_time() - before
-    late.join()
-    assert used < 0.02, f"the read after a late frame polled again ({used:.3f} s of CPU)"
-    for k in range(wire._REPROBE - 1):  # frames already there: no poll needed, none counted as a poll
-        write_frame(w, encode({"id": 3 + k}))
+    reader = FrameReader(r, spin_s=0.02)
+
+    def late(n: int) -> float:
+        """CPU the read of a frame written 0.1 s from now used."""
+        t = _write_later(w, [encode({"id": n})], 0.1)
+        before = time.thread_time()
         reader.read(max_bytes=1024, deadline=time.monotonic() + 10, spin=True)
-    assert reader._polling[0] == 0
+        used = time.thread_time() - before
+        t.join()
+        return used
+
+    for k in range(wire._MISSES):  # each polls its 20 ms first: late, but not yet given up
+        late(k)
+        assert reader._polling == [k + 1, 0]
+    used = late(10)  # given up: sleeps at once
+    assert used < 0.012, f"the read after {wire._MISSES} late frames polled again ({used:.3f} s of CPU)"
+    assert reader._polling == [wire._MISSES, 1]
+    for k in range(wire._REPROBE - 1):  # frames already there: read without polling, counted
+        write_frame(w, encode({"id": 20 + k}))
+        reader.read(max_bytes=1024, deadline=time.monotonic() + 10, spin=True)
+    assert reader._polling == [wire._MISSES, wire._REPROBE]
     write_frame(w, encode({"id": 99}))
     reader.read(max_bytes=1024, deadline=time.monotonic() + 10, spin=True)  # the re-probe: polled, in time
-    assert reader._polling[0] == 1
-    write_frame(w, encode({"id": 100}))
-    reader.read(max_bytes=1024, deadline=time.monotonic() + 10, spin=True)
-    assert reader._polling == [1, 0]  # in time again: it polls on every read
+    assert reader._polling == [0, 0]
+    late(100)  # one late frame again: still polling
+    assert reader._polling == [1, 0]
