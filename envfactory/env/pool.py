@@ -268,6 +268,14 @@ def imported_suites() -> dict[str, Callable[[], dict[str, Callable[[], BaseEnvir
     return {ep.name: ep.load() for ep in entry_points(group="envfactory.suites")}
 
 
+def _same_folder(a: Path, b: Path) -> bool:
+    """Whether two paths name one folder (written differently: relative, through a link, with `..`)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
 class EnvPool:
     """Lazily loads environments by name. Python and imported environments are loaded once per pool;
     compiled ones are kept in an LRU cache bounded by `settings.pool_cache_envs` and `pool_cache_mb`."""
@@ -301,7 +309,7 @@ class EnvPool:
         extra = self.settings.compiled_dir
         if extra is not None and not extra.is_dir():  # a typo in ENVFACTORY_COMPILED_DIR: said, not an empty pool
             raise EnvFactoryError(f"the compiled environments' folder {extra} does not exist (ENVFACTORY_COMPILED_DIR)")
-        return [self.folder] + ([extra] if extra is not None and extra != self.folder else [])
+        return [self.folder] + ([extra] if extra is not None and not _same_folder(extra, self.folder) else [])
 
     def folder_of(self, name: str) -> Path | None:
         """The folder of the environment `name` (code or a compiled plan), or None (an imported suite's, or none)."""
@@ -329,10 +337,15 @@ class EnvPool:
         return {name: compiled[name] for name in sorted(pool.keys() & compiled.keys())}
 
     def _linked_folder(self, name: str) -> Path | None:
-        """`<folder>/name` when it is a symbolic link (which `folder_of` never follows), else None."""
+        """`<folder>/name` when it is a symbolic link (which `folder_of` never follows) that a listing shows as an
+        environment (it leads to a folder holding `env.py` or `compiled.json`), else None."""
         if "/" in name or "\\" in name or name in ("", ".", ".."):
             return None
-        return next((base / name for base in self._folders() if (base / name).is_symlink()), None)
+        for base in self._folders():
+            p = base / name
+            if p.is_symlink() and ((p / CODE_FILE).is_file() or (p / PLAN_FILE).is_file()):
+                return p
+        return None
 
     def native_names(self) -> list[str]:
         """Environments with a folder: written in Python (`env.py`) or compiled from an API spec (`compiled.json`)."""
@@ -459,10 +472,11 @@ class EnvPool:
         else:
             link = self._linked_folder(name)
             if link is not None:  # listed (a listing follows links to say what is there), never read through
+                setting = "ENVFACTORY_ENVS_DIR" if link.parent == self.folder else "ENVFACTORY_COMPILED_DIR"
                 raise FolderError(
-                    f"{link} is a symbolic link (to {os.readlink(link)}): an environment folder is read without "
-                    "following links, so that nothing in it can make the project read outside it; copy the folder "
-                    "in, or make the folder that holds it the pool (ENVFACTORY_ENVS_DIR)"
+                    f"{link} is a symbolic link: an environment folder is read without following links, so that "
+                    f"nothing in it can make the project read outside it; copy the folder in, or make the folder "
+                    f"that holds it {setting}"
                 )
             shown = name if len(name) <= 80 else name[:77] + "..."
             raise EnvNotFoundError(f"no environment {shown!r} in {self.folder} (known: {_known(self.names())})")

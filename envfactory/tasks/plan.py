@@ -81,7 +81,11 @@ class SynthConfig(BaseModel):
     out: Path = Field(
         default=Path(".envfactory/synth/run"), description="output folder (relative: to the working directory)"
     )
-    graph: Path | None = Field(default=None, description="tool graph file; default: the data dir's, built if missing")
+    graph: Path | None = Field(
+        default=None,
+        description="tool graph file; default: the one this run's folder recorded, else the graph of the run's "
+        "environments, else the data dir's; built over the run's environments if there is none",
+    )
     preset: str = Field(default="SFT_NON_CONV", description="llm mode: SFT_NON_CONV, SFT_CONV or RL_NON_CONV")
     querygen: dict[str, Any] = Field(default_factory=dict, description="llm mode: QueryGenConfig overrides (pass_k...)")
     initial_states: Literal["llm", "generator"] = Field(

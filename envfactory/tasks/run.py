@@ -47,12 +47,13 @@ def tool_graph(
     err: Console | None = None,
     pool: EnvPool | None = None,
 ) -> ToolGraph:
-    """The run's graph (`graph_file`); built over `plan_envs` (None: the whole pool) and saved when there is none
-    (said on `err`)."""
+    """The run's graph (`graph_file`); built over `plan_envs` (None or none: the whole pool) and saved when there is
+    none (said on `err`)."""
     from envfactory.progress import phase_bars
     from envfactory.toolgraph.build import build_pool_graph
     from envfactory.toolgraph.io import load_graph, save_graph
 
+    plan_envs = plan_envs or None  # no environments: the pool's graph, as `build_pool_graph` reads it
     path = graph_file(settings, config, plan_envs)
     if config.graph is not None or path.exists():
         return load_graph(path)

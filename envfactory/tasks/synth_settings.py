@@ -15,19 +15,28 @@ from typing import Any
 
 from envfactory.config import QUERYGEN_ROLES, Settings
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
-from envfactory.run_settings import RunRecord, file_sha256, has_lines, model_identity, record_or_check
+from envfactory.run_settings import RunRecord, file_sha256, has_lines, model_identity, read_record, record_or_check
 from envfactory.tasks.plan import SynthConfig
 from envfactory.toolgraph.settings import envs_graph_path, graph_path
 
 
 def graph_file(settings: Settings, config: SynthConfig, envs: Sequence[str] | None = None) -> Path:
-    """The tool graph file a synth run over `envs` reads: the config's `graph`, else the data dir's (what `envfactory
-    graph build` writes), else — when there is none — the graph of the run's environments alone (`envs_graph_path`:
-    with a compiled corpus in the pool, the whole pool's graph is ~140k texts to embed, ~16 min here)."""
+    """The tool graph file a synth run over `envs` reads, in this order: the config's `graph`; the one the run's
+    folder recorded (a resume reads the graph its first part read, whatever was built since); the graph of the run's
+    environments alone (`envs_graph_path`) when it exists; the data dir's (what `envfactory graph build` writes)
+    when it exists; else the run's own, to be built (with a compiled corpus in the pool, the whole pool's graph is
+    ~140k texts to embed, ~16 min here). No environments (None, or none): the data dir's."""
     if config.graph is not None:
         return config.graph if config.graph.is_absolute() else settings.root / config.graph
+    recorded = read_record(config.folder())
+    graph = recorded.context.get("tool_graph") if recorded is not None and recorded.command == "synth" else None
+    if isinstance(graph, str) and Path(graph).is_file():
+        return Path(graph)
     whole = graph_path(settings)
-    return whole if envs is None or whole.exists() else envs_graph_path(settings, envs)
+    if not envs:
+        return whole
+    own = envs_graph_path(settings, envs)
+    return own if own.exists() or not whole.exists() else whole
 
 
 NOT_SHAPING = {"out", "concurrency", "plot"}

@@ -320,3 +320,7 @@ def test_a_compiled_environment_named_like_a_pool_folder_is_hidden_and_envs_list
     assert listed.code == 0, listed.stderr
     assert f"note: hotels in {compiled} is hidden by {envs / 'hotels'}" in listed.stdout
     assert EnvPool(Settings(root=ROOT, compiled_dir=compiled, envs_dir=tmp_path / "none", bfcl=False)).shadowed() == {}
+    # the pool folder itself, written another way, hides nothing (it once hid every environment from itself)
+    os.symlink(envs, tmp_path / "link")
+    for same in (tmp_path / "link", tmp_path / "compiled" / ".." / "envs"):
+        assert EnvPool(Settings(root=ROOT, envs_dir=envs, compiled_dir=same, bfcl=False)).shadowed() == {}

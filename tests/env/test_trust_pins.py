@@ -29,7 +29,7 @@ from envfactory.env.folder import FolderError, list_names, read_json_object, wal
 from envfactory.env.metadata import dump_metadata, parse_metadata
 from envfactory.env.pool import EnvPool, load_env_folder
 from envfactory.env.trust import TrustError, code_hash, is_trusted, snapshot, trust
-from envfactory.errors import EnvLoadError, ScenarioError
+from envfactory.errors import EnvLoadError, EnvNotFoundError, ScenarioError
 from envfactory.inputs import MAX_FILE_BYTES
 from tests.support.paths import ROOT
 
@@ -639,8 +639,8 @@ def test_a_broken_trust_file_trusts_nothing_and_says_so_once(tmp_path: Path, cap
 
 def test_a_linked_environment_folder_is_listed_and_refused_naming_the_link(project: Path) -> None:
     """A pool entry that is a link to a folder elsewhere is never read through; getting it says so, naming the link
-    and where it points (it once said "no environment 'notes2' ... (known: notes2, ...)"), and a listing shows it
-    broken with that reason. Every other environment of the pool loads as before."""
+    and the setting to use (it once said "no environment 'notes2' ... (known: notes2, ...)"), not where it points
+    (a hub's client sees the message). A dangling link is no environment. Every other environment loads as before."""
     real = project / "elsewhere" / "notes2"
     shutil.copytree(project / "envs" / "notes", real)
     link = project / "envs" / "notes2"
@@ -649,6 +649,10 @@ def test_a_linked_environment_folder_is_listed_and_refused_naming_the_link(proje
     assert "notes2" in pool.names()
     with pytest.raises(FolderError) as e:
         pool.get("notes2")
-    assert str(link) in str(e.value) and str(real) in str(e.value) and "symbolic link" in str(e.value)
+    assert str(link) in str(e.value) and "symbolic link" in str(e.value) and "ENVFACTORY_ENVS_DIR" in str(e.value)
+    assert str(real) not in str(e.value)
     assert not pool.trusted("notes2")
     assert pool.get("notes").name == "notes"
+    os.symlink(project / "nowhere", project / "envs" / "notes3")
+    with pytest.raises(EnvNotFoundError):
+        EnvPool(settings(project)).get("notes3")

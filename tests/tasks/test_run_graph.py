@@ -54,6 +54,29 @@ def test_a_run_without_a_graph_builds_one_over_its_environments_and_keeps_it(
     assert context["tool_graph"] == str(kept) and context["tool_graph_sha256"]
 
 
+def test_a_resume_reads_the_graph_its_first_part_read(
+    run: tuple[Settings, SynthConfig, EnvPool], graph: ToolGraph
+) -> None:
+    """A graph built since (`envfactory graph build`'s graph.json) does not change what a resumed run plans over;
+    and a run over the same environments keeps reading their own graph rather than the data dir's."""
+    settings, config, pool = run
+    plan = plan_batch(config, settings, pool, SafeConsole(file=io.StringIO()))
+    record_synth_settings(config, settings, envs=plan.envs)
+    own = envs_graph_path(settings, plan.envs)
+    save_graph(ToolGraph(), graph_path(settings))  # an empty graph.json: planning over it would fail
+    assert graph_file(settings, config, plan.envs) == own
+    assert plan_batch(config, settings, pool, SafeConsole(file=io.StringIO())).units == plan.units
+    fresh = config.model_copy(update={"out": config.out.parent / "another"})  # a new run, the same environments
+    assert graph_file(settings, fresh, plan.envs) == own
+    # a run that read the data dir's graph reads it again on a resume, though its environments' own exists now
+    save_graph(graph, graph_path(settings))
+    own.unlink()
+    assert graph_file(settings, fresh, plan.envs) == graph_path(settings)
+    record_synth_settings(fresh, settings, envs=plan.envs)
+    save_graph(graph.subgraph("hotels"), own)
+    assert graph_file(settings, fresh, plan.envs) == graph_path(settings)
+
+
 def test_the_data_dirs_graph_and_the_configs_come_first(
     run: tuple[Settings, SynthConfig, EnvPool], graph: ToolGraph
 ) -> None:
