@@ -192,10 +192,11 @@ def sample(
     """Sample dependency-satisfiable tool chains (topology-aware) and write them as JSONL."""
     from envfactory.toolgraph.sampler import TopologySampler
 
+    span = parse_length(length)  # a mistake in the arguments is said before any file is read
     settings = get_settings()
     refuse_overwriting_input(out_path, "--out", graph_file or graph_path(settings))
     graph = _load(settings, graph_file)
-    chains = TopologySampler(graph).sample(n, parse_length(length), seed=seed)
+    chains = TopologySampler(graph).sample(n, span, seed=seed)
     if not chains:  # nothing written: an empty file would pass for a result
         raise ToolGraphError(
             f"no chain of length {length} can be sampled from this graph (its longest dependency chains are shorter;"
