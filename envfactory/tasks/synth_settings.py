@@ -26,8 +26,8 @@ def graph_file(settings: Settings, config: SynthConfig, envs: Sequence[str] | No
     environments alone (`envs_graph_path`) when it exists; the data dir's (what `envfactory graph build` writes)
     when it exists; else the run's own, to be built (with a compiled corpus in the pool, the whole pool's graph is
     ~140k texts to embed, ~16 min here). No environments (None, or none): the data dir's."""
-    if config.graph is not None:
-        return config.graph if config.graph.is_absolute() else settings.root / config.graph
+    if config.graph is not None:  # as `choose_envs` checked it, and as `out` is read: `~` expanded, under the cwd
+        return config.graph.expanduser().resolve()
     recorded = read_record(config.folder())
     graph = recorded.context.get("tool_graph") if recorded is not None and recorded.command == "synth" else None
     if isinstance(graph, str) and Path(graph).is_file():

@@ -87,4 +87,6 @@ def test_the_data_dirs_graph_and_the_configs_come_first(
     save_graph(graph, graph_path(settings))
     assert graph_file(settings, config, envs) == graph_path(settings)  # `graph build`'s, once it is there
     own = config.model_copy(update={"graph": Path("g.json")})
-    assert graph_file(settings, own, envs) == ROOT / "g.json"
+    assert graph_file(settings, own, envs) == Path.cwd().resolve() / "g.json"  # as choose_envs checks it, as `out`
+    home = config.model_copy(update={"graph": Path("~/g.json")})
+    assert graph_file(settings, home, envs) == Path.home().resolve() / "g.json"
