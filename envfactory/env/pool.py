@@ -268,6 +268,11 @@ def imported_suites() -> dict[str, Callable[[], dict[str, Callable[[], BaseEnvir
     return {ep.name: ep.load() for ep in entry_points(group="envfactory.suites")}
 
 
+def _plain_name(name: str) -> bool:
+    """Whether `name` can only name an entry of a folder (no separator, not `.` or `..`)."""
+    return not ("/" in name or "\\" in name or name in ("", ".", ".."))
+
+
 def _same_folder(a: Path, b: Path) -> bool:
     """Whether two paths name one folder (written differently: relative, through a link, with `..`)."""
     try:
@@ -313,7 +318,7 @@ class EnvPool:
 
     def folder_of(self, name: str) -> Path | None:
         """The folder of the environment `name` (code or a compiled plan), or None (an imported suite's, or none)."""
-        if "/" in name or "\\" in name or name in ("", ".", ".."):
+        if not _plain_name(name):
             return None
         for base in self._folders():
             folder = base / name
@@ -339,7 +344,7 @@ class EnvPool:
     def _linked_folder(self, name: str) -> Path | None:
         """`<folder>/name` when it is a symbolic link (which `folder_of` never follows) that a listing shows as an
         environment (it leads to a folder holding `env.py` or `compiled.json`), else None."""
-        if "/" in name or "\\" in name or name in ("", ".", ".."):
+        if not _plain_name(name):
             return None
         for base in self._folders():
             p = base / name
