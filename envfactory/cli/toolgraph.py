@@ -27,14 +27,32 @@ out = SafeConsole()
 err = SafeConsole(stderr=True)
 
 GraphOption = Annotated[
-    Path | None, typer.Option("--graph", help="graph file (default <data dir>/toolgraph/graph.json)")
+    Path | None,
+    typer.Option("--graph", help="graph file (default <data dir>/toolgraph/graph.json, what `graph build` writes)"),
 ]
 
 
 def _load(settings: Settings, path: Path | None) -> ToolGraph:
+    """`--graph`, else the data dir's; where that is missing but synth runs kept graphs of their environments
+    (`envs_graph_path`), the error names them, newest first."""
     from envfactory.toolgraph.io import load_graph
 
+    if path is None and not (whole := graph_path(settings)).exists():
+        kept = sorted(whole.parent.glob("graph-*.json"), key=_mtime, reverse=True)
+        if kept:
+            names = ", ".join(p.name for p in kept[:3]) + (f" and {len(kept) - 3} more" if len(kept) > 3 else "")
+            raise ToolGraphError(
+                f"{whole}: no tool graph here: build one with `envfactory graph build`, or pass --graph with one "
+                f"that synth runs kept in {whole.parent} (newest first: {names})"
+            )
     return load_graph(path or graph_path(settings))
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:  # gone since it was listed
+        return 0
 
 
 def parse_length(text: str) -> tuple[int, int]:

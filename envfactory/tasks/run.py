@@ -54,7 +54,8 @@ def tool_graph(
     from envfactory.toolgraph.io import load_graph, save_graph
 
     plan_envs = plan_envs or None  # no environments: the pool's graph, as `build_pool_graph` reads it
-    path = graph_file(settings, config, plan_envs)
+    pool = pool if pool is not None else EnvPool(settings)
+    path = graph_file(settings, config, plan_envs, pool)
     if config.graph is not None or path.exists():
         return load_graph(path)
     err = err or SafeConsole(stderr=True)

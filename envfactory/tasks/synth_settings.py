@@ -14,18 +14,22 @@ from pathlib import Path
 from typing import Any
 
 from envfactory.config import QUERYGEN_ROLES, Settings
+from envfactory.env.pool import EnvPool
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
 from envfactory.run_settings import RunRecord, file_sha256, has_lines, model_identity, read_record, record_or_check
 from envfactory.tasks.plan import SynthConfig
 from envfactory.toolgraph.settings import envs_graph_path, graph_path
 
 
-def graph_file(settings: Settings, config: SynthConfig, envs: Sequence[str] | None = None) -> Path:
+def graph_file(
+    settings: Settings, config: SynthConfig, envs: Sequence[str] | None = None, pool: EnvPool | None = None
+) -> Path:
     """The tool graph file a synth run over `envs` reads, in this order: the config's `graph`; the one the run's
     folder recorded (a resume reads the graph its first part read, whatever was built since); the graph of the run's
     environments alone (`envs_graph_path`) when it exists; the data dir's (what `envfactory graph build` writes)
     when it exists; else the run's own, to be built (with a compiled corpus in the pool, the whole pool's graph is
-    ~140k texts to embed, ~16 min here). No environments (None, or none): the data dir's."""
+    ~140k texts to embed, ~16 min here). No environments (None, or none): the data dir's. `pool`: the caller's,
+    else one over `settings` (the environments' own graph is named by their tools, `envs_graph_path`)."""
     if config.graph is not None:  # as `choose_envs` checked it, and as `out` is read: `~` expanded, under the cwd
         return config.graph.expanduser().resolve()
     recorded = read_record(config.folder())
@@ -35,7 +39,7 @@ def graph_file(settings: Settings, config: SynthConfig, envs: Sequence[str] | No
     whole = graph_path(settings)
     if not envs:
         return whole
-    own = envs_graph_path(settings, envs)
+    own = envs_graph_path(settings, envs, pool if pool is not None else EnvPool(settings))
     return own if own.exists() or not whole.exists() else whole
 
 
@@ -43,12 +47,16 @@ NOT_SHAPING = {"out", "concurrency", "plot"}
 
 
 def synth_record(
-    config: SynthConfig, settings: Settings, config_file: Path | None = None, envs: Sequence[str] | None = None
+    config: SynthConfig,
+    settings: Settings,
+    config_file: Path | None = None,
+    envs: Sequence[str] | None = None,
+    pool: EnvPool | None = None,
 ) -> RunRecord:
     shaping: dict[str, Any] = config.model_dump(mode="json", exclude=NOT_SHAPING)
     if config.mode == "llm":
         shaping["models"] = {r: model_identity(settings, r).model_dump() for r in QUERYGEN_ROLES}
-    graph = graph_file(settings, config, envs)
+    graph = graph_file(settings, config, envs, pool)
     context: dict[str, Any] = {"tool_graph": str(graph)}
     if graph.is_file():
         context["tool_graph_sha256"] = file_sha256([graph])
@@ -58,11 +66,15 @@ def synth_record(
 
 
 def record_synth_settings(
-    config: SynthConfig, settings: Settings, config_file: Path | None = None, envs: Sequence[str] | None = None
+    config: SynthConfig,
+    settings: Settings,
+    config_file: Path | None = None,
+    envs: Sequence[str] | None = None,
+    pool: EnvPool | None = None,
 ) -> Path:
     """Before any unit runs: record the run's settings (and the tool graph file a run over `envs` reads) in its
     folder, or refuse a resume made otherwise. Returns the folder."""
     folder = config.folder()
     holds = any(has_lines(folder / name) for name in (CONVERSATIONS, HELDOUT, DROPPED))
-    record_or_check(folder, synth_record(config, settings, config_file, envs), holds_results=holds)
+    record_or_check(folder, synth_record(config, settings, config_file, envs, pool), holds_results=holds)
     return folder

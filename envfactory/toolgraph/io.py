@@ -18,7 +18,7 @@ from typing import Any
 
 import networkx as nx
 
-from envfactory.inputs import read_json
+from envfactory.inputs import read_json, write_atomic
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.schema_edges import add_schema_edges, schema_edges_stale
@@ -62,9 +62,8 @@ def graph_from_data(data: Any, source: str = "<data>") -> ToolGraph:
 def save_graph(graph: ToolGraph, path: str | Path) -> Path:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(graph_to_data(graph), separators=(",", ":")), encoding="utf-8")
-    tmp.replace(p)  # a reader never sees half a file
+    # a reader never sees half a file; two runs building the same graph at once each write their own temporary
+    write_atomic(p, json.dumps(graph_to_data(graph), separators=(",", ":")), error=ToolGraphError)
     return p
 
 

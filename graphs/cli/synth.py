@@ -63,7 +63,7 @@ def synth(
         plan = plan_batch(cfg, settings, pool, err)  # a plan with no unit: one line, nothing written
         with exclusive_folder(cfg.folder(), "envfactory synth", error=SynthError):  # before its record is written
             record_synth_settings(
-                cfg, settings, config, plan.envs
+                cfg, settings, config, plan.envs, pool
             )  # what shapes the run; a resume made otherwise stops here
             runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
             run_batch(cfg, settings, console=out, executor=runs_on, pool=pool, plan=plan)
@@ -82,6 +82,6 @@ def synth(
         exclusive_folder(cfg.folder(), "envfactory synth", error=SynthError),
         open_checkpointer(settings) as saver,  # one saver per process, shared by the batch's threads
     ):
-        record_synth_settings(cfg, settings, config, plan.envs)
+        record_synth_settings(cfg, settings, config, plan.envs, pool)
         runs_on = executor_from(executor, ray_address, workers, cfg.concurrency)
         run_batch(cfg, settings, QueryGenRunner(settings, cfg, pool, saver), out, runs_on, pool=pool, plan=plan)

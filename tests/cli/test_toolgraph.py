@@ -107,6 +107,19 @@ def test_errors_are_one_line(data: Path, tmp_path: Path) -> None:
     one_line_error(run(data, "stats", "--graph", str(wrong)), "format version 9")
 
 
+def test_without_the_data_dirs_graph_the_error_names_the_graphs_synth_runs_kept(data: Path, tmp_path: Path) -> None:
+    """A synth run keeps the graph of its environments (`graph-<digest>.json`) and writes no graph.json: `graph
+    stats` says where those are, newest first, and reads one given with --graph."""
+    kept = tmp_path / "toolgraph"
+    kept.mkdir()
+    for i, name in enumerate(["graph-aaaa.json", "graph-bbbb.json"]):
+        (kept / name).write_bytes((data / "toolgraph" / "graph.json").read_bytes())
+        os.utime(kept / name, ns=(i * 10**9, i * 10**9))
+    one_line_error(run(tmp_path, "stats"), "newest first: graph-bbbb.json, graph-aaaa.json")
+    res = run(tmp_path, "stats", "--graph", str(kept / "graph-aaaa.json"))
+    assert res.code == 0 and "209" in res.stdout, res.stdout + res.stderr
+
+
 def test_build_with_the_scripted_llm(data: Path, tmp_path: Path) -> None:
     llm = {"ENVFACTORY_LLM__PROVIDER": "scripted", "ENVFACTORY_LLM__SCRIPT": str(SCRIPT)}
     out = tmp_path / "llm.json"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -36,8 +37,8 @@ def test_a_run_without_a_graph_builds_one_over_its_environments_and_keeps_it(
     settings, config, pool = run
     said = io.StringIO()
     plan = plan_batch(config, settings, pool, SafeConsole(file=said, width=300))
-    kept = envs_graph_path(settings, ["hotels", "banking"])
-    assert kept == envs_graph_path(settings, ["banking", "hotels", "hotels"])  # the set, not the order
+    kept = envs_graph_path(settings, ["hotels", "banking"], pool)
+    assert kept == envs_graph_path(settings, ["banking", "hotels", "hotels"], pool)  # the set, not the order
     assert f"no tool graph at {kept}" in said.getvalue() and "the run's 2 environment(s)" in said.getvalue()
     assert kept.is_file() and not graph_path(settings).exists()  # the data dir's pool graph is not written
     assert sorted(load_graph(kept).envs()) == ["banking", "hotels"]
@@ -62,7 +63,7 @@ def test_a_resume_reads_the_graph_its_first_part_read(
     settings, config, pool = run
     plan = plan_batch(config, settings, pool, SafeConsole(file=io.StringIO()))
     record_synth_settings(config, settings, envs=plan.envs)
-    own = envs_graph_path(settings, plan.envs)
+    own = envs_graph_path(settings, plan.envs, pool)
     save_graph(ToolGraph(), graph_path(settings))  # an empty graph.json: planning over it would fail
     assert graph_file(settings, config, plan.envs) == own
     assert plan_batch(config, settings, pool, SafeConsole(file=io.StringIO())).units == plan.units
@@ -80,9 +81,9 @@ def test_a_resume_reads_the_graph_its_first_part_read(
 def test_the_data_dirs_graph_and_the_configs_come_first(
     run: tuple[Settings, SynthConfig, EnvPool], graph: ToolGraph
 ) -> None:
-    settings, config, _ = run
+    settings, config, pool = run
     envs = ["banking", "hotels"]
-    assert graph_file(settings, config, envs) == envs_graph_path(settings, envs)
+    assert graph_file(settings, config, envs) == envs_graph_path(settings, envs, pool)
     assert graph_file(settings, config) == graph_path(settings)  # no environments named: the pool's
     save_graph(graph, graph_path(settings))
     assert graph_file(settings, config, envs) == graph_path(settings)  # `graph build`'s, once it is there
@@ -90,3 +91,41 @@ def test_the_data_dirs_graph_and_the_configs_come_first(
     assert graph_file(settings, own, envs) == Path.cwd().resolve() / "g.json"  # as choose_envs checks it, as `out`
     home = config.model_copy(update={"graph": Path("~/g.json")})
     assert graph_file(settings, home, envs) == Path.home().resolve() / "g.json"
+
+
+def test_an_environments_graph_is_named_by_what_it_is_built_from(tmp_path: Path) -> None:
+    """A changed tool, or a setting that shapes the graph, names another file, so the next run builds the graph
+    afresh rather than planning over a stale one; settings that only say how fast it embeds, or how chains are
+    sampled from it, do not. A resume reads the file its first part recorded."""
+    for env in ("hotels", "banking"):
+        shutil.copytree(ROOT / "envs" / env, tmp_path / "envs" / env)
+    settings = Settings(root=ROOT, bfcl=False, envs_dir=tmp_path / "envs", data_dir=tmp_path / "data")
+    envs = ["hotels", "banking"]
+    first = envs_graph_path(settings, envs, EnvPool(settings))
+    speed, sampling = (
+        {"embed_threads": 1, "embed_batch": 7, "block_cells": 1000},
+        {"skip_optional_p": 0.1, "max_servers": 1},
+    )
+    for same in (speed, sampling):
+        other = settings.model_copy(update={"toolgraph": settings.toolgraph.model_copy(update=same)})
+        assert envs_graph_path(other, envs, EnvPool(other)) == first, same
+    for shaping in ({"build_edge_threshold": 0.8}, {"cross_env_edges": "none"}, {"schema_edges": False}):
+        other = settings.model_copy(update={"toolgraph": settings.toolgraph.model_copy(update=shaping)})
+        assert envs_graph_path(other, envs, EnvPool(other)) != first, shaping
+    model = settings.model_copy(update={"embedding_model": "another/model"})
+    assert envs_graph_path(model, envs, EnvPool(model)) != first
+
+    config = SynthConfig.model_validate({"envs": envs, "T": 3, "S": 1, "D": 2, "seed": 5, "out": tmp_path / "run"})
+    save_graph(ToolGraph(), first)
+    record_synth_settings(config, settings, envs=envs, pool=EnvPool(settings))
+    # one tool's description changes (the copy is no longer the trusted one: its metadata comes from the sandbox)
+    for name in ("env.py", "metadata.json"):
+        path = tmp_path / "envs" / "hotels" / name
+        path.write_text(path.read_text().replace("Search hotels in a city, optionally", "Find hotels in a city, if"))
+    changed = EnvPool(settings)
+    assert "Find hotels" in changed.get("hotels").metadata.tool("search_hotels").description
+    now = envs_graph_path(settings, envs, changed)
+    assert now != first and not now.exists()
+    fresh = config.model_copy(update={"out": tmp_path / "another"})
+    assert graph_file(settings, fresh, envs, changed) == now  # built afresh by the next run
+    assert graph_file(settings, config, envs, changed) == first  # the resume: what its first part planned over

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from concurrent.futures import ThreadPoolExecutor
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -232,6 +233,17 @@ def test_save_load_roundtrip(graph: ToolGraph, tmp_path: Path) -> None:
     a = TopologySampler(graph).sample(20, (3, 6), seed=3)
     b = TopologySampler(loaded).sample(20, (3, 6), seed=3)
     assert a == b
+
+
+def test_concurrent_saves_of_one_graph_all_land_whole(graph: ToolGraph, tmp_path: Path) -> None:
+    """Two synth runs over the same environments may build and save the same graph at once: each writes a
+    temporary of its own, and a reader sees one whole file."""
+    path = tmp_path / "g.json"
+    with ThreadPoolExecutor(8) as pool:
+        saved = list(pool.map(lambda _: save_graph(graph, path), range(32)))
+    assert saved == [path] * 32
+    assert nx.utils.graphs_equal(load_graph(path).g, graph.g)
+    assert [p.name for p in tmp_path.iterdir()] == ["g.json"]  # no temporary left behind
 
 
 def test_load_refuses_other_versions(graph: ToolGraph, tmp_path: Path) -> None:
