@@ -22,6 +22,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, ClassVar, Generic, Literal, Protocol, TypeVar, cast
@@ -95,6 +96,12 @@ class ExecutorSettings(BaseModel):
     workers: int | None = Field(default=None, ge=1, description="ray: worker actors (default: the cluster's CPUs)")
     retries: int = Field(default=3, ge=0, description="ray: restarts of a dead worker, retries of its units")
     num_cpus: int | None = Field(default=None, ge=1, description="ray, local instance only: the CPUs it may use")
+    unit_timeout: float | None = Field(
+        default=None,
+        gt=0,
+        description="ray: seconds a unit may run before its worker is killed and the unit comes back lost, not "
+        "retried (a task then carries one unit; none: no limit)",
+    )
 
 
 class Executor(Protocol):
@@ -314,26 +321,67 @@ class RayExecutor:
 
         self.start()
         retries = self.settings.retries
+        limit = self.settings.unit_timeout
         remote = ray.remote(num_cpus=1, max_restarts=retries, max_task_retries=retries)(_Worker)
         n = min(self.workers(), max(1, len(jobs)))
         self.actors = [remote.remote(runner) for _ in range(n)]  # each worker unpickles its own copy
         todo = list(reversed(jobs))
         pending: dict[Any, tuple[int, list[J]]] = {}
+        # each actor's tasks in the order it runs them (one at a time, as submitted), and when its first began
+        queues: list[deque[Any]] = [deque() for _ in range(n)]
+        began = [0.0] * n
         queued = n * self.settings.in_flight  # tasks waiting or running at once
+        most = 1 if limit is not None else self.settings.batch  # a time limit is a unit's: one a task
 
         def submit(index: int) -> None:
             if todo:
-                size = max(1, min(self.settings.batch, len(todo) // queued))  # every queue kept full to the end
+                size = max(1, min(most, len(todo) // queued))  # every queue kept full to the end
                 batch = [todo.pop() for _ in range(min(size, len(todo)))]
-                pending[self.actors[index].run_many.remote(batch)] = (index, batch)
+                ref = self.actors[index].run_many.remote(batch)
+                pending[ref] = (index, batch)
+                if not queues[index]:
+                    began[index] = time.monotonic()
+                queues[index].append(ref)
+
+        def stop_overdue() -> Iterator[tuple[J, WorkerLost[J]]]:
+            """The actors whose running task is past its time: killed (not restarted: a unit that never returns
+            would hold the new one too), their task's units lost, the tasks queued behind it put back, a fresh
+            actor in their place."""
+            assert limit is not None
+            now = time.monotonic()
+            for index, queue in enumerate(queues):
+                if not queue or now - began[index] < limit:
+                    continue
+                ray.kill(self.actors[index], no_restart=True)
+                _, late = pending.pop(queue.popleft())
+                for ref in queue:  # queued behind it: innocent, run again elsewhere or on the new actor
+                    todo.extend(reversed(pending.pop(ref)[1]))
+                queue.clear()
+                self.actors[index] = remote.remote(runner)
+                for job in late:
+                    yield job, WorkerLost(job, f"it ran longer than {limit:g} s and was stopped")
+                for _ in range(self.settings.in_flight):
+                    submit(index)
 
         try:
             for index in range(n):
                 for _ in range(self.settings.in_flight):
                     submit(index)
             while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
+                left = None
+                if limit is not None:
+                    left = max(0.0, min(began[i] + limit for i, q in enumerate(queues) if q) - time.monotonic())
+                done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
+                if not done:
+                    yield from stop_overdue()
+                    continue
                 index, batch = pending.pop(done[0])
+                queue = queues[index]
+                if queue and queue[0] == done[0]:  # the next one starts now
+                    queue.popleft()
+                    began[index] = time.monotonic()
+                else:
+                    queue.remove(done[0])
                 results: list[Any]
                 try:
                     results = ray.get(done[0])

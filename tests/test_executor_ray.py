@@ -284,3 +284,20 @@ def test_units_travel_in_batches_and_each_comes_back_once_with_its_own_outcome()
     one = RayExecutor(ExecutorSettings(kind="ray", workers=2, batch=1))
     singles = {r[1] for r in dict(one.map(TaskOf(), jobs[:20])).values() if isinstance(r, tuple)}
     assert len(singles) == 19  # one task a unit (job 13 failed)
+
+
+def test_a_unit_past_its_time_is_stopped_and_the_batch_goes_on() -> None:
+    """`corpus compile --spec-timeout` on Ray: a spec whose pattern backtracks for ever held its worker, and the
+    batch, for ever. A unit running past `unit_timeout` has its worker killed and comes back lost, not retried; the
+    units queued behind it run on a fresh worker, and every unit comes back exactly once."""
+    from tests.support.executor import HangsOn
+
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=2, in_flight=2, unit_timeout=5))
+    started = time.monotonic()
+    results = list(executor.map(HangsOn(stuck=3), list(range(12))))
+    assert sorted(unit for unit, _ in results) == list(range(12))
+    lost = {unit: r for unit, r in results if isinstance(r, WorkerLost)}
+    assert list(lost) == [3] and "ran longer than 5 s and was stopped" in lost[3].reason
+    assert all(r == unit * 10 for unit, r in results if unit != 3)
+    assert time.monotonic() - started < 60  # stopped, not waited for
+    assert executor.actors == []  # every worker, the fresh one included, is gone

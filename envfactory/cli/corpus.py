@@ -245,7 +245,7 @@ def compile_corpus(
         float,
         typer.Option(
             min=0,
-            help="local processes: seconds a spec may take before its worker is stopped and it is recorded failed",
+            help="seconds a spec may take before its worker is stopped and it is recorded failed (0: no limit)",
         ),
     ] = 300.0,
     executor: Annotated[str, typer.Option(help="local (processes) or ray")] = "local",
@@ -297,7 +297,9 @@ def compile_corpus(
     runner = (
         ProcessExecutor(processes, unit_timeout=spec_timeout or None)
         if executor == "local"
-        else make_executor(ExecutorSettings(kind="ray", address=ray_address, workers=processes))
+        else make_executor(
+            ExecutorSettings(kind="ray", address=ray_address, workers=processes, unit_timeout=spec_timeout or None)
+        )
     )
     build = BuildSettings(keep_rejected=keep_rejected, rebuild_stale=rebuild_stale)
     key, _, _ = check_build(target, build)  # a folder another build made: refused before the bar starts
