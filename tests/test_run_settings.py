@@ -324,3 +324,60 @@ def test_an_out_that_is_a_file_is_named_as_one(tmp_path: Path, inside: bool) -> 
     ):
         record_or_check(out, RunRecord(command="synth", settings={"T": 2}), holds_results=False)
     assert (tmp_path / "afile").read_text() == "mine\n"
+
+
+class _Named:
+    def __init__(self, id: str) -> None:
+        self.id = id
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=40, unique=True),
+    more=st.lists(st.text(min_size=1, max_size=12), max_size=10, unique=True),
+    seed=st.integers(min_value=-(2**40), max_value=2**40),
+    cut=st.integers(min_value=0, max_value=40),
+)
+def test_a_seeded_sample_is_a_permutation_whose_prefixes_nest(
+    ids: list[str], more: list[str], seed: int, cut: int
+) -> None:
+    """`--sample-seed`: every item once; a larger --limit keeps a smaller one's items; where an item falls depends
+    on its id and the seed alone (not on the source's order, nor on items added since)."""
+    from envfactory.eval.run import sampled
+
+    items = [_Named(i) for i in ids]
+    order = [i.id for i in sampled(items, seed)]
+    assert sorted(order) == sorted(ids)
+    assert [i.id for i in sampled(list(reversed(items)), seed)] == order
+    grown = [i.id for i in sampled(items + [_Named(m) for m in more if m not in ids], seed)]
+    assert [i for i in grown if i in set(ids)] == order
+    small, large = order[:cut], order[: cut + 3]
+    assert large[: len(small)] == small
+
+
+def test_a_sampled_limit_runs_a_seeded_spread_and_a_larger_one_keeps_it(
+    run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from envfactory.eval.run import EvalRunError, sampled
+
+    pool = EnvPool(Settings(root=ROOT, bfcl=False))
+    items = items_from_conversations(load_conversations(run_dir, "train"), pool, "turn")
+    assert len(items) >= 4
+    script = _script(tmp_path / "s.yaml", 10)
+    out = tmp_path / "eval"
+    first = _eval(monkeypatch, script, str(run_dir), "--out", str(out), "--limit", "2", "--sample-seed", "7")
+    assert first.exit_code == 0, (first.output, first.exception)
+    chosen = [i.id for i in sampled(items, 7)]
+    assert {r.item for r in done_attempts(out)} == set(chosen[:2])
+    assert json.loads((out / SETTINGS_FILE).read_text())["context"]["sample_seed"] == 7
+    more = _eval(monkeypatch, script, str(run_dir), "--out", str(out), "--limit", "3", "--sample-seed", "7")
+    assert more.exit_code == 0, (more.output, more.exception)
+    assert {r.item for r in done_attempts(out)[:2]} == set(chosen[:2])  # kept; the third item was added after them
+    assert {r.item for r in done_attempts(out)} == set(chosen[:3]) and len(done_attempts(out)) == 3
+    # seeds spread: the first two items are not what every seed picks
+    assert {tuple(sorted(i.id for i in sampled(items, seed)[:2])) for seed in range(20)} != {
+        tuple(sorted(i.id for i in items[:2]))
+    }
+    alone = _eval(monkeypatch, script, str(run_dir), "--out", str(tmp_path / "x"), "--sample-seed", "7")
+    assert isinstance(alone.exception, EvalRunError) and "give --limit N too" in str(alone.exception)
+    assert not (tmp_path / "x").exists()

@@ -42,6 +42,7 @@ from envfactory.eval.run import (
     Runner,
     TurnRunner,
     check_settings,
+    chosen_items,
     run_eval,
 )
 from envfactory.executor import check_executor_flags, executor_from
@@ -78,6 +79,10 @@ def evaluate(
         int | None,
         typer.Option(min=1, help="the first N turns only (conversations in conversation mode, entries of --suite)"),
     ] = None,
+    sample_seed: Annotated[
+        int | None,
+        typer.Option(help="with --limit: N drawn at random with this seed, not the first N (a larger N keeps them)"),
+    ] = None,
     max_steps: Annotated[int, typer.Option(min=1, help="model steps per attempt")] = 8,
     tools: Annotated[
         str | None, typer.Option(help="direct (the turn's tools; the default) or meta (SynthAPI's meta-tools)")
@@ -106,12 +111,15 @@ def evaluate(
     )
     if clash:
         raise EvalRunError(f"--suite plays BFCL's entries whole, with BFCL's own tools: drop {' and '.join(clash)}")
+    if sample_seed is not None and limit is None:
+        raise EvalRunError("--sample-seed picks which --limit items run: give --limit N too")
     limits = AgentLimits(max_steps=max_steps, timeout_s=timeout, tools="meta" if tools == "meta" else "direct")
     data, chosen = _data(source, suite, split)
     config = EvalSettings(
         attempts=attempts,
         concurrency=concurrency,
         limit=limit,
+        sample_seed=sample_seed,
         limits=limits,
         mode="conversation" if suite is not None or mode == "conversation" else "turn",
         model=model_identity(settings, "eval"),
@@ -138,7 +146,7 @@ def evaluate(
         items = items_from_conversations(conversations, pool, config.mode)
         err.print(f"evaluating the {chosen} split of {safe(source)}: {len(items)} verified turns", highlight=False)
         runner = cast(Runner[Any], TurnRunner(settings, limits, pool))
-    total = len(items[:limit] if limit else items) * attempts
+    total = len(chosen_items(items, config)) * attempts
     with Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err
     ) as progress:

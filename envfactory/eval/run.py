@@ -15,6 +15,7 @@ length and per kind of turn (read / write / mixed).
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections import defaultdict
@@ -62,7 +63,12 @@ class EvalData(BaseModel):
 class EvalSettings(BaseModel):
     attempts: int = Field(default=1, ge=1, description="attempts per item (k of pass@k / pass^k)")
     concurrency: int = Field(default=1, ge=1, description="attempts at once")
-    limit: int | None = Field(default=None, ge=1, description="the first N items only")
+    limit: int | None = Field(default=None, ge=1, description="the first N items only (see `sample_seed`)")
+    sample_seed: int | None = Field(
+        default=None,
+        description="items in an order drawn with this seed before `limit` cuts them (`sampled`): N spread over "
+        "the source, not its first N (a suite's first entries, or a run's first environment, are alike)",
+    )
     limits: AgentLimits = Field(default_factory=AgentLimits)
     mode: EvalMode = Field(
         default="turn", description="turn: each verified turn after the ground-truth history; conversation: whole"
@@ -87,7 +93,10 @@ class EvalSettings(BaseModel):
             "timeout_s": self.limits.timeout_s,
             "data": self.data.model_dump() if self.data is not None else None,
         }
-        return RunRecord(command="eval", settings=shaping, context={**self.context, "limit": self.limit})
+        context = {**self.context, "limit": self.limit}
+        if self.sample_seed is not None:
+            context["sample_seed"] = self.sample_seed
+        return RunRecord(command="eval", settings=shaping, context=context)
 
 
 class AttemptRecord(BaseModel):
@@ -287,7 +296,7 @@ def run_eval(
     return the summary over every attempt there. An attempt whose runner raised or whose worker was lost is
     not an attempt: it goes to failures.jsonl with the reason, and the next run tries it again. A resume made
     with other settings than `out` recorded is refused first (`RunSettingsError`), before any attempt."""
-    items = items[: settings.limit] if settings.limit else items
+    items = chosen_items(items, settings)
     if not items:
         raise EvalRunError("nothing to evaluate: the source holds no item")
     check_settings(out, settings)
@@ -320,6 +329,22 @@ def run_eval(
     summary = summarize(asked, settings.attempts).model_copy(update=update)
     write_atomic(out / SUMMARY, summary.model_dump_json(indent=2) + "\n")
     return summary
+
+
+def sampled(items: Sequence[Item], seed: int) -> list[Item]:
+    """`items` in an order drawn with `seed`: by a keyed hash of each id, so an item's place does not depend on the
+    others (a larger --limit on a resume keeps the items a smaller one chose; a source grown since keeps its order)."""
+
+    def key(item: Item) -> bytes:
+        return hashlib.sha256(f"{seed}\0{item.id}".encode()).digest()
+
+    return sorted(items, key=key)
+
+
+def chosen_items(items: Sequence[Item], settings: EvalSettings) -> Sequence[Item]:
+    """The items an evaluation runs: all, or `limit` of them (the first, or with `sample_seed` a seeded sample)."""
+    ordered = sampled(items, settings.sample_seed) if settings.sample_seed is not None else items
+    return ordered[: settings.limit] if settings.limit else ordered
 
 
 def asked_attempts(records: list[AttemptRecord], items: Sequence[HasId], attempts: int) -> list[AttemptRecord]:
