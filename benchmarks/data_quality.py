@@ -142,6 +142,7 @@ def main() -> None:
         ("id arguments in no earlier result", "0 (by construction)", "0", "incoherent_id_arguments", pct),
         ("empty results followed by more calls", "", "0", "empty_then_more", "{}"),
         ("canned answers", "", "0", "canned_answers", pct),
+        ("answers telling a page token, an etag, a uuid", "", "0", "answers_telling_bookkeeping", pct),
         ("distinct answers / answers", "", "", "distinct_answers", "{:.2f}"),
         ("distinct-2 over requests (whole run)", "", "", "distinct_2_requests", "{:.2f}"),
         ("distinct-2 per 100 requests", "", ">= 0.5", "distinct_2_per_100", "{:.2f}"),

@@ -67,6 +67,39 @@ def singular(token: str) -> str:
     return token
 
 
+# singular words that end in s (besides -ss, and the -sis/-xis of `analysis`, `axis`); any other word ending in s is
+# taken as plural already (`statistics`, `settings`, `apis`, `skus`, `schemas`, `menus`)
+_SINGULAR_S = frozenset(
+    {"status", "bus", "campus", "virus", "bonus", "census", "corpus", "radius", "focus", "nexus", "genus", "plus"}
+    | {"minus", "consensus", "syllabus", "stimulus", "apparatus", "prospectus", "cactus", "fungus", "circus"}
+    | {"chorus", "alias", "canvas", "atlas", "bias", "gas", "lens", "iris"}
+)
+
+
+def plural(noun: str) -> str:
+    """The plural of a noun phrase's last word: `reservation order` → reservation orders, `city` → cities,
+    `status` → statuses, `analysis` → analyses; a word already plural stays (`statistics`, `settings`, `apis`,
+    `photos`): the plural of a plural is itself."""
+    head, sep, word = noun.rpartition(" ")
+    low = word.lower()
+    last = low.rsplit("_", 1)[-1]  # `order_status` is a status
+    if not low:
+        return noun
+    if last == "axis" or (last.endswith("sis") and len(last) > 4):
+        made = word[:-2] + "es"  # analysis → analyses, axis → axes (not the plural of a word in -si: rare)
+    elif last in _SINGULAR_S or last.endswith("ss"):
+        made = word + "es"
+    elif low.endswith("s"):
+        made = word  # statistics, settings, details, news, photos, apis
+    elif low.endswith("y") and low[-2:-1] not in "aeiou":
+        made = word[:-1] + "ies"
+    elif low.endswith(("x", "z", "ch", "sh")):
+        made = word + "es"
+    else:
+        made = word + "s"
+    return head + sep + made
+
+
 def spoken_name(name: str) -> str:
     """A name as a user says it: `checkIn_date` → `check in date`, `HotelSummary` → `hotel summary`."""
     return " ".join(re.sub(r"([a-z])([A-Z])", r"\1 \2", name).replace("_", " ").split()).lower()
@@ -166,6 +199,20 @@ _LONG_TEXT = re.compile(rf"({'|'.join(LONG_TEXT_WORDS)})$")
 def is_free_text(name: str) -> bool:
     """An argument of free text whose wording does not matter (`description`, `commitMessage`, `file_content`)."""
     return _MASKED_TEXT.search(name.lower()) is not None
+
+
+# a response's bookkeeping, no fact about the record: where the next page starts, a cache validator, a link to itself
+_BOOKKEEPING = re.compile(
+    r"(^|_)((next|prev|previous)_)?(page_?token|page_?cursor|cursor|continuation(_token)?|etag|e_tag|self_?link|"
+    r"next_?link|odata(_\w+)?|nonce|checksum|signature|sync_?token|resource_?version|fingerprint)$"
+    r"|^(next|prev|previous)_(token|marker|key)$|^(next_)?marker$"
+)
+
+
+def is_bookkeeping(name: str) -> bool:
+    """A field a response carries for the client, not the user: `nextPageToken`, `NextToken`, `Marker`, `etag`,
+    `selfLink`, `@odata.nextLink`, `continuationToken` (an answer never tells them, a user never asks for them)."""
+    return _BOOKKEEPING.search(snake_case(name)) is not None
 
 
 def is_long_text(name: str) -> bool:

@@ -16,14 +16,24 @@ import re
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from envfactory.compiler.compile import compile_spec
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.envgen.openapi import identifier, load_openapi
-from envfactory.words import is_free_text, is_long_text, singular, snake_case, split_words, spoken_name, tokens
+from envfactory.words import (
+    is_bookkeeping,
+    is_free_text,
+    is_long_text,
+    plural,
+    singular,
+    snake_case,
+    split_words,
+    spoken_name,
+    tokens,
+)
 from tests.support.paths import ROOT, TEST_DATA
 
 SPECS = [
@@ -247,3 +257,46 @@ def test_snake_case_gives_the_old_answers_in_linear_time(text: str) -> None:
 
 def test_a_long_run_of_capitals_is_snake_cased_at_once() -> None:
     assert snake_case("A" * 200_000 + "Bc") == "a" * 200_000 + "_bc"
+
+
+def test_plural_undoes_singular_on_every_plural_collection_name(names: Names) -> None:
+    """The wording says "2 bookings", "the statistics", "3 addresses" with `plural`; on every collection name of the
+    pool that `singular` changes (a plural one), `plural` gives the name back."""
+    plurals = {c for c in names.collections if singular(c) != c}
+    assert len(plurals) >= 40
+    assert [c for c in sorted(plurals) if plural(singular(c)) != c] == []
+
+
+@pytest.mark.parametrize(
+    ("noun", "wanted"),
+    [
+        ("booking", "bookings"), ("city", "cities"), ("day", "days"), ("box", "boxes"), ("match", "matches"),
+        ("status", "statuses"), ("address", "addresses"), ("analysis", "analyses"), ("alias", "aliases"),
+        ("statistics", "statistics"), ("settings", "settings"), ("photos", "photos"), ("dns", "dns"),
+        ("schema", "schemas"), ("schemas", "schemas"), ("api", "apis"), ("apis", "apis"), ("sku", "skus"),
+        ("skus", "skus"), ("bus", "buses"), ("class", "classes"), ("order_status", "order_statuses"), ("axis", "axes"),
+        ("reservation order", "reservation orders"), ("error event", "error events"), ("", ""),
+    ],
+)  # fmt: skip
+def test_plural(noun: str, wanted: str) -> None:
+    assert plural(noun) == wanted
+
+
+@given(st.from_regex(r"[a-z]{1,12}( [a-z]{1,12}){0,2}", fullmatch=True))
+@settings(max_examples=500, deadline=None)
+def test_a_plural_stays_plural(noun: str) -> None:
+    """ "statisticses": the plural of a word already plural is itself, and only the last word changes (but for the
+    plural of a word in -si, read as one of -sis: `analyses`)."""
+    assume(not noun.endswith("si"))
+    made = plural(noun)
+    assert plural(made) == made
+    assert made.rsplit(" ", 1)[0] == noun.rsplit(" ", 1)[0] or " " not in noun
+
+
+def test_bookkeeping_is_a_responses_paging_and_caching_fields_and_no_name_of_the_pool_besides(names: Names) -> None:
+    """What an answer leaves out (`is_bookkeeping`): on the whole pool (native environments, BFCL's, the compiled
+    test corpus) only the compiled APIs' etags and self links; and the paging fields real APIs name."""
+    assert sorted(n for n in names.all if is_bookkeeping(n)) == ["etag", "selfLink", "self_link"]
+    paging = ["nextPageToken", "page_token", "NextToken", "NextMarker", "Marker", "@odata.nextLink", "cursor"]
+    assert all(is_bookkeeping(n) for n in [*paging, "continuationToken", "ETag", "syncToken", "resourceVersion"])
+    assert not any(is_bookkeeping(n) for n in ["page", "token", "access_token", "page_size", "next_step", "tag"])

@@ -16,6 +16,11 @@ from envfactory.words import spoken_name
 _DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 _CLOCK = re.compile(r"(\d{2}):(\d{2})(:00)?")
 DATE_STYLES = 4
+# a value no user says: a uuid, a long hex digest, a type tag (`tasks#task`)
+_OPAQUE = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{24,}|[A-Za-z0-9_.-]+#[A-Za-z0-9_.#-]+",
+    re.IGNORECASE,
+)
 
 
 def _day(text: str, style: int) -> str:
@@ -40,6 +45,11 @@ def _clock(text: str, style: int) -> str:
     suffix = "am" if hour < 12 else "pm"
     twelve = hour % 12 or 12
     return f"{twelve} {suffix}" if minute == 0 else f"{twelve}:{minute:02d} {suffix}"
+
+
+def unsayable(value: Any) -> bool:
+    """A value an answer does not tell and a request does not ask for: a uuid, a long hex digest, a type tag."""
+    return isinstance(value, str) and _OPAQUE.fullmatch(value) is not None
 
 
 def say(value: Any, style: int = 0) -> str:

@@ -35,11 +35,11 @@ from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import InputError
 from envfactory.inputs import read_yaml_model
 from envfactory.records.models import PlannedCall, ToolResult
-from envfactory.records.spoken import DATE_STYLES, mentions, say
+from envfactory.records.spoken import DATE_STYLES, mentions, say, unsayable
 from envfactory.records.verifier import answer_states
 from envfactory.tasks.compiled_refs import id_arguments
 from envfactory.tasks.pi_star import LABEL_FIELDS, is_identity, label_of
-from envfactory.words import singular, spoken_name
+from envfactory.words import is_bookkeeping, plural, singular, spoken_name
 
 WORDING_FILE = Path("template") / "conversation" / "en.yaml"
 PHRASINGS_FILE = Path("template") / "conversation" / "tools.yaml"
@@ -256,15 +256,37 @@ _SALIENT = re.compile(
 _MONEY = re.compile(r"(total|price|amount|balance|cost|fee)")
 
 
+class Count(int):
+    """How many items a record's list field holds, told as "2 error events" (`fact_text`), not "error events 2"."""
+
+
+def fact_text(field: str, value: Any) -> str:
+    """One fact of `facts` as an answer says it: "status confirmed", "2 error events", "1 tag"."""
+    if isinstance(value, Count):
+        words = spoken_name(field).rsplit(" ", 1)
+        one = " ".join([*words[:-1], singular(words[-1])])
+        return f"{int(value)} {one if value == 1 else plural(one)}"
+    return f"{spoken_name(field)} {say(value)}"
+
+
 def facts(record: dict[str, Any], limit: int = 3, first: str | None = None) -> list[tuple[str, Any]]:
     """The fields worth telling about a record: `first` (the fact asked for), then status, money, dates;
-    without those, any other values (a list as its names, or its length)."""
+    without those, any other values (a list as its names, or its length as a `Count`). Never a response's
+    bookkeeping (`is_bookkeeping`: page tokens, etags) nor an opaque value (a uuid, a digest, a type tag)."""
     chosen: list[tuple[str, Any]] = []
     if first is not None and first in record:
         chosen.append((first, record[first]))
 
     def plain(k: str, v: Any) -> bool:
-        return k != first and k != "id" and not k.endswith("_id") and k not in LABEL_FIELDS and v not in ("", None)
+        return (
+            k != first
+            and k != "id"
+            and not k.endswith("_id")
+            and k not in LABEL_FIELDS
+            and v not in ("", None)
+            and not is_bookkeeping(k)
+            and not unsayable(v)
+        )
 
     salient = [
         (k, v)
@@ -280,7 +302,7 @@ def facts(record: dict[str, Any], limit: int = 3, first: str | None = None) -> l
             chosen.append((k, v))
         elif isinstance(v, list) and v:
             names = [lab[1] for x in v if isinstance(x, dict) and (lab := label_of(x)) is not None]
-            chosen.append((k, ", ".join(names[:3]) if names else len(v)))
+            chosen.append((k, ", ".join(names[:3]) if names else Count(len(v))))
     return chosen
 
 
@@ -517,7 +539,7 @@ class ConversationWriter:
         question = self.rng.choice(self.wording.clarify_question).format(
             count=len(candidates),
             noun=noun,
-            nouns=_plural(noun),
+            nouns=plural(noun),
             criteria=criteria,
             field=spoken_name(field),
             options=options,
@@ -664,7 +686,7 @@ class ConversationWriter:
             clause = own + (self.rng.choice(w.spec_scope).format(ref=ref) if ref else "")
         elif forms:
             target = say(rule.target) if rule.target is not None else ""
-            clause = self.rng.choice(forms).format(label=label, labels=_plural(label), ref=ref, target=target)
+            clause = self.rng.choice(forms).format(label=label, labels=plural(label), ref=ref, target=target)
         else:
             clause = spoken_name(call.call.name) + (f" {ref}" if ref else "")
         for parent in rule.parents:
@@ -727,14 +749,15 @@ class ConversationWriter:
         noun = rule.label if rule is not None else _result_noun(call.call.name, value, state)
         if isinstance(value, list):
             if not value:
-                return self.rng.choice(w.found_none).format(nouns=_plural(noun))
+                return self.rng.choice(w.found_none).format(nouns=plural(noun))
             items = [_short(v) for v in value[:3]]
             more = f", and {len(value) - 3} more" if len(value) > 3 else ""
-            return self.rng.choice(w.found_list).format(
-                count=len(value), nouns=_plural(noun) if len(value) > 1 else noun, items=", ".join(items) + more
+            text = self.rng.choice(w.found_list).format(
+                count=len(value), nouns=plural(noun) if len(value) > 1 else noun, items=", ".join(items) + more
             )
+            return re.sub(r"\b([Tt]here) are 1 ", r"\1 is 1 ", text) if len(value) == 1 else text
         if isinstance(value, dict):
-            told = "; ".join(f"{spoken_name(k)} {say(v)}" for k, v in facts(value, 3, fact_field))
+            told = "; ".join(fact_text(k, v) for k, v in facts(value, 3, fact_field))
             labelled = label_of(value)
             if call.kind == "write":
                 if not value.get("id"):  # a result that is no record (a scene applied): what it says
@@ -757,8 +780,7 @@ def _short(item: Any) -> str:
         labelled = label_of(item)
         if labelled is not None:
             return labelled[1]
-        shown = facts(item, 2)
-        return ", ".join(f"{spoken_name(k)} {say(v)}" for k, v in shown) or str(item.get("id", ""))
+        return ", ".join(fact_text(k, v) for k, v in facts(item, 2)) or str(item.get("id", ""))
     return say(item)
 
 
@@ -772,11 +794,3 @@ def _result_noun(tool: str, value: Any, state: dict[str, Any]) -> str:
                 return spoken_name(singular(coll))
     noun = tool.split("_")[-1] if "_" in tool else "result"
     return singular(noun)
-
-
-def _plural(noun: str) -> str:
-    if noun.endswith("y") and noun[-2:-1] not in "aeiou":
-        return noun[:-1] + "ies"
-    if noun.endswith(("s", "x", "ch", "sh")):
-        return noun + "es"
-    return noun + "s"

@@ -27,7 +27,10 @@ Definitions (one place, used by the tests too):
   averages it over chunks of 100 requests, to compare runs of different sizes;
 - a *canned answer* names what was done instead of what happened: it contains no scalar value from
   its turn's results (numbers, dates and times in any of the forms users write them), or it lists
-  the turn's tool names.
+  the turn's tool names;
+- an answer *tells bookkeeping* when it names a field of its turn's results that the response carries for the
+  client (`words.is_bookkeeping`: a page token, an etag, a self link) or says a value no user says
+  (`spoken.unsayable`: a uuid, a digest, a type tag), as "next page token political" did.
 """
 
 from __future__ import annotations
@@ -41,9 +44,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from envfactory.records.models import Conversation, ToolCall, ToolResult
-from envfactory.records.spoken import renderings
+from envfactory.records.spoken import renderings, unsayable
 from envfactory.tasks.pi_star import IDENTITY, is_identity
-from envfactory.words import singular
+from envfactory.words import is_bookkeeping, singular, spoken_name
 
 PAPER_TURNS_PER_CONVERSATION = 4.82
 PAPER_STEPS_PER_TURN = 3.29
@@ -61,6 +64,7 @@ class QualityFigures(BaseModel):
     incoherent_id_arguments: float  # share of id-valued arguments
     empty_then_more: int  # empty results followed by further calls in the same turn
     canned_answers: float  # share of answers
+    answers_telling_bookkeeping: float = 0.0  # share of answers naming a page token, an etag, or saying a uuid
     distinct_answers: float  # distinct answers / answers
     distinct_2_requests: float  # distinct word bigrams / bigrams over all requests
     distinct_2_per_100: float  # the same over chunks of 100 requests, averaged: comparable across run sizes
@@ -137,7 +141,7 @@ def _number_forms(value: str) -> set[str]:
 class _Counts:
     def __init__(self) -> None:
         self.turns = self.calls = self.requests_with_id = self.requests_with_own = self.id_args = self.incoherent = 0
-        self.empty_then_more = self.canned = 0
+        self.empty_then_more = self.canned = self.bookkeeping = 0
         self.answers: list[str] = []
         self.bigrams: Counter[tuple[str, str]] = Counter()
         self.requests: list[list[tuple[str, str]]] = []
@@ -234,9 +238,30 @@ def _conversation(conv: Conversation, c: _Counts) -> None:
                 lists_tools = bool(names) and named >= max(1, len(names) // 2 + 1)
                 if (turn_results and not reports) or lists_tools:
                     c.canned += 1
+                lowered = answer.lower()
+                if any(
+                    (is_bookkeeping(k) and spoken_name(k) in lowered) or (unsayable(v) and v in answer)
+                    for r in turn_results
+                    if r.ok
+                    for k, v in _fields(r.result)
+                ):
+                    c.bookkeeping += 1
                 told_user.update(v for v in values if _mentions(answer, v))
         c.calls += len(calls)
         c.empty_then_more += sum(1 for r in turn_results[:-1] if r.ok and _empty(r.result))
+
+
+def _fields(value: Any) -> Iterable[tuple[str, Any]]:
+    """(key, value) of every field of a result, nested ones included."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for k, v in item.items():
+                yield str(k), v
+                stack.append(v)
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def _record_ids_of(states: dict[str, Any]) -> tuple[set[str], set[str]]:
@@ -269,6 +294,7 @@ def measure(conversations: Iterable[Conversation]) -> QualityFigures:
         incoherent_id_arguments=c.incoherent / c.id_args if c.id_args else 0.0,
         empty_then_more=c.empty_then_more,
         canned_answers=c.canned / len(c.answers) if c.answers else 0.0,
+        answers_telling_bookkeeping=c.bookkeeping / len(c.answers) if c.answers else 0.0,
         distinct_answers=len(set(c.answers)) / len(c.answers) if c.answers else 0.0,
         distinct_2_requests=len(c.bigrams) / bigrams if bigrams else 0.0,
         distinct_2_per_100=_chunked_distinct(c.requests, 100),

@@ -21,7 +21,8 @@ from envfactory.env.metadata import EnvMetadata
 from envfactory.errors import InputError
 from envfactory.inputs import read_yaml_model
 from envfactory.records.models import PlannedCall
-from envfactory.words import spoken_name
+from envfactory.records.spoken import unsayable
+from envfactory.words import is_bookkeeping, spoken_name
 
 TEMPLATE_FILE = Path("template") / "query" / "en.yaml"
 
@@ -130,6 +131,8 @@ def answer_fact(result: Any, arguments: dict[str, Any]) -> tuple[str, Any] | Non
         and not k.endswith("_id")
         and str(v) not in said
         and str(v) != ""
+        and not is_bookkeeping(k)  # a page token is no answer to a question
+        and not unsayable(v)
     ]
     for k, v in scalars:
         if _FACT_KEYS.search(k):

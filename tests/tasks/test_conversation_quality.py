@@ -8,6 +8,9 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as hyp_settings
+from hypothesis import strategies as st
 
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
@@ -23,8 +26,8 @@ from envfactory.records.models import (
     ToolCall,
     ToolResult,
 )
-from envfactory.records.spoken import renderings, say
-from envfactory.tasks.conversation import ConversationWriter, Turn, _fill
+from envfactory.records.spoken import renderings, say, unsayable
+from envfactory.tasks.conversation import ConversationWriter, Turn, _fill, fact_text, facts
 from envfactory.tasks.pi_star import is_identity
 from envfactory.tasks.plan import SynthConfig, load_conversations, read_jsonl
 from envfactory.tasks.quality import is_id_parameter, measure
@@ -51,6 +54,7 @@ def test_the_figures_meet_the_targets(batch: tuple[list[Conversation], list[dict
     assert figures.incoherent_id_arguments == 0.0
     assert figures.requests_with_internal_id == 0.0
     assert figures.canned_answers == 0.0
+    assert figures.answers_telling_bookkeeping == 0.0
     assert figures.distinct_answers > 0.8
     assert len(conversations) / (len(conversations) + len(dropped)) >= 0.75, [d["reason"] for d in dropped]
 
@@ -159,6 +163,18 @@ def test_the_figures_catch_what_the_method_argues_against() -> None:
     for style in range(4):
         answer = f"I see one on {say('2026-01-10', style)}. Is that the one?"
         assert measure([_conversation("My booking under Ana?", [(listed, dated)], answer)]).canned_answers == 0.0
+    # a response's bookkeeping told as a fact ("next page token political"), or a uuid said: counted
+    page = {"items": [{"id": "EV-1", "status": "open"}], "nextPageToken": "political"}
+    for answer, counted in (
+        ("I found 1 event: status open, next page token political.", 1.0),
+        ("I found 1 event, job 143066f1-b218-3705-3da8-39441b3cabda.", 0.0),  # not a value of the results
+        ("I found 1 event: status open.", 0.0),
+    ):
+        paged = _conversation("My events?", [(listed, page)], answer)
+        assert measure([paged]).answers_telling_bookkeeping == counted, answer
+    job = {"id": "EV-1", "job": "143066f1-b218-3705-3da8-39441b3cabda"}
+    said = _conversation("My job?", [(listed, job)], "Job 143066f1-b218-3705-3da8-39441b3cabda is open.")
+    assert measure([said]).answers_telling_bookkeeping == 1.0
 
 
 def test_an_id_the_user_says_of_their_own_record_is_theirs_and_no_other() -> None:
@@ -289,3 +305,52 @@ def test_every_output_binding_points_at_its_value(
                 assert _at(source.result, b.path or ".") == b.value == planned.call.arguments[b.parameter], where
                 checked += 1
     assert checked > 50
+
+
+_FIELD = st.from_regex(r"[a-z][a-zA-Z_]{0,14}", fullmatch=True)
+_BOOKKEEPING_NAMES = ["nextPageToken", "etag", "selfLink", "@odata.nextLink", "NextToken", "Marker", "cursor"]
+_OPAQUE_VALUES = ["143066f1-b218-3705-3da8-39441b3cabda", "5f2b9c0e7d1a4b3c8e6f9a0b", "tasks#task"]
+
+
+@hyp_settings(max_examples=300, deadline=None)
+@given(
+    plain=st.dictionaries(_FIELD, st.one_of(st.integers(), st.text(max_size=12), st.booleans()), max_size=6),
+    noise=st.lists(st.sampled_from(_BOOKKEEPING_NAMES), max_size=4, unique=True),
+    opaque=st.lists(st.sampled_from(_OPAQUE_VALUES), max_size=3),
+    items=st.integers(min_value=1, max_value=4),
+)
+def test_an_answer_never_tells_a_responses_bookkeeping_or_an_opaque_value(
+    plain: dict[str, Any], noise: list[str], opaque: list[str], items: int
+) -> None:
+    """The review of data made from compiled environments found answers saying "next page token political",
+    "etag 2", a job's uuid, and "error events 1": a record's facts leave out page tokens, etags, self links and
+    values no one says, and a list of unnamed items is told by its count ("2 error events")."""
+    record: dict[str, Any] = {"id": "EV-0001", **plain}
+    record.update({name: "political" for name in noise})
+    record.update({f"opaque_{i}": value for i, value in enumerate(opaque)})
+    record["errorEvents"] = [{"at": i} for i in range(items)]
+    told = facts(record, limit=len(record))
+    assert not {k for k, _ in told} & set(noise)
+    assert not any(unsayable(v) for _, v in told)
+    said = dict(told)
+    if "errorEvents" in said:
+        text = fact_text("errorEvents", said["errorEvents"])
+        assert text == ("1 error event" if items == 1 else f"{items} error events")
+    fact = answer_fact(record, {})
+    assert fact is None or (fact[0] not in noise and not unsayable(fact[1]))
+
+
+def test_a_found_list_agrees_with_its_count() -> None:
+    """ "There are 1 correction", "2 statisticses": the count and the noun agree, in every list answer's wording."""
+    meta: dict[str, Any] = {}
+    one, two = [{"id": "X-1", "name": "First"}], [{"id": "X-1", "name": "A"}, {"id": "X-2", "name": "B"}]
+    for seed in range(30):
+        writer = ConversationWriter(PROMPTS, meta, random.Random(seed))
+        for tool, result, wanted in (
+            ("list_entities", one, r"\b1 entity\b"),
+            ("list_entities", two, r"\b2 entities\b"),
+            ("list_statistics", two, r"\b2 statistics\b"),
+        ):
+            call = PlannedCall(call=ToolCall(server="x", name=tool, arguments={}), kind="read")
+            text = writer._report(call, ToolResult(server="x", name=tool, ok=True, result=result), {}, None)
+            assert re.search(wanted, text) and "are 1 " not in text, text

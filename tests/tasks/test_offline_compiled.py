@@ -4,8 +4,10 @@ worded from the spec by rule, every kept conversation verified; the same seed gi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,6 +27,7 @@ from envfactory.tasks.run import OfflineRunner
 from envfactory.toolgraph.build import build_tool_graph
 from envfactory.toolgraph.collect import pool_sources
 from envfactory.toolgraph.graph import ToolGraph
+from envfactory.words import is_bookkeeping, spoken_name
 from tests.support.paths import ROOT, TEST_DATA
 from tests.tasks.test_offline import check_conversation
 
@@ -96,6 +99,14 @@ def test_initial_states_of_a_compiled_environment(compiled: tuple[Settings, EnvP
     env.new_state(two.config)  # loads: schemas, references
 
 
+def _keys(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys(v)}
+    if isinstance(value, list):
+        return {k for v in value for k in _keys(v)}
+    return set()
+
+
 def test_offline_synth_over_compiled_environments(
     compiled: tuple[Settings, EnvPool, ToolGraph], tmp_path: Path
 ) -> None:
@@ -111,6 +122,21 @@ def test_offline_synth_over_compiled_environments(
     assert figures.turns_per_conversation >= 2
     requests = [n.query for c in kept for n in c.nodes]
     assert not any("{" in r or "}" in r for r in requests)  # no placeholder left unfilled
+    told = 0
+    for conv in kept:
+        for node in conv.nodes:
+            answer, results = "", []
+            for step in node.steps:
+                if step.role == "assistant" and isinstance(step.content, str):
+                    answer = step.content
+                elif step.role == "tool_result" and isinstance(step.content, list):
+                    results += [r.result for r in step.content]
+            keys = {k for k in _keys(results) if is_bookkeeping(k)}
+            told += len(keys)
+            # a response's paging and caching fields (the Google specs' etag, selfLink) are never said
+            assert not any(spoken_name(k) in answer.lower() for k in keys), (keys, answer)
+            assert not re.search(r"\bare 1 ", answer), answer  # "There are 1 task"
+    assert told > 0  # the answers had bookkeeping to leave out
     # the same plan and seed: the same records, byte for byte
     _run(settings, pool, graph, tmp_path / "b")
     for name in (CONVERSATIONS, DROPPED):
