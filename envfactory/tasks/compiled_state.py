@@ -74,7 +74,7 @@ class _Values:
             return self._string(name, schema, attempt)
         if kind == "null":
             return None
-        return self.maker.make(snake_case(name) or "value", schema)
+        return self.maker.make(snake_case(name) or "value", schema, by_name=True)
 
     def _object(self, name: str, schema: dict[str, Any], attempt: int, depth: int) -> dict[str, Any]:
         props = schema.get("properties") or {}
@@ -96,7 +96,7 @@ class _Values:
         low = snake_case(name)
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and attempt > 0:  # a made-up value did not fit: one that matches the pattern
-            value = pattern_value(self.rng, pattern) or str(self.maker.make(low or "value", schema))
+            value = pattern_value(self.rng, pattern) or str(self.maker.make(low or "value", schema, by_name=True))
         elif fmt == "uuid":
             value = str(uuid.UUID(int=self.rng.getrandbits(128)))
         elif fmt == "date-time":
@@ -107,7 +107,7 @@ class _Values:
         elif fmt in ("uri", "url") or low.endswith(("url", "uri", "link", "href")):
             value = f"https://example.com/{self.maker.faker.slug()}"
         else:
-            value = str(self.maker.make(low or "value", schema))
+            value = str(self.maker.make(low or "value", schema, by_name=True))
         lo, hi = schema.get("minLength"), schema.get("maxLength")
         if isinstance(hi, int) and len(value) > hi:
             value = value[:hi]

@@ -711,7 +711,7 @@ class _PiStar:
             if pname not in required and not (fresh and how.all_optional) and pname not in forced:
                 continue  # optional and nothing in the state: leave it out
             like = self._field_values(env, pname, views)
-            args[pname] = self.values.make(pname, pschema, self.learned.get((qualified, pname)), like)
+            args[pname] = self.values.make(pname, pschema, self.learned.get((qualified, pname)), like, by_name=compiled)
             bindings.append(Binding(parameter=pname, source="generated", value=args[pname]))
             if is_free_text(pname):
                 masked.append(pname)

@@ -21,7 +21,7 @@ from faker import Faker
 
 from envfactory.env.json_schema import readable, search, shortest_match
 from envfactory.tasks.fakers import thread_faker
-from envfactory.words import is_free_text
+from envfactory.words import is_free_text, snake_case
 
 _MINUTES = re.compile(r"(minutes|duration|duration_min)$")
 _BOUND = re.compile(r"(\w+) must be between (-?[\d.]+) and (-?[\d.]+)")
@@ -54,11 +54,16 @@ class ValueMaker:
         schema: dict[str, Any],
         bounds: tuple[float, float] | None = None,
         like: list[Any] | None = None,
+        *,
+        by_name: bool = False,
     ) -> Any:
         """A value for parameter `name`; `bounds` (learned from a tool's error message) override the schema's.
         `$ref`s resolve through `self.defs` (set it to the input schema's `$defs`). `like`: values the
         state holds in a field of that name: a new string takes their shape (an email at their domain, a
-        seat `14C` for `12A`), so a tool that checks the shape accepts it."""
+        seat `14C` for `12A`), so a tool that checks the shape accepts it. `by_name`: a string the schema says
+        nothing of takes the shape its name asks for (`runtime_version` 2.4.1, `location` eastus, `role_arn` an
+        ARN, `sku` Standard: `_by_name`), not a dictionary word; for a spec's fields (compiled environments),
+        whose tools check only the schema (a hand-written tool may check its own vocabulary)."""
         schema = _plain(schema)
         shaped = self._shaped(like or [], schema)
         if shaped is not None and _fits_string(shaped, schema):
@@ -93,14 +98,14 @@ class ValueMaker:
             if "description" not in item and "description" in schema:  # "Email addresses of everyone who..."
                 item["description"] = schema["description"]
             count = max(1, int(schema.get("minItems", 1)))
-            return [self.make(name.rstrip("s"), item) for _ in range(count)]
+            return [self.make(name.rstrip("s"), item, by_name=by_name) for _ in range(count)]
         if kind == "object" or "properties" in schema:
             props = schema.get("properties") or {}
             required = [k for k in props if k in schema.get("required", [])]
             optional = [k for k in props if k not in required]
             if optional:  # a record of settings means little without one of them
                 required.append(self.rng.choice(optional))
-            return {k: self.make(k, props[k]) for k in required}
+            return {k: self.make(k, props[k], by_name=by_name) for k in required}
         if low.endswith("_id") and self.id_lookup is not None and (found := self.id_lookup(low[:-3])) is not None:
             return found
         fmt = schema.get("format")
@@ -108,7 +113,7 @@ class ValueMaker:
             fmt = "email"  # `people`, `to`, `cc`: what the description says they hold
         elif fmt is None and _STAMP_DESCRIBED.search(str(schema.get("description", ""))):
             fmt = "date-time"
-        value = self._string(low, fmt)
+        value = (self._by_name(snake_case(name)) if by_name and fmt is None else None) or self._string(low, fmt)
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and not _matches(pattern, value):  # a shape only the pattern says: one that fits
             value = self._xeger(pattern, value)
@@ -156,6 +161,28 @@ class ValueMaker:
     def future_date(self) -> date:
         return self.clock.date() + timedelta(days=self.rng.randint(3, 40))
 
+    def _by_name(self, name: str) -> str | None:
+        """A value shaped as a field of that name holds one (`_NAMED`), or None: the generic rules decide."""
+        for pattern, kind in _NAMED:
+            if pattern.search(name):
+                rng, f = self.rng, self.faker
+                if kind == "version":
+                    return f"{rng.randint(1, 4)}.{rng.randint(0, 12)}.{rng.randint(0, 9)}"
+                if kind == "arn":
+                    return f"arn:aws:iam::{rng.randint(10**11, 10**12 - 1)}:role/{f.word()}-{f.word()}"
+                if kind == "path":
+                    return f"{f.word()}/{f.word()}/{f.word()}.{rng.choice(_EXTENSIONS)}"
+                if kind == "file":
+                    return f"{f.word()}-{f.word()}.{rng.choice(_EXTENSIONS)}"
+                if kind == "host":
+                    return str(f.domain_name())
+                if kind == "ip":
+                    return str(f.ipv4()) + ("/24" if "cidr" in name else "")
+                if kind == "color":
+                    return str(f.color_name())
+                return rng.choice(_VOCABULARY[kind])
+        return None
+
     def _string(self, name: str, fmt: Any) -> str:
         f = self.faker
         if fmt == "date" or re.search(r"(^|_)(date|day|check_in|check_out|birthday|due)$", name):
@@ -191,6 +218,37 @@ class ValueMaker:
             return str(f.sentence(nb_words=8))
         return str(f.word())
 
+
+# strings a spec leaves undescribed, by what their name says they hold (`ValueMaker._by_name`); checked in order
+_NAMED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern), kind)
+    for pattern, kind in (
+        (r"(^|_)version$", "version"),
+        (r"(^|_)arn$", "arn"),
+        (r"(^|_)time_?zone$", "timezone"),
+        (r"(^|_)(region|location|zone|availability_zone|datacenter)$", "region"),
+        (r"(^|_)(path|folder|directory)$", "path"),
+        (r"(^|_)(file|file_?name)$", "file"),
+        (r"(^|_)(content_type|mime_type|media_type)$", "mime"),
+        (r"(^|_)(host_?name|host|domain|domain_name|fqdn)$", "host"),
+        (r"(^|_)(ip|ip_address|ipv4|cidr|cidr_block)$", "ip"),
+        (r"(^|_)(language|lang|locale)$", "language"),
+        (r"(^|_)(environment|stage)$", "environment"),
+        (r"(^|_)(type|kind|mode|tier|category|sku|plan|edition|class)$", "kind"),
+        (r"(^|_)status$", "status"),  # (not `state`: an address's)
+        (r"(^|_)colou?r$", "color"),
+    )
+)
+_VOCABULARY: dict[str, tuple[str, ...]] = {
+    "region": ("eastus", "westeurope", "northeurope", "us-east-1", "eu-west-1", "us-west-2", "europe-west1"),
+    "language": ("en", "de", "fr", "es", "pt", "ja"),
+    "timezone": ("Europe/Lisbon", "America/New_York", "Asia/Tokyo", "Europe/Berlin", "UTC"),
+    "environment": ("production", "staging", "development"),
+    "kind": ("Standard", "Basic", "Premium", "Default", "Custom", "Shared", "Dedicated"),
+    "status": ("active", "pending", "inactive"),
+    "mime": ("application/json", "text/csv", "text/plain", "image/png", "application/pdf"),
+}
+_EXTENSIONS = ("json", "csv", "py", "txt", "yaml")
 
 # a description that says the value is an email address: "Email addresses of everyone who must be free", "The
 # recipient's email address" (not "Whether to send an email")

@@ -27,7 +27,7 @@ from envfactory.tasks.run import OfflineRunner
 from envfactory.toolgraph.build import build_tool_graph
 from envfactory.toolgraph.collect import pool_sources
 from envfactory.toolgraph.graph import ToolGraph
-from envfactory.words import is_bookkeeping, spoken_name
+from envfactory.words import is_bookkeeping, snake_case, spoken_name
 from tests.support.paths import ROOT, TEST_DATA
 from tests.tasks.test_offline import check_conversation
 
@@ -97,6 +97,31 @@ def test_initial_states_of_a_compiled_environment(compiled: tuple[Settings, EnvP
         assert not set(two.core_ids[name]) & set(two.distractor_ids[name])
     assert sum(len(two.distractor_ids[n]) for n in top) > 0  # distractor batches hold more records
     env.new_state(two.config)  # loads: schemas, references
+
+
+def test_a_records_named_fields_hold_values_of_their_kind(compiled: tuple[Settings, EnvPool, ToolGraph]) -> None:
+    """Every compiled environment's generated records: a field the spec says nothing of but its name (a version,
+    a location, a type, a path) holds a value of that kind, not a dictionary word ("runtime version interview")."""
+    from faker.providers.lorem.en_US import Provider as Lorem
+
+    from envfactory.tasks.values import _NAMED
+
+    _, pool, _ = compiled
+    checked = 0
+    for name in pool.native_names():
+        env = pool.get(name)
+        assert isinstance(env, CompiledEnvironment)
+        config = generate_initial_state(env, seed=11, depth=2).config
+        for r in env.plan.resources:
+            props = r.record_schema.get("properties", {})
+            for record in config[r.name].values():
+                for field, value in record.items():
+                    schema = props.get(field, {})
+                    plain = schema.get("type") == "string" and not {"enum", "format", "pattern"} & set(schema)
+                    if plain and any(p.search(snake_case(field)) for p, _ in _NAMED):
+                        checked += 1
+                        assert value not in Lorem.word_list, (name, r.name, field, value)
+    assert checked >= 5
 
 
 def _keys(value: Any) -> set[str]:

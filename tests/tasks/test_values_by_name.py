@@ -1,0 +1,62 @@
+"""A spec's string field the schema says nothing of (no enum, format or pattern) takes the shape its name asks for:
+a review of data made from compiled environments found "runtime version interview", "location chair", "type also"
+and "airflow version create" (dictionary words). With `by_name` (compiled environments' states and arguments) a
+version is a version, a location a region, an ARN an ARN; without it (hand-written tools, which may check their own
+vocabulary) nothing changes."""
+
+from __future__ import annotations
+
+import random
+import re
+from datetime import datetime
+
+from faker.providers.lorem.en_US import Provider as Lorem
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from envfactory.tasks.values import _VOCABULARY, ValueMaker
+
+CLOCK = datetime(2026, 5, 1, 9, 0)
+WORDS = set(Lorem.word_list)
+PREFIX = st.sampled_from(["", "runtime_", "airflow_", "sku_", "dag_s3_", "source_", "default_", "x_"])
+SHAPES = {
+    "version": re.compile(r"\d+\.\d+\.\d+"),
+    "arn": re.compile(r"arn:aws:iam::\d{12}:role/[A-Za-z]+-[A-Za-z]+"),
+    "location": re.compile("|".join(map(re.escape, _VOCABULARY["region"]))),
+    "region": re.compile("|".join(map(re.escape, _VOCABULARY["region"]))),
+    "path": re.compile(r"[A-Za-z]+/[A-Za-z]+/[A-Za-z]+\.[a-z]+"),
+    "file_name": re.compile(r"[A-Za-z]+-[A-Za-z]+\.[a-z]+"),
+    "content_type": re.compile(r"[a-z]+/[a-z]+"),
+    "ip_address": re.compile(r"\d+\.\d+\.\d+\.\d+"),
+    "cidr_block": re.compile(r"\d+\.\d+\.\d+\.\d+/24"),
+    "type": re.compile("|".join(_VOCABULARY["kind"])),
+    "sku": re.compile("|".join(_VOCABULARY["kind"])),
+    "time_zone": re.compile(r"[A-Z][a-z]+(/[A-Za-z_]+)?|UTC"),
+}
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(0, 2**31), prefix=PREFIX, field=st.sampled_from(sorted(SHAPES)))
+def test_a_named_field_takes_its_shape_and_no_dictionary_word(seed: int, prefix: str, field: str) -> None:
+    value = ValueMaker(random.Random(seed), CLOCK).make(prefix + field, {"type": "string"}, by_name=True)
+    assert isinstance(value, str) and SHAPES[field].fullmatch(value), (prefix + field, value)
+    assert value not in WORDS
+    camel = re.sub(r"_([a-z])", lambda m: m.group(1).upper(), prefix + field)  # a spec's `runtimeVersion`
+    nested = ValueMaker(random.Random(seed), CLOCK).make(
+        "properties", {"type": "object", "properties": {camel: {"type": "string"}}, "required": [camel]}, by_name=True
+    )
+    assert SHAPES[field].fullmatch(nested[camel]), (camel, nested)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**31), field=st.sampled_from(sorted(SHAPES)))
+def test_the_schema_comes_first_and_hand_written_tools_keep_their_values(seed: int, field: str) -> None:
+    enum = {"type": "string", "enum": ["ALPHA", "BETA"]}
+    assert ValueMaker(random.Random(seed), CLOCK).make(field, enum, by_name=True) in ("ALPHA", "BETA")
+    dated = ValueMaker(random.Random(seed), CLOCK).make(field, {"type": "string", "format": "date"}, by_name=True)
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", dated)
+    # without by_name: the value the maker gave before, draw for draw
+    plain = ValueMaker(random.Random(seed), CLOCK).make(field, {"type": "string"})
+    again = ValueMaker(random.Random(seed), CLOCK).make(field, {"type": "string"}, by_name=False)
+    assert plain == again
+    assert not SHAPES[field].fullmatch(plain) or field in ("ip_address",)  # (the generic rules: an address)
