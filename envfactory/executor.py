@@ -317,79 +317,116 @@ class RayExecutor:
 
     def map(self, runner: Runner[J, R], jobs: Sequence[J]) -> Iterator[tuple[J, R | BaseException | WorkerLost[J]]]:
         import ray
-        from ray.exceptions import RayError, RayTaskError
+        from ray.exceptions import RayActorError, RayError, RayTaskError
 
         self.start()
         retries = self.settings.retries
         limit = self.settings.unit_timeout
         remote = ray.remote(num_cpus=1, max_restarts=retries, max_task_retries=retries)(_Worker)
         n = min(self.workers(), max(1, len(jobs)))
-        self.actors = [remote.remote(runner) for _ in range(n)]  # each worker unpickles its own copy
         todo = list(reversed(jobs))
         pending: dict[Any, tuple[int, list[J]]] = {}
-        # each actor's tasks in the order it runs them (one at a time, as submitted), and when its first began
+        # per worker: its tasks in the order it runs them (one at a time, as submitted); whether it is up (its `pid`
+        # call, sent first, answered); since when it runs the first of them: a unit's clock starts when it does, not
+        # while its worker starts (a process, the runner unpickled) or waits for a CPU
         queues: list[deque[Any]] = [deque() for _ in range(n)]
+        up = [False] * n
         began = [0.0] * n
+        ready: dict[Any, int] = {}
         queued = n * self.settings.in_flight  # tasks waiting or running at once
         most = 1 if limit is not None else self.settings.batch  # a time limit is a unit's: one a task
+        alone: list[J] = []  # units of a task whose worker died: run one a task, so the one that kills it is found
 
         def submit(index: int) -> None:
-            if todo:
+            if alone:
+                batch = [alone.pop()]
+            elif todo:
                 size = max(1, min(most, len(todo) // queued))  # every queue kept full to the end
                 batch = [todo.pop() for _ in range(min(size, len(todo)))]
-                ref = self.actors[index].run_many.remote(batch)
-                pending[ref] = (index, batch)
-                if not queues[index]:
-                    began[index] = time.monotonic()
-                queues[index].append(ref)
+            else:
+                return
+            ref = self.actors[index].run_many.remote(batch)
+            pending[ref] = (index, batch)
+            if not queues[index]:
+                began[index] = time.monotonic()
+            queues[index].append(ref)
 
-        def stop_overdue() -> Iterator[tuple[J, WorkerLost[J]]]:
-            """The actors whose running task is past its time: killed (not restarted: a unit that never returns
-            would hold the new one too), their task's units lost, the tasks queued behind it put back, a fresh
-            actor in their place."""
-            assert limit is not None
-            now = time.monotonic()
-            for index, queue in enumerate(queues):
-                if not queue or now - began[index] < limit:
-                    continue
+        def hire(index: int) -> None:
+            actor: Any = remote.remote(runner)  # each worker unpickles its own copy
+            if index < len(self.actors):
+                self.actors[index] = actor
+            else:
+                self.actors.append(actor)
+            up[index] = False
+            ready[actor.pid.remote()] = index
+            for _ in range(self.settings.in_flight):
+                submit(index)
+
+        def replace(index: int, why: str) -> Iterator[tuple[J, WorkerLost[J]]]:
+            """Worker `index` is stopped (past its time) or dead (beyond its restarts): the units of the task it was
+            running come back lost, the tasks queued behind it go back to be run, a fresh worker takes its place (a
+            dead one would fail every task sent to it; a restarted one would run the unit that never returns again)."""
+            with contextlib.suppress(RayError, ValueError):
                 ray.kill(self.actors[index], no_restart=True)
-                _, late = pending.pop(queue.popleft())
-                for ref in queue:  # queued behind it: innocent, run again elsewhere or on the new actor
-                    todo.extend(reversed(pending.pop(ref)[1]))
-                queue.clear()
-                self.actors[index] = remote.remote(runner)
-                for job in late:
-                    yield job, WorkerLost(job, f"it ran longer than {limit:g} s and was stopped")
-                for _ in range(self.settings.in_flight):
-                    submit(index)
+            queue = queues[index]
+            late = pending.pop(queue.popleft())[1] if queue else []
+            for ref in queue:  # queued behind it: innocent
+                todo.extend(reversed(pending.pop(ref)[1]))
+            queue.clear()
+            for ref in [r for r, i in ready.items() if i == index]:
+                del ready[ref]
+            if len(late) > 1:  # which of the task's units killed it is not known: each runs alone
+                alone.extend(reversed(late))
+                late = []
+            hire(index)
+            for job in late:
+                yield job, WorkerLost(job, why)
+
+        def timed() -> list[int]:
+            return [i for i, q in enumerate(queues) if q and up[i]]
 
         try:
             for index in range(n):
-                for _ in range(self.settings.in_flight):
-                    submit(index)
-            while pending:
+                hire(index)
+            while pending or alone or todo:
+                if not pending:  # (never left so: every put-back task is handed out at once; for safety)
+                    for index in range(n):
+                        submit(index)
                 left = None
-                if limit is not None:
-                    left = max(0.0, min(began[i] + limit for i, q in enumerate(queues) if q) - time.monotonic())
-                done, _ = ray.wait(list(pending), num_returns=1, timeout=left)
-                if not done:
-                    yield from stop_overdue()
+                if limit is not None and timed():
+                    left = max(0.0, min(began[i] for i in timed()) + limit - time.monotonic())
+                done, _ = ray.wait([*pending, *ready], num_returns=1, timeout=left)
+                if not done:  # a unit ran past its time
+                    assert limit is not None
+                    for index in timed():
+                        if time.monotonic() - began[index] >= limit:
+                            yield from replace(index, f"it ran longer than {limit:g} s and was stopped")
                     continue
-                index, batch = pending.pop(done[0])
+                ref = done[0]
+                if ref in ready:  # a worker is up: its first task starts now
+                    index = ready.pop(ref)
+                    up[index] = True
+                    began[index] = time.monotonic()
+                    continue
+                index, batch = pending[ref]
+                results: list[Any]
+                try:
+                    results = ray.get(ref)
+                except RayTaskError as e:  # raised inside the runner's process, not returned
+                    results = [e.as_instanceof_cause()] * len(batch)
+                except RayActorError as e:  # the worker died more often than `retries`: the task it ran is charged
+                    yield from replace(index, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
+                    continue
+                except RayError as e:
+                    why = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+                    results = [WorkerLost(job, why) for job in batch]
+                del pending[ref]
                 queue = queues[index]
-                if queue and queue[0] == done[0]:  # the next one starts now
+                if queue and queue[0] == ref:  # the next one starts now
                     queue.popleft()
                     began[index] = time.monotonic()
                 else:
-                    queue.remove(done[0])
-                results: list[Any]
-                try:
-                    results = ray.get(done[0])
-                except RayTaskError as e:  # raised inside the runner's process, not returned
-                    results = [e.as_instanceof_cause()] * len(batch)
-                except RayError as e:  # the worker died more often than `retries`
-                    why = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
-                    results = [WorkerLost(job, why) for job in batch]
+                    queue.remove(ref)
                 submit(index)
                 yield from zip(batch, results, strict=True)
         finally:

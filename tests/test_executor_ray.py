@@ -301,3 +301,28 @@ def test_a_unit_past_its_time_is_stopped_and_the_batch_goes_on() -> None:
     assert all(r == unit * 10 for unit, r in results if unit != 3)
     assert time.monotonic() - started < 60  # stopped, not waited for
     assert executor.actors == []  # every worker, the fresh one included, is gone
+
+
+def test_a_units_time_starts_when_it_does_not_while_its_worker_starts() -> None:
+    """A worker that takes longer to start (its runner unpickled: a pool, a model) than a unit may run does not make
+    its first units overdue: the clock of a worker's first task starts once the worker answers."""
+    from tests.support.ray_runners import SlowToStart
+
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=2, in_flight=2, unit_timeout=3))
+    out = dict(executor.map(SlowToStart(4.5), list(range(6))))
+    assert out == {unit: unit * 10 for unit in range(6)}
+
+
+def test_a_unit_that_keeps_killing_its_worker_costs_itself_alone() -> None:
+    """Past its restarts a worker is dead, and every task sent to it failed: a batch of `corpus compile` lost all
+    its later specs to one that ran out of memory again and again. The dead worker is replaced; the units of the
+    task it was running run one a task, so only the one that kills it is lost; the tasks queued behind go on."""
+    from tests.support.executor import DiesOn
+
+    for timeout in (None, 30.0):
+        executor = RayExecutor(ExecutorSettings(kind="ray", workers=1, retries=1, unit_timeout=timeout))
+        results = list(executor.map(DiesOn(fatal=3), list(range(10))))
+        assert sorted(unit for unit, _ in results) == list(range(10))
+        lost = {unit: r for unit, r in results if isinstance(r, WorkerLost)}
+        assert list(lost) == [3] and "ActorDiedError" in lost[3].reason, lost
+        assert all(r == unit * 10 for unit, r in results if unit != 3)

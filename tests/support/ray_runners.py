@@ -37,3 +37,20 @@ class TaskOf:
         if job % 13 == 0:
             raise ValueError(f"job {job} fails")
         return job, ray.get_runtime_context().get_task_id() or ""
+
+
+class SlowToStart:
+    """Returns ten times its unit; a worker takes `start_s` to unpickle it (a runner that loads a pool, a model)."""
+
+    def __init__(self, start_s: float) -> None:
+        self.start_s = start_s
+
+    def __getstate__(self) -> dict[str, float]:
+        return {"start_s": self.start_s}
+
+    def __setstate__(self, state: dict[str, float]) -> None:
+        time.sleep(state["start_s"])  # (in the worker: the driver never unpickles it)
+        self.start_s = state["start_s"]
+
+    def __call__(self, unit: int) -> int:
+        return unit * 10
