@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from envfactory.config import Settings
     from envfactory.env.pool import EnvPool
 
-# the `ToolGraphSettings` a build reads that change the graph (the rest say how fast it embeds, or shape sampling)
+# the `ToolGraphSettings` a build reads that change the graph (the rest say how fast it embeds, or shape sampling);
+# `use_llm` and `llm_role` count only where an LLM is configured (`graph_inputs`)
 GRAPH_SHAPING = (
     "build_edge_threshold",
     "name_type_weight",
@@ -22,9 +24,12 @@ GRAPH_SHAPING = (
     "cross_env_top_k",
     "schema_edges",
     "lean_internal_threshold",
-    "use_llm",
-    "llm_role",
 )
+# the prompt folders an LLM-made graph reads (classification, refinement, the structured answers' repair)
+GRAPH_PROMPTS = ("toolgraph", "common")
+# a pool's environments' tools as the builder sees them, digested once per pool and set of environments: a synth run
+# names its graph twice (planning, then its record), and with a compiled corpus that is a minute of reading
+_TOOLS: weakref.WeakKeyDictionary[EnvPool, dict[tuple[str, ...], str]] = weakref.WeakKeyDictionary()
 
 
 def graph_path(settings: Settings) -> Path:
@@ -42,23 +47,63 @@ def envs_graph_path(settings: Settings, envs: Iterable[str], pool: EnvPool) -> P
 
 
 def graph_inputs(settings: Settings, envs: Iterable[str], pool: EnvPool) -> str:
-    """What a graph of `envs` is built from, as canonical JSON: the set of environments, their tools as the builder
-    sees them (`pool_sources`), the embedding model, the settings that shape the graph (`GRAPH_SHAPING`) and, where
-    the build asks an LLM, that model."""
+    """What a graph of `envs` is built from, as canonical JSON: the set of environments, a digest of their tools as the
+    builder sees them (`pool_sources`), the embedding model (and the files of a local one) in the precision its vectors
+    have (`onnx-int8` moves edges), the settings that shape the graph (`GRAPH_SHAPING`) and, where the build asks an
+    LLM, that model, where it is served, its retries and its prompts."""
     from envfactory.run_settings import model_identity
-    from envfactory.toolgraph.collect import pool_sources
 
-    names = sorted(set(envs))
+    names = tuple(sorted(set(envs)))
     tg = settings.toolgraph
-    llm = model_identity(settings, tg.llm_role).model_dump() if tg.use_llm else None
+    llm: dict[str, Any] | None = None
+    if tg.use_llm and settings.llm_for(tg.llm_role).provider != "none":  # as `build_pool_graph` decides
+        llm = {
+            "role": tg.llm_role,
+            "model": model_identity(settings, tg.llm_role).model_dump(),
+            "base_url": settings.llm_for(tg.llm_role).base_url,
+            "structured_retries": settings.structured_retries,
+            "prompts": _files_digest([settings.prompts_path / folder for folder in GRAPH_PROMPTS], contents=True),
+        }
+    model = Path(str(settings.embedding_model)).expanduser()
     what = {
-        "envs": names,
-        "tools": [source.model_dump(mode="json") for source in pool_sources(pool, names)],
+        "envs": list(names),
+        "tools": _tools_digest(pool, names),
         "embedding_model": str(settings.embedding_model),
+        "embedding_files": _files_digest([model], contents=False) if model.is_dir() else None,
+        "precision": "int8" if tg.embed_backend == "onnx-int8" else "fp32",
         "settings": tg.model_dump(mode="json", include=set(GRAPH_SHAPING)),
-        "llm": llm if llm is not None and llm["provider"] != "none" else None,
+        "llm": llm,
     }
     return json.dumps(what, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def _tools_digest(pool: EnvPool, names: tuple[str, ...]) -> str:
+    from envfactory.toolgraph.collect import pool_sources
+
+    kept = _TOOLS.setdefault(pool, {})
+    if names not in kept:
+        digest = hashlib.sha256()
+        for source in pool_sources(pool, names):
+            digest.update(source.model_dump_json().encode("utf-8") + b"\0")
+        kept[names] = digest.hexdigest()
+    return kept[names]
+
+
+def _files_digest(folders: list[Path], *, contents: bool) -> str:
+    """The files under `folders`, by name and bytes (`contents`), else by name, size and time (a model's weights:
+    large, and replaced whole when they change)."""
+    digest = hashlib.sha256()
+    for folder in folders:
+        for path in sorted(folder.rglob("*")) if folder.is_dir() else []:
+            if not path.is_file():
+                continue
+            digest.update(path.relative_to(folder).as_posix().encode("utf-8") + b"\0")
+            if contents:
+                digest.update(path.read_bytes() + b"\0")
+            else:
+                st = path.stat()
+                digest.update(f"{st.st_size}:{st.st_mtime_ns}\0".encode())
+    return digest.hexdigest()
 
 
 def cache_path(settings: Settings) -> Path:

@@ -8,6 +8,7 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -102,14 +103,14 @@ def test_an_environments_graph_is_named_by_what_it_is_built_from(tmp_path: Path)
     settings = Settings(root=ROOT, bfcl=False, envs_dir=tmp_path / "envs", data_dir=tmp_path / "data")
     envs = ["hotels", "banking"]
     first = envs_graph_path(settings, envs, EnvPool(settings))
-    speed, sampling = (
-        {"embed_threads": 1, "embed_batch": 7, "block_cells": 1000},
-        {"skip_optional_p": 0.1, "max_servers": 1},
-    )
-    for same in (speed, sampling):
+    speed = {"embed_threads": 1, "embed_batch": 7, "block_cells": 1000, "embed_backend": "torch"}
+    sampling = {"skip_optional_p": 0.1, "max_servers": 1}
+    no_llm = {"use_llm": False, "llm_role": "solver"}  # no LLM is configured: the graph is the same either way
+    for same in (speed, sampling, no_llm):
         other = settings.model_copy(update={"toolgraph": settings.toolgraph.model_copy(update=same)})
         assert envs_graph_path(other, envs, EnvPool(other)) == first, same
-    for shaping in ({"build_edge_threshold": 0.8}, {"cross_env_edges": "none"}, {"schema_edges": False}):
+    shapes = ({"build_edge_threshold": 0.8}, {"cross_env_edges": "none"}, {"schema_edges": False})
+    for shaping in (*shapes, {"embed_backend": "onnx-int8"}):  # int8 vectors move edges
         other = settings.model_copy(update={"toolgraph": settings.toolgraph.model_copy(update=shaping)})
         assert envs_graph_path(other, envs, EnvPool(other)) != first, shaping
     model = settings.model_copy(update={"embedding_model": "another/model"})
@@ -129,3 +130,26 @@ def test_an_environments_graph_is_named_by_what_it_is_built_from(tmp_path: Path)
     fresh = config.model_copy(update={"out": tmp_path / "another"})
     assert graph_file(settings, fresh, envs, changed) == now  # built afresh by the next run
     assert graph_file(settings, config, envs, changed) == first  # the resume: what its first part planned over
+
+
+def test_where_an_llm_classifies_its_model_server_retries_and_prompts_name_the_graph(tmp_path: Path) -> None:
+    """A graph an LLM classified and refined differs with the model, where it is served, its retries and the prompts
+    it read: each names another file (with no LLM configured none of them counts, the test above)."""
+    shutil.copytree(ROOT / "prompts", tmp_path / "prompts")
+    script = tmp_path / "script.json"
+    script.write_text("[]")
+    search = {"provider": "scripted", "script": str(script)}
+
+    def named(**changes: Any) -> Path:
+        base: dict[str, Any] = {"root": ROOT, "bfcl": False, "data_dir": tmp_path / "data"}
+        settings = Settings(**{**base, "prompts_dir": tmp_path / "prompts", "llm_roles": {"search": search}, **changes})
+        return envs_graph_path(settings, ["hotels"], EnvPool(settings))
+
+    first = named()
+    assert named() == first
+    assert named(llm_roles={}) != first  # no LLM: the heuristic graph
+    assert named(structured_retries=7) != first
+    assert named(llm_roles={"search": {**search, "base_url": "http://127.0.0.1:9/v1"}}) != first
+    prompt = tmp_path / "prompts" / "toolgraph" / "refine.yaml"
+    prompt.write_text(prompt.read_text() + "\n# edited\n")
+    assert named() != first
