@@ -369,7 +369,7 @@ def test_a_sampled_limit_runs_a_seeded_spread_and_a_larger_one_keeps_it(
     assert first.exit_code == 0, (first.output, first.exception)
     chosen = [i.id for i in sampled(items, 7)]
     assert {r.item for r in done_attempts(out)} == set(chosen[:2])
-    assert json.loads((out / SETTINGS_FILE).read_text())["context"]["sample_seed"] == 7
+    assert json.loads((out / SETTINGS_FILE).read_text())["settings"]["sample_seed"] == 7
     more = _eval(monkeypatch, script, str(run_dir), "--out", str(out), "--limit", "3", "--sample-seed", "7")
     assert more.exit_code == 0, (more.output, more.exception)
     assert {r.item for r in done_attempts(out)[:2]} == set(chosen[:2])  # kept; the third item was added after them
@@ -378,6 +378,14 @@ def test_a_sampled_limit_runs_a_seeded_spread_and_a_larger_one_keeps_it(
     assert {tuple(sorted(i.id for i in sampled(items, seed)[:2])) for seed in range(20)} != {
         tuple(sorted(i.id for i in items[:2]))
     }
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["selection"] == {"limit": 3, "sample_seed": 7} and summary["items"] == 3
+    # another seed, or none, would put another sample beside this one: refused, naming it, and nothing runs
+    log = (out / ATTEMPTS).read_text()
+    for other in (["--sample-seed", "8"], []):
+        mixed = _eval(monkeypatch, script, str(run_dir), "--out", str(out), "--limit", "3", *other)
+        assert isinstance(mixed.exception, RunSettingsError) and "sample_seed" in str(mixed.exception), mixed.output
+        assert (out / ATTEMPTS).read_text() == log
     alone = _eval(monkeypatch, script, str(run_dir), "--out", str(tmp_path / "x"), "--sample-seed", "7")
     assert isinstance(alone.exception, EvalRunError) and "give --limit N too" in str(alone.exception)
     assert not (tmp_path / "x").exists()

@@ -77,7 +77,11 @@ def evaluate(
     concurrency: Annotated[int, typer.Option(min=1, help="attempts at once")] = 1,
     limit: Annotated[
         int | None,
-        typer.Option(min=1, help="the first N turns only (conversations in conversation mode, entries of --suite)"),
+        typer.Option(
+            min=1,
+            help="the first N turns only, or N drawn with --sample-seed (conversations in conversation mode, entries "
+            "of --suite)",
+        ),
     ] = None,
     sample_seed: Annotated[
         int | None,

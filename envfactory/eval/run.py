@@ -83,7 +83,8 @@ class EvalSettings(BaseModel):
 
     def recorded(self) -> RunRecord:
         """What `settings.json` holds: the settings a resume must match (concurrency and limit are not among
-        them: they change how many attempts run at once and which, not how one is made)."""
+        them: they change how many attempts run at once and which, not how one is made; a larger limit extends a run).
+        A `sample_seed` is: another seed's items are not a run's extension but another sample beside it."""
         shaping = {
             "model": self.model.model_dump() if self.model is not None else None,
             "tools": self.limits.tools,
@@ -93,10 +94,9 @@ class EvalSettings(BaseModel):
             "timeout_s": self.limits.timeout_s,
             "data": self.data.model_dump() if self.data is not None else None,
         }
-        context = {**self.context, "limit": self.limit}
-        if self.sample_seed is not None:
-            context["sample_seed"] = self.sample_seed
-        return RunRecord(command="eval", settings=shaping, context=context)
+        if self.sample_seed is not None:  # (absent otherwise: runs recorded before it existed resume as they were)
+            shaping["sample_seed"] = self.sample_seed
+        return RunRecord(command="eval", settings=shaping, context={**self.context, "limit": self.limit})
 
 
 class AttemptRecord(BaseModel):
@@ -145,6 +145,9 @@ class EvalSummary(Group):
     by_chain_length: dict[str, Group]
     by_kind: dict[str, Group]
     settings: dict[str, Any] | None = Field(default=None, description="what made the attempts (settings.json's)")
+    selection: dict[str, Any] | None = Field(
+        default=None, description="which items the figures are over: `limit` and `sample_seed` of the run that wrote it"
+    )
     pass_at_1_ci: Interval | None = Field(
         default=None,
         description="pass@1 over items with its 95 % bootstrap interval (seed 0); `success_rate` is over attempts",
@@ -325,7 +328,8 @@ def run_eval(
                 )
     asked = asked_attempts(records, items, settings.attempts)
     interval = pass_at_1(asked) if asked else None  # over items: what the CLI prints, kept with the figures
-    update = {"settings": settings.recorded().settings, "pass_at_1_ci": interval}
+    selection = {"limit": settings.limit, "sample_seed": settings.sample_seed}
+    update = {"settings": settings.recorded().settings, "pass_at_1_ci": interval, "selection": selection}
     summary = summarize(asked, settings.attempts).model_copy(update=update)
     write_atomic(out / SUMMARY, summary.model_dump_json(indent=2) + "\n")
     return summary
