@@ -9,6 +9,7 @@ Every way a unit can fail is a `Dropped` record with a reason code, never an exc
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import zlib
@@ -133,9 +134,26 @@ def _grow(
         if len(trial.turns) > turns[1]:
             continue
         tried = solve(trial)
-        if tried.ok:
+        if tried.ok and _repeated_writes(tried) <= _repeated_writes(outcome):
             joined, best, outcome = [*joined, candidate], trial, tried
     return best, outcome
+
+
+def _repeated_writes(outcome: PiStarOutcome) -> int:
+    """How many writes repeat one the conversation made before, to the same tool with the same arguments. A join that
+    adds one is not taken: a user asking again for what was just done ("set up a build job with ..." a second
+    time) reads as a repeated turn."""
+    seen: set[tuple[str, str, str]] = set()
+    repeated = 0
+    for p in outcome.planned:
+        key = (p.call.server, p.call.name, _canonical(p.call.arguments))
+        repeated += p.kind == "write" and key in seen
+        seen.add(key)
+    return repeated
+
+
+def _canonical(arguments: dict[str, Any]) -> str:
+    return json.dumps(arguments, sort_keys=True, default=str)
 
 
 def _fact(planned: list[PlannedCall], results: list[ToolResult]) -> tuple[str, Any] | None:

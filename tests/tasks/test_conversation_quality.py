@@ -3,6 +3,7 @@ environment (not the wording), the figures' definitions on crafted conversations
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from typing import Any
@@ -57,6 +58,21 @@ def test_the_figures_meet_the_targets(batch: tuple[list[Conversation], list[dict
     assert figures.answers_telling_bookkeeping == 0.0
     assert figures.distinct_answers > 0.8
     assert len(conversations) / (len(conversations) + len(dropped)) >= 0.75, [d["reason"] for d in dropped]
+
+
+def test_no_conversation_asks_twice_for_the_same_write(
+    batch: tuple[list[Conversation], list[dict[str, Any]], EnvPool],
+) -> None:
+    """Chains joined into one conversation could repeat a write with the same arguments ("add a bag to FB-0002",
+    then again; a compiled API's "set up a build job with ..." three times): a join that adds one is not taken."""
+    conversations, _, _ = batch
+    for conv in conversations:
+        writes = [
+            (p.call.server, p.call.name, json.dumps(p.call.arguments, sort_keys=True))
+            for p in conv.task.solver
+            if p.kind == "write"
+        ]
+        assert len(writes) == len(set(writes)), (conv.id, writes)
 
 
 def test_every_turn_is_a_verified_task_of_its_own(

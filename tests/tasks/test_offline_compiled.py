@@ -162,6 +162,9 @@ def test_offline_synth_over_compiled_environments(
             assert not any(spoken_name(k) in answer.lower() for k in keys), (keys, answer)
             assert not re.search(r"\bare 1 ", answer), answer  # "There are 1 task"
     assert told > 0  # the answers had bookkeeping to leave out
+    for conv in kept:  # no write asked for twice with the same arguments (a join that adds one is not taken)
+        writes = [(p.call.name, repr(sorted(p.call.arguments.items()))) for p in conv.task.solver if p.kind == "write"]
+        assert len(writes) == len(set(writes)), (conv.id, writes)
     # the same plan and seed: the same records, byte for byte
     _run(settings, pool, graph, tmp_path / "b")
     for name in (CONVERSATIONS, DROPPED):
