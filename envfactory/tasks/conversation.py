@@ -181,11 +181,21 @@ _PREAMBLE = re.compile(
 _THIRD_PERSON = {"is": "be", "has": "have", "does": "do", "goes": "go"}
 
 
+def _code_spoken(text: str) -> str:
+    """A spec's code spans said as words: "Get a specific `ReservationOrder`." → "Get a specific reservation order."
+    (a backticked name is code, not a proper noun: "GitHub" outside backticks stays)."""
+
+    def said(m: re.Match[str]) -> str:
+        return spoken_name(m.group(1)) if m.group(1).isidentifier() else m.group(1)
+
+    return re.sub(r"`([^`\n]{1,60})`", said, text)
+
+
 def imperative(description: str, fallback: str) -> str | None:
     """An API operation's summary as what a user asks for: its first phrase, markup gone, "This endpoint
     allows you to" gone, the third person made an imperative ("Creates a framework" → "create a
     framework", "Returns a list of vaults" → "list vaults"); None when it says nothing usable."""
-    text = _TAGS.sub("", description).replace("&quot;", '"').replace("&amp;", "&")
+    text = _code_spoken(_TAGS.sub("", description).replace("&quot;", '"').replace("&amp;", "&"))
     text = re.sub(r"\{(\w+)\}", r"\1", text).replace("{", "").replace("}", "")  # a path template's {type}
     text = re.split(r"(?<=[A-Za-z0-9\)])[.;:!?](\s|$)|\n|\s\(", text.strip(), maxsplit=1)[0].strip()
     text = _PREAMBLE.sub("", text)
@@ -219,7 +229,7 @@ def noun_phrase(description: str) -> str | None:
     """A parameter's description as what a user calls the value: its first sentence when that is a short noun
     phrase ("The email address of the user." → "email address of the user"); None otherwise (a sentence, a
     rule, an id the compiler described)."""
-    text = _TAGS.sub("", description).replace("{", "").replace("}", "").strip()
+    text = _code_spoken(_TAGS.sub("", description)).replace("{", "").replace("}", "").strip()
     text = re.split(r"(?<=[A-Za-z0-9\)])[.;:!?](\s|$)|\n|\s\(", text, maxsplit=1)[0].strip()
     if not _ARTICLE.match(text):
         return None

@@ -180,6 +180,16 @@ def test_offline_synth_over_compiled_environments(
         ("Publishes a push notification to device(s)", "publish a push notification to device(s)"),
         ("Applies changes", "apply changes"),
         ("The next item", None),
+        # a backticked name is code, said as words, and the summary's second sentence no longer runs on
+        (
+            "Get a specific `ReservationOrder`. Get the details of the `ReservationOrder`.",
+            "get a specific reservation order",
+        ),
+        (
+            "Calculate price for a `ReservationOrder`. Calculate price for placing it.",
+            "calculate price for a reservation order",
+        ),
+        ("Runs the `my-job` pipeline", "run the my-job pipeline"),
     ],
 )
 def test_a_spec_summary_becomes_what_a_user_asks(description: str, wanted: str | None) -> None:
