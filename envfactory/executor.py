@@ -271,6 +271,9 @@ class _Worker:
         return [self.run(job) for job in jobs]
 
 
+_IN_ORDER_S = 60.0  # how long the driver waits for a dead worker's first task to answer before it takes a later one
+
+
 class RayExecutor:
     """Long-lived Ray actors, `in_flight` tasks queued on each, a task holding up to `batch` units (sized so that
     every queue stays full to the end); results come back to the driver as each task finishes."""
@@ -335,11 +338,20 @@ class RayExecutor:
         ready: dict[Any, int] = {}
         queued = n * self.settings.in_flight  # tasks waiting or running at once
         most = 1 if limit is not None else self.settings.batch  # a time limit is a unit's: one a task
-        alone: list[J] = []  # units of a task whose worker died: run one a task, so the one that kills it is found
+        # suspects: the units of the task a worker was running when it died. A worker that dies may take the answer of
+        # the task before it with it (its reply not yet sent), so a death does not say which unit killed it: each runs
+        # alone on a worker with nothing else queued, and one that kills its worker there is the one
+        alone: list[J] = []
+        solo: set[int] = set()  # workers running a suspect: nothing more is queued on them until it answers
 
         def submit(index: int) -> None:
+            if index in solo:
+                return
             if alone:
+                if queues[index]:
+                    return
                 batch = [alone.pop()]
+                solo.add(index)
             elif todo:
                 size = max(1, min(most, len(todo) // queued))  # every queue kept full to the end
                 batch = [todo.pop() for _ in range(min(size, len(todo)))]
@@ -362,10 +374,11 @@ class RayExecutor:
             for _ in range(self.settings.in_flight):
                 submit(index)
 
-        def replace(index: int, why: str) -> Iterator[tuple[J, WorkerLost[J]]]:
-            """Worker `index` is stopped (past its time) or dead (beyond its restarts): the units of the task it was
-            running come back lost, the tasks queued behind it go back to be run, a fresh worker takes its place (a
-            dead one would fail every task sent to it; a restarted one would run the unit that never returns again)."""
+        def replace(index: int, why: str, *, certain: bool) -> Iterator[tuple[J, WorkerLost[J]]]:
+            """Worker `index` is stopped (past its time) or dead (beyond its restarts): the tasks queued behind the one
+            it was running go back to be run and a fresh worker takes its place (a dead one would fail every task sent
+            to it; a restarted one would run the unit that never returns again). The units of the task it was running
+            come back lost where that is `certain` (it ran past its time) or they ran alone; else they run alone."""
             with contextlib.suppress(RayError, ValueError):
                 ray.kill(self.actors[index], no_restart=True)
             queue = queues[index]
@@ -375,9 +388,10 @@ class RayExecutor:
             queue.clear()
             for ref in [r for r, i in ready.items() if i == index]:
                 del ready[ref]
-            if len(late) > 1:  # which of the task's units killed it is not known: each runs alone
+            if not certain and index not in solo:  # which unit killed it is not known: each runs alone
                 alone.extend(reversed(late))
                 late = []
+            solo.discard(index)
             hire(index)
             for job in late:
                 yield job, WorkerLost(job, why)
@@ -400,7 +414,7 @@ class RayExecutor:
                     assert limit is not None
                     for index in timed():
                         if time.monotonic() - began[index] >= limit:
-                            yield from replace(index, f"it ran longer than {limit:g} s and was stopped")
+                            yield from replace(index, f"it ran longer than {limit:g} s and was stopped", certain=True)
                     continue
                 ref = done[0]
                 if ref in ready:  # a worker is up: its first task starts now
@@ -408,25 +422,35 @@ class RayExecutor:
                     up[index] = True
                     began[index] = time.monotonic()
                     continue
-                index, batch = pending[ref]
+                index = pending[ref][0]
+                queue = queues[index]
+                if queue[0] != ref:  # a worker answers its tasks in order: a later one first means it died (each of
+                    # its tasks fails) while running the first; wait for that one, so the right one is charged
+                    ray.wait([queue[0]], num_returns=1, timeout=_IN_ORDER_S)
+                    if ray.wait([queue[0]], num_returns=1, timeout=0)[0]:
+                        ref = queue[0]
+                batch = pending[ref][1]
                 results: list[Any]
                 try:
                     results = ray.get(ref)
                 except RayTaskError as e:  # raised inside the runner's process, not returned
                     results = [e.as_instanceof_cause()] * len(batch)
                 except RayActorError as e:  # the worker died more often than `retries`: the task it ran is charged
-                    yield from replace(index, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}")
-                    continue
+                    if queue[0] == ref:
+                        yield from replace(index, f"{type(e).__name__}: {str(e).splitlines()[0][:300]}", certain=False)
+                        continue
+                    why = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"  # (its first never answered)
+                    results = [WorkerLost(job, why) for job in batch]
                 except RayError as e:
                     why = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
                     results = [WorkerLost(job, why) for job in batch]
                 del pending[ref]
-                queue = queues[index]
-                if queue and queue[0] == ref:  # the next one starts now
+                if queue[0] == ref:  # the next one starts now
                     queue.popleft()
                     began[index] = time.monotonic()
                 else:
                     queue.remove(ref)
+                solo.discard(index)
                 submit(index)
                 yield from zip(batch, results, strict=True)
         finally:

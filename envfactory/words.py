@@ -76,6 +76,13 @@ _SINGULAR_S = frozenset(
 )
 
 
+# nouns with no plural of their own (`3 metadata`, not `metadatas`), or one that does not end in s
+_SAME_PLURAL = frozenset(
+    {"metadata", "data", "information", "media", "criteria", "feedback", "software", "hardware", "equipment", "staff"}
+)
+_IRREGULAR = {"child": "children", "person": "people", "man": "men", "woman": "women", "index": "indices"}
+
+
 def plural(noun: str) -> str:
     """The plural of a noun phrase's last word: `reservation order` → reservation orders, `city` → cities,
     `status` → statuses, `analysis` → analyses; a word already plural stays (`statistics`, `settings`, `apis`,
@@ -85,7 +92,11 @@ def plural(noun: str) -> str:
     last = low.rsplit("_", 1)[-1]  # `order_status` is a status
     if not low:
         return noun
-    if last == "axis" or (last.endswith("sis") and len(last) > 4):
+    if last in _SAME_PLURAL or last in _IRREGULAR.values():
+        made = word
+    elif last in _IRREGULAR:
+        made = word[: len(word) - len(last)] + _IRREGULAR[last]
+    elif last == "axis" or (last.endswith("sis") and len(last) > 4):
         made = word[:-2] + "es"  # analysis → analyses, axis → axes (not the plural of a word in -si: rare)
     elif last in _SINGULAR_S or last.endswith("ss"):
         made = word + "es"
@@ -201,17 +212,21 @@ def is_free_text(name: str) -> bool:
     return _MASKED_TEXT.search(name.lower()) is not None
 
 
-# a response's bookkeeping, no fact about the record: where the next page starts, a cache validator, a link to itself
+# a response's bookkeeping, no fact about the record: where the next page starts, a cache validator, a link to itself.
+# Whole names only (`time_signature`, an SSH key's `fingerprint` and `@odata.count` are facts a user asks about)
 _BOOKKEEPING = re.compile(
-    r"(^|_)((next|prev|previous)_)?(page_?token|page_?cursor|cursor|continuation(_token)?|etag|e_tag|self_?link|"
-    r"next_?link|odata(_\w+)?|nonce|checksum|signature|sync_?token|resource_?version|fingerprint)$"
-    r"|^(next|prev|previous)_(token|marker|key)$|^(next_)?marker$"
+    r"^(?:(?:next|prev|previous|start|end)_)?(?:page_token|page_cursor|cursor|continuation(?:_token)?|sync_token"
+    r"|marker|key_marker|version_id_marker|upload_id_marker)$"
+    r"|^(?:next|prev|previous)_(?:token|link|key|page_link)$"
+    r"|^(?:etag|e_tag|self_link|resource_version|last_evaluated_key|exclusive_start_key|is_truncated)$"
+    r"|^odata_(?:context|etag|type|id|next_link|delta_link|edit_link|read_link|metadata|media_etag)$"
 )
 
 
 def is_bookkeeping(name: str) -> bool:
-    """A field a response carries for the client, not the user: `nextPageToken`, `NextToken`, `Marker`, `etag`,
-    `selfLink`, `@odata.nextLink`, `continuationToken` (an answer never tells them, a user never asks for them)."""
+    """A field a response carries for the client, not the user: `nextPageToken`, `NextToken`, `Marker`,
+    `NextKeyMarker`, `LastEvaluatedKey`, `etag`, `selfLink`, `@odata.nextLink`, `continuationToken` (an answer never
+    tells them, a user never asks for them)."""
     return _BOOKKEEPING.search(snake_case(name)) is not None
 
 

@@ -16,9 +16,9 @@ from envfactory.words import spoken_name
 _DAY = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 _CLOCK = re.compile(r"(\d{2}):(\d{2})(:00)?")
 DATE_STYLES = 4
-# a value no user says: a uuid, a long hex digest, a type tag (`tasks#task`)
+# a value no user says: a uuid, a long hex digest (not a long number), a type tag (`tasks#task`; not `order#123`)
 _OPAQUE = re.compile(
-    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{24,}|[A-Za-z0-9_.-]+#[A-Za-z0-9_.#-]+",
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|(?=[0-9]*[a-f])[0-9a-f]{32,}|[a-z]+#[a-z][A-Za-z]*",
     re.IGNORECASE,
 )
 

@@ -267,15 +267,14 @@ _MONEY = re.compile(r"(total|price|amount|balance|cost|fee)")
 
 
 class Count(int):
-    """How many items a record's list field holds, told as "2 error events" (`fact_text`), not "error events 2"."""
+    """How many items a record's list field holds, told as "error events: 2" (`fact_text`), not "error events 2"."""
 
 
 def fact_text(field: str, value: Any) -> str:
-    """One fact of `facts` as an answer says it: "status confirmed", "2 error events", "1 tag"."""
+    """One fact of `facts` as an answer says it: "status confirmed", "error events: 2" (a list's count, said as a
+    label and its number: a rule-made singular of a spec's field name reads worse, "1 cach", "1 movy")."""
     if isinstance(value, Count):
-        words = spoken_name(field).rsplit(" ", 1)
-        one = " ".join([*words[:-1], singular(words[-1])])
-        return f"{int(value)} {one if value == 1 else plural(one)}"
+        return f"{spoken_name(field) or 'items'}: {int(value)}"
     return f"{spoken_name(field)} {say(value)}"
 
 

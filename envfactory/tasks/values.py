@@ -113,7 +113,10 @@ class ValueMaker:
             fmt = "email"  # `people`, `to`, `cc`: what the description says they hold
         elif fmt is None and _STAMP_DESCRIBED.search(str(schema.get("description", ""))):
             fmt = "date-time"
-        value = (self._by_name(snake_case(name)) if by_name and fmt is None else None) or self._string(low, fmt)
+        described = str(schema.get("description", ""))
+        value = (self._by_name(snake_case(name), described) if by_name and fmt is None else None) or self._string(
+            low, fmt
+        )
         pattern = schema.get("pattern")
         if isinstance(pattern, str) and not _matches(pattern, value):  # a shape only the pattern says: one that fits
             value = self._xeger(pattern, value)
@@ -161,11 +164,20 @@ class ValueMaker:
     def future_date(self) -> date:
         return self.clock.date() + timedelta(days=self.rng.randint(3, 40))
 
-    def _by_name(self, name: str) -> str | None:
-        """A value shaped as a field of that name holds one (`_NAMED`), or None: the generic rules decide."""
+    def _by_name(self, name: str, description: str = "") -> str | None:
+        """A value shaped as a field of that name holds one (`_NAMED`), or None: the generic rules decide. A location
+        is a cloud region where the field's description says so (a resource's, an Azure one), else a city; a language
+        a programming one where the description speaks of code, else a locale."""
         for pattern, kind in _NAMED:
             if pattern.search(name):
                 rng, f = self.rng, self.faker
+                if kind == "region" and name.endswith("location") and not _CLOUD.search(description):
+                    return str(f.city())
+                if kind == "language" and _CODE_LANGUAGE.search(description):
+                    return rng.choice(("Python", "Go", "TypeScript", "Java", "Rust"))
+                if kind == "sku":  # a product's code, unique to it
+                    letters = "".join(rng.choice(string.ascii_uppercase) for _ in range(3))
+                    return f"{letters}-{rng.randint(1000, 99999)}"
                 if kind == "version":
                     return f"{rng.randint(1, 4)}.{rng.randint(0, 12)}.{rng.randint(0, 9)}"
                 if kind == "arn":
@@ -234,7 +246,8 @@ _NAMED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"(^|_)(ip|ip_address|ipv4|cidr|cidr_block)$", "ip"),
         (r"(^|_)(language|lang|locale)$", "language"),
         (r"(^|_)(environment|stage)$", "environment"),
-        (r"(^|_)(type|kind|mode|tier|category|sku|plan|edition|class)$", "kind"),
+        (r"(^|_)sku$", "sku"),
+        (r"(^|_)(type|kind|mode|tier|category|plan|edition|class)$", "kind"),
         (r"(^|_)status$", "status"),  # (not `state`: an address's)
         (r"(^|_)colou?r$", "color"),
     )
@@ -249,6 +262,8 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "mime": ("application/json", "text/csv", "text/plain", "image/png", "application/pdf"),
 }
 _EXTENSIONS = ("json", "csv", "py", "txt", "yaml")
+_CLOUD = re.compile(r"region|azure|resource|data ?cent(?:er|re)|availability|zone|cloud", re.IGNORECASE)
+_CODE_LANGUAGE = re.compile(r"programming|source code|repositor|\bcode\b", re.IGNORECASE)
 
 # a description that says the value is an email address: "Email addresses of everyone who must be free", "The
 # recipient's email address" (not "Whether to send an email")

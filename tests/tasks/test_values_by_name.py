@@ -22,7 +22,6 @@ PREFIX = st.sampled_from(["", "runtime_", "airflow_", "sku_", "dag_s3_", "source
 SHAPES = {
     "version": re.compile(r"\d+\.\d+\.\d+"),
     "arn": re.compile(r"arn:aws:iam::\d{12}:role/[A-Za-z]+-[A-Za-z]+"),
-    "location": re.compile("|".join(map(re.escape, _VOCABULARY["region"]))),
     "region": re.compile("|".join(map(re.escape, _VOCABULARY["region"]))),
     "path": re.compile(r"[A-Za-z]+/[A-Za-z]+/[A-Za-z]+\.[a-z]+"),
     "file_name": re.compile(r"[A-Za-z]+-[A-Za-z]+\.[a-z]+"),
@@ -30,7 +29,7 @@ SHAPES = {
     "ip_address": re.compile(r"\d+\.\d+\.\d+\.\d+"),
     "cidr_block": re.compile(r"\d+\.\d+\.\d+\.\d+/24"),
     "type": re.compile("|".join(_VOCABULARY["kind"])),
-    "sku": re.compile("|".join(_VOCABULARY["kind"])),
+    "sku": re.compile(r"[A-Z]{3}-\d{4,5}"),  # a product's own code
     "time_zone": re.compile(r"[A-Z][a-z]+(/[A-Za-z_]+)?|UTC"),
 }
 
@@ -60,3 +59,28 @@ def test_the_schema_comes_first_and_hand_written_tools_keep_their_values(seed: i
     again = ValueMaker(random.Random(seed), CLOCK).make(field, {"type": "string"}, by_name=False)
     assert plain == again
     assert not SHAPES[field].fullmatch(plain) or field in ("ip_address",)  # (the generic rules: an address)
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**31))
+def test_a_location_is_a_region_where_its_description_says_so_and_a_place_elsewhere(seed: int) -> None:
+    """An Azure resource's `location` is a region; a meeting's or a user's is a place. A repository's `language` is
+    a programming language; a user's a locale."""
+    regions = set(_VOCABULARY["region"])
+
+    def make(name: str, description: str) -> str:
+        schema = {"type": "string", "description": description}
+        return str(ValueMaker(random.Random(seed), CLOCK).make(name, schema, by_name=True))
+
+    assert make("location", "The geo-location where the resource lives") in regions
+    assert make("location", "Resource location.") in regions
+    for place in (make("location", "Where the meeting takes place."), make("location", "")):
+        assert place not in regions and place not in WORDS
+    assert make("language", "The repository's main programming language") in (
+        "Python",
+        "Go",
+        "TypeScript",
+        "Java",
+        "Rust",
+    )
+    assert make("language", "The user's preferred language") in _VOCABULARY["language"]
