@@ -343,9 +343,10 @@ class RayExecutor:
         # alone on a worker with nothing else queued, and one that kills its worker there is the one
         alone: list[J] = []
         solo: set[int] = set()  # workers running a suspect: nothing more is queued on them until it answers
+        retired: set[int] = set()  # workers given up before they were placed (more workers than the cluster's CPUs)
 
         def submit(index: int) -> None:
-            if index in solo:
+            if index in solo or index in retired:
                 return
             if alone:
                 if queues[index]:
@@ -395,6 +396,27 @@ class RayExecutor:
             hire(index)
             for job in late:
                 yield job, WorkerLost(job, why)
+
+        def rebalance() -> None:
+            """With nothing left to hand out and a worker idle, a worker that was never placed (more workers than the
+            cluster has CPUs: it waits for one for ever) is given up: its tasks go to the idle ones."""
+            idle = [i for i in range(n) if up[i] and not queues[i] and i not in retired]
+            if todo or alone or not idle:
+                return
+            for index in range(n):
+                if up[index] or not queues[index] or index in retired:
+                    continue
+                with contextlib.suppress(RayError, ValueError):
+                    ray.kill(self.actors[index], no_restart=True)
+                for ref in queues[index]:
+                    todo.extend(reversed(pending.pop(ref)[1]))
+                queues[index].clear()
+                for ref in [r for r, i in ready.items() if i == index]:
+                    del ready[ref]
+                retired.add(index)
+            for index in idle:
+                for _ in range(self.settings.in_flight):
+                    submit(index)
 
         def timed() -> list[int]:
             return [i for i, q in enumerate(queues) if q and up[i]]
@@ -452,6 +474,7 @@ class RayExecutor:
                     queue.remove(ref)
                 solo.discard(index)
                 submit(index)
+                rebalance()
                 yield from zip(batch, results, strict=True)
         finally:
             for actor in self.actors:

@@ -326,3 +326,15 @@ def test_a_unit_that_keeps_killing_its_worker_costs_itself_alone() -> None:
         lost = {unit: r for unit, r in results if isinstance(r, WorkerLost)}
         assert list(lost) == [3] and "ActorDiedError" in lost[3].reason, lost
         assert all(r == unit * 10 for unit, r in results if unit != 3)
+
+
+@pytest.mark.timeout(120)
+def test_more_workers_than_the_cluster_has_cpus_still_finish() -> None:
+    """`--workers 4` on a 2-CPU cluster: the two workers that are never placed held their queued units for ever, and
+    the run hung. Once the placed workers are idle with nothing left to hand out, the others are given up and their
+    units run on the idle ones."""
+    from tests.support.executor import DiesOn
+
+    executor = RayExecutor(ExecutorSettings(kind="ray", workers=4, in_flight=2))
+    assert dict(executor.map(DiesOn(fatal=-1), list(range(20)))) == {unit: unit * 10 for unit in range(20)}
+    assert executor.actors == []
