@@ -109,11 +109,11 @@ class ValueMaker:
         if low.endswith("_id") and self.id_lookup is not None and (found := self.id_lookup(low[:-3])) is not None:
             return found
         fmt = schema.get("format")
-        if fmt is None and _EMAIL_DESCRIBED.match(str(schema.get("description", ""))):
-            fmt = "email"  # `people`, `to`, `cc`: what the description says they hold
-        elif fmt is None and _STAMP_DESCRIBED.search(str(schema.get("description", ""))):
-            fmt = "date-time"
         described = str(schema.get("description", ""))
+        if fmt is None and _EMAIL_DESCRIBED.match(described):
+            fmt = "email"  # `people`, `to`, `cc`: what the description says they hold
+        elif fmt is None and _STAMP_DESCRIBED.search(described):
+            fmt = "date-time"
         value = (self._by_name(snake_case(name), described) if by_name and fmt is None else None) or self._string(
             low, fmt
         )
