@@ -88,7 +88,9 @@ def canonical(initial: dict[str, Any], final: dict[str, Any], mask: MaskSpec) ->
         if not isinstance(records, dict):
             continue
         kept = {k: replace_ids(v, ids) for k, v in records.items() if k not in ids}
-        created = sorted((replace_ids(v, ids) for k, v in records.items() if k in ids), key=json.dumps)
+        created = [replace_ids(v, ids) for k, v in records.items() if k in ids]
+        if len(created) > 1:  # (one: no sort key made)
+            created.sort(key=json.dumps)
         if created:
             kept["<new>"] = created
         out[coll] = kept

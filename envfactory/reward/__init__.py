@@ -60,20 +60,22 @@ training steps (TRL's `trainer_state.global_step` / `max_steps`).
 With the defaults, on a search → book → cancel turn: ground truth 1.0 > the ground truth plus a
 redundant read (≈ 0.88) > one wrong argument (≈ 0.33) > an empty completion (0.0).
 
-Speed (`benchmarks/reward.py`): everything a record determines (parsed ground truth, normalized
-arguments, the partial order, validated and canonical initial / goal states) is built once and
-cached (LRU, keyed by the record's fields); an initial state once per (server, initial_config), which a
-dataset's records share; a predicted call's ground-truth matches once per record and call. Only write
-calls are replayed, memoized by those calls alone (`memoize_replays`: tools are deterministic), so the
-G completions of a GRPO group that differ only in their reads, where their reads stand, or their format
-share one replay. A replay that misses continues the record's last one (`LiveReplay`: its native sessions
-rolled back through the state's change log to the calls both share) instead of forking and replaying
-those calls again, and a native session's final state is compared with the goal through the records
-its calls touched (`touched_equal`); only a state that differs is dumped whole and put in canonical
-form (`fast_canonical`, equal to the verifier's, keeping unchanged records as they are). The shortcuts
-rest on the environment contract (every write through the state's CRUD helpers);
-`tests/reward/test_fast_path.py` checks whole results bit for bit against the straightforward
-computation over random completions.
+Speed (`benchmarks/reward.py`): everything a record determines (parsed ground truth, normalized arguments,
+the partial order, validated and canonical initial / goal states) is built once and cached (LRU, keyed by
+the record's fields); an initial state once per (server, initial_config), which a dataset's records share; a
+predicted call's ground-truth matches once per record and call. Only write calls are replayed, memoized by
+those calls alone (`memoize_replays`: tools are deterministic), so the G completions of a GRPO group that
+differ only in their reads, where their reads stand, or their format share one replay. With the same memo
+switch, a `<tool_call>` block's text read cleanly once gives its calls again without being decoded, and a
+completion's whole sequence of calls gives its state and trajectory terms again (`CallsOutcome`), so
+completions that differ only in their text around the calls or in the names' form (qualified or not) share
+them. A replay that misses continues the record's last one (`LiveReplay`: its native sessions rolled back
+through the state's change log to the calls both share) instead of forking and replaying those calls again,
+and a native session's final state is compared with the goal through the records its calls touched
+(`touched_equal`); only a state that differs is dumped whole and put in canonical form (`fast_canonical`,
+equal to the verifier's, keeping unchanged records as they are). The shortcuts rest on the environment
+contract (every write through the state's CRUD helpers); `tests/reward/test_fast_path.py` checks whole
+results bit for bit against the straightforward computation over random completions.
 
 Modules, one concept each:
 
@@ -82,8 +84,9 @@ Modules, one concept each:
   order-respecting one-to-one matching);
 - `state_masking`: where masked argument values landed in a state (`masked_value_blanks`,
   `apply_blanks`) and `fast_canonical`, the verifier's canonical form without walking unchanged records;
-- `state_term`: R_state's shortcuts — a replay's memoized outcome (`Replayed`), a record's kept sessions
-  (`LiveReplay`) and the comparison through what the calls touched (`dump_delta`, `touched_equal`);
+- `state_term`: R_state's shortcuts — a replay's memoized outcome (`Replayed`), what a completion's calls
+  gave (`CallsOutcome`), a record's kept sessions (`LiveReplay`) and the comparison through what the
+  calls touched (`dump_delta`, `touched_equal`);
 - `record`: `Target`, an RL record parsed once, and the parsing of its fields; `first_differences`;
 - `scorer`: `CompositeReward`, and the functional form `composite_reward` with its scorer cache;
 - `trl`: the TRL reward function `ToolUseReward` and `record_columns` (per-sample record fields).

@@ -17,8 +17,8 @@ from envfactory.env.state import State
 from envfactory.records.models import ToolCall
 from envfactory.reward.settings import RecordError
 from envfactory.reward.state_masking import Blank, apply_blanks
-from envfactory.reward.state_term import CallKey, Delta, LiveReplay, Replayed
-from envfactory.reward.tool_calls import ToolIndex, json_problem
+from envfactory.reward.state_term import CallKey, CallsOutcome, Delta, LiveReplay, Replayed
+from envfactory.reward.tool_calls import BlockMemo, ToolIndex, json_problem
 
 _PATH_SHOWN = 3
 
@@ -49,6 +49,8 @@ class Target:
     exact: dict[CallKey, tuple[int, ...]] = field(default_factory=dict)  # of those, the ones it repeats exactly
     refused_reads: dict[tuple[Any, ...], bool] = field(default_factory=dict)  # by the read and the writes before it
     replays: dict[tuple[CallKey, ...], Replayed] = field(default_factory=dict)  # by the replayed calls
+    blocks: BlockMemo = field(default_factory=dict)  # `<tool_call>` blocks read cleanly, by their text
+    outcomes: dict[tuple[CallKey, ...], CallsOutcome] = field(default_factory=dict)  # by all the calls, in order
     live: LiveReplay | None = None  # the last replay's native sessions, rolled back by the next one
     lock: threading.Lock = field(default_factory=threading.Lock)  # who uses `live`
     _summaries: dict[str, str] = field(default_factory=dict)

@@ -35,13 +35,13 @@ from envfactory.reward.record import (
 )
 from envfactory.reward.settings import RecordError, RewardResult, RewardSettings
 from envfactory.reward.state_masking import Blank, apply_blanks, fast_canonical, masked_value_blanks
-from envfactory.reward.state_term import Delta, LiveReplay, Replayed, dump_delta, touched_equal
+from envfactory.reward.state_term import CallsOutcome, Delta, LiveReplay, Replayed, dump_delta, touched_equal
 from envfactory.reward.tool_calls import ParsedCompletion, ToolIndex, parse_tool_calls
 
 log = logging.getLogger("envfactory.reward")  # the package's logger: records keep the name they had
 
 _MAX_REASONS = 12
-_MEMO_SIZE = 64  # distinct replayed call sequences remembered per record
+_MEMO_SIZE = 64  # distinct (replayed) call sequences remembered per record
 _INDEXES_KEPT = 64  # sets of environments whose tool index is kept
 _CANDIDATES_KEPT = 1024
 _NORMALIZED_KEPT = 4096  # calls whose normalized arguments are kept
@@ -369,7 +369,8 @@ class CompositeReward:
         s = self.settings
         t = self.target(ground_truth, initial_config, final_config, mcp_servers)
         n_gt = len(t.gt)
-        parsed = parse_tool_calls(completion, t.index, max_calls=s.max_calls, max_chars=s.max_chars)
+        blocks = t.blocks if s.memoize_replays else None
+        parsed = parse_tool_calls(completion, t.index, max_calls=s.max_calls, max_chars=s.max_chars, memo=blocks)
         n_bad = len(parsed.unparseable)
         if parsed.error is not None:
             return _zero(f"unparseable: {parsed.error}", alpha, n_gt=n_gt)
@@ -381,15 +382,14 @@ class CompositeReward:
         n_pred = parsed.n_calls
 
         keys = [_call_key(c) for c in calls]
-        state_reasons: list[str] = []
-        r_state_or_none, failed = self._state(t, calls, keys, state_reasons)
-        matched = self._match(t, calls, keys, failed)
+        outcome = self._outcome(t, calls, keys)
+        matched, failed, r_state_or_none = outcome.matched, outcome.failed, outcome.r_state
         r_traj = 1.0 if n_gt == 0 and n_pred == 0 else 2.0 * matched / (n_gt + n_pred)
         if matched < n_gt:
             reasons.append(f"trajectory: {matched} of {n_gt} ground-truth calls matched")
         if n_pred > matched:
             reasons.append(f"trajectory: {n_pred - matched} predicted calls match no ground-truth call")
-        reasons.extend(state_reasons)
+        reasons.extend(outcome.reasons)
         n_failed = len(failed)
         r_state = r_traj if r_state_or_none is None else r_state_or_none
         p_length = max(0, n_pred - n_gt)
@@ -416,6 +416,24 @@ class CompositeReward:
             n_failed=n_failed,
             reasons=reasons,
         )
+
+    def _outcome(self, t: Target, calls: list[ToolCall], keys: list[CallKey | None]) -> CallsOutcome:
+        """The state and trajectory terms of `calls`, memoized per record by the calls (with the replays):
+        completions that differ only in their text around the calls, their format or the names' form
+        (qualified or not) share them."""
+        memo = tuple(k for k in keys if k is not None) if self.settings.memoize_replays and None not in keys else None
+        hit = t.outcomes.get(memo) if memo is not None else None
+        if hit is not None:
+            return hit
+        reasons: list[str] = []
+        r_state, failed = self._state(t, calls, keys, reasons)
+        matched = self._match(t, calls, keys, failed)
+        outcome = CallsOutcome(r_state, tuple(failed), tuple(reasons), matched)
+        if memo is not None:
+            if len(t.outcomes) >= _MEMO_SIZE:
+                t.outcomes.pop(next(iter(t.outcomes)))
+            t.outcomes[memo] = outcome
+        return outcome
 
     @staticmethod
     def _parse_reasons(parsed: ParsedCompletion) -> list[str]:

@@ -50,7 +50,9 @@ class RewardSettings(BaseModel):
         default=False, description="also replay read calls (they cannot change state; only for n_failed)"
     )
     memoize_replays: bool = Field(
-        default=True, description="completions of one record with the same calls share a replay (deterministic tools)"
+        default=True,
+        description="completions of one record share what their calls give (deterministic tools): the same "
+        "<tool_call> block is read once, the same calls are replayed and matched once",
     )
     max_calls: int = Field(default=64, ge=1, description="calls read from one completion; more are only counted")
     max_chars: int = Field(default=200_000, ge=1, description="characters of text read from one completion")

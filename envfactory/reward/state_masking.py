@@ -115,6 +115,6 @@ def fast_canonical(
             else:
                 kept[rid] = replace_ids(record, ids)
         if created:
-            kept["<new>"] = sorted(created, key=json.dumps)
+            kept["<new>"] = sorted(created, key=json.dumps) if len(created) > 1 else created  # (one: no key made)
         out[key] = kept
     return out

@@ -1,4 +1,5 @@
-"""R_state's shortcuts: what one replay gave (`Replayed`, memoized per record by the replayed calls), and
+"""R_state's shortcuts: what one replay gave (`Replayed`, memoized per record by the replayed calls) and what
+a completion's calls gave (`CallsOutcome`, memoized by all of them), and
 the comparison of a native session's final state with the goal through what its calls touched
 (`dump_delta`, `touched_equal`) instead of a full dump.
 
@@ -37,6 +38,18 @@ class Replayed:
     outcomes: tuple[tuple[bool, str | None], ...]
     r_state: float | None
     reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CallsOutcome:
+    """What a completion's calls gave against a record, whatever else its text held (memoized per record by
+    all its calls, in order): R_state (None: no relevant server), the failed calls' indices, the state's
+    reasons, and M, the ground-truth calls matched."""
+
+    r_state: float | None
+    failed: tuple[int, ...]
+    reasons: tuple[str, ...]
+    matched: int
 
 
 @dataclass

@@ -202,11 +202,18 @@ def json_problem(value: Any, depth: int = 0) -> str | None:
 _SCALARS = (str, bool, int, float)
 
 
+BlockMemo = dict[str, tuple[ToolCall, ...]]  # a JSON block's text -> the calls it holds (read cleanly)
+_BLOCKS_KEPT = 128
+_BLOCK_MEMO_CHARS = 4_000  # longer blocks are read every time (a memo of a few long texts would hold megabytes)
+
+
 class _Parser:
-    def __init__(self, index: ToolIndex | None, max_calls: int, max_chars: int) -> None:
+    def __init__(self, index: ToolIndex | None, max_calls: int, max_chars: int, memo: BlockMemo | None) -> None:
         self.index = index
         self.max_calls = max_calls
         self.max_chars = max_chars
+        self.memo = memo
+        self.looks = 0  # formats noted (`seen`), counted: a block that notes one is not memoized
         self.out = ParsedCompletion()
 
     # ---- bookkeeping -------------------------------------------------------------------------
@@ -215,6 +222,7 @@ class _Parser:
         self.out.unparseable.append(BadCall(where=where, text=_snippet(shown), reason=reason))
 
     def seen(self, fmt: str) -> None:
+        self.looks += 1
         if fmt not in self.out.formats:
             self.out.formats.append(fmt)
 
@@ -421,7 +429,24 @@ class _Parser:
         if not body:
             self.bad(where, body, "empty <tool_call> block" if closed else "an unclosed, empty <tool_call>")
             return
+        if self.memo is None or len(body) > _BLOCK_MEMO_CHARS:
+            self.json_text(body, where)
+            return
+        out = self.out
+        hit = self.memo.get(body)
+        if hit is not None:  # read before, cleanly: the same calls (they are never changed), kept up to max_calls
+            for call in hit:
+                if len(out.calls) >= self.max_calls:
+                    out.dropped += 1
+                else:
+                    out.calls.append(call)
+            return
+        before = (len(out.calls), len(out.unparseable), len(out.problems), self.looks, out.dropped)
         self.json_text(body, where)
+        if (len(out.unparseable), len(out.problems), self.looks, out.dropped) == before[1:]:
+            if len(self.memo) >= _BLOCKS_KEPT:
+                self.memo.clear()
+            self.memo[body] = tuple(out.calls[before[0] :])
 
     def json_text(self, body: str, where: str) -> None:
         try:
@@ -487,10 +512,19 @@ def _safe_repr(value: Any) -> str:
 
 
 def parse_tool_calls(
-    completion: Any, index: ToolIndex | None = None, *, max_calls: int = MAX_CALLS, max_chars: int = MAX_CHARS
+    completion: Any,
+    index: ToolIndex | None = None,
+    *,
+    max_calls: int = MAX_CALLS,
+    max_chars: int = MAX_CHARS,
+    memo: BlockMemo | None = None,
 ) -> ParsedCompletion:
-    """The tool calls of `completion` (text, a message, a list of messages). Never raises."""
-    parser = _Parser(index, max_calls, max_chars)
+    """The tool calls of `completion` (text, a message, a list of messages). Never raises.
+
+    `memo` (kept by the caller, for one `index`): `<tool_call>` blocks read cleanly before — no problem, no
+    message inside, no unreadable call — give the same calls again without being decoded (a GRPO group's
+    completions repeat calls). The calls are then shared between results: callers must not change them."""
+    parser = _Parser(index, max_calls, max_chars, memo)
     try:
         parser.any(completion)
     except RecursionError:

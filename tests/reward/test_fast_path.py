@@ -25,6 +25,7 @@ from envfactory.records.models import ToolCall
 from envfactory.records.verifier import canonical
 from envfactory.reward import CompositeReward, RewardSettings, apply_blanks, best_match, first_differences
 from envfactory.reward.state_term import dump_delta, touched_equal
+from envfactory.reward.tool_calls import parse_tool_calls
 from tests.reward.test_scorer import BOOK, hermes, record
 
 Step = tuple[str, str, dict[str, Any]]
@@ -90,6 +91,7 @@ VARIANTS = [
     RewardSettings(),
     RewardSettings(replay_reads=True, state_scope="all"),
     RewardSettings(memoize_replays=False, mask_masked_values=False),
+    RewardSettings(max_calls=3),  # calls beyond the third counted, not kept: also when a block comes from the memo
 ]
 
 
@@ -266,6 +268,50 @@ def test_the_fast_path_scores_like_the_straightforward_computation(
         assert math.isfinite(got.reward)
 
 
+BLOCKS = [  # <tool_call> blocks of every shape the parser reads, clean or not
+    '{"name": "book_room", "arguments": {"hotel_id": "HT-LIS-01", "guest_name": "Ana", "check_in": "2026-03-02"}}',
+    '{"name": "hotels.search_hotels", "arguments": {"city": "Lisbon"}}',
+    '{"name": "search_hotels", "arguments": "{\\"city\\": \\"Porto\\"}"}',
+    '[{"name": "get_hotel", "arguments": {"hotel_id": "HT-LIS-01"}}, {"name": "cancel_booking", "arguments": {}}]',
+    '{"role": "assistant", "tool_calls": [{"function": {"name": "get_hotel", "arguments": {"hotel_id": "H"}}}]}',
+    '{"function": {"name": "flights.book_flight", "arguments": {"flight_id": "FL-1001"}}, "id": "c1"}',
+    '{"name": "no_such_tool", "arguments": {}}',
+    '{"name": "hotels.launch", "arguments": {}}',
+    '{"name": "get_hotel", "arguments": {"hotel_id": "HT-LIS-01"}} and then some words',
+    '```json\n{"name": "get_hotel", "arguments": {"hotel_id": "HT-POR-01"}}\n```',
+    "<function=get_hotel>\n<parameter=hotel_id>\nHT-LIS-01\n</parameter>\n</function>",
+    "{'name': oops}",
+    '{"name": 5, "arguments": {}}',
+    '{"arguments": {"a": 1}}',
+    "[]",
+    "",
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    texts=st.lists(
+        st.lists(st.sampled_from(BLOCKS), max_size=6).map(
+            lambda bs: "<think>x</think>" + "".join(f"<tool_call>\n{b}\n</tool_call>\n" for b in bs)
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    max_calls=st.integers(1, 6),
+)
+def test_blocks_read_from_the_memo_parse_like_blocks_read_anew(
+    texts: list[str], max_calls: int, records: list[tuple[list[Step], dict[str, str]]], pool: EnvPool
+) -> None:
+    """A completion parsed with the record's block memo (filled by the completions before it) reads exactly as
+    parsed without one: its calls, problems, unreadable calls, formats and the calls beyond `max_calls`."""
+    index = CompositeReward(pool).target(**records[0][1]).index  # hotels and its tools
+    memo: dict[str, tuple[ToolCall, ...]] = {}
+    for text in texts:
+        want = parse_tool_calls(text, index, max_calls=max_calls)
+        got = parse_tool_calls(text, index, max_calls=max_calls, memo=memo)
+        assert got.model_dump() == want.model_dump(), text
+
+
 @settings(max_examples=120, deadline=None)
 @given(data=st.data())
 def test_comparing_what_the_calls_touched_equals_comparing_whole_dumps(
@@ -362,3 +408,24 @@ def test_a_tool_that_changes_a_record_in_place_is_caught_and_forks_go_back_to_js
         scorer.score(hermes([(n, a) for _, n, a in modify]), **second)  # the next fork finds it changed
     assert any("changed a record in place" in r.getMessage() for r in caplog.records), caplog.text
     assert len(scorer._spoiled) == 1
+
+
+def test_completions_with_the_same_calls_share_their_terms_and_blocks(
+    pool: EnvPool, records: list[tuple[list[Step], dict[str, str]]]
+) -> None:
+    steps, rec = records[0]
+    gt = [(name, args) for _, name, args in steps]
+    scorer = CompositeReward(pool)
+    results = [
+        scorer.score(hermes(gt), **rec),
+        scorer.score(hermes(gt, think=False), **rec),  # other text around the same blocks
+        scorer.score(hermes([(f"hotels.{n}", a) for n, a in gt]), **rec),  # qualified names: other blocks
+    ]
+    target = scorer.target(**rec)
+    assert len(target.outcomes) == 1 and len(target.blocks) == 2 * len(gt)
+    assert {r.reward for r in results} == {1.0}
+    wrong = scorer.score(hermes([*gt[:-1], (gt[-1][0], {"booking_id": "BK-0003"})]), **rec)
+    assert len(target.outcomes) == 2 and len(target.blocks) == 2 * len(gt) + 1 and wrong.reward < 1.0
+    off = CompositeReward(pool, RewardSettings(memoize_replays=False))
+    off.score(hermes(gt), **rec)
+    assert not off.target(**rec).outcomes and not off.target(**rec).blocks
