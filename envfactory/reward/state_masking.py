@@ -110,7 +110,7 @@ def fast_canonical(
         for rid, record in value.items():
             if rid in ids:
                 created.append(replace_ids(record, ids))
-            elif known.get(rid) == record:
+            elif (old := known.get(rid)) is record or old == record:
                 kept[rid] = record
             else:
                 kept[rid] = replace_ids(record, ids)

@@ -90,10 +90,12 @@ def dump_delta(initial: Mapping[str, Any], goal: Mapping[str, Any]) -> Delta:
     out: Delta = {}
     for key in [*initial, *(k for k in goal if k not in initial)]:
         a, b = initial.get(key, _MISSING), goal.get(key, _MISSING)
-        if a == b:
+        if a is b or a == b:  # (`is` first: a goal dump shares what it did not change with the initial one)
             continue
         if isinstance(a, dict) and isinstance(b, dict):
-            out[key] = frozenset(k for k in [*a, *b] if a.get(k, _MISSING) != b.get(k, _MISSING))
+            out[key] = frozenset(
+                k for k in [*a, *b] if (x := a.get(k, _MISSING)) is not (y := b.get(k, _MISSING)) and x != y
+            )
         else:
             out[key] = WHOLE
     return out
