@@ -111,11 +111,13 @@ def plural(noun: str) -> str:
     return head + sep + made
 
 
+@lru_cache(maxsize=_CACHE)
 def spoken_name(name: str) -> str:
     """A name as a user says it: `checkIn_date` → `check in date`, `HotelSummary` → `hotel summary`."""
     return " ".join(re.sub(r"([a-z])([A-Z])", r"\1 \2", name).replace("_", " ").split()).lower()
 
 
+@lru_cache(maxsize=_CACHE)
 def snake_case(text: str) -> str:
     """`getPetById` → `get_pet_by_id`, `list-pets` → `list_pets`, `HTTPStatus` → `http_status`."""
     s = re.sub(r"([A-Z])(?=[A-Z][a-z])", r"\1_", text)  # (not `([A-Z]+)([A-Z][a-z])`: quadratic on a run of capitals)

@@ -16,9 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic_core import to_json
-
-from envfactory.env.diff import diff_states, state_part
+from envfactory.env.diff import diff_states, same_document, state_part
 from envfactory.env.state_path import get_path
 from envfactory.records.models import Assertion, MaskSpec, States, StateVerifier, Verdict
 from envfactory.records.spoken import renderings
@@ -97,17 +95,6 @@ def canonical(initial: dict[str, Any], final: dict[str, Any], mask: MaskSpec) ->
     return {k: (v if k in colls else replace_ids(v, ids)) for k, v in out.items()}
 
 
-def same_document(a: Any, b: Any) -> bool:
-    """True only if `a` and `b` are one JSON document, so that no diff (`env.diff.diff_into`) finds anything
-    between them: equal as Python values (which tells a list from a tuple, and holds a NaN equal to itself only
-    where both hold the same object, as the diff does) and as JSON text (which tells 1 from 1.0 and from true, as
-    the diff does by type). False when either is not JSON data; the caller then compares the long way."""
-    try:
-        return bool(a == b) and to_json(a) == to_json(b)
-    except Exception:  # not JSON data (a value to_json refuses, a comparison that raises): the long way
-        return False
-
-
 def state_differences(
     initial: dict[str, Any], goal: dict[str, Any], actual: dict[str, Any], mask: MaskSpec
 ) -> list[str]:
@@ -144,7 +131,7 @@ def answer_states(answer: str, value: Any) -> bool:
     text = answer.lower()
     for form in answer_forms(value):
         f = form.lower()
-        if not f:
+        if not f or f not in text:  # (not there at all: no pattern to build)
             continue
         before = r"(?<![0-9])(?<![0-9][.,])" + (r"(?<![a-z])" if f[0].isascii() and f[0].isalpha() else "")
         after = r"(?![.,]?[0-9])" + (r"(?![a-z])" if f[-1].isascii() and f[-1].isalpha() else "")

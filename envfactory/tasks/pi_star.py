@@ -599,7 +599,8 @@ class _PiStar:
         session's records are read once while the call is bound (`_CallBinding.views`)."""
         how = _ATTEMPTS[min(attempt, len(_ATTEMPTS) - 1)]
         env, name = qualified.split(".", 1)
-        spec = self.pool.get(env).metadata.tool(name)
+        environment = self.pool.get(env)
+        spec = environment.metadata.tool(name)
         fresh = how.fresh_values and spec.kind == "write"
         self.values.defs = spec.input_schema.get("$defs", {})
         sources = {s.parameter: s for s in inputs}
@@ -609,7 +610,7 @@ class _PiStar:
             views=views,
             descriptions={k: str(v.get("description", "")).lower() for k, v in spec.parameters.items()},
             returns=self._returned(env, spec.output_schema, name, views),
-            fields=_argument_fields(self.pool.get(env), name),
+            fields=_argument_fields(environment, name),
         )
         required = set(spec.required)
         args: dict[str, Any] = {}
@@ -617,9 +618,9 @@ class _PiStar:
         masked: list[str] = []
         user_params: list[str] = []
         missing: list[str] = []
-        compiled = isinstance(self.pool.get(env), CompiledEnvironment)
-        record_ids = id_arguments(self.pool.get(env), name)
-        op = operation(self.pool.get(env), name)
+        compiled = isinstance(environment, CompiledEnvironment)
+        record_ids = id_arguments(environment, name)
+        op = operation(environment, name)
         paging = {op.offset_param, op.page_param} if op is not None else set()  # where a page starts: no user says
         # a compiled tool's other `*_id` inputs name nothing in the state (a client token, an external id): made up
         self.values.id_lookup = None if compiled else partial(self._some_id, views=views)
