@@ -3,6 +3,7 @@ cached; and the functional form `composite_reward` (one scorer per pool and sett
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -56,6 +57,17 @@ def _call_key(call: ToolCall) -> CallKey | None:
         return call.server, call.name, to_json(call.arguments, inf_nan_mode="constants")
     except (ValueError, TypeError, RecursionError):
         return None
+
+
+def _remember(memo: dict[Any, Any], key: Any, value: Any, size: int) -> None:
+    """`memo[key] = value`, the oldest entries let go beyond `size`. Threads may score one record at once (TRL's
+    reward workers): another thread's eviction between a look at the oldest key and its removal is no error."""
+    memo[key] = value
+    while len(memo) > size:
+        try:
+            memo.pop(next(iter(memo)), None)
+        except (RuntimeError, StopIteration):  # changed or emptied by another thread meanwhile: look again
+            continue
 
 
 @dataclass(frozen=True)
@@ -155,9 +167,10 @@ class CompositeReward:
             )
         except Exception:  # not serializable: do not cache
             key = None
-        if key is not None and key in self._targets:
-            self._targets.move_to_end(key)
-            hit = self._targets[key]
+        hit = self._targets.get(key) if key is not None else None
+        if key is not None and hit is not None:
+            with contextlib.suppress(KeyError):  # let go by another thread meanwhile: it is still this record's
+                self._targets.move_to_end(key)
             if isinstance(hit, RecordError):
                 raise hit
             return hit
@@ -174,7 +187,8 @@ class CompositeReward:
         if key is not None and self.settings.cache_size:
             self._targets[key] = built
             while len(self._targets) > self.settings.cache_size:
-                self._targets.popitem(last=False)
+                with contextlib.suppress(KeyError):  # emptied by another thread meanwhile
+                    self._targets.popitem(last=False)
         if isinstance(built, RecordError):
             raise built
         return built
@@ -196,9 +210,8 @@ class CompositeReward:
             return _as_states(initial_config, "initial_config")
         hit = self._initial_configs.get(key)
         if hit is None:
-            hit = self._initial_configs[key] = _as_states(initial_config, "initial_config")
-            if len(self._initial_configs) > self.settings.cache_size:
-                self._initial_configs.pop(next(iter(self._initial_configs)))
+            hit = _as_states(initial_config, "initial_config")
+            _remember(self._initial_configs, key, hit, self.settings.cache_size)
         return hit
 
     def _initial_state(self, env: BaseEnvironment, name: str, config: dict[str, Any], key: Any) -> InitialState:
@@ -224,9 +237,7 @@ class CompositeReward:
             parts.model.load_bytes(fork) if parts is not None and fork is not None else None,
         )
         if cache:
-            self._initial_states[(name, key)] = built
-            if len(self._initial_states) > self.settings.cache_size:
-                self._initial_states.pop(next(iter(self._initial_states)))
+            _remember(self._initial_states, (name, key), built, self.settings.cache_size)
         return built
 
     def _build(
@@ -430,9 +441,7 @@ class CompositeReward:
         matched = self._match(t, calls, keys, failed)
         outcome = CallsOutcome(r_state, tuple(failed), tuple(reasons), matched)
         if memo is not None:
-            if len(t.outcomes) >= _MEMO_SIZE:
-                t.outcomes.pop(next(iter(t.outcomes)))
-            t.outcomes[memo] = outcome
+            _remember(t.outcomes, memo, outcome, _MEMO_SIZE)
         return outcome
 
     @staticmethod
@@ -573,9 +582,7 @@ class CompositeReward:
         if run is None:
             run = self._replay(t, [c for _, c in replayed], [keys[k] for k, _ in replayed])
             if key is not None:
-                if len(t.replays) >= _MEMO_SIZE:
-                    t.replays.pop(next(iter(t.replays)))
-                t.replays[key] = run
+                _remember(t.replays, key, run, _MEMO_SIZE)
         failed: list[int] = []
         for k, c in enumerate(calls):
             if c.server not in t.initial:

@@ -9,6 +9,8 @@ import gc
 import json
 import logging
 import math
+import sys
+import threading
 from collections import Counter
 from typing import Any
 
@@ -429,3 +431,38 @@ def test_completions_with_the_same_calls_share_their_terms_and_blocks(
     off = CompositeReward(pool, RewardSettings(memoize_replays=False))
     off.score(hermes(gt), **rec)
     assert not off.target(**rec).outcomes and not off.target(**rec).blocks
+
+
+def test_threads_scoring_one_record_past_its_memos_get_the_rewards_one_thread_gets(
+    pool: EnvPool, records: list[tuple[list[Step], dict[str, str]]]
+) -> None:
+    """TRL may score a batch from several threads: records, replays and call outcomes let go beyond their bounds
+    while other threads read and add to them must neither raise (a reward of 0, "internal error") nor mix up."""
+    steps, rec = records[0]
+    gt = [(name, args) for _, name, args in steps]
+    completions = [hermes([*gt[:-1], (gt[-2][0], {**gt[-2][1], "nights": 1 + k % 90})]) for k in range(1440)]
+    other = records[1][1]  # a second record: with cache_size 1 the two evict each other
+    want = [CompositeReward(pool).score(c, **rec).model_dump() for c in completions[:90]]
+    scorer = CompositeReward(pool, RewardSettings(cache_size=1))
+    got: dict[int, list[tuple[int, dict[str, Any]]]] = {}
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads change places every few bytecodes
+    try:
+
+        def work(n: int) -> None:
+            got[n] = []
+            for k in range(n, len(completions), 6):
+                scorer.score(hermes(gt), **other)
+                got[n].append((k, scorer.score(completions[k], **rec).model_dump()))
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(switch)
+    results = [r for rs in got.values() for r in rs]
+    assert len(results) == len(completions)
+    for k, result in results:
+        assert result == want[k % 90], result["reasons"]
