@@ -205,6 +205,10 @@ _SCALARS = (str, bool, int, float)
 BlockMemo = dict[str, tuple[ToolCall, ...]]  # a JSON block's text -> the calls it holds (read cleanly)
 _BLOCKS_KEPT = 128
 _BLOCK_MEMO_CHARS = 4_000  # longer blocks are read every time (a memo of a few long texts would hold megabytes)
+# a block with more opening brackets is read every time: JSON nested near the interpreter's recursion limit decodes
+# or not by how deep the caller's stack is (a chat message's text sits deeper than a plain string's), so its
+# reading may not be remembered from one place for another
+_BLOCK_MEMO_BRACKETS = 128
 
 
 class _Parser:
@@ -443,7 +447,9 @@ class _Parser:
             return
         before = (len(out.calls), len(out.unparseable), len(out.problems), self.looks, out.dropped)
         self.json_text(body, where)
-        if (len(out.unparseable), len(out.problems), self.looks, out.dropped) == before[1:]:
+        if (len(out.unparseable), len(out.problems), self.looks, out.dropped) == before[1:] and (
+            body.count("{") + body.count("[") <= _BLOCK_MEMO_BRACKETS
+        ):
             if len(self.memo) >= _BLOCKS_KEPT:
                 self.memo.clear()
             self.memo[body] = tuple(out.calls[before[0] :])

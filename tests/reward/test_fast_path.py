@@ -466,3 +466,17 @@ def test_threads_scoring_one_record_past_its_memos_get_the_rewards_one_thread_ge
     assert len(results) == len(completions)
     for k, result in results:
         assert result == want[k % 90], result["reasons"]
+
+
+def test_a_block_nested_deeply_is_read_every_time(
+    records: list[tuple[list[Step], dict[str, str]]], pool: EnvPool
+) -> None:
+    """JSON nested near the recursion limit decodes or not by the caller's stack depth (a message's text sits deeper
+    than a plain string): such a block's reading is not remembered for another place."""
+    index = CompositeReward(pool).target(**records[0][1]).index
+    deep = '{"name": "get_hotel", "arguments": {"hotel_id": "H"}, "note": ' + "[" * 900 + "]" * 900 + "}"
+    shallow = '{"name": "get_hotel", "arguments": {"hotel_id": "H"}, "note": ' + "[" * 60 + "]" * 60 + "}"
+    memo: dict[str, tuple[ToolCall, ...]] = {}
+    for body in (deep, shallow):
+        parse_tool_calls(f"<tool_call>{body}</tool_call>", index, memo=memo)
+    assert list(memo) == [shallow]
