@@ -43,6 +43,7 @@ log = logging.getLogger("envfactory.reward")  # the package's logger: records ke
 
 _MAX_REASONS = 12
 _MEMO_SIZE = 64  # distinct (replayed) call sequences remembered per record
+_OUTCOME_KEY_BYTES = 16_384  # a completion's arguments (as JSON) beyond which its outcome is not remembered
 _INDEXES_KEPT = 64  # sets of environments whose tool index is kept
 _CANDIDATES_KEPT = 1024
 _NORMALIZED_KEPT = 4096  # calls whose normalized arguments are kept
@@ -432,7 +433,11 @@ class CompositeReward:
         """The state and trajectory terms of `calls`, memoized per record by the calls (with the replays):
         completions that differ only in their text around the calls, their format or the names' form
         (qualified or not) share them."""
-        memo = tuple(k for k in keys if k is not None) if self.settings.memoize_replays and None not in keys else None
+        memo: tuple[CallKey, ...] | None = None
+        if self.settings.memoize_replays and None not in keys:
+            memo = tuple(k for k in keys if k is not None)
+            if sum(len(k[2]) for k in memo) > _OUTCOME_KEY_BYTES:  # a long completion's calls: not kept as a key
+                memo = None
         hit = t.outcomes.get(memo) if memo is not None else None
         if hit is not None:
             return hit

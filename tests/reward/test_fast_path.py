@@ -428,6 +428,8 @@ def test_completions_with_the_same_calls_share_their_terms_and_blocks(
     assert {r.reward for r in results} == {1.0}
     wrong = scorer.score(hermes([*gt[:-1], (gt[-1][0], {"booking_id": "BK-0003"})]), **rec)
     assert len(target.outcomes) == 2 and len(target.blocks) == 2 * len(gt) + 1 and wrong.reward < 1.0
+    long = scorer.score(hermes([*gt, ("search_hotels", {"city": "x" * 20_000})]), **rec)  # 20 kB of arguments
+    assert len(target.outcomes) == 2 and long.n_pred == len(gt) + 1  # scored, its calls not kept as a key
     off = CompositeReward(pool, RewardSettings(memoize_replays=False))
     off.score(hermes(gt), **rec)
     assert not off.target(**rec).outcomes and not off.target(**rec).blocks
