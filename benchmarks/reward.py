@@ -17,10 +17,11 @@ other work on a shared machine does not count), records cold at the start of eve
   only write calls replayed (reads cannot change state), memoized by the replayed calls alone (the
   completions that differ only in their reads or their format share one replay); a `<tool_call>` block
   read once per record, and a completion's whole sequence of calls scored once (its state and
-  trajectory terms: the completions that differ only around their calls or in the names' form share them); a replay that misses
-  rolls the record's kept sessions back to the calls it shares with the last one (the state's change
-  log) instead of forking and replaying them; the final state compared with the goal through the
-  records the calls touched, the full dump and canonical form only when they differ;
+  trajectory terms: the completions that differ only around their calls or in the names' form share
+  them); a replay that misses rolls the record's kept sessions back to the calls it shares with the
+  last one (the state's change log) instead of forking and replaying them; the final state compared
+  with the goal through the records the calls touched, the full dump and canonical form only when
+  they differ;
 - **ours without the replay memo** — the same, every completion replayed (from the kept sessions), every
   block read and every completion's calls matched (`memoize_replays=False`);
 - **uncached** — the same with `cache_size=0`: the record's JSON, states and ground truth re-parsed
