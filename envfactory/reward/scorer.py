@@ -61,8 +61,9 @@ def _call_key(call: ToolCall) -> CallKey | None:
 
 
 def _remember(memo: dict[Any, Any], key: Any, value: Any, size: int) -> None:
-    """`memo[key] = value`, the oldest entries let go beyond `size`. Threads may score one record at once (TRL's
-    reward workers): another thread's eviction between a look at the oldest key and its removal is no error."""
+    """`memo[key] = value`, the oldest entries let go beyond `size`. Threads may score one record at once (a
+    trainer's reward called from a thread pool): another thread's eviction between a look at the oldest key and
+    its removal is no error."""
     memo[key] = value
     while len(memo) > size:
         try:
