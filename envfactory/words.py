@@ -47,6 +47,7 @@ _TOOL_TAIL = frozenset({"by", "for", "with", "from", "in", "of", "on"})
 _TOOL_TRAILING = frozenset({"detail", "details", "info"})
 
 _NOT_PLURAL = ("ss", "us", "is", "ous", "ics")
+_SAME_SINGULAR = ("series", "species")  # one series, two series (not "sery")
 # names repeat across a pool's tools (tens of thousands of them in a compiled pool): each is split once
 _CACHE = 1 << 17
 
@@ -56,7 +57,7 @@ def singular(token: str) -> str:
     `statuses`→`status`, `matches`→`match`, `boxes`→`box`; a word of three letters or fewer (`ids`, `aws`,
     `bus`) and one that only looks plural (`status`, `address`, `analysis`) stay as they are (`tokens`
     reads `ids` as `id`)."""
-    if len(token) <= 3 or token.endswith(_NOT_PLURAL):
+    if len(token) <= 3 or token.endswith(_NOT_PLURAL) or token.endswith(_SAME_SINGULAR):
         return token
     if token.endswith("ies"):
         return token[:-3] + "y"

@@ -308,3 +308,8 @@ def test_bookkeeping_is_a_responses_paging_and_caching_fields_and_no_name_of_the
     # facts a user asks about, though their last word is a bookkeeping word elsewhere (a reviewer found them hidden)
     facts_ = ["time_signature", "key_signature", "fingerprint", "sha256Fingerprint", "customSignature"]
     assert not any(is_bookkeeping(n) for n in [*facts_, "dateOfSignature", "@odata.count", "text_cursor"])
+
+
+def test_a_series_is_one_series() -> None:
+    assert singular("series") == "series" and singular("perf_sample_series") == "perf_sample_series"
+    assert singular("species") == "species" and singular("stories") == "story"

@@ -192,6 +192,14 @@ class ValueMaker:
                     return str(f.ipv4()) + ("/24" if "cidr" in name else "")
                 if kind == "color":
                     return str(f.color_name())
+                if kind == "url":
+                    return f"https://example.com/{f.slug()}"
+                if kind == "stamp":
+                    return self._string("created_at", "date-time")
+                if kind == "name":
+                    if _PERSON_DESCRIBED.search(description):
+                        return None  # a person's name: the generic rules give one
+                    return f"{f.word().lower()}-{f.word().lower()}-{rng.randint(1, 99)}"
                 return rng.choice(_VOCABULARY[kind])
         return None
 
@@ -250,6 +258,9 @@ _NAMED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"(^|_)(type|kind|mode|tier|category|plan|edition|class)$", "kind"),
         (r"(^|_)status$", "status"),  # (not `state`: an address's)
         (r"(^|_)colou?r$", "color"),
+        (r"(^|_)(url|uri|link|href)$", "url"),  # `selfLink`, `documentationLink`: an address, not "hotel"
+        (r"(^|_)timestamp$", "stamp"),  # Google's `creationTimestamp`: RFC 3339 text with no format
+        (r"^name$", "name"),  # a resource's own name: `deployment-orchid`, not a person's (unless described so)
     )
 )
 _VOCABULARY: dict[str, tuple[str, ...]] = {
@@ -263,6 +274,12 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
 }
 _EXTENSIONS = ("json", "csv", "py", "txt", "yaml")
 _CLOUD = re.compile(r"region|azure|resource|data ?cent(?:er|re)|availability|zone|cloud", re.IGNORECASE)
+# a `name` whose description says it is a person's ("The user's full name", "Name of the contact")
+_PERSON_DESCRIBED = re.compile(
+    r"\b(person|people|user|customer|member|contact|employee|patient|author|owner|guest|passenger|student|"
+    r"full name|first name|last name|given name|family name)s?\b",
+    re.IGNORECASE,
+)
 _CODE_LANGUAGE = re.compile(r"programming|source code|repositor|\bcode\b", re.IGNORECASE)
 
 # a description that says the value is an email address: "Email addresses of everyone who must be free", "The

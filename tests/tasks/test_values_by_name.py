@@ -31,6 +31,8 @@ SHAPES = {
     "type": re.compile("|".join(_VOCABULARY["kind"])),
     "sku": re.compile(r"[A-Z]{3}-\d{4,5}"),  # a product's own code
     "time_zone": re.compile(r"[A-Z][a-z]+(/[A-Za-z_]+)?|UTC"),
+    "self_link": re.compile(r"https://example\.com/[a-z0-9-]+"),  # an address ("self link hotel" before)
+    "creation_timestamp": re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"),  # ("creation timestamp like")
 }
 
 
@@ -84,3 +86,22 @@ def test_a_location_is_a_region_where_its_description_says_so_and_a_place_elsewh
         "Rust",
     )
     assert make("language", "The user's preferred language") in _VOCABULARY["language"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**31))
+def test_a_resource_is_named_as_one_and_a_person_where_the_description_says_so(seed: int) -> None:
+    """A deployment's or a type provider's `name` is a resource's ("orchid-gateway-7"), not "Julian Wilson" (a review
+    of data from Google's Deployment Manager spec); a contact's or a user's is a person's."""
+
+    def make(description: str) -> str:
+        schema = {"type": "string", "description": description}
+        return str(ValueMaker(random.Random(seed), CLOCK).make("name", schema, by_name=True))
+
+    for description in ("Name of the resource; provided by the client when the resource is created.", ""):
+        assert re.fullmatch(r"[a-z]+-[a-z]+-\d{1,2}", make(description))
+    for description in ("The user's full name.", "Name of the contact", "The patient's name"):
+        person = make(description)
+        assert re.fullmatch(r"[A-Z][A-Za-z.']*( [A-Z][A-Za-z.']*)+", person), (description, person)
+    plain = ValueMaker(random.Random(seed), CLOCK).make("name", {"type": "string"})  # hand-written tools: a person
+    assert " " in plain
