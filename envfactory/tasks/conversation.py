@@ -64,7 +64,7 @@ class Wording(BaseModel):
     found_unnamed: list[str] = ["the {noun} {label} {criteria}"]  # one with no name: {label} is a detail, or empty
     holder_reference: list[str]  # a record named in another one a lookup finds: {noun} {holder} {label} {criteria}
     distinguish: list[str]  # {field} {value}: the detail that picks the target among candidates
-    vague_reference: list[str]  # a reference that leaves the choice open: {noun} {criteria}
+    vague_reference: list[str]  # a reference that leaves the choice open: {noun} or {nouns} {criteria}
     clarify_question: list[str]  # the assistant asks which: {count} {noun} {nouns} {criteria} {field} {options}
     clarify_reply: list[str]  # the user answers from what they know: {field} {value}
     identity: list[str]  # the user's own id, said once: {noun} {value}
@@ -531,7 +531,9 @@ class ConversationWriter:
                 # ambiguity introduction: the request says only what several records share (the lookup's
                 # criteria); the assistant asks which, and the user answers with what tells it apart
                 self.clarification = self._clarify(noun, criteria, detail, candidates, source_call - turn.start)
-                vague = self.rng.choice(self.wording.vague_reference).format(noun=noun, criteria=criteria)
+                vague = self.rng.choice(self.wording.vague_reference).format(
+                    noun=noun, nouns=plural(noun), criteria=criteria
+                )
                 return re.sub(r"\s+", " ", vague).strip()
             if not unique and detail is not None and detail[0] != told:
                 phrase += " " + self.rng.choice(self.wording.distinguish).format(

@@ -8,6 +8,7 @@ Faker per solve.
 
 from __future__ import annotations
 
+import base64
 import random
 import re
 import string
@@ -205,6 +206,12 @@ class ValueMaker:
 
     def _string(self, name: str, fmt: Any) -> str:
         f = self.faker
+        if fmt in _INTEGER_TEXT:  # Google's int64 fields: a number written as text ("manifest size bytes human")
+            return str(self.rng.randint(1, 5000))
+        if fmt in _DECIMAL_TEXT:
+            return f"{self.rng.uniform(1, 1000):.2f}"
+        if fmt == "byte":  # base64 ("fingerprint area")
+            return base64.b64encode(bytes(self.rng.getrandbits(8) for _ in range(9))).decode()
         if fmt == "date" or re.search(r"(^|_)(date|day|check_in|check_out|birthday|due)$", name):
             return self.future_date().isoformat()
         if (
@@ -273,6 +280,8 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "mime": ("application/json", "text/csv", "text/plain", "image/png", "application/pdf"),
 }
 _EXTENSIONS = ("json", "csv", "py", "txt", "yaml")
+_INTEGER_TEXT = frozenset({"int64", "int32", "uint64", "uint32", "integer", "long"})  # a string's format
+_DECIMAL_TEXT = frozenset({"double", "float", "decimal", "number"})
 _CLOUD = re.compile(r"region|azure|resource|data ?cent(?:er|re)|availability|zone|cloud", re.IGNORECASE)
 # a `name` whose description says it is a person's ("The user's full name", "Name of the contact")
 _PERSON_DESCRIBED = re.compile(

@@ -379,3 +379,14 @@ def test_a_found_list_agrees_with_its_count() -> None:
             call = PlannedCall(call=ToolCall(server="x", name=tool, arguments={}), kind="read")
             text = writer._report(call, ToolResult(server="x", name=tool, ok=True, result=result), {}, None)
             assert re.search(wanted, text) and "are 1 " not in text, text
+
+
+def test_no_wording_makes_a_plural_by_appending_to_a_placeholder() -> None:
+    """`one of my {noun}s` said "historys" and "addresss": a plural is `plural()`'s (a `{nouns}` placeholder), never
+    letters glued to a placeholder in a template."""
+    glued = [
+        (path.name, m.group(0))
+        for path in sorted(PROMPTS.rglob("*.yaml"))
+        for m in re.finditer(r"\{[a-z_]+\}[a-z]", path.read_text(encoding="utf-8"))
+    ]
+    assert not glued, glued

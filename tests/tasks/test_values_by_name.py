@@ -6,6 +6,7 @@ vocabulary) nothing changes."""
 
 from __future__ import annotations
 
+import base64
 import random
 import re
 from datetime import datetime
@@ -105,3 +106,19 @@ def test_a_resource_is_named_as_one_and_a_person_where_the_description_says_so(s
         assert re.fullmatch(r"[A-Z][A-Za-z.']*( [A-Z][A-Za-z.']*)+", person), (description, person)
     plain = ValueMaker(random.Random(seed), CLOCK).make("name", {"type": "string"})  # hand-written tools: a person
     assert " " in plain
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**31), by_name=st.booleans(), field=st.sampled_from(["manifest_size_bytes", "fingerprint"]))
+def test_a_string_holds_what_its_format_says(seed: int, by_name: bool, field: str) -> None:
+    """Google writes int64 fields as strings with format int64 ("manifest size bytes human" before) and bytes as
+    base64 (format byte: "fingerprint area")."""
+
+    def make(fmt: str) -> str:
+        return str(
+            ValueMaker(random.Random(seed), CLOCK).make(field, {"type": "string", "format": fmt}, by_name=by_name)
+        )
+
+    assert make("int64").isdigit() and make("uint32").isdigit()
+    assert re.fullmatch(r"\d+\.\d{2}", make("double"))
+    assert len(base64.b64decode(make("byte"), validate=True)) == 9
