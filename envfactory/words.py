@@ -222,14 +222,15 @@ _BOOKKEEPING = re.compile(
     r"|marker|key_marker|version_id_marker|upload_id_marker)$"
     r"|^(?:next|prev|previous)_(?:token|link|key|page_link)$"
     r"|^(?:etag|e_tag|self_link|resource_version|last_evaluated_key|exclusive_start_key|is_truncated)$"
+    r"|^(?:status_code|http_status|http_status_code)$"
     r"|^odata_(?:context|etag|type|id|next_link|delta_link|edit_link|read_link|metadata|media_etag)$"
 )
 
 
 def is_bookkeeping(name: str) -> bool:
     """A field a response carries for the client, not the user: `nextPageToken`, `NextToken`, `Marker`,
-    `NextKeyMarker`, `LastEvaluatedKey`, `etag`, `selfLink`, `@odata.nextLink`, `continuationToken` (an answer never
-    tells them, a user never asks for them)."""
+    `NextKeyMarker`, `LastEvaluatedKey`, `etag`, `selfLink`, `@odata.nextLink`, `continuationToken`, an envelope's
+    `status_code` (an answer never tells them, a user never asks for them)."""
     return _BOOKKEEPING.search(snake_case(name)) is not None
 
 

@@ -304,6 +304,8 @@ def test_bookkeeping_is_a_responses_paging_and_caching_fields_and_no_name_of_the
     paging = ["nextPageToken", "page_token", "NextToken", "NextMarker", "Marker", "@odata.nextLink", "cursor"]
     s3 = ["KeyMarker", "NextKeyMarker", "VersionIdMarker", "LastEvaluatedKey", "IsTruncated"]
     assert all(is_bookkeeping(n) for n in [*paging, *s3, "continuationToken", "ETag", "syncToken", "resourceVersion"])
+    assert all(is_bookkeeping(n) for n in ["status_code", "statusCode", "httpStatus"])  # "status code 200"
+    assert not any(is_bookkeeping(n) for n in ["status", "code", "error_code", "postal_code", "status_message"])
     assert not any(is_bookkeeping(n) for n in ["page", "token", "access_token", "page_size", "next_step", "tag"])
     # facts a user asks about, though their last word is a bookkeeping word elsewhere (a reviewer found them hidden)
     facts_ = ["time_signature", "key_signature", "fingerprint", "sha256Fingerprint", "customSignature"]

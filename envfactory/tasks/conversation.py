@@ -565,7 +565,8 @@ class ConversationWriter:
         record: dict[str, Any], candidates: list[dict[str, Any]], said: set[str] | frozenset[str] = frozenset()
     ) -> tuple[str, Any] | None:
         """A field of `record` whose value no other candidate shares (not an id, nor a value the request
-        already says: a resource group the call names anyway): what picks it out."""
+        already says: a resource group the call names anyway, nor what no user says: a response's bookkeeping,
+        an envelope's "status code 200", a uuid): what picks it out."""
         ordered = sorted(record, key=lambda k: (0 if _SALIENT.search(k) else 1, k))
         for field in ordered:
             value = record[field]
@@ -574,6 +575,8 @@ class ConversationWriter:
                 or field.endswith("_id")
                 or not isinstance(value, str | int | float)
                 or isinstance(value, bool)
+                or is_bookkeeping(field)
+                or unsayable(value)
                 or say(value).lower() in said
             ):
                 continue

@@ -227,6 +227,12 @@ class ValueMaker:
             return str(f.email())
         if "phone" in name:
             return str(f.phone_number())
+        if _FIRST_NAME.search(name):  # (before the "…name" rule below: "first name Despite its level")
+            return str(f.first_name())
+        if _LAST_NAME.search(name):
+            return str(f.last_name())
+        if _USER_NAME.search(name):
+            return str(f.user_name())
         if name.endswith("name") and any(w in name for w in ("guest", "customer", "owner", "passenger", "holder")):
             return str(f.name())
         if name in ("name", "full_name", "contact_name", "payee_name", "recipient", "person"):
@@ -280,6 +286,9 @@ _VOCABULARY: dict[str, tuple[str, ...]] = {
     "mime": ("application/json", "text/csv", "text/plain", "image/png", "application/pdf"),
 }
 _EXTENSIONS = ("json", "csv", "py", "txt", "yaml")
+_FIRST_NAME = re.compile(r"(^|_)(first_?name|given_?name|forename)$")
+_LAST_NAME = re.compile(r"(^|_)(last_?name|family_?name|surname)$")
+_USER_NAME = re.compile(r"(^|_)(user_?name|login_?name|screen_?name)$")
 _INTEGER_TEXT = frozenset({"int64", "int32", "uint64", "uint32", "integer", "long"})  # a string's format
 _DECIMAL_TEXT = frozenset({"double", "float", "decimal", "number"})
 _CLOUD = re.compile(r"region|azure|resource|data ?cent(?:er|re)|availability|zone|cloud", re.IGNORECASE)

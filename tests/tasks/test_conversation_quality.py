@@ -390,3 +390,16 @@ def test_no_wording_makes_a_plural_by_appending_to_a_placeholder() -> None:
         for m in re.finditer(r"\{[a-z_]+\}[a-z]", path.read_text(encoding="utf-8"))
     ]
     assert not glued, glued
+
+
+def test_what_tells_a_record_apart_is_what_a_user_would_say() -> None:
+    """ "the collection (the one with status code 2)": a response envelope's status code, a page token or a uuid is no
+    detail a user picks a record out by; a field they would say is."""
+    uuid_ = "3f2a8c1e-9b7d-4e6f-a1c2-0d9e8f7a6b5c"
+    a = {"id": "CO-1", "status_code": 2, "etag": "x1", "ref": uuid_, "colour": "red"}
+    b = {"id": "CO-2", "status_code": 200, "etag": "x2", "ref": "0" + uuid_[1:], "colour": "red"}
+    assert ConversationWriter._distinguishing(a, [a, b]) is None
+    assert ConversationWriter._distinguishing({**a, "colour": "blue"}, [{**a, "colour": "blue"}, b]) == (
+        "colour",
+        "blue",
+    )

@@ -122,3 +122,17 @@ def test_a_string_holds_what_its_format_says(seed: int, by_name: bool, field: st
     assert make("int64").isdigit() and make("uint32").isdigit()
     assert re.fullmatch(r"\d+\.\d{2}", make("double"))
     assert len(base64.b64decode(make("byte"), validate=True)) == 9
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**31), by_name=st.booleans())
+def test_a_persons_name_parts_are_name_parts(seed: int, by_name: bool) -> None:
+    """`firstName` read "Despite its level" and `username` "Policy human" (the "...name" rule made a title of them)."""
+
+    def make(field: str) -> str:
+        return str(ValueMaker(random.Random(seed), CLOCK).make(field, {"type": "string"}, by_name=by_name))
+
+    for field in ("first_name", "firstname", "given_name", "last_name", "lastName", "surname", "family_name"):
+        assert re.fullmatch(r"[A-Z][a-zA-Z'-]+", make(field)), (field, make(field))
+    for field in ("username", "user_name", "userName"):
+        assert re.fullmatch(r"[a-z0-9._-]+", make(field)), (field, make(field))
