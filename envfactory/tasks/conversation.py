@@ -278,6 +278,13 @@ def fact_text(field: str, value: Any) -> str:
     return f"{spoken_name(field)} {say(value)}"
 
 
+def _sayable(field: str, value: Any) -> bool:
+    """A field of a record a user is told or picks it out by: not an id, not a response's bookkeeping
+    (`is_bookkeeping`: page tokens, etags, an envelope's status code), not an opaque value (`unsayable`: a uuid, a
+    digest, a type tag)."""
+    return field != "id" and not field.endswith("_id") and not is_bookkeeping(field) and not unsayable(value)
+
+
 def facts(record: dict[str, Any], limit: int = 3, first: str | None = None) -> list[tuple[str, Any]]:
     """The fields worth telling about a record: `first` (the fact asked for), then status, money, dates;
     without those, any other values (a list as its names, or its length as a `Count`). Never a response's
@@ -287,15 +294,7 @@ def facts(record: dict[str, Any], limit: int = 3, first: str | None = None) -> l
         chosen.append((first, record[first]))
 
     def plain(k: str, v: Any) -> bool:
-        return (
-            k != first
-            and k != "id"
-            and not k.endswith("_id")
-            and k not in LABEL_FIELDS
-            and v not in ("", None)
-            and not is_bookkeeping(k)
-            and not unsayable(v)
-        )
+        return k != first and k not in LABEL_FIELDS and v not in ("", None) and _sayable(k, v)
 
     salient = [
         (k, v)
@@ -571,12 +570,9 @@ class ConversationWriter:
         for field in ordered:
             value = record[field]
             if (
-                field == "id"
-                or field.endswith("_id")
-                or not isinstance(value, str | int | float)
+                not isinstance(value, str | int | float)
                 or isinstance(value, bool)
-                or is_bookkeeping(field)
-                or unsayable(value)
+                or not _sayable(field, value)
                 or say(value).lower() in said
             ):
                 continue

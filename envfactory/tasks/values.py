@@ -165,6 +165,12 @@ class ValueMaker:
     def future_date(self) -> date:
         return self.clock.date() + timedelta(days=self.rng.randint(3, 40))
 
+    def future_moment(self) -> str:
+        """A time on a `future_date`, in working hours, as ISO 8601 text."""
+        return (
+            datetime.combine(self.future_date(), datetime.min.time()) + timedelta(hours=self.rng.randint(9, 17))
+        ).isoformat()
+
     def _by_name(self, name: str, description: str = "") -> str | None:
         """A value shaped as a field of that name holds one (`_NAMED`), or None: the generic rules decide. A location
         is a cloud region where the field's description says so (a resource's, an Azure one), else a city; a language
@@ -196,7 +202,7 @@ class ValueMaker:
                 if kind == "url":
                     return f"https://example.com/{f.slug()}"
                 if kind == "stamp":
-                    return self._string("created_at", "date-time")
+                    return self.future_moment()
                 if kind == "name":
                     if _PERSON_DESCRIBED.search(description):
                         return None  # a person's name: the generic rules give one
@@ -219,8 +225,7 @@ class ValueMaker:
             or name.endswith(("_at", "datetime", "start", "end", "start_time", "end_time"))
             or (fmt is None and _STAMP_NAME.search(name))
         ):
-            when = datetime.combine(self.future_date(), datetime.min.time()) + timedelta(hours=self.rng.randint(9, 17))
-            return when.isoformat()
+            return self.future_moment()
         if fmt == "time" or re.search(r"(^|_)time$", name):
             return f"{self.rng.randint(9, 20):02d}:{self.rng.choice(['00', '30'])}"
         if fmt == "email" or "email" in name:
