@@ -143,7 +143,7 @@ def _per_core(runner: Any, plan: Plan, out: Path, *, before: bool) -> tuple[floa
             log = RunLog()
             skipped, ran = run_units(plan.units, runner, out, executor=Serial(), log=log)
             summarize(plan, out, skipped, log)
-            dataset_stats(log.conversations())
+            dataset_stats(log.facts())
         cpu = time.process_time() - start
     finally:
         initial_state.seeded_faker = real

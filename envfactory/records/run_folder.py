@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from pydantic import ValidationError
 
@@ -25,7 +26,15 @@ FAILURES = "failures.jsonl"  # an evaluation's attempts that could not run, unti
 MAX_CONVERSATIONS_BYTES = 2 * 1024**3  # a large synth run, bounded
 
 
-def in_id_order(conversations: list[Conversation]) -> list[Conversation]:
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+_WithId = TypeVar("_WithId", bound=_HasId)
+
+
+def in_id_order(conversations: list[_WithId]) -> list[_WithId]:
     """`conversations` in the order of their ids, a unit key's numbers read as numbers (`hotels/t2/s0` before
     `hotels/t10/s0`): a run with concurrency writes them as its units finish, so a file's order is not the plan's,
     and what is made of it (export's rows, the statistics' lists) must not depend on it. Ids that tie that way

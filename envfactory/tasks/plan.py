@@ -29,6 +29,7 @@ from envfactory.inputs import JsonlAppender, read_jsonl_log, read_yaml
 from envfactory.records.models import Conversation
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, read_conversations
 from envfactory.tasks.offline import Dropped, UnitOutcome, stable_seed
+from envfactory.tasks.stats import ConversationFacts, facts_of
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler, split_into
 
@@ -293,7 +294,9 @@ class RunLog:
     statistics come from it, not from reading the (large) files back."""
 
     def __init__(self) -> None:
-        self.train: list[Conversation | dict[str, Any]] = []  # conversations.jsonl, in file order
+        # conversations.jsonl, in file order: this run's conversations as what the statistics read of them (the
+        # conversations themselves, kept for a large run, would take ~370 KB each), earlier lines as read
+        self.train: list[ConversationFacts | dict[str, Any]] = []
         self.heldout_ids: list[str] = []  # heldout.jsonl's ids
         self.drops: list[tuple[str, str]] = []  # dropped.jsonl's (key, code), in file order
 
@@ -306,14 +309,14 @@ class RunLog:
         return log
 
     def train_ids(self) -> list[str]:
-        return [c.id if isinstance(c, Conversation) else c["id"] for c in self.train]
+        return [c.id if isinstance(c, ConversationFacts) else c["id"] for c in self.train]
 
     def done(self) -> set[str]:
         return {*self.train_ids(), *self.heldout_ids} | {k for k, code in self.drops if code != "error"}
 
-    def conversations(self) -> list[Conversation]:
-        """The training split as `load_conversations` reads it from the folder."""
-        return [c if isinstance(c, Conversation) else Conversation.model_validate(c) for c in self.train]
+    def facts(self) -> list[ConversationFacts]:
+        """What the statistics read of the training split, as from the conversations `load_conversations` reads."""
+        return [c if isinstance(c, ConversationFacts) else facts_of(Conversation.model_validate(c)) for c in self.train]
 
 
 # ---- running --------------------------------------------------------------------------------------
@@ -377,7 +380,7 @@ def run_units(
                 if log is not None and held:
                     log.heldout_ids.append(outcome.conversation.id)
                 elif log is not None:
-                    log.train.append(outcome.conversation)
+                    log.train.append(facts_of(outcome.conversation))
             elif outcome.dropped is not None:
                 dropped.write(outcome.dropped.model_dump_json())
                 if log is not None:

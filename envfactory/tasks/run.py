@@ -149,7 +149,7 @@ def run_batch(
             )
             elapsed = time.perf_counter() - start
         summary = summarize(plan, outdir, skipped, log)
-        stats = dataset_stats(log.conversations())
+        stats = dataset_stats(log.facts())
         say_results(out, summary, ran=ran, elapsed=elapsed, tasks=config.tasks, stats=stats)
         png = plot_stats(stats, outdir / "stats.png") if config.plot and stats.conversations else None
         usage = process_usage().since(usage_before)  # this run's LLM calls here (Ray workers count in their own)

@@ -4,7 +4,9 @@ turn, tool-call distribution), as a table and a PNG."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import BaseModel
 
@@ -40,26 +42,45 @@ class DatasetStats(BaseModel):
         return self._mean(self.calls_per_turn)
 
 
-def dataset_stats(conversations: list[Conversation]) -> DatasetStats:
+class ConversationFacts(NamedTuple):
+    """What the statistics read of one conversation: a run keeps these while it writes (`plan.RunLog`), not the
+    conversation, whose model holds ~370 KB in ~600 objects (7× its JSON line) that the cyclic collector walks
+    again and again; these are a few strings and numbers, in tuples the collector stops tracking."""
+
+    id: str
+    generator: str
+    servers: tuple[str, ...]
+    turns: tuple[tuple[tuple[str, ...], int], ...]  # per turn: the tools called ("env.tool"), its steps
+
+
+def facts_of(conv: Conversation) -> ConversationFacts:
+    turns = []
+    for node in conv.nodes:
+        called = tuple(c.qualified for c in node.tool_calls())
+        # a step, as the paper counts it: a tool call or a user interaction; the opening query is not one
+        turns.append((called, len(called) + sum(s.role in ("user", "assistant") for s in node.steps[1:])))
+    return ConversationFacts(conv.id, conv.provenance.generator, tuple(conv.servers), tuple(turns))
+
+
+def dataset_stats(conversations: Sequence[Conversation | ConversationFacts]) -> DatasetStats:
+    facts = [c if isinstance(c, ConversationFacts) else facts_of(c) for c in conversations]
+    facts = in_id_order(facts)  # the lists in the plan's order, whatever order units finished in
     calls: Counter[str] = Counter()
     steps, per_turn = [], []
-    conversations = in_id_order(conversations)  # the lists in the plan's order, whatever order units finished in
-    for conv in conversations:
-        for node in conv.nodes:
-            node_calls = node.tool_calls()
-            calls.update(c.qualified for c in node_calls)
-            per_turn.append(len(node_calls))
-            # a step, as the paper counts it: a tool call or a user interaction; the opening query is not one
-            steps.append(len(node_calls) + sum(s.role in ("user", "assistant") for s in node.steps[1:]))
+    for conv in facts:
+        for called, n_steps in conv.turns:
+            calls.update(called)
+            per_turn.append(len(called))
+            steps.append(n_steps)
     return DatasetStats(
-        conversations=len(conversations),
-        turns=sum(len(c.nodes) for c in conversations),
-        turns_per_conversation=[len(c.nodes) for c in conversations],
+        conversations=len(facts),
+        turns=sum(len(c.turns) for c in facts),
+        turns_per_conversation=[len(c.turns) for c in facts],
         steps_per_turn=steps,
         calls_per_turn=per_turn,
         tool_calls=dict(calls.most_common()),
-        by_generator=dict(Counter(c.provenance.generator for c in conversations)),
-        envs=dict(Counter(e for c in conversations for e in c.servers).most_common()),
+        by_generator=dict(Counter(c.generator for c in facts)),
+        envs=dict(Counter(e for c in facts for e in c.servers).most_common()),
     )
 
 

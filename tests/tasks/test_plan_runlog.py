@@ -5,6 +5,7 @@ generator's per-thread Faker against a Faker built and seeded per state (the old
 from __future__ import annotations
 
 import random
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ def test_same_seed_same_files_serial_threads_and_resumed(
         assert run_units(plan.units, runner, out, executor=executor, log=log) == (0, len(plan.units))
         # what was kept while writing is what the folder says
         assert summarize(plan, out, 0, log) == summarize(plan, out, 0)
-        assert dataset_stats(log.conversations()) == dataset_stats(load_conversations(out))
+        assert dataset_stats(log.facts()) == dataset_stats(load_conversations(out))
         outputs.append(_sorted_bytes(out))
     resumed = tmp_path / "resumed"
     run_units(plan.units[:3], runner, resumed, executor=Serial())
@@ -74,7 +75,7 @@ def test_same_seed_same_files_serial_threads_and_resumed(
     ran = run_units(plan.units, runner, resumed, executor=LocalExecutor(2), log=log, progress=seen.append)
     assert ran == (3, len(plan.units) - 3) and seen[0] == 3 and len(seen) == len(plan.units) - 3 + 1
     assert summarize(plan, resumed, 3, log) == summarize(plan, resumed, 3)
-    assert dataset_stats(log.conversations()) == dataset_stats(load_conversations(resumed))
+    assert dataset_stats(log.facts()) == dataset_stats(load_conversations(resumed))
     outputs.append(_sorted_bytes(resumed))
     assert outputs[0][CONVERSATIONS] and outputs[0] == outputs[1] == outputs[2]
 
@@ -97,3 +98,26 @@ def test_thread_faker_gives_a_seeded_new_fakers_states(pool: EnvPool, monkeypatc
 
     monkeypatch.setattr(initial_state, "seeded_faker", fresh)
     assert shared == states()
+
+
+def _leaves(value: Any) -> list[Any]:
+    if isinstance(value, tuple | list):
+        return [leaf for item in value for leaf in _leaves(item)]
+    return [value]
+
+
+def test_a_run_keeps_what_the_statistics_read_not_its_conversations(
+    tmp_path: Path, pool: EnvPool, graph: ToolGraph
+) -> None:
+    """A run's log holds a few strings and numbers a conversation (a conversation's model is ~370 KB, 7× its JSON
+    line: a 100,000-unit run held tens of GB), and the statistics made of them are those of the folder."""
+    config = SynthConfig.model_validate({"A": 3, "T": 2, "S": 2, "D": 2, "seed": 3, "out": tmp_path})
+    plan = plan_units(config, pool, graph)
+    log = RunLog()
+    run_units(plan.units, OfflineRunner(Settings(root=ROOT, bfcl=False), pool), tmp_path, executor=Serial(), log=log)
+    kept = load_conversations(tmp_path)
+    assert kept and len(log.train) == len(kept)
+    assert all(isinstance(leaf, str | int) for leaf in _leaves(log.train))
+    held = sum(sys.getsizeof(leaf) for leaf in _leaves(log.train)) + sum(map(sys.getsizeof, log.train))
+    assert held * 10 < (tmp_path / CONVERSATIONS).stat().st_size
+    assert dataset_stats(log.facts()) == dataset_stats(kept)
