@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
@@ -142,6 +142,15 @@ class _CallBinding:
     fields: dict[str, str]
 
 
+class _Choosing(NamedTuple):
+    """An environment's initial records, the references between the collections a chain needs, the order they are
+    chosen in (`_PiStar._chosen_from`). Read-only."""
+
+    colls: Records
+    refs: dict[str, dict[str, str]]
+    order: list[str]
+
+
 class _PiStar:
     def __init__(
         self,
@@ -153,8 +162,12 @@ class _PiStar:
         s: PiStarSettings,
         any_record: bool = False,
         templates: StateTemplates | None = None,
+        chosen_from: dict[str, _Choosing] | None = None,
     ):
         self.any_record = any_record  # targets from every record, not only the core batch
+        # per environment, the initial records and the collections the chain is about (`_chosen_from`): the same for
+        # every choice of target records, so `solve_chain` works them out once for all of them
+        self.chosen_from = chosen_from if chosen_from is not None else {}
         self.pool, self.chain, self.initial, self.core, self.settings = pool, chain, initial, core, s
         self.rng = random.Random(seed)
         clock = next((d.get("clock") for d in initial.values() if isinstance(d.get("clock"), str)), None)
@@ -183,11 +196,32 @@ class _PiStar:
 
     # ---- the records the conversation is about, chosen together --------------------------------------
 
-    def _relevant(self, env: str) -> set[str]:
+    def _chosen_from(self, env: str) -> _Choosing:
+        """What `_plan_targets` chooses `env`'s target records from, worked out once for every choice: the initial
+        records, the references between the collections the chain needs (`_relevant`) and the order they are
+        chosen in (a compiled plan's most deeply filed first, then those referencing the most)."""
+        found = self.chosen_from.get(env)
+        if found is not None:
+            return found
+        colls = _records(self.initial.get(env, {}))
+        relevant = self._relevant(env, colls)
+        environment = self.pool.get(env)
+        deep: dict[str, int] = {}
+        if isinstance(environment, CompiledEnvironment):  # the plan's links
+            refs = {
+                coll: {f: o for f, o in links(environment, coll).items() if o in relevant - {coll}} for coll in relevant
+            }
+            deep = {coll: nesting(environment, coll) for coll in relevant}
+        else:
+            refs = {coll: _references(colls, coll, relevant) for coll in relevant}
+        order = sorted(relevant, key=lambda c: (-deep.get(c, 0), -len(refs[c]), c))
+        found = self.chosen_from[env] = _Choosing(colls, refs, order)
+        return found
+
+    def _relevant(self, env: str, colls: Records) -> set[str]:
         """Collections of `env` whose existing records the chain needs: named by an id input (`hotel_id`
         → hotels) that no earlier *write* of the chain provides (a booking the chain makes itself is
         no record to choose)."""
-        colls = _records(self.initial.get(env, {}))
         environment = self.pool.get(env)
         out: set[str] = set()
         for index, qualified in enumerate(self.chain.tools):
@@ -220,23 +254,12 @@ class _PiStar:
         chain's end backwards in effect: every lookup then finds the record the next step needs."""
         self.targets = {}
         for env in self.chain.servers:
-            colls = _records(self.initial.get(env, {}))
-            relevant = self._relevant(env)
-            environment = self.pool.get(env)
-            deep: dict[str, int] = {}
-            if isinstance(environment, CompiledEnvironment):  # the plan's links; the most deeply filed first
-                refs = {
-                    coll: {f: o for f, o in links(environment, coll).items() if o in relevant - {coll}}
-                    for coll in relevant
-                }
-                deep = {coll: nesting(environment, coll) for coll in relevant}
-            else:
-                refs = {coll: _references(colls, coll, relevant) for coll in relevant}
+            colls, refs, order = self._chosen_from(env)
 
             def refers(record: dict[str, Any], path: str, target: str | None) -> bool:
                 return target is None or target in _ref_ids(record, path)
 
-            for coll in sorted(relevant, key=lambda c: (-deep.get(c, 0), -len(refs[c]), c)):
+            for coll in order:
                 named = refs[coll]
                 if (env, coll) not in self.targets:
                     core = [i for i in self.core.get(env, {}).get(coll, []) if i in colls[coll]]
@@ -1071,10 +1094,11 @@ def solve_chain(
     where they were validated from `initial`'s very configs (the caller checks them intact afterwards)."""
     s = settings or PiStarSettings()
     first: PiStarOutcome | None = None
+    chosen_from: dict[str, _Choosing] = {}  # what every plan chooses its target records from
     for plan in range(s.target_plans):
         rng_seed = seed if plan == 0 else seed * 1_000_003 + plan
         any_record = plan >= s.target_plans // 2
-        outcome = _PiStar(pool, chain, initial, core or {}, rng_seed, s, any_record, templates).run()
+        outcome = _PiStar(pool, chain, initial, core or {}, rng_seed, s, any_record, templates, chosen_from).run()
         if outcome.ok:
             return outcome
         first = first or outcome
