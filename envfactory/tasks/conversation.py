@@ -39,7 +39,7 @@ from envfactory.records.spoken import DATE_STYLES, mentions, say, unsayable
 from envfactory.records.verifier import answer_states
 from envfactory.tasks.compiled_refs import id_arguments
 from envfactory.tasks.pi_star import LABEL_FIELDS, is_identity, label_of
-from envfactory.words import is_bookkeeping, plural, singular, spoken_name
+from envfactory.words import is_bookkeeping, is_free_text, plural, singular, spoken_name
 
 WORDING_FILE = Path("template") / "conversation" / "en.yaml"
 PHRASINGS_FILE = Path("template") / "conversation" / "tools.yaml"
@@ -219,6 +219,38 @@ def imperative(description: str, fallback: str) -> str | None:
     if not 2 <= len(words_) <= 14 or not re.fullmatch(r"[a-z][a-z-]*", words_[0]) or words_[0] in _NOT_VERBS:
         return None
     return text if len(text) <= 100 else fallback
+
+
+_CAPITALIZED = re.compile(r"\b[A-Z][a-z]+(?:[A-Z][a-z]+)*(?: [A-Z][a-z]+(?:[A-Z][a-z]+)*)*\b")
+
+
+def resource_words(text: str, nouns: frozenset[str]) -> str:
+    """A summary's capitalized or CamelCase words that name the API's records (`nouns`: spoken, singular) as a user
+    says them: "list Steps for a given Execution" → "list steps for a given execution", "create a PerfSampleSeries"
+    → "create a perf sample series". Other capitalized words stay, a run of them whole (a product, a brand: "Amazon Web
+    Services", "Deployment Manager")."""
+
+    def one(m: re.Match[str]) -> str:  # a run of capitalized words is one name ("Deployment Manager": left)
+        words = spoken_name(m.group(0))
+        return words if singular(words) in nouns else m.group(0)
+
+    return _CAPITALIZED.sub(one, text) if nouns else text
+
+
+def _once(phrases: list[str], said: str = "") -> list[str]:
+    """`phrases` (references to records, a lookup's criteria) less those that name only records `said` or a longer
+    phrase of them names already (its quoted names all there): "the "X" history in my execution of the history "X""
+    says the history once. A phrase naming nothing in quotes is kept, unless it is said word for word."""
+    kept: list[str] = []
+    for i, phrase in enumerate(phrases):
+        names = re.findall(r'"[^"]+"', phrase)
+        if phrase in said or phrase in phrases[:i]:
+            continue
+        longer = [other for other in phrases if len(other) > len(phrase)]
+        if names and any(all(n in text for n in names) for text in (said, *longer)):
+            continue
+        kept.append(phrase)
+    return kept
 
 
 _ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
@@ -416,6 +448,7 @@ class ConversationWriter:
         self.results: list[ToolResult] = []  # every result so far (earlier turns)
         self.identities_said: set[str] = set()
         self.scopes_said: set[str] = set()  # `param=value` of namespaces said in earlier turns (a resource group)
+        self._nouns: dict[str, frozenset[str]] = {}  # what each compiled environment's records are called
         self.style = rng.randrange(DATE_STYLES)  # one user writes dates one way throughout
         self._goal_says: set[str] = set()
 
@@ -466,7 +499,7 @@ class ConversationWriter:
                 if pattern == "*" or re.search(pattern, b.parameter):
                     parts.append(form.format(name=spoken_name(b.parameter), value=said))
                     break
-        return " ".join(p for p in parts if p)
+        return " ".join(_once([p for p in parts if p]))
 
     def _reference(
         self,
@@ -565,8 +598,10 @@ class ConversationWriter:
     ) -> tuple[str, Any] | None:
         """A field of `record` whose value no other candidate shares (not an id, nor a value the request
         already says: a resource group the call names anyway, nor what no user says: a response's bookkeeping,
-        an envelope's "status code 200", a uuid): what picks it out."""
-        ordered = sorted(record, key=lambda k: (0 if _SALIENT.search(k) else 1, k))
+        an envelope's "status code 200", a uuid; free text last): what picks it out."""
+        # a field of free text only where nothing else tells the record apart: "the transaction with message Seem
+        # reach glass own ten child..." is what no one says while a shorter value does it
+        ordered = sorted(record, key=lambda k: (is_free_text(k), 0 if _SALIENT.search(k) else 1, k))
         for field in ordered:
             value = record[field]
             if (
@@ -692,6 +727,8 @@ class ConversationWriter:
         if label.split(" ", 1)[0] in _ACTIONS:  # a resource named after an action ("delete site"): no noun to use
             forms = [f for f in forms if "{label" not in f]
         own = imperative(description, "")
+        if own:  # "list Steps for a given Execution" → "list steps for a given execution"
+            own = resource_words(own, self._resource_nouns(call.call.server))
         if own and (not forms or self.rng.random() < 0.4):  # the spec's own summary, the record named after it
             clause = own + (self.rng.choice(w.spec_scope).format(ref=ref) if ref else "")
         elif forms:
@@ -699,9 +736,8 @@ class ConversationWriter:
             clause = self.rng.choice(forms).format(label=label, labels=plural(label), ref=ref, target=target)
         else:
             clause = spoken_name(call.call.name) + (f" {ref}" if ref else "")
-        for parent in rule.parents:
-            if values.get(parent):
-                clause += self.rng.choice(w.spec_scope).format(ref=values[parent])
+        for ref_ in _once([values[p] for p in rule.parents if values.get(p)], said=clause):
+            clause += self.rng.choice(w.spec_scope).format(ref=ref_)
         for scope in rule.scopes:  # a namespace by its name: "in resource group rg-ops"; once said, context
             if values.get(scope):
                 noun = re.sub(r" (id|name)$", "", spoken_name(scope))
@@ -722,6 +758,14 @@ class ConversationWriter:
         frame = self.rng.choice(w.spec_frames)
         text = re.sub(r"\s+", " ", frame.format(clause=clause)).strip()
         return re.sub(r"\b([Aa]) (?=[aeioAEIO]\w)", r"\1n ", text)  # "a app" → "an app"
+
+    def _resource_nouns(self, server: str) -> frozenset[str]:
+        """What a compiled environment's records are called (`SpecTool.label`, spoken, singular)."""
+        nouns = self._nouns.get(server)
+        if nouns is None:
+            rules = self.spec_tools.get(server, {}).values()
+            nouns = self._nouns[server] = frozenset(singular(spoken_name(r.label)) for r in rules)
+        return nouns
 
     def _detail(self, parameter: str, value: str, phrase: str | None) -> str:
         """One value a request sets or filters by, named after its parameter or, where the spec describes it

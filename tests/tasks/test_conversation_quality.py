@@ -28,7 +28,7 @@ from envfactory.records.models import (
     ToolResult,
 )
 from envfactory.records.spoken import renderings, say, unsayable
-from envfactory.tasks.conversation import ConversationWriter, Turn, _fill, fact_text, facts
+from envfactory.tasks.conversation import ConversationWriter, Turn, _fill, _once, fact_text, facts, resource_words
 from envfactory.tasks.pi_star import is_identity
 from envfactory.tasks.plan import SynthConfig, load_conversations, read_jsonl
 from envfactory.tasks.quality import is_id_parameter, measure
@@ -403,3 +403,42 @@ def test_what_tells_a_record_apart_is_what_a_user_would_say() -> None:
         "colour",
         "blue",
     )
+
+
+def test_free_text_picks_a_record_out_only_where_nothing_shorter_does() -> None:
+    """ "the transaction (with message Seem reach glass own ten child continue property box form final.)": a field of
+    free text is the last a record is told apart by, used only where no other field does it."""
+    a = {"id": "TR-1", "message": "Seem reach glass own ten child continue.", "tier": "gold"}
+    b = {"id": "TR-2", "message": "Blue they view other whole feel evening.", "tier": "silver"}
+    assert ConversationWriter._distinguishing(a, [a, b]) == ("tier", "gold")
+    alike = {**b, "tier": "gold"}
+    assert ConversationWriter._distinguishing(a, [a, alike]) == ("message", a["message"])
+
+
+@given(
+    names=st.lists(
+        st.from_regex(r"[a-z]{3,8}-[a-z]{3,8}-[0-9]{1,2}", fullmatch=True), min_size=1, max_size=3, unique=True
+    ),
+    nouns=st.lists(st.sampled_from(["history", "execution", "step", "deployment", "project"]), min_size=3, max_size=3),
+)
+def test_a_request_names_each_record_once(names: list[str], nouns: list[str]) -> None:
+    """A record's reference that a longer one (or what is said already) holds is not said again: "the "X" history in
+    my execution of the history "X" of the history "X"" said the history three times."""
+    refs = [f'the "{n}" {noun}' for n, noun in zip(names, nouns, strict=False)]
+    nested = [f"my {nouns[-1]} of {ref}" for ref in refs]
+    kept = _once([*refs, *nested, *refs])
+    for name in names:
+        assert sum(f'"{name}"' in phrase for phrase in kept) == 1
+    assert _once(refs, said=" ".join(refs)) == []
+    assert _once(["in Lisbon", "on 2026-03-12", "in Lisbon"]) == ["in Lisbon", "on 2026-03-12"]
+
+
+def test_a_summary_calls_the_apis_records_what_a_user_calls_them() -> None:
+    """ "list Steps for a given Execution", "create a PerfSampleSeries": the words that name the API's records are
+    said in lower case; other capitalized words are a name (a product, a brand) and stay, a run of them whole."""
+    nouns = frozenset({"step", "execution", "perf sample series", "deployment"})
+    assert resource_words("list Steps for a given Execution", nouns) == "list steps for a given execution"
+    assert resource_words("create a PerfSampleSeries", nouns) == "create a perf sample series"
+    assert resource_words("list types for Deployment Manager", nouns) == "list types for Deployment Manager"
+    assert resource_words("send events to Amazon Web Services", nouns) == "send events to Amazon Web Services"
+    assert resource_words("list Steps", frozenset()) == "list Steps"
