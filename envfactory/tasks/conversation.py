@@ -449,6 +449,7 @@ class ConversationWriter:
         self.identities_said: set[str] = set()
         self.scopes_said: set[str] = set()  # `param=value` of namespaces said in earlier turns (a resource group)
         self._nouns: dict[str, frozenset[str]] = {}  # what each compiled environment's records are called
+        self._earlier_forms: set[str] = set()  # how a request has referred to earlier records (`request`)
         self.style = rng.randrange(DATE_STYLES)  # one user writes dates one way throughout
         self._goal_says: set[str] = set()
 
@@ -512,7 +513,12 @@ class ConversationWriter:
     ) -> str:
         noun = noun or noun_of(param)
         if source_call is None or source_call < turn.start:  # a record the conversation met before
-            return self.rng.choice(self.wording.earlier_reference).format(noun=noun)
+            form = self.rng.choice(self.wording.earlier_reference)
+            unused = [f for f in self.wording.earlier_reference if f not in self._earlier_forms]
+            if form in self._earlier_forms and unused:  # "in that history again for that execution again"
+                form = self.rng.choice(unused)
+            self._earlier_forms.add(form)
+            return form.format(noun=noun)
         provider = turn.calls[source_call - turn.start]
         result = all_results[source_call].result
         record = _record_with(result, value) or {}
@@ -662,6 +668,7 @@ class ConversationWriter:
         """The user's words for a turn (call it in order: earlier turns' results become "that booking")."""
         all_results = [*self.results, *turn.results]
         self.clarification = None
+        self._earlier_forms = set()  # how this request has referred to earlier records: each way once
         spoken: list[str] = []
         goals = self._goals(turn)
         texts = []

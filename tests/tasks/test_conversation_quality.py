@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
@@ -442,3 +443,30 @@ def test_a_summary_calls_the_apis_records_what_a_user_calls_them() -> None:
     assert resource_words("list types for Deployment Manager", nouns) == "list types for Deployment Manager"
     assert resource_words("send events to Amazon Web Services", nouns) == "send events to Amazon Web Services"
     assert resource_words("list Steps", frozenset()) == "list Steps"
+
+
+def test_a_request_refers_to_each_earlier_record_its_own_way(pool: EnvPool) -> None:
+    """Two records of earlier turns in one request are not both "that ... again" ("in that history again for that
+    execution again"): each way of referring back is used once per request."""
+    meta = {"papers": pool.get("papers").metadata}
+    drop = PlannedCall(
+        call=ToolCall(
+            server="papers", name="remove_from_reading_list", arguments={"list_id": "RL-1", "paper_id": "P-1"}
+        ),
+        bindings=[
+            Binding(parameter="list_id", source="output", value="RL-1", path="id", call=0),
+            Binding(parameter="paper_id", source="output", value="P-1", path="id", call=1),
+        ],
+        kind="write",
+    )
+    turn = Turn(calls=[drop], results=[ToolResult(server="papers", name="remove_from_reading_list", ok=True)], start=2)
+    wording = yaml.safe_load((PROMPTS / "template/conversation/en.yaml").read_text())
+    forms = sorted(wording["earlier_reference"], key=len)
+    for seed in range(40):
+        text = ConversationWriter(PROMPTS, meta, random.Random(seed)).request(turn)
+        used = []
+        for form in reversed(forms):  # the longest first: "that {noun} again" before "that {noun}"
+            pattern = re.escape(form).replace(re.escape("{noun}"), r"(?:reading list|list|paper)")
+            used += [form] * len(re.findall(pattern, text, flags=re.IGNORECASE))
+            text = re.sub(pattern, "#", text, flags=re.IGNORECASE)
+        assert len(used) == 2 and len(set(used)) == 2, (seed, used)
