@@ -174,8 +174,8 @@ def _action(description: str) -> str:
 _TAGS = re.compile(r"<[^>]{0,200}>")
 _PREAMBLE = re.compile(
     r"^(?:this (?:endpoint|operation|action|api|call|method|request)(?: will| can)?"
-    r"(?: (?:allows|lets|enables) you to| is used to)?|use this (?:endpoint|operation|api) to|allows you to"
-    r"|(?:you can )?use this to|used to)\s+",
+    r"(?: (?:allows|lets|enables) you to| is used to)?|use this (?:endpoint|operation|api|method) to|allows you to"
+    r"|(?:you can )?use this to|used to|use to(?: request an?(?= (?:update|delete|create|cancel)\b))?)\s+",
     re.IGNORECASE,
 )
 _THIRD_PERSON = {"is": "be", "has": "have", "does": "do", "goes": "go"}
@@ -235,6 +235,32 @@ def resource_words(text: str, nouns: frozenset[str]) -> str:
         return words if singular(words) in nouns else m.group(0)
 
     return _CAPITALIZED.sub(one, text) if nouns else text
+
+
+def _naming(summary: str, label: str) -> str | None:
+    """`summary` up to the words that name the record it acts on, when it ends with them ("retrieve transaction",
+    "delete a message", "get a webhook registration by its ID" → "retrieve ", "delete ", "get "): the user's
+    reference to the record takes their place ("retrieve the transaction with type Basic", not "retrieve transaction
+    under the transaction with type Basic"). None when the summary does not end with the record's name."""
+    nouns = "|".join(re.escape(n) for n in dict.fromkeys((label, plural(label))) if n)
+    if not nouns:
+        return None
+    found = re.search(
+        rf"(?:\b(?:a|an|the|one|single|specific|existing|given)\s+)*\b(?:{nouns})"
+        r"(?:\s+by (?:its|their|the|an?) (?:unique )?(?:id|identifier|name|key))?$",
+        summary,
+        re.IGNORECASE,
+    )
+    return summary[: found.start()] if found is not None and found.start() > 0 else None
+
+
+def _in_place(clause: str, noun: str, phrase: str) -> str | None:
+    """`clause` (a summary) with the record it speaks of in general ("for a given project", "of the specified
+    deployment") said as `phrase` ("for that project"); None when it speaks of no such record."""
+    found = re.search(
+        rf"\b(?:an?|the) (?:given |specified |particular |certain )?{re.escape(noun)}\b", clause, re.IGNORECASE
+    )
+    return None if found is None else clause[: found.start()] + phrase + clause[found.end() :]
 
 
 def _once(phrases: list[str], said: str = "") -> list[str]:
@@ -736,22 +762,32 @@ class ConversationWriter:
         own = imperative(description, "")
         if own:  # "list Steps for a given Execution" → "list steps for a given execution"
             own = resource_words(own, self._resource_nouns(call.call.server))
-        if own and (not forms or self.rng.random() < 0.4):  # the spec's own summary, the record named after it
-            clause = own + (self.rng.choice(w.spec_scope).format(ref=ref) if ref else "")
+        summary = bool(own and (not forms or self.rng.random() < 0.4))
+        if own and summary:  # the spec's own summary, the record named after it
+            named = _naming(own, label) if ref else None  # "retrieve transaction": the summary names the record
+            if named is not None:
+                clause = named + ref
+            else:
+                clause = own + (self.rng.choice(w.spec_scope).format(ref=ref) if ref else "")
         elif forms:
             target = say(rule.target) if rule.target is not None else ""
             clause = self.rng.choice(forms).format(label=label, labels=plural(label), ref=ref, target=target)
         else:
             clause = spoken_name(call.call.name) + (f" {ref}" if ref else "")
+        parent_of = {values[p]: p for p in reversed(rule.parents) if values.get(p)}
         for ref_ in _once([values[p] for p in rule.parents if values.get(p)], said=clause):
-            clause += self.rng.choice(w.spec_scope).format(ref=ref_)
+            # "list steps for a given execution" + my execution → "list steps for my execution"
+            placed = _in_place(clause, self._noun(call, parent_of[ref_]), ref_) if summary else None
+            clause = placed if placed is not None else clause + self.rng.choice(w.spec_scope).format(ref=ref_)
         for scope in rule.scopes:  # a namespace by its name: "in resource group rg-ops"; once said, context
             if values.get(scope):
                 noun = re.sub(r" (id|name)$", "", spoken_name(scope))
                 said = f"{scope}={values[scope]}" in self.scopes_said
                 ref = self.rng.choice(w.spec_scope_again if said else ["{noun} {value}"])
                 if ref:
-                    clause += self.rng.choice(w.spec_scope).format(ref=ref.format(noun=noun, value=values[scope]))
+                    phrase = ref.format(noun=noun, value=values[scope])
+                    placed = _in_place(clause, noun, phrase) if summary else None
+                    clause = placed if placed is not None else clause + self.rng.choice(w.spec_scope).format(ref=phrase)
         skip = {rule.id_param, *rule.parents, *rule.scopes}
         details = [
             v if k in rule.records else self._detail(k, v, rule.phrases.get(k))

@@ -19,7 +19,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.envgen.health import HealthSettings
 from envfactory.envgen.openapi import identifier
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED
-from envfactory.tasks.conversation import imperative
+from envfactory.tasks.conversation import _in_place, _naming, imperative
 from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.plan import SynthConfig, load_conversations, plan_units, run_units
 from envfactory.tasks.quality import measure
@@ -190,7 +190,40 @@ def test_offline_synth_over_compiled_environments(
             "calculate price for a reservation order",
         ),
         ("Runs the `my-job` pipeline", "run the my-job pipeline"),
+        ("Use to request a update an existing reservation", "update an existing reservation"),
+        ("Use this method to send a native poll", "send a native poll"),
+        ("Use to create a scan using code uploaded to a bucket", "create a scan using code uploaded to a bucket"),
     ],
 )
 def test_a_spec_summary_becomes_what_a_user_asks(description: str, wanted: str | None) -> None:
     assert imperative(description, "") == wanted
+
+
+@pytest.mark.parametrize(
+    ("summary", "label", "wanted"),
+    [
+        ("retrieve transaction", "transaction", "retrieve "),
+        ("get details of a webhook registration", "webhook registration", "get details of "),
+        ("retrieve a single screenshot cluster by its ID", "screenshot cluster", "retrieve "),
+        ("update the status of a message", "message", "update the status of "),
+        ("send a message", "campaign", None),
+        ("transaction", "transaction", None),
+    ],
+)
+def test_a_summary_that_names_its_record_gives_way_to_the_users_reference(
+    summary: str, label: str, wanted: str | None
+) -> None:
+    """ "retrieve transaction under the transaction - the one whose type is Basic": where the summary ends with the
+    record's name, the user's reference to the record takes its place."""
+    assert _naming(summary, label) == wanted
+
+
+def test_a_summary_says_in_general_what_the_request_names() -> None:
+    """ "list all deployments for a given project for that project" → "list all deployments for that project"."""
+    assert _in_place("list all deployments for a given project", "project", "that project") == (
+        "list all deployments for that project"
+    )
+    assert _in_place("list steps for the specified Execution", "execution", "my execution EXE-1") == (
+        "list steps for my execution EXE-1"
+    )
+    assert _in_place("list all deployments", "project", "that project") is None
