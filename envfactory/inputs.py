@@ -18,7 +18,7 @@ import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -347,28 +347,53 @@ def write_atomic(path: Path, text: str, *, error: ErrorFactory = InputError) -> 
 MAX_LOG_BYTES = 2 * 1024**3  # a large run's log: large, but bounded (and a regular file)
 
 
-def read_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = InputError) -> list[dict[str, Any]]:
-    """The rows of an append-only JSONL log; a torn last line (the writer was killed mid-line) is left out,
-    and with `repair` also cut off on disk, so appending can go on. A missing file has no rows."""
-    if not path.exists() and not path.is_symlink():
-        return []
-    data = read_file_bytes(path, max_bytes=MAX_LOG_BYTES, what="JSONL file", error=error)
-    if data and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]
-        if repair:  # cut in place: a rewrite of the whole file, killed, would leave it empty (every row lost)
-            with path.open("r+b") as fh:
-                fh.truncate(len(data))
-                os.fsync(fh.fileno())
+def _lines(fh: BinaryIO, path: Path, what: str, error: ErrorFactory) -> Iterator[bytes]:
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise error(f"{path}: not valid UTF-8 (byte {e.start}); fix or remove it to resume") from None
-    rows = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        rows.append(parse_json(line, f"{path}:{n}", error=lambda m: error(f"{m}; fix or remove it to resume")))
-    return rows
+        yield from fh
+    except OSError as e:
+        raise error(f"{path}: cannot read the {what}: {e.strerror}") from None
+
+
+def read_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = InputError) -> list[Any]:
+    """The rows of an append-only JSONL log (`iter_jsonl_log`), as a list."""
+    return list(iter_jsonl_log(path, repair=repair, error=error))
+
+
+def iter_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = InputError) -> Iterator[Any]:
+    """The rows of an append-only JSONL log, read a line at a time (a large run's log is never held whole); a torn
+    last line (the writer was killed mid-line) is left out, and with `repair` also cut off on disk once reached, so
+    appending can go on. Lines end at a newline only: U+2028, U+0085... are characters inside a JSON string, which a
+    writer that does not escape them (pydantic's) leaves as they are. A missing file has no rows."""
+    if not path.exists() and not path.is_symlink():
+        return
+    what = "JSONL file"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise error(f"{path}: cannot open the {what}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{path}: the {what} is not a regular file")
+        if st.st_size > MAX_LOG_BYTES:
+            raise error(f"{path}: the {what} is {st.st_size} bytes, over the {MAX_LOG_BYTES}-byte limit")
+        offset = 0
+        for n, raw in enumerate(_lines(fh, path, what, error), 1):
+            if not raw.endswith(b"\n"):  # torn: cut in place (a rewrite of the whole file, killed, would lose it all)
+                if repair:
+                    with path.open("r+b") as out:
+                        out.truncate(offset)
+                        os.fsync(out.fileno())
+                return
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise error(f"{path}: not valid UTF-8 (byte {offset + e.start}); fix or remove it to resume") from None
+            offset += len(raw)
+            if offset > MAX_LOG_BYTES:  # it grew while we read
+                raise error(f"{path}: the {what} is over the {MAX_LOG_BYTES}-byte limit")
+            if line.strip():
+                yield parse_json(line, f"{path}:{n}", error=lambda m: error(f"{m}; fix or remove it to resume"))
 
 
 FOLDER_LOCK = ".envfactory.lock"
