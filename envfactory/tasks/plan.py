@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,7 +25,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.errors import ConfigError, DataError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
 from envfactory.heap import frozen_heap
-from envfactory.inputs import JsonlAppender, read_jsonl_log, read_yaml
+from envfactory.inputs import JsonlAppender, iter_jsonl_log, read_jsonl_log, read_yaml
 from envfactory.records.models import Conversation
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, read_conversations
 from envfactory.tasks.offline import Dropped, UnitOutcome, stable_seed
@@ -270,22 +270,32 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return read_jsonl_log(path, error=SynthConfigError)
 
 
-def _rows_with(path: Path, keys: tuple[str, ...]) -> list[dict[str, Any]]:
-    """A run log's rows, each an object whose `keys` hold text (what a resume reads of it); another row — valid
-    JSON but no record of this run (`{"x": 1}`, `[1, 2]`) — is a one-line error naming it, not a traceback."""
-    rows = read_jsonl(path)
-    for n, row in enumerate(rows, 1):
+def _rows_with(path: Path, keys: tuple[str, ...]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """A run log's rows and their numbers, each an object whose `keys` hold text (what a resume reads of it), read a
+    line at a time; another row — valid JSON but no record of this run (`{"x": 1}`, `[1, 2]`) — is a one-line error
+    naming it, not a traceback."""
+    for n, row in enumerate(iter_jsonl_log(path, error=SynthConfigError), 1):
         if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in keys):
             wanted = " and ".join(f"'{k}'" for k in keys)
             raise SynthConfigError(
                 f"{path}: row {n} is no record of a run (no text {wanted}); fix or remove it to resume"
             )
-    return rows
+        yield n, row
+
+
+def _facts_of_row(path: Path, n: int, row: dict[str, Any]) -> ConversationFacts:
+    try:
+        return facts_of(Conversation.model_validate(row))
+    except ValidationError as e:
+        where, msg = first_error(e, "<root>")
+        raise SynthConfigError(
+            f"{path}: row {n} is not a conversation: {where}: {msg}; fix or remove it to resume"
+        ) from None
 
 
 def done_keys(out: Path) -> set[str]:
     """Units already finished in `out`: kept ones, and drops other than errors (those are retried)."""
-    return RunLog.read(out).done()
+    return RunLog.read(out, facts=False).done()
 
 
 class RunLog:
@@ -294,29 +304,36 @@ class RunLog:
     statistics come from it, not from reading the (large) files back."""
 
     def __init__(self) -> None:
-        # conversations.jsonl, in file order: this run's conversations as what the statistics read of them (the
-        # conversations themselves, kept for a large run, would take ~370 KB each), earlier lines as read
-        self.train: list[ConversationFacts | dict[str, Any]] = []
+        # conversations.jsonl, in file order: what the statistics read of each conversation (the conversations
+        # themselves, kept for a large run, would take ~370 KB each), or only its id (`read(facts=False)`)
+        self.train: list[ConversationFacts | str] = []
         self.heldout_ids: list[str] = []  # heldout.jsonl's ids
         self.drops: list[tuple[str, str]] = []  # dropped.jsonl's (key, code), in file order
 
     @classmethod
-    def read(cls, out: Path) -> RunLog:
+    def read(cls, out: Path, *, facts: bool = True) -> RunLog:
+        """The folder's logs, a line at a time (a resumed run's earlier lines are never held whole). With `facts`,
+        each conversation is read as a conversation (a line that is none is an error naming it, before any unit
+        runs) and kept as what the statistics read of it; without, as its id."""
         log = cls()
-        log.train = list(_rows_with(out / CONVERSATIONS, ("id",)))
-        log.heldout_ids = [r["id"] for r in _rows_with(out / HELDOUT, ("id",))]
-        log.drops = [(r["key"], r["code"]) for r in _rows_with(out / DROPPED, ("key", "code"))]
+        path = out / CONVERSATIONS
+        log.train = [_facts_of_row(path, n, row) if facts else row["id"] for n, row in _rows_with(path, ("id",))]
+        log.heldout_ids = [r["id"] for _, r in _rows_with(out / HELDOUT, ("id",))]
+        log.drops = [(r["key"], r["code"]) for _, r in _rows_with(out / DROPPED, ("key", "code"))]
         return log
 
     def train_ids(self) -> list[str]:
-        return [c.id if isinstance(c, ConversationFacts) else c["id"] for c in self.train]
+        return [c.id if isinstance(c, ConversationFacts) else c for c in self.train]
 
     def done(self) -> set[str]:
         return {*self.train_ids(), *self.heldout_ids} | {k for k, code in self.drops if code != "error"}
 
     def facts(self) -> list[ConversationFacts]:
         """What the statistics read of the training split, as from the conversations `load_conversations` reads."""
-        return [c if isinstance(c, ConversationFacts) else facts_of(Conversation.model_validate(c)) for c in self.train]
+        facts = [c for c in self.train if isinstance(c, ConversationFacts)]
+        if len(facts) < len(self.train):
+            raise ValueError("this log was read without the conversations' facts (RunLog.read(facts=False))")
+        return facts
 
 
 # ---- running --------------------------------------------------------------------------------------
@@ -393,7 +410,7 @@ def run_units(
 def summarize(plan: Plan, out: Path, skipped: int, log: RunLog | None = None) -> BatchSummary:
     """The counts of `plan` in `out`, from `log` (what `run_units` kept while writing) or else read from
     the folder."""
-    log = log if log is not None else RunLog.read(out)
+    log = log if log is not None else RunLog.read(out, facts=False)
     planned = {u.key for u in plan.units}
     train = [k for k in log.train_ids() if k in planned]
     held = [k for k in log.heldout_ids if k in planned]

@@ -22,6 +22,7 @@ from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.plan import (
     RunLog,
     SynthConfig,
+    SynthConfigError,
     load_conversations,
     plan_units,
     run_units,
@@ -121,3 +122,27 @@ def test_a_run_keeps_what_the_statistics_read_not_its_conversations(
     held = sum(sys.getsizeof(leaf) for leaf in _leaves(log.train)) + sum(map(sys.getsizeof, log.train))
     assert held * 10 < (tmp_path / CONVERSATIONS).stat().st_size
     assert dataset_stats(log.facts()) == dataset_stats(kept)
+
+
+def test_a_resume_keeps_facts_of_the_earlier_lines_and_names_a_line_that_is_no_conversation(
+    tmp_path: Path, pool: EnvPool, graph: ToolGraph
+) -> None:
+    """A resumed run's earlier conversations are read a line at a time into what the statistics read of them (they
+    were held as parsed rows, ~220 KB each); a line that is no conversation stops the resume before any unit runs,
+    naming its row (it used to surface as a pydantic traceback once every unit had run)."""
+    config = SynthConfig.model_validate({"A": 3, "T": 2, "S": 2, "D": 2, "seed": 3, "out": tmp_path})
+    plan = plan_units(config, pool, graph)
+    runner = OfflineRunner(Settings(root=ROOT, bfcl=False), pool)
+    run_units(plan.units[:-2], runner, tmp_path, executor=Serial())
+    earlier = RunLog.read(tmp_path)
+    assert earlier.train and all(isinstance(leaf, str | int) for leaf in _leaves(earlier.train))
+    assert dataset_stats(earlier.facts()) == dataset_stats(load_conversations(tmp_path))
+    assert RunLog.read(tmp_path, facts=False).train_ids() == earlier.train_ids()
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / CONVERSATIONS).write_text('{"id": "x/t0/s0", "nodes": "not a list"}\n')
+    ran: list[Any] = []
+    with pytest.raises(SynthConfigError, match=r"row 1 is not a conversation: .*fix or remove it to resume"):
+        run_units(plan.units, runner, bad, executor=Serial(), progress=ran.append)
+    assert ran == [] and not (bad / DROPPED).exists()
