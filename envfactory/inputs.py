@@ -347,6 +347,14 @@ def write_atomic(path: Path, text: str, *, error: ErrorFactory = InputError) -> 
 MAX_LOG_BYTES = 2 * 1024**3  # a large run's log: large, but bounded (and a regular file)
 
 
+def json_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(number, line) of each line of JSON Lines text that is not blank. A line ends at a newline only: U+2028,
+    U+0085... are characters inside a JSON string, which `str.splitlines()` would cut it at."""
+    for n, line in enumerate(text.split("\n"), 1):
+        if line.strip():
+            yield n, line
+
+
 def _lines(fh: BinaryIO, path: Path, what: str, error: ErrorFactory) -> Iterator[bytes]:
     try:
         yield from fh

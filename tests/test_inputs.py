@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import (
@@ -619,3 +621,21 @@ def test_a_set_override_that_is_not_yaml_is_a_config_error() -> None:
     _one_line(err.value)
     with pytest.raises(RunConfigError, match="YAML nested"):
         overrides_from(parser.parse_args(["--set", "x=" + _deep_json(1000)]))
+
+
+@given(st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=12), max_size=3), max_size=6))
+def test_json_lines_gives_back_every_document_whatever_its_strings_hold(docs: list[dict[str, str]]) -> None:
+    """Any document written one a line (unescaped, as pydantic writes: U+2028, U+0085, a lone CR inside strings) is
+    read back as one line; the readers of tasks files, BFCL data and scaling tables use it."""
+    from envfactory.inputs import json_lines
+
+    text = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs)
+    assert [json.loads(line) for _, line in json_lines(text)] == docs
+
+
+def test_a_bfcl_data_file_keeps_a_line_separator_inside_a_string(tmp_path: Path) -> None:
+    from envfactory.suites.bfcl.suites import read_jsonl
+
+    path = tmp_path / "data.jsonl"
+    path.write_text(json.dumps({"id": "a", "q": "x\u2028y"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert read_jsonl(path) == [{"id": "a", "q": "x\u2028y"}]

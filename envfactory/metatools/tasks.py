@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from envfactory.errors import first_error
-from envfactory.inputs import parse_json, read_text
+from envfactory.inputs import json_lines, parse_json, read_text
 from envfactory.metatools.protocol import HubError
 from envfactory.records.models import Conversation, Task
 
@@ -27,9 +27,7 @@ def load_tasks(path: str | Path) -> dict[str, Task]:
     p = Path(path)
     text = read_text(p, max_bytes=MAX_TASKS_BYTES, what="tasks file", error=_invalid_tasks_file)
     tasks: dict[str, Task] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
+    for lineno, line in json_lines(text):
         where = f"{p}: line {lineno}"
         data = parse_json(line, where, error=_invalid_tasks_file)
         if not isinstance(data, dict):

@@ -48,7 +48,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from envfactory.inputs import parse_json, read_file_bytes, write_atomic
+from envfactory.inputs import json_lines, parse_json, read_file_bytes, write_atomic
 from envfactory.scaling.errors import RunTableError
 from envfactory.scaling.laws import Features
 
@@ -192,9 +192,8 @@ def load_table(path: Path) -> RunTable:
         return parse_csv(text, source)
     if suffix == ".jsonl":
         records: list[tuple[Any, int | None]] = []
-        for line_no, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                records.append((_parse_json(line, f"{source}: line {line_no}"), line_no))
+        for line_no, line in json_lines(text):
+            records.append((_parse_json(line, f"{source}: line {line_no}"), line_no))
         return parse_records(records, source)
     data = _parse_json(text, source)
     if isinstance(data, dict) and "runs" in data:

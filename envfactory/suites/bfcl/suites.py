@@ -17,7 +17,7 @@ from typing import Any
 
 from envfactory.env.metadata import Domain
 from envfactory.errors import ScenarioError
-from envfactory.inputs import parse_json, read_text
+from envfactory.inputs import json_lines, parse_json, read_text
 
 
 @dataclass(frozen=True)
@@ -199,8 +199,4 @@ def func_docs(class_name: str) -> tuple[dict[str, Any], ...]:
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """A BFCL data file: one JSON document a line, bounded and parsed with one-line errors."""
     text = read_text(path, what="BFCL data file", error=ScenarioError)
-    return [
-        parse_json(line, f"{path}:{n}", error=ScenarioError)
-        for n, line in enumerate(text.splitlines(), 1)
-        if line.strip()
-    ]
+    return [parse_json(line, f"{path}:{n}", error=ScenarioError) for n, line in json_lines(text)]
