@@ -18,7 +18,7 @@ import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -355,13 +355,6 @@ def json_lines(text: str) -> Iterator[tuple[int, str]]:
             yield n, line
 
 
-def _lines(fh: BinaryIO, path: Path, what: str, error: ErrorFactory) -> Iterator[bytes]:
-    try:
-        yield from fh
-    except OSError as e:
-        raise error(f"{path}: cannot read the {what}: {e.strerror}") from None
-
-
 def read_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = InputError) -> list[Any]:
     """The rows of an append-only JSONL log (`iter_jsonl_log`), as a list."""
     return list(iter_jsonl_log(path, repair=repair, error=error))
@@ -371,22 +364,39 @@ def iter_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = Inp
     """The rows of an append-only JSONL log, read a line at a time (a large run's log is never held whole); a torn
     last line (the writer was killed mid-line) is left out, and with `repair` also cut off on disk once reached, so
     appending can go on. Lines end at a newline only: U+2028, U+0085... are characters inside a JSON string, which a
-    writer that does not escape them (pydantic's) leaves as they are. A missing file has no rows."""
+    writer that does not escape them (pydantic's) leaves as they are. A missing file has no rows; the file must be
+    a regular file of at most `MAX_LOG_BYTES`, however it grows while it is read."""
     if not path.exists() and not path.is_symlink():
         return
     what = "JSONL file"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
     except OSError as e:
         raise error(f"{path}: cannot open the {what}: {e.strerror}") from None
-    with os.fdopen(fd, "rb") as fh:
+    try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise error(f"{path}: the {what} is not a regular file")
         if st.st_size > MAX_LOG_BYTES:
             raise error(f"{path}: the {what} is {st.st_size} bytes, over the {MAX_LOG_BYTES}-byte limit")
-        offset = 0
-        for n, raw in enumerate(_lines(fh, path, what, error), 1):
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
+        offset, n = 0, 0
+        while True:
+            try:
+                raw = fh.readline(MAX_LOG_BYTES + 1 - offset)  # never more than the bound, newline or not
+            except OSError as e:
+                raise error(f"{path}: cannot read the {what}: {e.strerror}") from None
+            if not raw:
+                return
+            n += 1
+            if offset + len(raw) > MAX_LOG_BYTES:  # it grew while we read
+                raise error(f"{path}: the {what} is over the {MAX_LOG_BYTES}-byte limit")
             if not raw.endswith(b"\n"):  # torn: cut in place (a rewrite of the whole file, killed, would lose it all)
                 if repair:
                     with path.open("r+b") as out:
@@ -398,8 +408,6 @@ def iter_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = Inp
             except UnicodeDecodeError as e:
                 raise error(f"{path}: not valid UTF-8 (byte {offset + e.start}); fix or remove it to resume") from None
             offset += len(raw)
-            if offset > MAX_LOG_BYTES:  # it grew while we read
-                raise error(f"{path}: the {what} is over the {MAX_LOG_BYTES}-byte limit")
             if line.strip():
                 yield parse_json(line, f"{path}:{n}", error=lambda m: error(f"{m}; fix or remove it to resume"))
 

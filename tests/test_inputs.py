@@ -639,3 +639,37 @@ def test_a_bfcl_data_file_keeps_a_line_separator_inside_a_string(tmp_path: Path)
     path = tmp_path / "data.jsonl"
     path.write_text(json.dumps({"id": "a", "q": "x\u2028y"}, ensure_ascii=False) + "\n", encoding="utf-8")
     assert read_jsonl(path) == [{"id": "a", "q": "x\u2028y"}]
+
+
+def test_a_log_that_is_a_directory_is_refused_in_words_and_keeps_no_descriptor(tmp_path: Path) -> None:
+    from envfactory.inputs import read_jsonl_log
+
+    folder = tmp_path / "conversations.jsonl"
+    folder.mkdir()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(5):
+        with pytest.raises(InputError, match="not a regular file"):
+            read_jsonl_log(folder)
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_log_that_grows_past_the_bound_while_read_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound holds for a tail without a newline too (it was read whole, then cut off as torn)."""
+    import envfactory.inputs as inputs
+
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"a": 1}\n')
+    real = os.fstat
+
+    def grow(fd: int) -> os.stat_result:
+        st = real(fd)
+        with path.open("ab") as f:
+            f.write(b"x" * 10_000)
+        return st
+
+    monkeypatch.setattr(inputs, "MAX_LOG_BYTES", 100)
+    monkeypatch.setattr(inputs.os, "fstat", grow)
+    with pytest.raises(InputError, match="over the 100-byte limit"):
+        inputs.read_jsonl_log(path)
+    monkeypatch.setattr(inputs.os, "fstat", real)
+    assert path.stat().st_size == 10_009  # nothing cut
