@@ -175,7 +175,7 @@ _TAGS = re.compile(r"<[^>]{0,200}>")
 _PREAMBLE = re.compile(
     r"^(?:this (?:endpoint|operation|action|api|call|method|request)(?: will| can)?"
     r"(?: (?:allows|lets|enables) you to| is used to)?|use this (?:endpoint|operation|api|method) to|allows you to"
-    r"|(?:you can )?use this to|used to|use to(?: request an?(?= (?:update|delete|create|cancel)\b))?)\s+",
+    r"|(?:you can )?use this to|used to|use to(?: request an?(?= (?:update|delete|create|cancel) (?:an?|the) ))?)\s+",
     re.IGNORECASE,
 )
 _THIRD_PERSON = {"is": "be", "has": "have", "does": "do", "goes": "go"}
@@ -251,32 +251,67 @@ def _naming(summary: str, label: str) -> str | None:
         summary,
         re.IGNORECASE,
     )
-    return summary[: found.start()] if found is not None and found.start() > 0 else None
+    if found is None or found.start() == 0:
+        return None
+    before = summary[: found.start()].split()
+    # right after the verb or a preposition ("get details of"), not after another word of a longer name ("get a
+    # webhook registration" for a record called "registration")
+    if len(before) > 1 and before[-1].lower() not in _BEFORE_A_RECORD:
+        return None
+    return summary[: found.start()]
 
 
-def _in_place(clause: str, noun: str, phrase: str) -> str | None:
-    """`clause` (a summary) with the record it speaks of in general ("for a given project", "of the specified
-    deployment") said as `phrase` ("for that project"); None when it speaks of no such record."""
-    found = re.search(
-        rf"\b(?:an?|the) (?:given |specified |particular |certain )?{re.escape(noun)}\b", clause, re.IGNORECASE
-    )
-    return None if found is None else clause[: found.start()] + phrase + clause[found.end() :]
+_BEFORE_A_RECORD = frozenset({"of", "for", "to", "from", "in", "on", "about", "into", "under", "within", "by", "with"})
+
+
+def _in_place(clause: str, noun: str, phrase: str, end: int) -> tuple[str, int] | None:
+    """`clause` with the record its summary (`clause[:end]`) speaks of in general ("for a given project", "of the
+    specified deployment") said as `phrase` ("for that project"), and where the summary now ends; None when the
+    summary speaks of no such record. Only the summary's own words are looked in: never a quoted name."""
+    head = clause[:end]
+    quoted = [m.span() for m in re.finditer(r'"[^"]*"', head)]
+    for found in re.finditer(
+        rf"\b(?:an?|the) (?:given |specified |particular |certain )?{re.escape(noun)}\b", head, re.IGNORECASE
+    ):
+        if not any(a < found.end() and found.start() < b for a, b in quoted):
+            return clause[: found.start()] + phrase + clause[found.end() :], end + len(phrase) - len(found.group(0))
+    return None
 
 
 def _once(phrases: list[str], said: str = "") -> list[str]:
     """`phrases` (references to records, a lookup's criteria) less those that name only records `said` or a longer
-    phrase of them names already (its quoted names all there): "the "X" history in my execution of the history "X""
-    says the history once. A phrase naming nothing in quotes is kept, unless it is said word for word."""
+    phrase of them names already: "the "X" history in my execution of the history "X"" says the history once. A
+    record counts as named where its quoted name stands beside the same word (its noun: `history "X"` or `"X"
+    history`), so a dataset "sales" does not stand for a project "sales". A phrase naming nothing in quotes is kept,
+    unless it is said word for word."""
     kept: list[str] = []
     for i, phrase in enumerate(phrases):
-        names = re.findall(r'"[^"]+"', phrase)
         if phrase in said or phrase in phrases[:i]:
             continue
+        names = _named_in(phrase)
         longer = [other for other in phrases if len(other) > len(phrase)]
-        if names and any(all(n in text for n in names) for text in (said, *longer)):
+        if names and any(all(any(form in text for form in forms) for forms in names) for text in (said, *longer)):
             continue
         kept.append(phrase)
     return kept
+
+
+_NOT_NOUNS_BESIDE = frozenset({"the", "a", "an", "my", "that", "this", "of", "in", "for", "under", "with", "to"})
+
+
+def _named_in(phrase: str) -> list[set[str]]:
+    """For each quoted name in `phrase`, how it stands beside its noun: `history "X"` and `"X" history` for the
+    word next to it (an article or a preposition is no noun); empty where no word stands beside it."""
+    out: list[set[str]] = []
+    for m in re.finditer(r'"[^"]+"', phrase):
+        forms: set[str] = set()
+        before = re.search(r"(\w+)\s+$", phrase[: m.start()])
+        after = re.match(r"\s+(\w+)", phrase[m.end() :])
+        for word in (before.group(1) if before else None, after.group(1) if after else None):
+            if word is not None and word.lower() not in _NOT_NOUNS_BESIDE:
+                forms |= {f"{word} {m.group(0)}", f"{m.group(0)} {word}"}
+        out.append(forms)
+    return out
 
 
 _ARTICLE = re.compile(r"^(?:the|a|an)\s+", re.IGNORECASE)
@@ -763,12 +798,13 @@ class ConversationWriter:
         if own:  # "list Steps for a given Execution" → "list steps for a given execution"
             own = resource_words(own, self._resource_nouns(call.call.server))
         summary = bool(own and (not forms or self.rng.random() < 0.4))
+        end = 0  # where the summary's own words end in the clause (`_in_place` looks there only)
         if own and summary:  # the spec's own summary, the record named after it
             named = _naming(own, label) if ref else None  # "retrieve transaction": the summary names the record
             if named is not None:
-                clause = named + ref
+                clause, end = named + ref, len(named)
             else:
-                clause = own + (self.rng.choice(w.spec_scope).format(ref=ref) if ref else "")
+                clause, end = own + (self.rng.choice(w.spec_scope).format(ref=ref) if ref else ""), len(own)
         elif forms:
             target = say(rule.target) if rule.target is not None else ""
             clause = self.rng.choice(forms).format(label=label, labels=plural(label), ref=ref, target=target)
@@ -777,8 +813,11 @@ class ConversationWriter:
         parent_of = {values[p]: p for p in reversed(rule.parents) if values.get(p)}
         for ref_ in _once([values[p] for p in rule.parents if values.get(p)], said=clause):
             # "list steps for a given execution" + my execution → "list steps for my execution"
-            placed = _in_place(clause, self._noun(call, parent_of[ref_]), ref_) if summary else None
-            clause = placed if placed is not None else clause + self.rng.choice(w.spec_scope).format(ref=ref_)
+            placed = _in_place(clause, self._noun(call, parent_of[ref_]), ref_, end) if summary else None
+            if placed is not None:
+                clause, end = placed
+            else:
+                clause += self.rng.choice(w.spec_scope).format(ref=ref_)
         for scope in rule.scopes:  # a namespace by its name: "in resource group rg-ops"; once said, context
             if values.get(scope):
                 noun = re.sub(r" (id|name)$", "", spoken_name(scope))
@@ -786,8 +825,11 @@ class ConversationWriter:
                 ref = self.rng.choice(w.spec_scope_again if said else ["{noun} {value}"])
                 if ref:
                     phrase = ref.format(noun=noun, value=values[scope])
-                    placed = _in_place(clause, noun, phrase) if summary else None
-                    clause = placed if placed is not None else clause + self.rng.choice(w.spec_scope).format(ref=phrase)
+                    placed = _in_place(clause, noun, phrase, end) if summary else None
+                    if placed is not None:
+                        clause, end = placed
+                    else:
+                        clause += self.rng.choice(w.spec_scope).format(ref=phrase)
         skip = {rule.id_param, *rule.parents, *rule.scopes}
         details = [
             v if k in rule.records else self._detail(k, v, rule.phrases.get(k))

@@ -191,6 +191,7 @@ def test_offline_synth_over_compiled_environments(
         ),
         ("Runs the `my-job` pipeline", "run the my-job pipeline"),
         ("Use to request a update an existing reservation", "update an existing reservation"),
+        ("Use to request an update of the user.", "request an update of the user"),
         ("Use this method to send a native poll", "send a native poll"),
         ("Use to create a scan using code uploaded to a bucket", "create a scan using code uploaded to a bucket"),
     ],
@@ -207,6 +208,8 @@ def test_a_spec_summary_becomes_what_a_user_asks(description: str, wanted: str |
         ("retrieve a single screenshot cluster by its ID", "screenshot cluster", "retrieve "),
         ("update the status of a message", "message", "update the status of "),
         ("send a message", "campaign", None),
+        ("get a webhook registration by its ID", "registration", None),  # another word of the name before it
+        ("get a webhook registration by its ID", "webhook registration", "get "),
         ("transaction", "transaction", None),
     ],
 )
@@ -220,10 +223,16 @@ def test_a_summary_that_names_its_record_gives_way_to_the_users_reference(
 
 def test_a_summary_says_in_general_what_the_request_names() -> None:
     """ "list all deployments for a given project for that project" → "list all deployments for that project"."""
-    assert _in_place("list all deployments for a given project", "project", "that project") == (
-        "list all deployments for that project"
+    clause = "list all deployments for a given project"
+    assert _in_place(clause, "project", "that project", len(clause)) == ("list all deployments for that project", 37)
+    clause = "list steps for the specified Execution"
+    assert _in_place(clause, "execution", "my execution EXE-1", len(clause)) == (
+        "list steps for my execution EXE-1",
+        33,
     )
-    assert _in_place("list steps for the specified Execution", "execution", "my execution EXE-1") == (
-        "list steps for my execution EXE-1"
-    )
-    assert _in_place("list all deployments", "project", "that project") is None
+    assert _in_place("list all deployments", "project", "that project", 20) is None
+    # only the summary's own words, never the record's quoted name after them (a reviewer's cases)
+    named = 'retrieve the dataset "The Project Phoenix backlog"'
+    assert _in_place(named, "project", 'the project "P-1"', len("retrieve ")) is None
+    quoted = 'list "a project" for a project'
+    assert _in_place(quoted, "project", "mine", len(quoted)) == ('list "a project" for mine', 25)
