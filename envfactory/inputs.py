@@ -241,10 +241,9 @@ def write_new_file(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
-def read_file_bytes(
-    path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file", error: ErrorFactory = InputError
-) -> bytes:
-    """The bytes of a regular file no larger than `max_bytes`; never blocks on a FIFO or a device."""
+def open_regular(path: Path, *, max_bytes: int, what: str = "file", error: ErrorFactory = InputError) -> int:
+    """A descriptor of the regular file at `path`, no larger than `max_bytes` now; opened without blocking on a FIFO
+    or a device, and closed again when it is not such a file. The caller closes it."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -257,6 +256,20 @@ def read_file_bytes(
             raise error(f"{path}: the {what} is not a regular file")
         if st.st_size > max_bytes:
             raise error(f"{path}: the {what} is {st.st_size} bytes, over the {max_bytes}-byte limit")
+    except BaseException as e:
+        os.close(fd)
+        if isinstance(e, OSError):
+            raise error(f"{path}: cannot read the {what}: {e.strerror}") from None
+        raise
+    return fd
+
+
+def read_file_bytes(
+    path: Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file", error: ErrorFactory = InputError
+) -> bytes:
+    """The bytes of a regular file no larger than `max_bytes`; never blocks on a FIFO or a device."""
+    fd = open_regular(path, max_bytes=max_bytes, what=what, error=error)
+    try:
         data = read_bounded(fd, max_bytes)
         if len(data) > max_bytes:  # it grew while we read
             raise error(f"{path}: the {what} is over the {max_bytes}-byte limit")
@@ -369,18 +382,8 @@ def iter_jsonl_log(path: Path, *, repair: bool = True, error: ErrorFactory = Inp
     if not path.exists() and not path.is_symlink():
         return
     what = "JSONL file"
+    fd = open_regular(path, max_bytes=MAX_LOG_BYTES, what=what, error=error)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise error(f"{path}: no such {what}") from None
-    except OSError as e:
-        raise error(f"{path}: cannot open the {what}: {e.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise error(f"{path}: the {what} is not a regular file")
-        if st.st_size > MAX_LOG_BYTES:
-            raise error(f"{path}: the {what} is {st.st_size} bytes, over the {MAX_LOG_BYTES}-byte limit")
         fh = os.fdopen(fd, "rb")
     except BaseException:
         os.close(fd)
