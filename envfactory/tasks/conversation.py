@@ -239,7 +239,7 @@ def resource_words(text: str, nouns: frozenset[str]) -> str:
 
 def _naming(summary: str, label: str) -> str | None:
     """`summary` up to the words that name the record it acts on, when it ends with them ("retrieve transaction",
-    "delete a message", "get a webhook registration by its ID" → "retrieve ", "delete ", "get "): the user's
+    "delete a message", "get a bill payment by Payment Transaction ID" → "retrieve ", "delete ", "get "): the user's
     reference to the record takes their place ("retrieve the transaction with type Basic", not "retrieve transaction
     under the transaction with type Basic"). None when the summary does not end with the record's name."""
     nouns = "|".join(re.escape(n) for n in dict.fromkeys((label, plural(label))) if n)
@@ -247,7 +247,7 @@ def _naming(summary: str, label: str) -> str | None:
         return None
     found = re.search(
         rf"(?:\b(?:a|an|the|one|single|specific|existing|given)\s+)*\b(?:{nouns})"
-        r"(?:\s+by (?:its|their|the|an?) (?:unique )?(?:id|identifier|name|key))?$",
+        r"(?:\s+by (?:its |their |the |an? )?(?:[\w-]+ ){0,3}(?:id|identifier|uuid|name|key))?$",
         summary,
         re.IGNORECASE,
     )
