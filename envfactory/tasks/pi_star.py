@@ -727,6 +727,8 @@ class _PiStar:
             ):
                 coll, record = target
                 field, value = _field_for(record, coll, pname, pschema, bound.fields.get(pname, pname))
+                if field is not None and pname not in required and _hollow(value):
+                    continue  # nothing a user could say: left out
                 if field is not None:
                     args[pname] = value
                     path = f"{coll}.{record['id']}.{field}"
@@ -735,8 +737,11 @@ class _PiStar:
             if pname not in required and not (fresh and how.all_optional) and pname not in forced:
                 continue  # optional and nothing in the state: leave it out
             like = self._field_values(env, pname, views)
-            args[pname] = self.values.make(pname, pschema, self.learned.get((qualified, pname)), like, by_name=compiled)
-            bindings.append(Binding(parameter=pname, source="generated", value=args[pname]))
+            made = self.values.make(pname, pschema, self.learned.get((qualified, pname)), like, by_name=compiled)
+            if pname not in required and _hollow(made):  # `metadata: [{}, {}]`: nothing a user could say
+                continue
+            args[pname] = made
+            bindings.append(Binding(parameter=pname, source="generated", value=made))
             if is_free_text(pname):
                 masked.append(pname)
         order = {p: i for i, p in enumerate(spec.parameters)}  # the tool's own order of its inputs
@@ -902,6 +907,12 @@ class _PiStar:
             turn_final=turn_final,
             spans=_spans_of(self.turn_of),
         )
+
+
+def _hollow(value: Any) -> bool:
+    """An object or list with nothing in it but more such (`{}`, `[{}, {}]`): a value no user says."""
+    items = value.values() if isinstance(value, dict) else value
+    return isinstance(value, dict | list) and all(_hollow(v) for v in items)
 
 
 def _fields_of(records: dict[str, dict[str, Any]]) -> set[str]:

@@ -21,6 +21,7 @@ from envfactory.envgen.openapi import identifier
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED
 from envfactory.tasks.conversation import _in_place, _naming, imperative
 from envfactory.tasks.initial_state import generate_initial_state
+from envfactory.tasks.pi_star import _hollow
 from envfactory.tasks.plan import SynthConfig, load_conversations, plan_units, run_units
 from envfactory.tasks.quality import measure
 from envfactory.tasks.run import OfflineRunner
@@ -210,6 +211,10 @@ def test_a_spec_summary_becomes_what_a_user_asks(description: str, wanted: str |
         ("send a message", "campaign", None),
         ("get a webhook registration by its ID", "registration", None),  # another word of the name before it
         ("get a webhook registration by its ID", "webhook registration", "get "),
+        ("get a bill payment by Payment Transaction ID", "bill payment", "get "),
+        ("get estimate by estimate ID", "estimate", "get "),
+        ("get a role by name", "role", "get "),
+        ("list roles by name", "role", "list "),
         ("transaction", "transaction", None),
     ],
 )
@@ -236,3 +241,16 @@ def test_a_summary_says_in_general_what_the_request_names() -> None:
     assert _in_place(named, "project", 'the project "P-1"', len("retrieve ")) is None
     quoted = 'list "a project" for a project'
     assert _in_place(quoted, "project", "mine", len(quoted)) == ('list "a project" for mine', 25)
+
+
+@pytest.mark.parametrize(
+    ("value", "hollow"),
+    [
+        *[({}, True), ([], True), ([{}, {}], True), ({"a": {}}, True), ([[]], True)],
+        *[({"a": 1}, False), ([{}, "x"], False), ("", False), (0, False), (None, False)],
+    ],
+)
+def test_an_optional_value_with_nothing_in_it_is_left_out(value: object, hollow: bool) -> None:
+    """`metadata: [{}, {}]` (an array of objects the spec gives no properties) was bound and said "metadata , ": an
+    optional input whose made value holds nothing a user could say is left out."""
+    assert _hollow(value) is hollow
