@@ -371,7 +371,7 @@ def run_units(
     `error` drop with the reason (a rerun tries it again). A `log` given (empty) ends up holding what the
     folder holds: its earlier lines and this run's."""
     out.mkdir(parents=True, exist_ok=True)
-    earlier = RunLog.read(out)
+    earlier = RunLog.read(out, facts=log is not None)  # (without a log, only which units are done is wanted)
     if log is not None:
         log.train, log.heldout_ids, log.drops = earlier.train, earlier.heldout_ids, earlier.drops
     done = earlier.done()

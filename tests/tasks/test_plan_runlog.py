@@ -144,5 +144,5 @@ def test_a_resume_keeps_facts_of_the_earlier_lines_and_names_a_line_that_is_no_c
     (bad / CONVERSATIONS).write_text('{"id": "x/t0/s0", "nodes": "not a list"}\n')
     ran: list[Any] = []
     with pytest.raises(SynthConfigError, match=r"row 1 is not a conversation: .*fix or remove it to resume"):
-        run_units(plan.units, runner, bad, executor=Serial(), progress=ran.append)
+        run_units(plan.units, runner, bad, executor=Serial(), progress=ran.append, log=RunLog())
     assert ran == [] and not (bad / DROPPED).exists()
