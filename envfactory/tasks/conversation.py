@@ -810,26 +810,26 @@ class ConversationWriter:
             clause = self.rng.choice(forms).format(label=label, labels=plural(label), ref=ref, target=target)
         else:
             clause = spoken_name(call.call.name) + (f" {ref}" if ref else "")
-        parent_of = {values[p]: p for p in reversed(rule.parents) if values.get(p)}
-        for ref_ in _once([values[p] for p in rule.parents if values.get(p)], said=clause):
-            # "list steps for a given execution" + my execution → "list steps for my execution"
-            placed = _in_place(clause, self._noun(call, parent_of[ref_]), ref_, end) if summary else None
+
+        def where(noun: str, phrase: str) -> None:
+            """Say where the record is filed: in the summary's place for it ("list steps for a given execution" +
+            my execution → "list steps for my execution"), else after the clause ("... under my execution")."""
+            nonlocal clause, end
+            placed = _in_place(clause, noun, phrase, end) if summary else None
             if placed is not None:
                 clause, end = placed
             else:
-                clause += self.rng.choice(w.spec_scope).format(ref=ref_)
+                clause += self.rng.choice(w.spec_scope).format(ref=phrase)
+
+        for ref_ in _once([values[p] for p in rule.parents if values.get(p)], said=clause):
+            where(self._noun(call, next(p for p in rule.parents if values.get(p) == ref_)), ref_)
         for scope in rule.scopes:  # a namespace by its name: "in resource group rg-ops"; once said, context
             if values.get(scope):
                 noun = re.sub(r" (id|name)$", "", spoken_name(scope))
                 said = f"{scope}={values[scope]}" in self.scopes_said
                 ref = self.rng.choice(w.spec_scope_again if said else ["{noun} {value}"])
                 if ref:
-                    phrase = ref.format(noun=noun, value=values[scope])
-                    placed = _in_place(clause, noun, phrase, end) if summary else None
-                    if placed is not None:
-                        clause, end = placed
-                    else:
-                        clause += self.rng.choice(w.spec_scope).format(ref=phrase)
+                    where(noun, ref.format(noun=noun, value=values[scope]))
         skip = {rule.id_param, *rule.parents, *rule.scopes}
         details = [
             v if k in rule.records else self._detail(k, v, rule.phrases.get(k))
