@@ -174,6 +174,8 @@ def per_core_table(
     config = SynthConfig.model_validate({"A": apps, "T": tasks, "S": states, "D": 2, "seed": 0, "out": folder})
     plan = plan_units(config, pool, tool_graph(settings, config))
     runner = OfflineRunner(settings, pool)
+    for name in plan.envs:  # loaded once per process, as the imports (the warm-up's 20 units do not use them all)
+        pool.get(name)
     _per_core(runner, plan.model_copy(update={"units": plan.units[:20]}), folder / "warm", before=False)  # caches
     imports = _import_cpu()
     title = f"offline synth per core, A{apps} T{tasks} S{states} D2 ({len(plan.units)} units, target >= 100/CPU-s)"
