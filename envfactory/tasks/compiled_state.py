@@ -63,7 +63,10 @@ class _Values:
         if kind == "object":
             return self._object(name, schema, attempt, depth)
         if kind == "array":
-            items: dict[str, Any] = schema["items"] if isinstance(schema.get("items"), dict) else {"type": "string"}
+            given = schema.get("items")
+            items: dict[str, Any] = dict(given) if isinstance(given, dict) else {"type": "string"}
+            if not items.get("description") and schema.get("description"):  # "Telephone numbers of the recipients"
+                items["description"] = schema["description"]  # says what an item is: phone numbers, not words
             lo = schema.get("minItems", 1 if depth == 0 else 0)
             hi = max(lo, min(schema.get("maxItems", 2), 2))
             return [
@@ -101,9 +104,10 @@ class _Values:
             value = str(uuid.UUID(int=self.rng.getrandbits(128)))
         elif fmt == "date-time":
             day = self.maker.future_date()
-            value = f"{day.isoformat()}T{self.rng.randint(8, 18):02d}:{self.rng.choice(['00', '15', '30'])}:00Z"
+            clock = f"{self.rng.randint(8, 18):02d}:{self.rng.choice(['00', '15', '30'])}:00"
+            value = _stamp(f"{day.isoformat()}T{clock}", schema)
         elif fmt == "time":
-            value = f"{self.rng.randint(8, 18):02d}:{self.rng.choice(['00', '30'])}:00Z"
+            value = _stamp(f"{self.rng.randint(8, 18):02d}:{self.rng.choice(['00', '30'])}:00", schema)
         elif fmt in ("uri", "url") or low.endswith(("url", "uri", "link", "href")):
             value = f"https://example.com/{self.maker.faker.slug()}"
         else:
@@ -114,6 +118,22 @@ class _Values:
         if isinstance(lo, int) and len(value) < lo:
             value = value + "x" * (lo - len(value))
         return value
+
+
+# the same instant written at other precisions and zone forms (RFC 3339), shortest first
+_STAMP_ENDS = ("Z", ".000Z", "+00:00", ".000000Z", ".000+00:00", ".000000+00:00")
+
+
+def _stamp(clock: str, schema: dict[str, Any]) -> str:
+    """`clock` (a date-time or a time to the second) in UTC, in the first RFC 3339 form whose length the schema's
+    `minLength`/`maxLength` allow: a spec whose stamps are 24 characters long gets `…T17:15:00.000Z`, not a
+    shorter stamp padded out with letters. Bounds no form meets get the shortest (the caller cuts or pads it)."""
+    lo, hi = schema.get("minLength"), schema.get("maxLength")
+    for end in _STAMP_ENDS:
+        size = len(clock) + len(end)
+        if (not isinstance(lo, int) or size >= lo) and (not isinstance(hi, int) or size <= hi):
+            return clock + end
+    return clock + _STAMP_ENDS[0]
 
 
 def _record(r: Resource, values: _Values, settings: ScenarioSettings) -> dict[str, Any]:

@@ -28,6 +28,7 @@ _MINUTES = re.compile(r"(minutes|duration|duration_min)$")
 _BOUND = re.compile(r"(\w+) must be between (-?[\d.]+) and (-?[\d.]+)")
 _IBAN = re.compile(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}")
 _CODE = re.compile(r"[A-Z0-9][A-Z0-9-]{0,9}")  # a seat, a flight number, a short code
+_INTEGER_FORMATS = frozenset({"integer", "int32", "int64"})  # a spec's "number" that holds whole numbers
 _SMALL_COUNT = re.compile(r"(nights|quantity|qty|count|guests|seats|people|party_size|size|tickets|passengers|days)$")
 
 
@@ -85,6 +86,8 @@ class ValueMaker:
         low = name.lower()
         if kind == "boolean":
             return self.rng.random() < 0.5
+        if kind == "number" and schema.get("format") in _INTEGER_FORMATS:  # "number" + "format: integer": a count
+            kind = "integer"
         if kind == "integer":
             if _MINUTES.search(low) and "minimum" not in schema:
                 return self.rng.choice([30, 45, 60, 90])
@@ -115,6 +118,8 @@ class ValueMaker:
             fmt = "email"  # `people`, `to`, `cc`: what the description says they hold
         elif fmt is None and _STAMP_DESCRIBED.search(described):
             fmt = "date-time"
+        elif fmt is None and _PHONE_DESCRIBED.match(described):
+            fmt = "phone"  # `destinations`: "Telephone numbers of each of the recipients"
         value = (self._by_name(snake_case(name), described) if by_name and fmt is None else None) or self._string(
             low, fmt
         )
@@ -230,7 +235,7 @@ class ValueMaker:
             return f"{self.rng.randint(9, 20):02d}:{self.rng.choice(['00', '30'])}"
         if fmt == "email" or "email" in name:
             return str(f.email())
-        if "phone" in name:
+        if fmt == "phone" or "phone" in name:
             return str(f.phone_number())
         if _FIRST_NAME.search(name):  # (before the "…name" rule below: "first name Despite its level")
             return str(f.first_name())
@@ -310,6 +315,14 @@ _CODE_LANGUAGE = re.compile(r"programming|source code|repositor|\bcode\b", re.IG
 _EMAIL_DESCRIBED = re.compile(
     r"^\W*(?:(?:[\w'’-]+\s+){0,3}e-?mail\s+address(?:es)?|e-?mail)\b"
     r"(?!\s+(?:body|subject|message|text|content|template|thread)\b)",
+    re.I,
+)
+# a description that says the value is a phone number: "Telephone numbers of each of the recipients", "The
+# customer's mobile number" (not "Whether the phone number is verified", "The type of phone number", "Phone number
+# format"): only articles and possessives before it, nothing that makes it a property of the number after it
+_PHONE_DESCRIBED = re.compile(
+    r"^\W*(?:(?:the|a|an|one|or|more|list|of|each|all|valid|[\w-]+['’]s)\s+){0,4}(?:tele)?(?:phone|mobile|cell)\s+"
+    r"numbers?\b(?!\s+(?:format|type|country|code|prefix|extension|verification|verified|status)\b)",
     re.I,
 )
 # a field that holds a moment: named so (`updated`, `created_on`, `last_modified`), or described so ("Last
