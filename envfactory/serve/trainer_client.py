@@ -40,10 +40,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from types import TracebackType
-from typing import Any
-from urllib.parse import urlsplit
+from typing import Any, Literal
+from urllib.parse import quote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -67,7 +68,11 @@ STATE_TOOL = "envfactory_state"  # serve.base.STATE_TOOL, not imported: the clie
 RESET_TOOL = "envfactory_reset"
 SCENARIO_HEADER = "x-envfactory-scenario"
 TASK_HEADER = "x-envfactory-task"
-_MAX_HEAD = 64 * 1024
+_MAX_HEAD = 64 * 1024  # an answer's status line and headers
+_DIGITS = re.compile(rb"[0-9]{1,18}")
+_HEX = re.compile(rb"[0-9a-fA-F]{1,15}")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header's name (RFC 9110 token)
+_NO_BODY = (204, 304)  # answers that never carry a body (and 1xx, which come before the answer)
 
 
 class TrainerClientError(ServiceError):
@@ -118,6 +123,9 @@ class ClientOptions(BaseModel):
         ge=0,
         description="open a new connection before a request when the last one idled this long "
         "(under the server's keep-alive, 5 s by default, so a request never races the server's close)",
+    )
+    close_timeout_s: float = Field(
+        default=5.0, gt=0, description="the limit of `close`'s DELETE (a hung server does not hold a close for long)"
     )
     protocol_version: str = PROTOCOL_VERSION
     client_name: str = "envfactory-trainer"
@@ -189,7 +197,7 @@ class _ErrorBody(BaseModel):
 class _Response(BaseModel):
     """A JSON-RPC response as the server sends it."""
 
-    jsonrpc: str
+    jsonrpc: Literal["2.0"]
     id: int | str | None = None
     result: dict[str, Any] | None = None
     error: _ErrorBody | None = None
@@ -212,16 +220,16 @@ class _Connection:
 
     async def exchange(self, head: bytes, body: bytes) -> tuple[int, dict[str, str], bytes]:
         self.writer.write(head + body)
-        raw = await self.reader.readuntil(b"\r\n\r\n")
-        status_line, *lines = raw.decode("latin-1").split("\r\n")
-        parts = status_line.split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
-            raise ProtocolError(f"not an HTTP/1.1 answer: {status_line[:100]!r}")
-        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines if h)}
-        if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:  # interim answers (100 Continue, 103 Early Hints) come before the answer, with no body
+            status, headers = await self._head()
+            if not 100 <= status < 200 or status == 101:
+                break
+        if status in _NO_BODY or 100 <= status < 200:
+            payload = b""
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
             payload = await self._chunked()
         elif (length := headers.get("content-length")) is not None:
-            if not length.isdigit():
+            if not _DIGITS.fullmatch(length.encode("latin-1")):
                 raise ProtocolError(f"bad content-length {length!r}")
             payload = await self.reader.readexactly(int(length))
         else:  # no length: the body runs to the connection's end
@@ -230,22 +238,34 @@ class _Connection:
         self.used = time.monotonic()
         if headers.get("connection", "").lower() == "close":
             self.close()
-        return int(parts[1]), headers, payload
+        return status, headers, payload
+
+    async def _head(self) -> tuple[int, dict[str, str]]:
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        if len(raw) > _MAX_HEAD:
+            raise ProtocolError(f"an answer's head of {len(raw)} bytes (over {_MAX_HEAD})")
+        status_line, *lines = raw.decode("latin-1").split("\r\n")
+        parts = status_line.split(" ", 2)
+        if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not _DIGITS.fullmatch(parts[1].encode("latin-1")):
+            raise ProtocolError(f"not an HTTP/1.1 answer: {status_line[:100]!r}")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines if h)}
+        return int(parts[1]), headers
 
     async def _chunked(self) -> bytes:
         out = bytearray()
         while True:
             size_line = await self.reader.readuntil(b"\r\n")
-            try:
-                size = int(size_line.split(b";")[0].strip(), 16)
-            except ValueError:
-                raise ProtocolError(f"bad chunk size {size_line[:40]!r}") from None
+            size_text = size_line.split(b";")[0].strip()
+            if not _HEX.fullmatch(size_text):
+                raise ProtocolError(f"bad chunk size {size_line[:40]!r}")
+            size = int(size_text, 16)
             if size == 0:
                 while (await self.reader.readuntil(b"\r\n")) != b"\r\n":  # trailers
                     pass
                 return bytes(out)
             out += await self.reader.readexactly(size)
-            await self.reader.readexactly(2)
+            if await self.reader.readexactly(2) != b"\r\n":
+                raise ProtocolError("a chunk does not end with CRLF")
 
     def close(self) -> None:
         if not self.writer.is_closing():
@@ -264,14 +284,23 @@ class TrainerSession:
                 f"{url!r}: give the server's plain-HTTP address, e.g. http://127.0.0.1:8765/mcp (this client speaks "
                 "no TLS: put it beside the server, or behind a proxy on the same host)"
             )
+        try:
+            port = parts.port
+        except ValueError as e:  # "Port out of range 0-65535", a port that is no number
+            raise TrainerClientError(f"{url!r}: {e}") from None
         self.url = url
         self.options = options or ClientOptions()
-        self.host, self.port = parts.hostname, parts.port or 80
-        self._target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        self.host, self.port = parts.hostname, port or 80
+        # the request target as it goes on the wire: characters a URL may not hold raw are percent-encoded
+        self._target = quote(parts.path or "/", safe="/%:@!$&'()*+,;=-._~") + (
+            f"?{quote(parts.query, safe='/?%:@!$&()*+,;=-._~')}" if parts.query else ""
+        )
+        self._host_header = f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        self._extra = "".join(f"{k}: {v}\r\n" for k, v in _checked_headers(headers or {}).items())
         self.session_id: str | None = None
         self._conn: _Connection | None = None
         self._lock = asyncio.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the session's connection and lock belong to
         self._next_id = 0
         self._post_head: tuple[bytes, bytes] | None = None
 
@@ -322,7 +351,7 @@ class TrainerSession:
 
     def _head_around(self, method: str) -> tuple[bytes, bytes]:
         """A request's head, cut where its content length goes."""
-        before = f"{method} {self._target} HTTP/1.1\r\nhost: {self.host}:{self.port}\r\ncontent-length: "
+        before = f"{method} {self._target} HTTP/1.1\r\nhost: {self._host_header}\r\ncontent-length: "
         after = "\r\n"
         if method == "POST":
             after += "accept: application/json, text/event-stream\r\ncontent-type: application/json\r\n"
@@ -348,29 +377,58 @@ class TrainerSession:
             conn = self._conn = _Connection(reader, writer)
         return conn
 
-    async def _send(self, method: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def _own_loop(self) -> None:
+        """The session's connection and lock belong to the loop that first used it: another loop cannot use them."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise TrainerClientError(
+                "this session belongs to another event loop (the one it was opened in): open a session in each loop"
+            )
+
+    async def _send(
+        self, method: str, body: bytes, timeout_s: float | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        self._own_loop()
+        limit = self.options.timeout_s if timeout_s is None else timeout_s
         async with self._lock:
             conn = await self._connection()
             head = self._head(method, len(body))
+            done = False
             try:
-                async with asyncio.timeout(self.options.timeout_s):
-                    return await conn.exchange(head, body)
+                async with asyncio.timeout(limit):
+                    answer = await conn.exchange(head, body)
+                done = True
+                return answer
             except TimeoutError:
-                conn.close()
                 raise ConnectionLostError(
-                    f"no whole answer from {self.url} within {self.options.timeout_s} s (ClientOptions.timeout_s)"
+                    f"no whole answer from {self.url} within {limit} s (ClientOptions.timeout_s)"
                 ) from None
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as e:
-                conn.close()
                 raise ConnectionLostError(f"the connection to {self.url} failed: {type(e).__name__}: {e}") from e
-            except ProtocolError:
-                conn.close()
-                raise
+            except ValueError as e:  # a head or chunk the checks above let through and Python cannot read
+                raise ProtocolError(f"an answer from {self.url} this client cannot read: {e}") from None
+            finally:
+                # a request that did not end with its whole answer read (a failure, a timeout, a cancelled task)
+                # leaves the connection out of step: the next request would read this one's answer
+                if not done:
+                    conn.close()
 
     async def _post(self, message: dict[str, Any]) -> tuple[dict[str, str], bytes]:
-        status, headers, body = await self._send("POST", json.dumps(message, separators=(",", ":")).encode())
+        try:
+            encoded = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as e:  # an object JSON has no form for, NaN, a cycle
+            what = message.get("params", {}).get("name") or message.get("method")
+            raise TrainerClientError(f"{what}: the arguments are not JSON: {e}") from None
+        status, headers, body = await self._send("POST", encoded)
         if status >= 300:
             raise ServerHTTPError(status, _error_message(body), body)
+        if headers.get("content-type", "").lower().startswith("text/event-stream"):
+            raise ProtocolError(
+                f"{self.url} answered with an event stream: this client reads JSON answers (a server made with "
+                "json_response=True, as `envfactory serve` and `envfactory hub serve` are)"
+            )
         return headers, body
 
     async def _request(self, method: str, params: dict[str, Any], model: type[_Response] = _Response) -> Any:
@@ -382,9 +440,12 @@ class TrainerSession:
             answer = model.model_validate_json(body)
         except ValidationError as e:
             raise ProtocolError(f"{method}: the answer is not a JSON-RPC response: {body[:200]!r} ({e})") from None
+        if answer.id != request_id and not (answer.error is not None and answer.id is None):
+            self._drop()  # an answer to another request: whatever the connection reads next is out of step too
+            raise ProtocolError(f"{method}: the answer is to request {answer.id!r}, not {request_id}: {body[:200]!r}")
         if answer.error is not None:
             raise JSONRPCError(answer.error.code, answer.error.message, answer.error.data)
-        if answer.result is None or answer.id != request_id:
+        if answer.result is None:
             raise ProtocolError(f"{method}: no result for request {request_id} in the answer: {body[:200]!r}")
         return answer.result
 
@@ -435,6 +496,8 @@ class TrainerSession:
 
     async def tools(self) -> list[ToolInfo]:
         """The server's tools (`tools/list`)."""
+        if self.session_id is None:
+            raise TrainerClientError("the session is closed: open a new one")
         result = await self._request("tools/list", {})
         try:
             return [ToolInfo.model_validate(t) for t in result.get("tools", [])]
@@ -445,20 +508,43 @@ class TrainerSession:
         """End the MCP session on the server (DELETE) and close the connection; safe to call twice. A server
         already gone, or one that already ended the session, is not an error here."""
         if self.session_id is not None:
-            with contextlib.suppress(TrainerClientError):
-                await self._send("DELETE", b"")
+            foreign = self._loop is not None and self._loop is not asyncio.get_running_loop()
+            if not foreign:  # (from another loop: the connection is dropped and the server ends the session idle)
+                with contextlib.suppress(TrainerClientError):
+                    await self._send("DELETE", b"", min(self.options.timeout_s, self.options.close_timeout_s))
             self.session_id = None
+            self._post_head = None
         self._drop()
         await asyncio.sleep(0)  # let the transport finish closing
 
     def _drop(self) -> None:
         if self._conn is not None:
-            self._conn.close()
+            with contextlib.suppress(RuntimeError):  # its loop already closed: the transport is gone with it
+                self._conn.close()
             self._conn = None
 
     @property
     def closed(self) -> bool:
         return self.session_id is None
+
+
+def _checked_headers(headers: dict[str, str]) -> dict[str, str]:
+    """`headers` as they may go on the wire: a name is an HTTP token, and a value holds no line break or NUL (one
+    would start headers of the caller's making: another session's id) and is Latin-1 (what HTTP headers carry; a
+    scenario named "東京" cannot be sent as one)."""
+    for name, value in headers.items():
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            raise TrainerClientError(f"header name {name!r} is not an HTTP token (letters, digits, !#$%&'*+.^_`|~-)")
+        if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+            raise TrainerClientError(f"header {name}: {value!r} holds a line break or NUL (or is not a string)")
+        try:
+            value.encode("latin-1")
+        except UnicodeEncodeError:
+            raise TrainerClientError(
+                f"header {name}: {value!r} is not Latin-1, which is all an HTTP header carries: name the scenario or "
+                "task in ASCII"
+            ) from None
+    return headers
 
 
 def _error_message(body: bytes) -> str:

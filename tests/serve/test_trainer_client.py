@@ -330,3 +330,191 @@ def _wait_for_unix_socket(path: Path, proc: subprocess.Popen[bytes], log: Path, 
             except OSError:
                 time.sleep(0.1)
     raise AssertionError(f"the server did not listen on {path}: {log.read_text()}")
+
+
+# ---- what a trainer's loop does to a session, and what a server may send (found by a reviewer) -----------------
+
+_INIT_BODY = b'{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{}}}'
+_INIT = b"HTTP/1.1 200 OK\r\nmcp-session-id: abc\r\ncontent-length: %d\r\n\r\n%s" % (len(_INIT_BODY), _INIT_BODY)
+_NOTIFIED = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\n\r\n"
+
+
+def _answer(body: bytes, head: bytes = b"") -> bytes:
+    return (
+        b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        + head
+        + b"content-length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+_RESULT = _answer(b'{"jsonrpc":"2.0","id":"%ID%","result":{"content":[{"type":"text","text":"ok"}]}}')
+
+
+async def _scripted(script: list[bytes], heads: list[bytes] | None = None) -> tuple[asyncio.AbstractServer, str]:
+    """A server answering its n-th request (on any connection) with `script[n]`, raw bytes (`"%ID%"` in them: the
+    request's own id, the content length kept); the requests' heads are kept in `heads`."""
+    count = [0]
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":")[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                body = await reader.readexactly(length)
+                if heads is not None:
+                    heads.append(head)
+                answer = script[min(count[0], len(script) - 1)]
+                if b'"%ID%"' in answer:
+                    answer = answer.replace(b'"%ID%"', json.dumps(json.loads(body)["id"]).encode().ljust(6))
+                writer.write(answer)
+                count[0] += 1
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp"
+
+
+async def test_a_cancelled_call_leaves_the_next_ones_their_own_answers(served: tuple[EnvMCPServer, str]) -> None:
+    """`asyncio.wait_for` or a task group cancels a call after its request went out: its answer must not be read
+    as the next request's (before, every later call of the session got the previous one's answer)."""
+    _, url = served
+    async with await TrainerSession.open(url) as env:
+        for _ in range(3):
+            task = asyncio.create_task(env.call("get_hotel", {"hotel_id": "HT-LIS-01"}))
+            await asyncio.sleep(0)  # the request is written; the answer is not read yet
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            found = await env.call("search_hotels", {"city": "Porto"})
+            assert {h["city"] for h in found.data} == {"Porto"}
+            assert "hotels" in await env.state()
+            assert any(t.name == "book_room" for t in await env.tools())
+
+
+async def test_an_answer_to_another_request_is_refused_and_the_connection_dropped() -> None:
+    stale = _answer(b'{"jsonrpc":"2.0","id":99,"error":{"code":-32602,"message":"answer to request 99"}}')
+    server, url = await _scripted([_INIT, _NOTIFIED, stale, _RESULT])
+    async with server:
+        env = await TrainerSession.open(url)
+        with pytest.raises(ProtocolError, match="request 99, not 2"):
+            await env.call("t")  # not raised as this call's JSON-RPC error
+        assert env._conn is None
+        assert (await env.call("t")).text == "ok"  # on a new connection
+        env._drop()
+
+
+@pytest.mark.parametrize(
+    ("answer", "match", "framing"),
+    [
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n-1\r\n", "chunk size", True),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0x5\r\n", "chunk size", True),
+        (b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}XX0\r\n\r\n", "CRLF", True),
+        (b"HTTP/1.1 \xb200 OK\r\ncontent-length: 0\r\n\r\n", "not an HTTP", True),
+        (b"HTTP/1.1 200 OK\r\ncontent-length: \xb9\r\n\r\n{", "content-length", True),
+        (b"HTTP/1.1 200 OK\r\nx: " + b"a" * 70_000 + b"\r\n\r\n", "head of", True),
+        (_answer(b'{"jsonrpc":"1.0","id":2,"result":{"content":[]}}'), "JSON-RPC", False),
+        (_answer(b"data: {}\n\n", b"content-type: text/event-stream\r\n"), "event stream", False),
+    ],
+)
+async def test_a_malformed_answer_is_a_protocol_error_and_the_next_request_gets_its_own(
+    answer: bytes, match: str, framing: bool
+) -> None:
+    """A bad head or body framing leaves the connection out of step (dropped); a well-framed answer that is no
+    JSON-RPC leaves it in step. Either way the next request gets its own answer."""
+    server, url = await _scripted([_INIT, _NOTIFIED, answer, _RESULT])
+    async with server:
+        env = await TrainerSession.open(url, options=ClientOptions(timeout_s=5))
+        with pytest.raises(ProtocolError, match=match):
+            await env.call("t")
+        assert (env._conn is None or env._conn.closed) == framing
+        assert (await env.call("t")).text == "ok"
+        env._drop()
+
+
+async def test_answers_without_a_body_and_interim_answers_do_not_wait_for_the_timeout() -> None:
+    no_content = b"HTTP/1.1 204 No Content\r\n\r\n"
+    interim = b"HTTP/1.1 100 Continue\r\n\r\n" + _RESULT
+    server, url = await _scripted([_INIT, _NOTIFIED, no_content, interim])
+    async with server:
+        env = await TrainerSession.open(url, options=ClientOptions(timeout_s=5))
+        started = time.monotonic()
+        with pytest.raises(ProtocolError, match="not a JSON-RPC response"):  # (a 204 to a request is no answer)
+            await env.call("t")
+        assert (await env.call("t")).text == "ok"
+        assert time.monotonic() - started < 2
+        env._drop()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"scenario": "default\r\nmcp-session-id: someone-else"}, "line break"),
+        ({"task": "t\n1"}, "line break"),
+        ({"scenario": "東京"}, "Latin-1"),
+        ({"headers": {"a\r\nmcp-session-id": "x"}}, "not an HTTP token"),
+        ({"headers": {"x-ok": "fine\x00"}}, "NUL"),
+    ],
+)
+async def test_headers_that_would_start_other_headers_are_refused(kwargs: dict[str, Any], match: str) -> None:
+    heads: list[bytes] = []
+    server, url = await _scripted([_INIT, _NOTIFIED], heads)
+    async with server:
+        with pytest.raises(TrainerClientError, match=match):
+            await TrainerSession.open(url, **kwargs)
+    assert heads == []  # nothing was sent
+
+
+async def test_url_host_port_path_and_arguments_a_request_cannot_carry() -> None:
+    for url, match in (("http://127.0.0.1:99999/mcp", "out of range"), ("http://127.0.0.1:ab/mcp", "Port")):
+        with pytest.raises(TrainerClientError, match=match):
+            TrainerSession(url)
+    heads: list[bytes] = []
+    server, url = await _scripted([_INIT, _NOTIFIED, _RESULT], heads)
+    async with server:
+        port = server.sockets[0].getsockname()[1]
+        six = TrainerSession(f"http://[::1]:{port}/m€ b?q=é")
+        assert six._head("POST", 0).split(b"\r\n")[:2] == [
+            b"POST /m%E2%82%AC%20b?q=%C3%A9 HTTP/1.1",
+            b"host: [::1]:%d" % port,
+        ]
+        env = await TrainerSession.open(url)
+        for arguments, what in (({"when": object()}, "not JSON"), ({"x": float("nan")}, "not JSON")):
+            with pytest.raises(TrainerClientError, match=what):
+                await env.call("t", arguments)
+        assert (await env.call("t")).text == "ok"
+        await env.close()
+        with pytest.raises(TrainerClientError, match="closed"):
+            await env.tools()
+
+
+def test_a_session_used_from_another_event_loop_says_so_and_still_closes(served: tuple[EnvMCPServer, str]) -> None:
+    _, url = served
+    env = asyncio.run(TrainerSession.open(url))
+
+    async def use() -> None:
+        with pytest.raises(TrainerClientError, match="another event loop"):
+            await env.call("search_hotels", {"city": "Lisbon"})
+        await env.close()  # drops the connection, sends nothing on the other loop's
+        assert env.closed
+
+    asyncio.run(use())
+
+
+async def test_close_after_a_timeout_is_bounded_by_close_timeout_s(slow_server: str) -> None:
+    options = ClientOptions(timeout_s=30, close_timeout_s=0.3)
+    env = TrainerSession(slow_server, options=options)
+    env.session_id = "s"  # as if opened: the server never answers anything
+    started = time.monotonic()
+    await env.close()
+    assert time.monotonic() - started < 5 and env.closed
