@@ -29,6 +29,21 @@ _BOUND = re.compile(r"(\w+) must be between (-?[\d.]+) and (-?[\d.]+)")
 _IBAN = re.compile(r"[A-Z]{2}\d{2}[A-Z0-9]{11,30}")
 _CODE = re.compile(r"[A-Z0-9][A-Z0-9-]{0,9}")  # a seat, a flight number, a short code
 _INTEGER_FORMATS = frozenset({"integer", "int32", "int64"})  # a spec's "number" that holds whole numbers
+# a description that says a number counts things: "The number of adult guests staying in the room", "Count of retries"
+_COUNT_DESCRIBED = re.compile(r"^\W*(?:the\s+)?(?:total\s+)?(?:number|count|quantity)\s+of\b", re.I)
+
+
+def _whole_number(schema: dict[str, Any]) -> bool:
+    """A `number` schema whose values are whole numbers all the same: its format says so (`integer`, `int32`), its
+    description says it counts something, or every example it gives is whole (and it has one)."""
+    if schema.get("format") in _INTEGER_FORMATS or _COUNT_DESCRIBED.match(str(schema.get("description", ""))):
+        return True
+    examples = schema.get("examples")
+    return (
+        isinstance(examples, list)
+        and bool(examples)
+        and all(type(x) is int or (type(x) is float and x.is_integer()) for x in examples)
+    )
 _SMALL_COUNT = re.compile(r"(nights|quantity|qty|count|guests|seats|people|party_size|size|tickets|passengers|days)$")
 
 
@@ -86,7 +101,7 @@ class ValueMaker:
         low = name.lower()
         if kind == "boolean":
             return self.rng.random() < 0.5
-        if kind == "number" and schema.get("format") in _INTEGER_FORMATS:  # "number" + "format: integer": a count
+        if kind == "number" and _whole_number(schema):  # a spec's count: 2 adults, not 42.54
             kind = "integer"
         if kind == "integer":
             if _MINUTES.search(low) and "minimum" not in schema:

@@ -10,6 +10,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from envfactory.tasks.compiled_state import _STAMP_ENDS, _Values
+from envfactory.tasks.values import ValueMaker
 
 CLOCK = datetime(2026, 1, 5, 9, 0)
 bounds = st.one_of(st.none(), st.integers(min_value=0, max_value=40))
@@ -74,3 +75,26 @@ def test_a_number_whose_format_says_integer_is_a_whole_number(seed: int, fmt: st
     schema = {"type": "number", "format": fmt, "minimum": lo, "maximum": lo + span}
     value = _Values(random.Random(seed), CLOCK).make("adults", schema, attempt=2)
     assert type(value) is int and lo <= value <= lo + span
+
+
+@pytest.mark.parametrize(
+    ("schema", "whole"),
+    [
+        ({"type": "number", "description": "The number of adult guests staying in the room.", "examples": [2]}, True),
+        ({"type": "number", "description": "Number of retries"}, True),
+        ({"type": "number", "description": "Total count of items"}, True),
+        ({"type": "number", "examples": [3, 4.0]}, True),
+        ({"type": "number", "examples": [2.5]}, False),
+        ({"type": "number", "description": "Price per night"}, False),
+        ({"type": "number", "description": "A number of the form 1.5"}, False),
+    ],
+)
+def test_a_spec_number_that_counts_things_is_made_whole(schema: dict[str, object], whole: bool) -> None:
+    """π*'s own values (`ValueMaker`) for a spec's `number`: a count said so, or shown so by every example, is whole;
+    any other number keeps its decimals."""
+    maker = ValueMaker(random.Random(3), CLOCK)
+    values = [maker.make("adults", schema) for _ in range(20)]
+    if whole:
+        assert all(type(v) is int for v in values)
+    else:
+        assert any(type(v) is float and not v.is_integer() for v in values)
