@@ -221,6 +221,10 @@ class ValueMaker:
                     return str(f.color_name())
                 if kind == "url":
                     return f"https://example.com/{f.slug()}"
+                if kind == "image":
+                    return f"https://example.com/{f.slug()}.{rng.choice(('png', 'jpg', 'svg'))}"
+                if kind == "hex":  # a digest: SHA-256 long (`hash while` said nothing a checksum holds)
+                    return "".join(rng.choice("0123456789abcdef") for _ in range(64))
                 if kind == "stamp":
                     return self.future_moment()
                 if kind == "name":
@@ -297,6 +301,8 @@ _NAMED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"(^|_)status$", "status"),  # (not `state`: an address's)
         (r"(^|_)colou?r$", "color"),
         (r"(^|_)(url|uri|link|href)$", "url"),  # `selfLink`, `documentationLink`: an address, not "hotel"
+        (r"(^|_)(logo|image|icon|avatar|photo|picture|thumbnail)(_url|_uri)?$", "image"),  # `logo`: not "around"
+        (r"(^|_)(hash|checksum|digest|sha256|sha1|md5)$", "hex"),
         (r"(^|_)timestamp$", "stamp"),  # Google's `creationTimestamp`: RFC 3339 text with no format
         (r"^name$", "name"),  # a resource's own name: `deployment-orchid`, not a person's (unless described so)
     )

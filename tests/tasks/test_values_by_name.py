@@ -34,6 +34,9 @@ SHAPES = {
     "time_zone": re.compile(r"[A-Z][a-z]+(/[A-Za-z_]+)?|UTC"),
     "self_link": re.compile(r"https://example\.com/[a-z0-9-]+"),  # an address ("self link hotel" before)
     "creation_timestamp": re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"),  # ("creation timestamp like")
+    "logo": re.compile(r"https://example\.com/[a-z0-9-]+\.(png|jpg|svg)"),  # an image's address ("logo around")
+    "checksum": re.compile(r"[0-9a-f]{64}"),  # a digest ("hash while")
+    "hash": re.compile(r"[0-9a-f]{64}"),
 }
 
 
