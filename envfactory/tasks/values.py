@@ -44,6 +44,8 @@ def _whole_number(schema: dict[str, Any]) -> bool:
         and bool(examples)
         and all(type(x) is int or (type(x) is float and x.is_integer()) for x in examples)
     )
+
+
 _SMALL_COUNT = re.compile(r"(nights|quantity|qty|count|guests|seats|people|party_size|size|tickets|passengers|days)$")
 
 
