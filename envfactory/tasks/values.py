@@ -256,6 +256,8 @@ class ValueMaker:
             return f"{self.rng.randint(9, 20):02d}:{self.rng.choice(['00', '30'])}"
         if fmt == "email" or "email" in name:
             return str(f.email())
+        if fmt in _URL_FORMATS:  # a callback URI: an address, not "growth"
+            return f"https://example.com/{f.slug()}"
         if fmt == "phone" or "phone" in name:
             return str(f.phone_number())
         if _FIRST_NAME.search(name):  # (before the "…name" rule below: "first name Despite its level")
@@ -322,6 +324,7 @@ _EXTENSIONS = ("json", "csv", "py", "txt", "yaml")
 _FIRST_NAME = re.compile(r"(^|_)(first_?name|given_?name|forename)$")
 _LAST_NAME = re.compile(r"(^|_)(last_?name|family_?name|surname)$")
 _USER_NAME = re.compile(r"(^|_)(user_?name|login_?name|screen_?name)$")
+_URL_FORMATS = frozenset({"uri", "url", "uri-reference", "iri", "iri-reference"})
 _INTEGER_TEXT = frozenset({"int64", "int32", "uint64", "uint32", "integer", "long"})  # a string's format
 _DECIMAL_TEXT = frozenset({"double", "float", "decimal", "number"})
 _CLOUD = re.compile(r"region|azure|resource|data ?cent(?:er|re)|availability|zone|cloud", re.IGNORECASE)

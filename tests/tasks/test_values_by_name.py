@@ -115,7 +115,7 @@ def test_a_resource_is_named_as_one_and_a_person_where_the_description_says_so(s
 @given(seed=st.integers(0, 2**31), by_name=st.booleans(), field=st.sampled_from(["manifest_size_bytes", "fingerprint"]))
 def test_a_string_holds_what_its_format_says(seed: int, by_name: bool, field: str) -> None:
     """Google writes int64 fields as strings with format int64 ("manifest size bytes human" before) and bytes as
-    base64 (format byte: "fingerprint area")."""
+    base64 (format byte: "fingerprint area"); a URI format is an address."""
 
     def make(fmt: str) -> str:
         return str(
@@ -125,6 +125,8 @@ def test_a_string_holds_what_its_format_says(seed: int, by_name: bool, field: st
     assert make("int64").isdigit() and make("uint32").isdigit()
     assert re.fullmatch(r"\d+\.\d{2}", make("double"))
     assert len(base64.b64decode(make("byte"), validate=True)) == 9
+    for fmt in ("uri", "url", "uri-reference"):  # ETSI's `callbackUri` ("callback uri growth" before)
+        assert re.fullmatch(r"https://example\.com/[a-z0-9-]+", make(fmt))
 
 
 @settings(max_examples=100, deadline=None)
