@@ -179,6 +179,13 @@ _PREAMBLE = re.compile(
     re.IGNORECASE,
 )
 _THIRD_PERSON = {"is": "be", "has": "have", "does": "do", "goes": "go"}
+# a summary that only names the HTTP route it serves: "Handle GET request for patterns", "POST endpoint for users",
+# "Handler for DELETE /pets" (the operation's semantics say what it does instead)
+_ROUTE = re.compile(
+    r"^(?:(?i:handles?|handler|serves?|process(?:es)?)(?: (?i:for|an?|the))? )?"
+    r"(?:GET|POST|PUT|PATCH|DELETE|HEAD|OPTIONS)"
+    r"(?: (?:https? )?(?:requests?|calls?|endpoints?|methods?|operations?|route)\b|\s+/)"
+)
 
 
 def _code_spoken(text: str) -> str:
@@ -199,6 +206,8 @@ def imperative(description: str, fallback: str) -> str | None:
     text = re.sub(r"\{(\w+)\}", r"\1", text).replace("{", "").replace("}", "")  # a path template's {type}
     text = re.split(r"(?<=[A-Za-z0-9\)])[.;:!?](\s|$)|\n|\s\(", text.strip(), maxsplit=1)[0].strip()
     text = _PREAMBLE.sub("", text)
+    if _ROUTE.match(text):  # "Handle GET request for patterns": the route, not what a user wants
+        return None
     text = re.sub(r"^returns? (?:a |the )?list of ", "list ", text, flags=re.IGNORECASE)
     verb, _, rest = text.partition(" ")
     low = verb.lower()

@@ -195,6 +195,12 @@ def test_offline_synth_over_compiled_environments(
         ("Use to request an update of the user.", "request an update of the user"),
         ("Use this method to send a native poll", "send a native poll"),
         ("Use to create a scan using code uploaded to a bucket", "create a scan using code uploaded to a bucket"),
+        ("Handle GET request for patterns", None),  # (Meshery) the route: the operation's semantics say it instead
+        ("Handle POST request for Pattern Deploy", None),
+        ("Handler for DELETE /pets/{id}", None),
+        ("POST endpoint for users", None),
+        ("Get requests for a project", "get requests for a project"),  # a record called "request"
+        ("Delete a GET rule", "delete a GET rule"),
     ],
 )
 def test_a_spec_summary_becomes_what_a_user_asks(description: str, wanted: str | None) -> None:
