@@ -271,6 +271,37 @@ def _naming(summary: str, label: str) -> str | None:
 
 
 _BEFORE_A_RECORD = frozenset({"of", "for", "to", "from", "in", "on", "about", "into", "under", "within", "by", "with"})
+_DETERMINERS = frozenset(
+    {"a", "an", "the", "one", "single", "specific", "existing", "given", "all", "every", "each", "some", "any"}
+    | {"this", "that", "these", "those", "my", "your", "new", "particular", "specified", "certain"}
+)
+
+
+def _qualified_naming(summary: str, label: str, ref: str) -> str | None:
+    """`summary` with the record it names said as the user's reference `ref`, where the summary names it with a
+    word or two more than its label ("retrieve a single screenshot cluster by its ID" for a record the spec calls
+    "cluster", ref "the cluster from before" → "retrieve the screenshot cluster from before"); None unless the
+    summary ends with such a name and `ref` says the label (a quoted name alone has no noun to qualify)."""
+    nouns = "|".join(re.escape(n) for n in dict.fromkeys((label, plural(label))) if n)
+    if not nouns or not re.search(rf"\b{re.escape(label)}\b", ref):
+        return None
+    found = re.search(
+        rf"\b((?:[a-z]+ ){{1,2}})(?:{nouns})"
+        r"(?i:\s+by (?:its |their |the |an? )?(?:[\w-]+ ){0,3}(?:id|identifier|uuid|name|key))?$",
+        summary,
+    )
+    if found is None:
+        return None
+    qualifier = found.group(1).split()
+    while qualifier and qualifier[0] in _DETERMINERS:
+        qualifier.pop(0)  # "a single screenshot": the qualifier is "screenshot"
+    before = summary[: found.start()].split()
+    while before and before[-1].lower() in _DETERMINERS:
+        before.pop()
+    if not qualifier or not before or any(q in _BEFORE_A_RECORD for q in qualifier):
+        return None  # nothing to qualify with, or no verb before it ("webhook registration" alone)
+    said = re.sub(rf"\b{re.escape(label)}\b", f"{' '.join(qualifier)} {label}", ref, count=1)
+    return f"{' '.join(before)} {said}"
 
 
 def _in_place(clause: str, noun: str, phrase: str, end: int) -> tuple[str, int] | None:
@@ -810,8 +841,11 @@ class ConversationWriter:
         end = 0  # where the summary's own words end in the clause (`_in_place` looks there only)
         if own and summary:  # the spec's own summary, the record named after it
             named = _naming(own, label) if ref else None  # "retrieve transaction": the summary names the record
+            qualified = _qualified_naming(own, label, ref) if ref and named is None else None
             if named is not None:
                 clause, end = named + ref, len(named)
+            elif qualified is not None:  # "retrieve a single screenshot cluster by its ID" + the cluster from before
+                clause, end = qualified, len(qualified) - len(ref)
             else:
                 clause, end = own + (self.rng.choice(w.spec_scope).format(ref=ref) if ref else ""), len(own)
         elif forms:

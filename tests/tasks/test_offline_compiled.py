@@ -19,7 +19,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.envgen.health import HealthSettings
 from envfactory.envgen.openapi import identifier
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED
-from envfactory.tasks.conversation import _in_place, _naming, imperative
+from envfactory.tasks.conversation import _in_place, _naming, _qualified_naming, imperative
 from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.pi_star import _hollow
 from envfactory.tasks.plan import SynthConfig, load_conversations, plan_units, run_units
@@ -230,6 +230,37 @@ def test_a_summary_that_names_its_record_gives_way_to_the_users_reference(
     """ "retrieve transaction under the transaction - the one whose type is Basic": where the summary ends with the
     record's name, the user's reference to the record takes its place."""
     assert _naming(summary, label) == wanted
+
+
+@pytest.mark.parametrize(
+    ("summary", "label", "ref", "wanted"),
+    [
+        (
+            "retrieve a single screenshot cluster by its ID",
+            "cluster",
+            "the cluster from before",
+            "retrieve the screenshot cluster from before",
+        ),
+        (
+            "get details of a webhook registration",
+            "registration",
+            "my registration REG-2",
+            "get details of my webhook registration REG-2",
+        ),
+        ("retrieve a logged message by the message ID", "message", "that message", "retrieve that logged message"),
+        ("update a specified perf sample series", "series", "my series S-1", "update my perf sample series S-1"),
+        ("get a webhook registration by its ID", "registration", '"hook-7"', None),  # no noun in the ref to qualify
+        ("get the status of a message", "message", "my message M-1", None),  # (`_naming`'s: "of" is no qualifier)
+        ("webhook registration", "registration", "my registration R-1", None),  # no verb before it
+        ("send a message", "campaign", "the campaign", None),
+    ],
+)
+def test_a_summary_naming_its_record_with_a_word_more_qualifies_the_users_reference(
+    summary: str, label: str, ref: str, wanted: str | None
+) -> None:
+    """ "retrieve a single screenshot cluster by its ID of the cluster in the history ...": where the summary names the
+    record with a word more than the spec's label, the user's reference takes its place and keeps that word."""
+    assert _qualified_naming(summary, label, ref) == wanted
 
 
 def test_a_summary_says_in_general_what_the_request_names() -> None:
