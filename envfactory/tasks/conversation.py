@@ -381,6 +381,21 @@ _ACTIONS = frozenset(
     {"add", "cancel", "check", "create", "delete", "deregister", "describe", "disable", "enable", "get", "list"}
     | {"patch", "post", "put", "register", "remove", "run", "search", "send", "set", "start", "stop", "update"}
 )
+
+
+def _noun_forms(forms: list[str], label: str) -> list[str]:
+    """The request forms that may say `label`: none that say it where it is no noun, a resource named after an
+    action (`/deleteSite`: "delete site") or after a path's function word (`POST /batch/any`: "open an any")."""
+    if label.split(" ", 1)[0] in _ACTIONS or label in _NO_NOUN:
+        return [f for f in forms if "{label" not in f]
+    return forms
+
+
+# words a path may end with that name no record ("POST /batch/any": "open an any")
+_NO_NOUN = frozenset(
+    {"any", "all", "some", "each", "every", "none", "other", "one", "many", "self", "this", "that", "me", "mine"}
+    | {"new", "current", "latest", "bulk", "multiple", "single"}
+)
 _AUXILIARY = frozenset(
     {"is", "are", "was", "were", "does", "do", "did", "can", "could", "has", "have", "will", "should"}
 )
@@ -831,9 +846,7 @@ class ConversationWriter:
         w = self.wording
         ref = values.get(rule.id_param, "") if rule.id_param else ""
         label = spoken_name(rule.label)
-        forms = [f for f in w.spec_forms.get(rule.semantics, []) if "{ref}" not in f or ref]
-        if label.split(" ", 1)[0] in _ACTIONS:  # a resource named after an action ("delete site"): no noun to use
-            forms = [f for f in forms if "{label" not in f]
+        forms = _noun_forms([f for f in w.spec_forms.get(rule.semantics, []) if "{ref}" not in f or ref], label)
         own = imperative(description, "")
         if own:  # "list Steps for a given Execution" → "list steps for a given execution"
             own = resource_words(own, self._resource_nouns(call.call.server))

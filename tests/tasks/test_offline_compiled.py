@@ -19,7 +19,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.envgen.health import HealthSettings
 from envfactory.envgen.openapi import identifier
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED
-from envfactory.tasks.conversation import _in_place, _naming, _qualified_naming, imperative
+from envfactory.tasks.conversation import _in_place, _naming, _noun_forms, _qualified_naming, imperative
 from envfactory.tasks.initial_state import generate_initial_state
 from envfactory.tasks.pi_star import _hollow
 from envfactory.tasks.plan import SynthConfig, load_conversations, plan_units, run_units
@@ -291,3 +291,14 @@ def test_an_optional_value_with_nothing_in_it_is_left_out(value: object, hollow:
     """`metadata: [{}, {}]` (an array of objects the spec gives no properties) was bound and said "metadata , ": an
     optional input whose made value holds nothing a user could say is left out."""
     assert _hollow(value) is hollow
+
+
+@pytest.mark.parametrize(
+    ("label", "kept"),
+    [("any", 1), ("me", 1), ("delete site", 1), ("batch", 3), ("message", 3), ("anything", 3)],
+)
+def test_a_label_that_is_no_noun_is_never_said_as_one(label: str, kept: int) -> None:
+    """The SMS Works' `POST /batch/any` ("Sends a collection of unique SMS messages") was asked for as "open an any":
+    forms that say the label are left out where it is no noun; the spec's summary or a form without it remains."""
+    forms = ["open a {label}", "create a new {label}", "make one with {target}"]
+    assert len(_noun_forms(forms, label)) == kept
