@@ -195,7 +195,18 @@ class HubMCPServer(SessionServer[HubEpisode]):
         """As for any session, and for the app's tool: one that was expensive for a session leaves the loop for all
         (each new session of a client would otherwise run one expensive call there, e.g. a sleeping tool)."""
         super().ran(key, name, args, cpu, blocked, inline=inline)
-        self._tools_off_loop.ran(_tool_key(args), cpu, blocked, inline=inline)
+        if name == CALL_TOOL and self._known_tool(args):  # (a name a client made up would be kept for good)
+            self._tools_off_loop.ran(_tool_key(args), cpu, blocked, inline=inline)
+
+    def _known_tool(self, args: dict[str, Any]) -> bool:
+        """`args` name a tool one of the hub's apps has: only those are remembered across sessions."""
+        app, tool = args.get("app"), args.get("tool")
+        if not isinstance(app, str) or app not in self._apps or not isinstance(tool, str):
+            return False
+        try:
+            return tool in self.hub.env(app).metadata.tool_names
+        except EnvFactoryError:  # an app whose code fails to load: nothing of it to remember
+            return False
 
     def _apps_of(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> set[str]:
         known = self._apps
@@ -229,6 +240,11 @@ class HubMCPServer(SessionServer[HubEpisode]):
             episode = self.held(key, connection_task)
         except HubError:  # a bad task on the connection must not keep the session from loading a good one
             episode = self._held[key] = self.hub.episode()
+        unknown = sorted(k for k in arguments if k not in ("task_id", "task"))
+        if unknown:  # a typo (`taskId`) must not restart the current task and report success
+            raise HubError(
+                "invalid_arguments", f"{LOAD_TASK_TOOL} takes `task_id` or `task`; unknown: {', '.join(unknown)}"
+            )
         task_id, raw = arguments.get("task_id"), arguments.get("task")
         if task_id is not None and raw is not None:
             raise HubError("invalid_arguments", f"give `task_id` or `task` to {LOAD_TASK_TOOL}, not both")
@@ -270,6 +286,10 @@ class HubMCPServer(SessionServer[HubEpisode]):
                 return result
             episode = self.held(key, choice)
             if self.control_tools and name == STATE_TOOL:
+                if arguments:
+                    raise HubError(
+                        "invalid_arguments", f"{STATE_TOOL} takes no arguments; given: {', '.join(arguments)}"
+                    )
                 return tool_result(self.hub.state(episode), wrap=False)
         except HubError as e:
             return tool_result(e.payload(), wrap=False, error=True)

@@ -52,6 +52,19 @@ _CONTROL_TOOLS = [
 ]
 
 
+_CONTROL_ARGUMENTS = {RESET_TOOL: frozenset({"scenario", "config"}), STATE_TOOL: frozenset()}
+
+
+def _unknown_arguments(name: str, arguments: dict[str, Any]) -> str | None:
+    """Why a control tool's arguments are refused (one it does not take), or None."""
+    takes = _CONTROL_ARGUMENTS.get(name)
+    unknown = sorted(k for k in arguments if k not in takes) if takes is not None else []
+    if not unknown:
+        return None
+    allowed = ", ".join(f"`{k}`" for k in sorted(takes or ())) or "no arguments"
+    return f"{name} takes {allowed}; unknown: {', '.join(unknown)}"
+
+
 def _mcp_output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     """MCP wants structured output to be an object: wrap other results as {"result": ...}."""
     if schema is None:
@@ -140,6 +153,9 @@ class EnvMCPServer(SessionServer[Session]):
     ) -> types.CallToolResult:
         try:
             session = self.held(key, choice)
+            unknown = _unknown_arguments(name, arguments) if self.control_tools else None
+            if unknown is not None:  # a typo (`scenarios`) must not reset to the default and report success
+                return tool_result({"error": {"type": "invalid_arguments", "message": unknown}}, wrap=False, error=True)
             if self.control_tools and name == RESET_TOOL:
                 config = arguments.get("config") or arguments.get("scenario") or self.default_config
                 too_large = self.config_too_large(arguments.get("config"), size, "config")

@@ -327,6 +327,38 @@ async def test_http_task_errors_and_task_object(hub_url: str, tasks: dict[str, T
         assert _structured(no_call) == {"success": False, "reasons": ["hotels: missing bookings.<new>"]}
 
 
+async def test_control_tools_refuse_arguments_they_do_not_take(hub_url: str) -> None:
+    """A typo (`taskId`) restarted the current task and reported success with the old task's id (found by a
+    reviewer); the state tool took any arguments."""
+    async with streamable_http_client(hub_url + "?task=book-porto") as (r, w, _), ClientSession(r, w) as s:
+        await s.initialize()
+        for arguments in ({"taskId": "cancel-bk1"}, {"task_ID": "cancel-bk1"}, {"tasks": {}}):
+            typo = await s.call_tool(LOAD_TASK_TOOL, arguments)
+            assert typo.isError and _payload(typo)["error"]["type"] == "invalid_arguments", arguments
+            assert next(iter(arguments)) in _payload(typo)["error"]["message"]
+        state = await s.call_tool(STATE_TOOL, {"x": 1})
+        assert state.isError and "takes no arguments" in _payload(state)["error"]["message"]
+        assert _structured(await s.call_tool(LOAD_TASK_TOOL, {"task_id": "cancel-bk1"}))["task_id"] == "cancel-bk1"
+
+
+def test_tool_names_a_client_makes_up_are_not_remembered(pool: EnvPool, tasks_file: Path) -> None:
+    """Each expensive `call_tool` was remembered by its app/tool key across sessions, and the key came from the
+    client: made-up 3 MB tool names grew the server by ~3 MB a call, for good (found by a reviewer)."""
+
+    class _Key:  # a session's key (held weakly)
+        pass
+
+    server = build_hub_server(pool, tasks_file, control_tools=True, client_tasks=True)
+    slow = server.limits.inline_cpu_s * 10  # a call expensive enough to be remembered
+    for k in range(50):
+        made_up = {"app": "hotels", "tool": f"no_such_tool_{k}_" + "x" * 1000, "arguments": {}}
+        server.ran(_Key(), "call_tool", made_up, slow, slow, inline=True)
+        server.ran(_Key(), "call_tool", {"app": f"nope-{k}", "tool": "book_room"}, slow, slow, inline=True)
+    assert len(server._tools_off_loop._marks) == 0
+    server.ran(_Key(), "call_tool", {"app": "hotels", "tool": "book_room"}, slow, slow, inline=True)
+    assert list(server._tools_off_loop._marks) == ["hotels/book_room"]  # a real tool is remembered
+
+
 class _Session:
     pass
 

@@ -171,6 +171,13 @@ async def test_http_initial_config_at_session_start_and_by_reset(http_url: str) 
         assert [h["id"] for h in found.structuredContent["result"]] == ["H1"]
         bad = await s.call_tool(RESET_TOOL, {"scenario": "no_such_scenario"})
         assert bad.isError and "no scenario 'no_such_scenario'" in _payload(bad)["error"]["message"]
+        # a typo reset to the default and said so as a success; the state tool took anything
+        for tool, arguments in ((RESET_TOOL, {"scenarios": "busy"}), (STATE_TOOL, {"x": 1})):
+            typo = await s.call_tool(tool, arguments)
+            assert typo.isError and _payload(typo)["error"]["type"] == "invalid_arguments", (tool, arguments)
+            assert next(iter(arguments)) in _payload(typo)["error"]["message"]
+        found = await s.call_tool("search_hotels", {"city": "Oslo"})  # (the custom state is still there)
+        assert [h["id"] for h in found.structuredContent["result"]] == ["H1"]
 
 
 async def test_langchain_adapter_in_one_persistent_session(http_url: str) -> None:
