@@ -114,9 +114,17 @@ def answer_forms(value: Any) -> list[str]:
     also the ways users write them (`2026-01-10T10:00:00Z` as "January 10, 2026 at 10 am")."""
     if isinstance(value, bool):
         return ["yes" if value else "no", str(value).lower()]
-    if isinstance(value, int | float):
+    if isinstance(value, int):
+        try:
+            forms = {str(value), f"{value:,}"}
+        except ValueError:  # past Python's 4,300-digit limit: no answer states it
+            return []
+        if abs(value) < 2**53:  # (a float cannot hold a larger one: `float(10**400)` overflows)
+            forms |= {f"{value:.2f}", f"{value:,.2f}", f"{value:.1f}", f"{value:,.1f}"}
+        return sorted(forms)
+    if isinstance(value, float):
         forms = {f"{value}", f"{value:,}"}
-        if float(value).is_integer():
+        if value.is_integer():
             forms |= {str(int(value)), f"{int(value):,}"}
         forms |= {f"{value:.2f}", f"{value:,.2f}", f"{value:.1f}", f"{value:,.1f}"}
         return sorted(forms)

@@ -153,6 +153,17 @@ def test_every_form_of_a_value_states_it_in_a_sentence(value: Any, before: str, 
         assert answer_states(before + form + after, value), (form, value)
 
 
+@settings(max_examples=100, deadline=None)
+@given(digits=st.integers(17, 4299), lead=st.integers(1, 9), sign=st.sampled_from([1, -1]))
+def test_an_integer_no_float_holds_has_its_forms_and_no_overflow(digits: int, lead: int, sign: int) -> None:
+    """A task's `answer_contains` of a 400-digit integer made every `complete_task` fail with "int too large to
+    convert to float" (found by a reviewer)."""
+    value = sign * lead * 10 ** (digits - 1)
+    assert str(value) in answer_forms(value)
+    assert answer_states(f"It is {value}.", value)
+    assert answer_forms(10**5000) == []  # past Python's 4,300-digit limit no answer can state it
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     value=st.integers(0, 10**6),
