@@ -516,6 +516,13 @@ def test_math_keeps_global_precision_unchanged() -> None:
     assert s.call("square_root", {"number": 2.0, "precision": 5}).result == {"result": 1.4142}
     assert (decimal.getcontext().prec, mpmath.mp.dps) == (prec, dps)
     assert s.dump() == {}
+    # a precision of 60,000 digits took 1.7 s of CPU holding the GIL (a served hub's other sessions waited), 300,000
+    # 31 s: it is bounded by the schema (BFCL's data asks for 2 to 10) and refused before the method runs
+    for tool, args in (("logarithm", {"value": 2.0, "base": 3.0}), ("square_root", {"number": 2.0})):
+        big = s.call(tool, {**args, "precision": 60_000})
+        assert not big.ok and big.error is not None and big.error.type == "invalid_arguments"
+        assert "maximum of 1000" in big.error.message
+        assert s.call(tool, {**args, "precision": 1000}).ok
 
 
 def test_long_context_states_share_nothing_with_bfcl_module_data() -> None:
