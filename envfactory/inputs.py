@@ -13,6 +13,7 @@ import ast
 import contextlib
 import fcntl
 import json
+import math
 import os
 import stat
 import threading
@@ -119,6 +120,15 @@ def no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")  # (json.loads passes it on: read as invalid JSON below)
 
 
+def finite_float(text: str) -> float:
+    """`parse_float` that refuses a literal past a float's range (`1e999` reads as infinity: JSON has no such number,
+    and `json.dumps` would write it back as `Infinity`, which no JSON parser reads)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text[:40]} is beyond a float's range")
+    return value
+
+
 def parse_json(
     data: str | bytes,
     source: str,
@@ -133,7 +143,8 @@ def parse_json(
     caller's `error`, given the message: every reader here takes one, so nothing re-wraps what it raises).
     `max_nodes`: the values it may hold (a large document read on purpose, a tool graph, raises it).
     `constants=False` refuses `NaN`, `Infinity` and `-Infinity`, which Python writes and reads but JSON has not
-    (what a server takes from a client: another JSON parser reads such a body differently, or not at all)."""
+    (what a server takes from a client: another JSON parser reads such a body differently, or not at all), and a
+    number past a float's range (`1e999`, read as infinity)."""
     if isinstance(data, bytes):
         try:
             data = data.decode("utf-8")
@@ -141,7 +152,12 @@ def parse_json(
             raise error(f"{source}: not valid UTF-8 (byte {e.start})") from None
     maybe_deep = data.count("[") + data.count("{") > max_depth
     try:
-        value = json.loads(data, parse_int=parse_int, parse_constant=None if constants else no_constant)
+        value = json.loads(
+            data,
+            parse_int=parse_int,
+            parse_constant=None if constants else no_constant,
+            parse_float=None if constants else finite_float,
+        )
     except RecursionError:
         raise error(f"{source}: JSON nested deeper than {max_depth} levels") from None
     except json.JSONDecodeError as e:

@@ -122,6 +122,16 @@ def test_invalid_utf8_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.parametrize("number", ["1e999", "-1e999", "1E400", "123456789e400"])
+def test_a_number_past_a_floats_range_is_refused_where_json_constants_are(number: str) -> None:
+    """`1e999` read as infinity: a served hub answered `{"result": Infinity}`, which no JSON parser reads (found by a
+    reviewer). Where `NaN` and `Infinity` are refused (what a server takes from a client), so is it."""
+    with pytest.raises(InputError, match="beyond a float's range"):
+        parse_json(f'{{"numbers": [{number}, 1]}}', "body", constants=False)
+    assert parse_json(f"[{number}]", "a file of ours") == [float(number)]  # (Python's own reading, where allowed)
+    assert parse_json("[1e308, -2.5e-300, 0.1]", "body", constants=False) == [1e308, -2.5e-300, 0.1]
+
+
 def test_json_nested_100k_deep_is_an_input_error_not_a_recursion_error(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"deep: JSON nested deeper than 100 levels") as err:
         parse_json(_deep_json(), "deep")

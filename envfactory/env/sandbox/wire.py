@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from envfactory.errors import EnvError
-from envfactory.inputs import LONE_SURROGATE, has_lone_surrogate, no_constant, parse_int
+from envfactory.inputs import LONE_SURROGATE, finite_float, has_lone_surrogate, no_constant, parse_int
 
 _HEADER = struct.Struct(">I")
 _MISSES = 3  # polled reads in a row whose frame came late, after which a reader stops polling
@@ -77,7 +77,7 @@ def _tree_depth_exceeds(value: Any, limit: int) -> bool:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 # one instance (json.loads(**kw) builds one per call); long integer literals refused before they are converted
-_DECODER = json.JSONDecoder(parse_constant=no_constant, parse_int=parse_int)
+_DECODER = json.JSONDecoder(parse_constant=no_constant, parse_int=parse_int, parse_float=finite_float)
 
 
 def decode(body: bytes, max_depth: int, max_containers: int = 1_000_000, max_values: int = 2_000_000) -> Any:

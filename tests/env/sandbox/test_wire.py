@@ -127,3 +127,12 @@ def test_a_reader_stops_polling_for_frames_that_come_late_and_tries_again_later(
     assert reader._polling == [0, 0]
     late(100)  # one late frame again: still polling
     assert reader._polling == [1, 0]
+
+
+@pytest.mark.parametrize("body", [b'{"result": 1e999}', b'{"result": [-1E400]}', b'{"result": NaN}'])
+def test_a_number_json_has_not_is_a_malformed_frame(body: bytes) -> None:
+    """A worker's answer holding a number past a float's range read as infinity (NaN and Infinity were refused)."""
+    with pytest.raises(WireError) as err:
+        wire.decode(body, max_depth=10)
+    assert err.value.kind == "malformed"
+    assert wire.decode(b'{"result": 1e308}', max_depth=10) == {"result": 1e308}
