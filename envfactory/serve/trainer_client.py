@@ -72,6 +72,10 @@ _MAX_HEAD = 64 * 1024  # an answer's status line and headers
 _DIGITS = re.compile(rb"[0-9]{1,18}")
 _HEX = re.compile(rb"[0-9a-fA-F]{1,15}")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # a header's name (RFC 9110 token)
+_OWN_HEADERS = frozenset(  # what the client writes itself on every request
+    {"host", "content-length", "transfer-encoding", "connection", "content-type", "accept"}
+    | {"mcp-session-id", "mcp-protocol-version"}
+)
 _NO_BODY = (204, 304)  # answers that never carry a body (and 1xx, which come before the answer)
 
 
@@ -535,6 +539,8 @@ def _checked_headers(headers: dict[str, str]) -> dict[str, str]:
     for name, value in headers.items():
         if not isinstance(name, str) or not _TOKEN.fullmatch(name):
             raise TrainerClientError(f"header name {name!r} is not an HTTP token (letters, digits, !#$%&'*+.^_`|~-)")
+        if name.lower() in _OWN_HEADERS:  # a second content-length would frame the request two ways
+            raise TrainerClientError(f"header {name} is the client's own to write; it cannot be given")
         if not isinstance(value, str) or any(c in value for c in "\r\n\0"):
             raise TrainerClientError(f"header {name}: {value!r} holds a line break or NUL (or is not a string)")
         try:

@@ -464,6 +464,8 @@ async def test_answers_without_a_body_and_interim_answers_do_not_wait_for_the_ti
         ({"scenario": "東京"}, "Latin-1"),
         ({"headers": {"a\r\nmcp-session-id": "x"}}, "not an HTTP token"),
         ({"headers": {"x-ok": "fine\x00"}}, "NUL"),
+        ({"headers": {"Content-Length": "0"}}, "client's own"),
+        ({"headers": {"mcp-session-id": "someone-else"}}, "client's own"),
     ],
 )
 async def test_headers_that_would_start_other_headers_are_refused(kwargs: dict[str, Any], match: str) -> None:
