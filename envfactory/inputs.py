@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import fcntl
+import functools
 import json
 import math
 import os
@@ -171,15 +172,43 @@ def parse_json(
     return value
 
 
+@functools.cache
+def _unique_keys_loader() -> Any:
+    """YAML's safe loader that refuses a key given twice in one mapping: PyYAML keeps the last one silently, so a
+    config saying `mode: offline` and later `mode: llm` ran in llm mode. (Built on first use: `yaml` is imported
+    only when a YAML document is read.)"""
+    import yaml
+
+    class UniqueKeysLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            if isinstance(node, yaml.MappingNode):  # the keys as written (a merge `<<:` may be overridden)
+                seen: set[tuple[str, str]] = set()
+                for key_node, _ in node.value:
+                    if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = (key_node.tag, key_node.value)
+                    if key in seen:
+                        raise yaml.constructor.ConstructorError(
+                            "while reading a mapping",
+                            node.start_mark,
+                            f"the key {key_node.value!r} is given twice",
+                            key_node.start_mark,
+                        )
+                    seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeysLoader
+
+
 def parse_yaml(
     text: str, source: str, *, max_depth: int = MAX_DEPTH, error: ErrorFactory = InputError, loader: Any = None
 ) -> Any:
-    """Parse a YAML document (safe loader, or `loader`: a subclass of it), or raise a one-line `InputError` naming
-    `source`."""
+    """Parse a YAML document (safe loader refusing a key given twice, or `loader`: a subclass of the safe loader),
+    or raise a one-line `InputError` naming `source`."""
     import yaml
 
     try:
-        value = yaml.load(text, Loader=loader or yaml.SafeLoader)  # a SafeLoader, or a subclass of it
+        value = yaml.load(text, Loader=loader or _unique_keys_loader())  # a SafeLoader, or a subclass of it
     except RecursionError:
         raise error(f"{source}: YAML nested too deeply") from None
     except yaml.YAMLError as e:

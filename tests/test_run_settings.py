@@ -231,6 +231,24 @@ def test_synth_in_llm_mode_records_the_querygen_models(tmp_path: Path) -> None:
         record_synth_settings(config, served)
 
 
+def test_a_synth_resume_with_other_environments_or_other_wording_is_refused(tmp_path: Path) -> None:
+    """A run with no `envs` resumed over another pool (its environments chosen anew), or with another prompts
+    folder, was accepted and mixed two datasets in one file (found by a reviewer)."""
+    config = SynthConfig.model_validate({"mode": "offline", "out": tmp_path / "run"})
+    settings = Settings(root=ROOT)
+    record_synth_settings(config, settings, envs=["hotels", "banking"])
+    (tmp_path / "run" / CONVERSATIONS).write_text("{}\n")
+    record_synth_settings(config, settings, envs=["hotels", "banking"])  # the same: it resumes
+    with pytest.raises(RunSettingsError, match="environments"):
+        record_synth_settings(config, settings, envs=["hotels"])
+    prompts = tmp_path / "prompts"
+    shutil.copytree(settings.prompts_path, prompts)
+    wording = next(prompts.rglob("en.yaml"))
+    wording.write_text(wording.read_text() + "\n# another wording\n")
+    with pytest.raises(RunSettingsError, match="prompts_sha256"):
+        record_synth_settings(config, settings.model_copy(update={"prompts_dir": prompts}), envs=["hotels", "banking"])
+
+
 def test_a_relative_synth_out_lands_under_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from envfactory.env.pool import EnvPool
 from envfactory.errors import ConfigError, DataError, first_error
@@ -45,6 +45,15 @@ class SynthConfigError(ConfigError):
 MAX_PLANNED = 1_000_000  # units one run plans (SynthAPI's whole study is 458,752 tasks): more is several runs
 
 
+def check_planned(apps: int, tasks: int, states: int) -> None:
+    """Refuse a run of more than `MAX_PLANNED` units (A·T·S: environments, tasks each, states each)."""
+    planned = apps * tasks * states
+    if planned > MAX_PLANNED:
+        raise ValueError(
+            f"A·T·S = {planned:,} units is more than one run plans ({MAX_PLANNED:,}): split it into several runs"
+        )
+
+
 class SynthConfig(BaseModel):
     """`envfactory synth --config FILE` (YAML or JSON)."""
 
@@ -52,13 +61,20 @@ class SynthConfig(BaseModel):
 
     mode: Literal["offline", "llm"] = "offline"
     envs: list[str] | None = Field(
-        default=None, description="candidate environments; default: every native and compiled one"
+        default=None,
+        min_length=1,
+        description="candidate environments (native or compiled); default: every trusted native one",
     )
-    apps: int | None = Field(default=None, ge=1, alias="A", description="A: environments used (seeded sample)")
-    tasks: int = Field(default=2, ge=1, alias="T", description="T: tasks (chains) per environment")
-    states: int = Field(default=1, ge=1, alias="S", description="S: initial databases per task")
-    depth: int = Field(default=1, ge=1, le=1000, alias="D", description="D: 1 core batch + D-1 distractor batches")
-    seed: int = 0
+    # (strict: `T: true` is no count, though Python would take it as 1)
+    apps: int | None = Field(
+        default=None, ge=1, strict=True, alias="A", description="A: environments used (seeded sample)"
+    )
+    tasks: int = Field(default=2, ge=1, strict=True, alias="T", description="T: tasks (chains) per environment")
+    states: int = Field(default=1, ge=1, strict=True, alias="S", description="S: initial databases per task")
+    depth: int = Field(
+        default=1, ge=1, le=1000, strict=True, alias="D", description="D: 1 core batch + D-1 distractor batches"
+    )
+    seed: int = Field(default=0, strict=True)
     chain_length: tuple[int, int] = (2, 4)
     turns: tuple[int, int] = Field(
         default=(3, 5),
@@ -78,7 +94,7 @@ class SynthConfig(BaseModel):
     holdout_tasks: float = Field(
         default=0.0, ge=0.0, lt=1.0, description="share of each other environment's tasks held out (unseen tasks)"
     )
-    concurrency: int = Field(default=2, ge=1)
+    concurrency: int = Field(default=2, ge=1, strict=True)
     out: Path = Field(
         default=Path(".envfactory/synth/run"), description="output folder (relative: to the working directory)"
     )
@@ -97,15 +113,18 @@ class SynthConfig(BaseModel):
     def folder(self) -> Path:
         """The output folder: `out`, a relative one under the working directory, as every `--out` of the CLI
         (not under the project root, which is the installed checkout when the working directory has no envs/)."""
-        return self.out.resolve()
+        return self.out.expanduser().resolve()
+
+    @field_validator("out", mode="before")
+    @classmethod
+    def _some_place(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():  # (as a path: the working folder, which nobody means)
+            raise ValueError("an empty path names no place to write; give a folder")
+        return value
 
     @model_validator(mode="after")
     def _lengths(self) -> SynthConfig:
-        planned = (self.apps or 1) * self.tasks * self.states
-        if planned > MAX_PLANNED:
-            raise ValueError(
-                f"A·T·S = {planned:,} units is more than one run plans ({MAX_PLANNED:,}): split it into several runs"
-            )
+        check_planned(self.apps or (len(self.envs) if self.envs else 1), self.tasks, self.states)
         lo, hi = self.chain_length
         if lo < 1 or hi < lo:
             raise ValueError(f"chain_length {list(self.chain_length)} must be [MIN, MAX] with 1 <= MIN <= MAX")
@@ -170,6 +189,10 @@ def choose_envs(config: SynthConfig, pool: EnvPool) -> list[str]:
         raise SynthConfigError(f"A={config.apps} environments asked, but the run has {len(envs)}: {', '.join(envs)}")
     if config.apps is not None and config.apps < len(envs):
         envs = sorted(random.Random(stable_seed(config.seed, "apps")).sample(sorted(envs), config.apps))
+    try:  # (the config checked A·T·S with A or its envs list; with neither, A is the pool's environments)
+        check_planned(len(envs), config.tasks, config.states)
+    except ValueError as e:
+        raise SynthConfigError(f"{e} ({len(envs)} environments)") from None
     stray = sorted(set(config.holdout_envs) - set(envs))
     if stray:
         raise SynthConfigError(f"holdout_envs names environment(s) this run does not use: {stray}; it uses {envs}")

@@ -54,6 +54,10 @@ def synth_record(
     pool: EnvPool | None = None,
 ) -> RunRecord:
     shaping: dict[str, Any] = config.model_dump(mode="json", exclude=NOT_SHAPING)
+    if envs is not None:  # the environments the run chose (no `envs`: every trusted one the pool has now)
+        shaping["environments"] = list(envs)
+    # the wording and prompts the run reads: a resume with other ones would mix two wordings in one dataset
+    shaping["prompts_sha256"] = file_sha256(sorted(p for p in settings.prompts_path.rglob("*.yaml") if p.is_file()))
     if config.mode == "llm":
         shaping["models"] = {r: model_identity(settings, r).model_dump() for r in QUERYGEN_ROLES}
     graph = graph_file(settings, config, envs, pool)

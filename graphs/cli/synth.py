@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from envfactory.cli.args import out_dir_option, path_to_write
+from envfactory.cli.args import out_dir_option, output_dir, path_to_write
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from envfactory.errors import EnvFactoryError
@@ -52,6 +52,8 @@ def synth(
     update: dict[str, object] = {}
     if out_dir is not None:
         update["out"] = out_dir
+    else:  # the config's `out`: the checks `--out` gets (a file, a place that cannot be made), before any work
+        update["out"] = output_dir(cfg.folder(), option="out")
     if concurrency is not None:
         update["concurrency"] = concurrency
     cfg = cfg.model_copy(update=update)

@@ -191,6 +191,13 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("contamination {run} --n 1000000000", "--n"),
     case("scaling fit {tmp}/adir", "is a folder"),
     case("synth --config {tmp}/nograph.yaml --out {tmp}/r", "no tool graph here"),
+    # found by a reviewer: the config's `out` skipped `--out`'s checks, `envs: []` meant every environment, a count
+    # of `true` was 1, and a key given twice kept the last
+    case("synth --config {tmp}/emptyout.yaml", "an empty path names no place to write"),
+    case("synth --config {tmp}/fileout.yaml", "is a file: out names a folder"),
+    case("synth --config {tmp}/noenvs.yaml --out {tmp}/r", "envs: List should have at least 1 item"),
+    case("synth --config {tmp}/booleanT.yaml --out {tmp}/r", "T: Input should be a valid integer"),
+    case("synth --config {tmp}/dupkey.yaml --out {tmp}/r", "the key 'mode' is given twice"),
 ]
 
 # commands whose only input is the pool and settings: nothing a user types can be wrong beyond --help
@@ -263,6 +270,11 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
     (tmp / "huge.yaml").write_text("mode: offline\nenvs: [hotels]\nT: 1000000000000\n")
     (tmp / "stray.yaml").write_text("mode: offline\nenvs: [hotels]\nholdout_envs: [nosuch]\n")
     (tmp / "nograph.yaml").write_text(f"mode: offline\nenvs: [hotels]\ngraph: {tmp}/nope.json\n")
+    (tmp / "emptyout.yaml").write_text('mode: offline\nenvs: [hotels]\nout: ""\n')
+    (tmp / "fileout.yaml").write_text(f"mode: offline\nenvs: [hotels]\nout: {tmp}/afile\n")
+    (tmp / "noenvs.yaml").write_text("mode: offline\nenvs: []\n")
+    (tmp / "booleanT.yaml").write_text("mode: offline\nenvs: [hotels]\nT: true\n")
+    (tmp / "dupkey.yaml").write_text("mode: offline\nenvs: [hotels]\nmode: llm\n")
     (tmp / "script.json").write_text("[]\n")
     meta = json.loads((ROOT / "envs" / "hotels" / "metadata.json").read_text())
     meta["name"] = "inns"

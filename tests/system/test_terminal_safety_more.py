@@ -146,9 +146,10 @@ def test_synth_prints_a_run_s_names_and_paths_as_written(project: Path) -> None:
     out = project / "run[red]\x1b[2J"  # a folder name holds no `/`: an opening tag, swallowed as markup
     config = project / "synth.json"
     config.write_text(json.dumps({"envs": ["hotels"], "T": 1, "out": str(out), "plot": True}))
-    record_synth_settings(SynthConfig.model_validate(json.loads(config.read_text())), Settings(root=project))
-    (out / CONVERSATIONS).write_text(conversation(EVIL).model_dump_json() + "\n")  # the run resumed: its settings
+    made = Settings(root=project, prompts_dir=ROOT / "prompts")  # (as `run_main`'s environment says)
     plan = Plan(envs=[], units=[], shortfall={EVIL: 1})  # what the graph gave: nothing, for a name from the data
+    record_synth_settings(SynthConfig.model_validate(json.loads(config.read_text())), made, envs=plan.envs)
+    (out / CONVERSATIONS).write_text(conversation(EVIL).model_dump_json() + "\n")  # the run resumed: its settings
     with mock.patch("graphs.cli.synth.plan_batch", return_value=plan):  # (an empty plan is refused before it)
         code, stdout, stderr = run_main(project, "synth", "--config", str(config))
     assert code == 0, stdout + stderr

@@ -23,9 +23,11 @@ from envfactory.env.pool import EnvPool
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, in_id_order
 from envfactory.tasks.offline import UnitOutcome, synthesize_offline
 from envfactory.tasks.plan import (
+    MAX_PLANNED,
     SynthConfig,
     SynthConfigError,
     Unit,
+    choose_envs,
     load_config,
     load_conversations,
     plan_units,
@@ -247,3 +249,20 @@ def test_id_order_reads_numbers_as_numbers_of_any_length() -> None:
     ids = ["h/t10/s0", "h/t2/s1", "h/t2/s0", "h/t" + "9" * 5000, "h/t02/s0", "a/t3"]
     got = [c.id for c in in_id_order([SimpleNamespace(id=i) for i in ids])]  # type: ignore[misc]
     assert got == ["a/t3", "h/t02/s0", "h/t2/s0", "h/t2/s1", "h/t10/s0", "h/t" + "9" * 5000]
+
+
+def test_a_runs_size_counts_the_environments_it_will_use(pool: EnvPool) -> None:
+    """`T: 1000000` with neither A nor envs passed the A·T·S limit as 1·T·S and then planned 9 million units in
+    silence (found by a reviewer): the limit holds with the environments the run chooses, the listed ones, or A."""
+    n = len(choose_envs(SynthConfig.model_validate({}), pool))
+    assert n > 1
+    tasks = MAX_PLANNED // n + 1  # within the limit for one environment, past it for the run's n
+    with pytest.raises(SynthConfigError, match=f"more than one run plans .*{n} environments"):
+        choose_envs(SynthConfig.model_validate({"T": tasks}), pool)
+    with pytest.raises(ValueError, match="more than one run plans"):
+        SynthConfig.model_validate({"T": tasks, "envs": pool.native_names()[:n]})
+    assert choose_envs(SynthConfig.model_validate({"T": tasks, "A": 1}), pool)  # one environment: within it
+    for bad in ({"envs": []}, {"T": True}, {"out": ""}, {"out": "  "}, {"seed": 1.5}):
+        with pytest.raises(ValueError):
+            SynthConfig.model_validate(bad)
+    assert SynthConfig.model_validate({"out": "~/runs/a"}).folder() == Path.home() / "runs" / "a"
