@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from envfactory.cli.args import out_dir_option, path_to_write, refuse_overwriting_input
-from envfactory.run_settings import EXPORT_FILE
+from envfactory.run_settings import EXPORT_FILE, SETTINGS_FILE
 from envfactory.terminal import SafeConsole, safe
 
 app = typer.Typer(
@@ -114,6 +114,10 @@ def export(
             highlight=False,
         )
     refuse_overwriting_input(out_dir, "--out", source)
+    run = source if source.is_dir() else source.parent
+    inside = out_dir.resolve() != run.resolve() and out_dir.resolve().is_relative_to(run.resolve())
+    if inside and (run / SETTINGS_FILE).is_file():  # (the run folder itself is refused below, as a synth folder)
+        raise ExportError(f"--out {out_dir} is inside the run folder {run}, which export reads: write elsewhere")
     if (recorded := read_record(out_dir)) is not None:  # a synth run's or an evaluation's folder
         raise ExportError(f"{out_dir} is an `envfactory {recorded.command}` folder: give another --out")
     check_earlier(out_dir, fmt.value)  # before the source is read
@@ -144,8 +148,8 @@ def export(
         f"{report.failed_calls_removed} failed calls removed)",
         highlight=False,
     )
-    for path in report.files:
-        out.print(f"  {safe(path)}", highlight=False, soft_wrap=True)
+    for path in report.files:  # (recorded relative to the export's folder, where export.json is)
+        out.print(f"  {safe(out_dir / path)}", highlight=False, soft_wrap=True)
     out.print(
         f"  {safe(out_dir / EXPORT_FILE)}: what was exported, how, and from which file", highlight=False, soft_wrap=True
     )

@@ -125,8 +125,14 @@ def export_conversations(
         skipped_turns=turns - covered,
         skipped_rows=skipped_rows,
         failed_calls_removed=removed,
-        files=files,
+        files=[_under(out, f) for f in files],  # relative to export.json's folder: the same wherever run from
         source=source,
     )
     write_atomic(out / SUMMARY, json.dumps(report.model_dump(mode="json"), indent=2) + "\n", error=ExportError)
     return report
+
+
+def _under(folder: Path, path: Path) -> Path:
+    """`path` relative to `folder` where it is inside it, else as it is."""
+    inside = path.resolve()
+    return inside.relative_to(folder.resolve()) if inside.is_relative_to(folder.resolve()) else path

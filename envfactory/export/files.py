@@ -34,6 +34,14 @@ def training_conversations(source: Path) -> list[Conversation]:
     if path.name == HELDOUT:
         raise ExportError(f"{path} is a run's held-out split, kept for evaluation: export never emits it")
     conversations = load_conversations(path)
+    seen: dict[str, int] = {}
+    for row, c in enumerate(conversations, 1):
+        first = seen.setdefault(c.id, row)
+        if first != row:  # two runs concatenated, one run appended twice: each row would be trained on twice
+            raise ExportError(
+                f"{path}: conversation {c.id} is there twice (conversations {first} and {row}): a run's file holds "
+                "each once; export each run's file, or remove the copies"
+            )
     held = _heldout_ids(path.parent / SUMMARY)
     return in_id_order([c for c in conversations if c.id not in held])  # the same rows in the same order, run after run
 

@@ -114,8 +114,22 @@ def catalog_from_pool(pool: EnvPool, servers: Iterable[str]) -> dict[str, EnvMet
 
 
 def catalog_for(pool: EnvPool, conversations: Iterable[Conversation]) -> dict[str, EnvMetadata]:
-    """The metadata of every environment the conversations touch."""
-    return catalog_from_pool(pool, (s for c in conversations for s in conversation_servers(c)))
+    """The metadata of every environment the conversations touch; refused (`ExportError`) where a conversation calls
+    a tool its environment does not declare: its row would train a call to a tool its tool list never offers."""
+    conversations = list(conversations)
+    catalog = catalog_from_pool(pool, (s for c in conversations for s in conversation_servers(c)))
+    names = {server: set(meta.tool_names) for server, meta in catalog.items()}
+    for c in conversations:
+        for node in c.nodes:
+            calls = [*node.tool_calls(), *(u.call for u in node.user_calls)]
+            for call in calls:
+                if call.server in names and call.name not in names[call.server]:
+                    raise ExportError(
+                        f"conversation {c.id} calls {call.name}, which environment {call.server} does not declare "
+                        "(was the run made before a change to it?): export the run with the environment it was made "
+                        "with, or synthesize it again"
+                    )
+    return catalog
 
 
 def tools_json(tools: list[ToolSchema]) -> str:

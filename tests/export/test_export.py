@@ -47,6 +47,7 @@ from envfactory.records.models import (
     ToolResult,
     UserToolCall,
 )
+from envfactory.run_settings import EXPORT_FILE, SETTINGS_FILE, RunRecord
 from envfactory.tasks.plan import Unit, run_units
 from envfactory.tasks.run import offline_runner
 from envfactory.tasks.stats import dataset_stats
@@ -821,3 +822,40 @@ def test_trl_grpo_passes_the_reward_columns(
     assert seen and {"ground_truth", "mcp_servers", "initial_config", "final_config", "tools"} <= set(seen[0])
     truth = json.loads(seen[0]["ground_truth"][0])
     assert {"name", "arguments", "masked_arguments", "server"} == set(truth[0])
+
+
+def test_a_copy_a_made_up_tool_or_an_out_inside_the_run_is_refused(run_dir: Path, tmp_path: Path) -> None:
+    """Found by a reviewer: a file holding a run twice exported every row twice; a call to a tool the environment
+    does not declare trained a call its tool list never offers; `--out` inside the run folder wrote into it; and
+    export.json named its files relative to the shell's folder."""
+    text = (run_dir / CONVERSATIONS).read_text()
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    (twice / CONVERSATIONS).write_text(text + text)
+    res = cli(str(twice), "--format", "trl-sft", "--out", str(tmp_path / "o1"))
+    assert isinstance(res.exception, ExportError) and "is there twice (conversations 1 and 4)" in str(res.exception)
+    assert not (tmp_path / "o1").exists()
+
+    rows = [json.loads(line) for line in text.splitlines()]
+    step = next(s for n in rows[0]["nodes"] for s in n["steps"] if s["role"] == "tool_call")
+    step["content"][0]["name"] = "no_such_tool_x"
+    renamed = tmp_path / "renamed"
+    renamed.mkdir()
+    (renamed / CONVERSATIONS).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for fmt in ("trl-sft", "trl-grpo"):
+        res = cli(str(renamed), "--format", fmt, "--out", str(tmp_path / f"o-{fmt}"))
+        assert isinstance(res.exception, ExportError) and "calls no_such_tool_x, which environment" in str(
+            res.exception
+        ), res.output
+        assert not (tmp_path / f"o-{fmt}").exists()
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / CONVERSATIONS).write_text(text)
+    (run / SETTINGS_FILE).write_text(RunRecord(command="synth", settings={}).model_dump_json())
+    res = cli(str(run), "--format", "trl-sft", "--out", str(run / "sub"))
+    assert isinstance(res.exception, ExportError) and "is inside the run folder" in str(res.exception)
+    assert not (run / "sub").exists()
+    res = cli(str(run), "--format", "trl-sft", "--out", str(tmp_path / "sft"))
+    assert res.exit_code == 0, res.output
+    assert json.loads((tmp_path / "sft" / EXPORT_FILE).read_text())["files"] == ["train.jsonl"]
