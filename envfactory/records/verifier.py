@@ -10,6 +10,7 @@ A task is kept only if v(Db⁰) = 0 and v(Exec(π*, Db⁰)) = 1 (`admissible`).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import re
@@ -119,7 +120,7 @@ def answer_forms(value: Any) -> list[str]:
             forms = {str(value), f"{value:,}"}
         except ValueError:  # past Python's 4,300-digit limit: no answer states it
             return []
-        if abs(value) < 2**53:  # (a float cannot hold a larger one: `float(10**400)` overflows)
+        with contextlib.suppress(OverflowError):  # (as a float: none past its range, `10**400`)
             forms |= {f"{value:.2f}", f"{value:,.2f}", f"{value:.1f}", f"{value:,.1f}"}
         return sorted(forms)
     if isinstance(value, float):
