@@ -56,6 +56,16 @@ STATE_TOOL = "envfactory_state"
 H = TypeVar("H")
 
 
+def unknown_arguments(tool: str, arguments: dict[str, Any], takes: frozenset[str]) -> str | None:
+    """Why a control tool's `arguments` are refused (one it does not take: a typo such as `taskId` or `scenarios`
+    must not restart or reset with the defaults and report success), or None."""
+    unknown = sorted(k for k in arguments if k not in takes)
+    if not unknown:
+        return None
+    allowed = " or ".join(f"`{k}`" for k in sorted(takes)) or "no arguments"
+    return f"{tool} takes {allowed}; unknown: {', '.join(unknown)}"
+
+
 class SessionServer(FastMCP, Generic[H]):
     """FastMCP with one `H` per MCP session (see the module). Subclasses set `choice_param` and
     `choice_header`, and implement `list_tools`, `create` and `dispatch`; `limiter_keys` names the

@@ -38,7 +38,7 @@ from envfactory.metatools import (
 from envfactory.records.models import Task
 from envfactory.records.run_folder import CONVERSATIONS
 from envfactory.serve.answers import answer_bytes, tool_result
-from envfactory.serve.base import STATE_TOOL, SessionServer
+from envfactory.serve.base import STATE_TOOL, SessionServer, unknown_arguments
 from envfactory.serve.fair import OffLoop
 from envfactory.serve.limits import ServeLimits, drop
 
@@ -204,9 +204,10 @@ class HubMCPServer(SessionServer[HubEpisode]):
         if not isinstance(app, str) or app not in self._apps or not isinstance(tool, str):
             return False
         try:
-            return tool in self.hub.env(app).metadata.tool_names
-        except EnvFactoryError:  # an app whose code fails to load: nothing of it to remember
+            self.hub.tool_spec(app, tool)
+        except EnvFactoryError:  # no such tool (a HubError), or an app whose code fails to load
             return False
+        return True
 
     def _apps_of(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> set[str]:
         known = self._apps
@@ -240,11 +241,9 @@ class HubMCPServer(SessionServer[HubEpisode]):
             episode = self.held(key, connection_task)
         except HubError:  # a bad task on the connection must not keep the session from loading a good one
             episode = self._held[key] = self.hub.episode()
-        unknown = sorted(k for k in arguments if k not in ("task_id", "task"))
-        if unknown:  # a typo (`taskId`) must not restart the current task and report success
-            raise HubError(
-                "invalid_arguments", f"{LOAD_TASK_TOOL} takes `task_id` or `task`; unknown: {', '.join(unknown)}"
-            )
+        unknown = unknown_arguments(LOAD_TASK_TOOL, arguments, frozenset({"task_id", "task"}))
+        if unknown is not None:
+            raise HubError("invalid_arguments", unknown)
         task_id, raw = arguments.get("task_id"), arguments.get("task")
         if task_id is not None and raw is not None:
             raise HubError("invalid_arguments", f"give `task_id` or `task` to {LOAD_TASK_TOOL}, not both")
@@ -286,10 +285,8 @@ class HubMCPServer(SessionServer[HubEpisode]):
                 return result
             episode = self.held(key, choice)
             if self.control_tools and name == STATE_TOOL:
-                if arguments:
-                    raise HubError(
-                        "invalid_arguments", f"{STATE_TOOL} takes no arguments; given: {', '.join(arguments)}"
-                    )
+                if (unknown := unknown_arguments(STATE_TOOL, arguments, frozenset())) is not None:
+                    raise HubError("invalid_arguments", unknown)
                 return tool_result(self.hub.state(episode), wrap=False)
         except HubError as e:
             return tool_result(e.payload(), wrap=False, error=True)

@@ -21,7 +21,7 @@ from envfactory.env.environment import BaseEnvironment
 from envfactory.env.session import Session
 from envfactory.errors import EnvFactoryError
 from envfactory.serve.answers import answer_bytes, tool_result
-from envfactory.serve.base import STATE_TOOL, SessionServer
+from envfactory.serve.base import STATE_TOOL, SessionServer, unknown_arguments
 from envfactory.serve.limits import ServeLimits, drop
 
 __all__ = ["RESET_TOOL", "SCENARIO_HEADER", "STATE_TOOL", "EnvMCPServer", "build_server"]
@@ -53,16 +53,6 @@ _CONTROL_TOOLS = [
 
 
 _CONTROL_ARGUMENTS = {RESET_TOOL: frozenset({"scenario", "config"}), STATE_TOOL: frozenset()}
-
-
-def _unknown_arguments(name: str, arguments: dict[str, Any]) -> str | None:
-    """Why a control tool's arguments are refused (one it does not take), or None."""
-    takes = _CONTROL_ARGUMENTS.get(name)
-    unknown = sorted(k for k in arguments if k not in takes) if takes is not None else []
-    if not unknown:
-        return None
-    allowed = ", ".join(f"`{k}`" for k in sorted(takes or ())) or "no arguments"
-    return f"{name} takes {allowed}; unknown: {', '.join(unknown)}"
 
 
 def _mcp_output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -153,7 +143,8 @@ class EnvMCPServer(SessionServer[Session]):
     ) -> types.CallToolResult:
         try:
             session = self.held(key, choice)
-            unknown = _unknown_arguments(name, arguments) if self.control_tools else None
+            takes = _CONTROL_ARGUMENTS.get(name) if self.control_tools else None
+            unknown = unknown_arguments(name, arguments, takes) if takes is not None else None
             if unknown is not None:  # a typo (`scenarios`) must not reset to the default and report success
                 return tool_result({"error": {"type": "invalid_arguments", "message": unknown}}, wrap=False, error=True)
             if self.control_tools and name == RESET_TOOL:
