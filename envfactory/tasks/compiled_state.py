@@ -23,7 +23,7 @@ from pydantic import BaseModel, Field
 
 from envfactory.env.compiled import CompiledEnvironment, CompiledPlan, Resource, schema_problems, type_of, validator_for
 from envfactory.errors import EnvError
-from envfactory.tasks.values import ValueMaker, pattern_value
+from envfactory.tasks.values import URL_FORMATS, ValueMaker, item_schema, pattern_value
 from envfactory.words import singular, snake_case
 
 _TRIES = 6
@@ -63,10 +63,7 @@ class _Values:
         if kind == "object":
             return self._object(name, schema, attempt, depth)
         if kind == "array":
-            given = schema.get("items")
-            items: dict[str, Any] = dict(given) if isinstance(given, dict) else {"type": "string"}
-            if not items.get("description") and schema.get("description"):  # "Telephone numbers of the recipients"
-                items["description"] = schema["description"]  # says what an item is: phone numbers, not words
+            items = item_schema(schema)
             lo = schema.get("minItems", 1 if depth == 0 else 0)
             hi = max(lo, min(schema.get("maxItems", 2), 2))
             return [
@@ -108,7 +105,7 @@ class _Values:
             value = _stamp(f"{day.isoformat()}T{clock}", schema)
         elif fmt == "time":
             value = _stamp(f"{self.rng.randint(8, 18):02d}:{self.rng.choice(['00', '30'])}:00", schema)
-        elif fmt in ("uri", "url") or low.endswith(("url", "uri", "link", "href")):
+        elif fmt in URL_FORMATS or low.endswith(("url", "uri", "link", "href")):
             value = f"https://example.com/{self.maker.faker.slug()}"
         else:
             value = str(self.maker.make(low or "value", schema, by_name=True))

@@ -46,6 +46,17 @@ def _whole_number(schema: dict[str, Any]) -> bool:
     )
 
 
+def item_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema of an array's items (a string where it says none), with the array's description where the items
+    have none: "Email addresses of everyone who...", "Telephone numbers of each of the recipients" say what an item
+    is (an address, a phone number), where the item's own schema says only "string"."""
+    given = schema.get("items")
+    item: dict[str, Any] = dict(given) if isinstance(given, dict) else {"type": "string"}
+    if not item.get("description") and schema.get("description"):
+        item["description"] = schema["description"]
+    return item
+
+
 _SMALL_COUNT = re.compile(r"(nights|quantity|qty|count|guests|seats|people|party_size|size|tickets|passengers|days)$")
 
 
@@ -114,10 +125,7 @@ class ValueMaker:
             lo, hi = _bounds(schema, (10.0, 200.0))
             return round(self.rng.uniform(float(lo), float(hi)), 2)
         if kind == "array":
-            items = schema.get("items")
-            item = dict(items) if isinstance(items, dict) else {"type": "string"}
-            if "description" not in item and "description" in schema:  # "Email addresses of everyone who..."
-                item["description"] = schema["description"]
+            item = item_schema(schema)
             count = max(1, int(schema.get("minItems", 1)))
             return [self.make(name.rstrip("s"), item, by_name=by_name) for _ in range(count)]
         if kind == "object" or "properties" in schema:
@@ -256,7 +264,7 @@ class ValueMaker:
             return f"{self.rng.randint(9, 20):02d}:{self.rng.choice(['00', '30'])}"
         if fmt == "email" or "email" in name:
             return str(f.email())
-        if fmt in _URL_FORMATS:  # a callback URI: an address, not "growth"
+        if fmt in URL_FORMATS:  # a callback URI: an address, not "growth"
             return f"https://example.com/{f.slug()}"
         if fmt == "phone" or "phone" in name:
             return str(f.phone_number())
@@ -324,7 +332,7 @@ _EXTENSIONS = ("json", "csv", "py", "txt", "yaml")
 _FIRST_NAME = re.compile(r"(^|_)(first_?name|given_?name|forename)$")
 _LAST_NAME = re.compile(r"(^|_)(last_?name|family_?name|surname)$")
 _USER_NAME = re.compile(r"(^|_)(user_?name|login_?name|screen_?name)$")
-_URL_FORMATS = frozenset({"uri", "url", "uri-reference", "iri", "iri-reference"})
+URL_FORMATS = frozenset({"uri", "url", "uri-reference", "iri", "iri-reference"})  # a string that is an address
 _INTEGER_TEXT = frozenset({"int64", "int32", "uint64", "uint32", "integer", "long"})  # a string's format
 _DECIMAL_TEXT = frozenset({"double", "float", "decimal", "number"})
 _CLOUD = re.compile(r"region|azure|resource|data ?cent(?:er|re)|availability|zone|cloud", re.IGNORECASE)
