@@ -246,17 +246,25 @@ def resource_words(text: str, nouns: frozenset[str]) -> str:
     return _CAPITALIZED.sub(one, text) if nouns else text
 
 
+# how a summary names its record by a key after its noun: "… by its ID", "… by Payment Transaction ID", "… by name"
+_BY_KEY = r"\s+by (?:its |their |the |an? )?(?:[\w-]+ ){0,3}(?:id|identifier|uuid|name|key)"
+
+
+def _label_nouns(label: str) -> str:
+    """A regex alternation of `label` and its plural ("" for no label)."""
+    return "|".join(re.escape(n) for n in dict.fromkeys((label, plural(label))) if n)
+
+
 def _naming(summary: str, label: str) -> str | None:
     """`summary` up to the words that name the record it acts on, when it ends with them ("retrieve transaction",
     "delete a message", "get a bill payment by Payment Transaction ID" → "retrieve ", "delete ", "get "): the user's
     reference to the record takes their place ("retrieve the transaction with type Basic", not "retrieve transaction
     under the transaction with type Basic"). None when the summary does not end with the record's name."""
-    nouns = "|".join(re.escape(n) for n in dict.fromkeys((label, plural(label))) if n)
+    nouns = _label_nouns(label)
     if not nouns:
         return None
     found = re.search(
-        rf"(?:\b(?:a|an|the|one|single|specific|existing|given)\s+)*\b(?:{nouns})"
-        r"(?:\s+by (?:its |their |the |an? )?(?:[\w-]+ ){0,3}(?:id|identifier|uuid|name|key))?$",
+        rf"(?:\b(?:a|an|the|one|single|specific|existing|given)\s+)*\b(?:{nouns})(?:{_BY_KEY})?$",
         summary,
         re.IGNORECASE,
     )
@@ -282,14 +290,10 @@ def _qualified_naming(summary: str, label: str, ref: str) -> str | None:
     word or two more than its label ("retrieve a single screenshot cluster by its ID" for a record the spec calls
     "cluster", ref "the cluster from before" → "retrieve the screenshot cluster from before"); None unless the
     summary ends with such a name and `ref` says the label (a quoted name alone has no noun to qualify)."""
-    nouns = "|".join(re.escape(n) for n in dict.fromkeys((label, plural(label))) if n)
+    nouns = _label_nouns(label)
     if not nouns or not re.search(rf"\b{re.escape(label)}\b", ref):
         return None
-    found = re.search(
-        rf"\b((?:[a-z]+ ){{1,2}})(?:{nouns})"
-        r"(?i:\s+by (?:its |their |the |an? )?(?:[\w-]+ ){0,3}(?:id|identifier|uuid|name|key))?$",
-        summary,
-    )
+    found = re.search(rf"\b((?:[a-z]+ ){{1,2}})(?:{nouns})(?i:{_BY_KEY})?$", summary)  # (the qualifier in lower case)
     if found is None:
         return None
     qualifier = found.group(1).split()
