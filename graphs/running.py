@@ -2,7 +2,10 @@
 
 With a checkpointer (`durable`), a thread that has checkpoints continues where it stopped (its input
 is ignored) and a finished thread is not run again — unless `restart` asks to start it over from the
-input (`envfactory envgen run --thread-id`); every node is written synchronously
+input (`envfactory envgen run --thread-id T --restart`): the thread's checkpoints are deleted first, so
+nothing of the earlier run (its reports, scenarios, plan) carries into the new one, whose channels
+would otherwise start from the old values (a `reports` list appended to, a stale plan judged instead of
+new code); every node is written synchronously
 (`durability="sync"`), so a killed process resumes exactly there. Without one the graph simply runs.
 """
 
@@ -34,7 +37,11 @@ def run_or_resume(
     cfg: RunnableConfig = {"configurable": {"thread_id": thread}}
     if max_concurrency is not None:
         cfg["max_concurrency"] = max_concurrency
-    if durable and not (restart and payload is not None):
+    if durable and restart and payload is not None:
+        if graph.checkpointer is None or isinstance(graph.checkpointer, bool):
+            raise ValueError("a durable run needs a graph compiled with a checkpointer")
+        graph.checkpointer.delete_thread(thread)  # from its input, and from nothing else
+    elif durable:
         snapshot = graph.get_state(cfg)
         if snapshot.values:
             if not snapshot.next:

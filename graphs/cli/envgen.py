@@ -21,6 +21,7 @@ from envfactory.errors import EnvFactoryError
 from envfactory.executor import WorkerLost, executor_from
 from envfactory.inputs import write_atomic
 from envfactory.llm.models import check_configured
+from envfactory.run_settings import RunSettingsError, file_sha256
 from envfactory.terminal import SafeConsole, Table, safe
 from envfactory_agents.common import process_usage
 from envfactory_agents.search import EnvGenRequest
@@ -40,7 +41,7 @@ def _context(prompt: list[str], budget: int | None, threshold: float | None, dra
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise EnvFactoryError(f"--prompt takes NAME=FILE (e.g. code/generate=my_prompt.yaml), got '{item}'")
-        overrides[name] = value
+        overrides[name] = str(Path(value).expanduser().resolve())  # a resume from another folder reads this file
     return EnvGenContext(prompt_overrides=overrides, revision_budget=budget, pass_threshold=threshold, draft=draft)
 
 
@@ -54,8 +55,18 @@ _KEPT = {
 
 
 def _options(ctx: EnvGenContext) -> dict[str, Any]:
-    """The options a thread keeps (what `_context` made of the flags)."""
-    return {key: copy.copy(getattr(ctx, key)) for key in _KEPT}
+    """The options a thread keeps (what `_context` made of the flags), and a sha256 of each prompt file it was
+    started with (`prompt_sha256`): a resume can say that a file changed since."""
+    kept: dict[str, Any] = {key: copy.copy(getattr(ctx, key)) for key in _KEPT}
+    kept["prompt_sha256"] = {name: _sha256(path) for name, path in ctx.prompt_overrides.items()}
+    return kept
+
+
+def _sha256(path: str) -> str | None:
+    try:
+        return file_sha256([Path(path)])
+    except RunSettingsError:  # gone or unreadable: the prompt library says so when it loads it
+        return None
 
 
 def _resumed_context(
@@ -77,6 +88,16 @@ def _resumed_context(
         if before != now and (before or now is not None):
             out.print(
                 f"thread {safe(thread)} was started with {flag} {safe(before)}; resuming with {safe(now)}",
+                highlight=False,
+            )
+    hashes = kept.get("prompt_sha256")
+    for name, path in ctx.prompt_overrides.items():
+        if name in given.prompt_overrides or not isinstance(hashes, dict) or name not in hashes:
+            continue  # given now (said above), or kept by a thread from before the files were fingerprinted
+        if _sha256(path) != hashes[name]:
+            out.print(
+                f"thread {safe(thread)} was started with --prompt {safe(name)}={safe(path)}, which has changed "
+                "since: resuming with its text as it is now",
                 highlight=False,
             )
     return ctx
@@ -169,6 +190,14 @@ def run(
     workers: Annotated[int | None, typer.Option(min=1, help="ray: worker processes (default: its CPUs)")] = None,
     interrupt_before: Annotated[list[str] | None, typer.Option(help="stop before this node; repeatable")] = None,
     thread_id: Annotated[str | None, typer.Option(help="thread id (one environment only)")] = None,
+    restart: Annotated[
+        bool,
+        typer.Option(
+            "--restart",
+            help="with --thread-id naming an EnvGen thread that exists: discard its checkpoints and start "
+            "it over from this input (else such a thread is refused: `envgen resume` continues it)",
+        ),
+    ] = False,
     prompt: Annotated[list[str] | None, typer.Option(help="override a prompt: NAME=FILE; repeatable")] = None,
     budget: Annotated[int | None, typer.Option(min=0, help="revision budget (default from settings)")] = None,
     threshold: Annotated[
@@ -205,6 +234,8 @@ def run(
         requests = [EnvGenRequest(domain=domain, hint=hint) for _ in range(n)]
     if thread_id and len(requests) > 1:
         raise EnvFactoryError("--thread-id names one run; it cannot be used with several environments")
+    if restart and not thread_id:
+        raise EnvFactoryError("--restart starts over the thread --thread-id names; a new thread needs no restart")
     ctx = _context(prompt or [], budget, threshold, draft)
     stops = _check_nodes(interrupt_before or [])
     settings = get_settings()
@@ -218,6 +249,8 @@ def run(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=out
         ) as progress,
     ):
+        if thread_id:
+            _check_taken(saver, thread_id, restart)
         task = progress.add_task("envgen", total=len(requests))
         local = saver if runs_on.name == "local" else None  # Ray workers open their own
         options = _options(ctx)  # kept with each thread: a resume goes on as the run started
@@ -339,6 +372,22 @@ def _is_envgen(saver: Any, thread: str) -> bool:
 
 
 _ENVGEN_KEYS = frozenset(EnvGenState.__annotations__)
+
+
+def _check_taken(saver: Any, thread: str, restart: bool) -> None:
+    """A `run --thread-id` naming a thread that has checkpoints: refused, unless `--restart` asks to discard an EnvGen
+    thread's (a run on top of them kept the old run's scenarios, reports and compiled plan: its new code went
+    untested, or the old plan was registered in its place). Another graph's thread is never discarded."""
+    found = saver.get_tuple({"configurable": {"thread_id": thread}})
+    if found is None:
+        return
+    _refuse_other_graphs(saver, thread)
+    if not restart:
+        status = (found.checkpoint.get("channel_values") or {}).get("status")
+        raise EnvFactoryError(
+            f"thread '{thread}' already exists ({status or 'no status'}): `envfactory envgen resume {thread}` "
+            "continues it; --restart discards its checkpoints and starts it over from this input"
+        )
 
 
 def _refuse_other_graphs(saver: Any, thread: str) -> None:

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from envfactory.config import get_settings
 from graphs.checkpoint import open_checkpointer
 from graphs.envgen import build
 from tests.support.cli import CliRun, run_cli
-from tests.support.envgen import METADATA, SCENARIOS, code, fenced, node_sequence, setup_project
+from tests.support.envgen import METADATA, SCENARIOS, code, fenced, node_sequence, scripted_calls, setup_project
+from tests.support.paths import ROOT
 
 THREAD = "envgen-killed"
 # module-level work makes the second test round last long enough to be killed inside it
@@ -281,3 +283,81 @@ def test_threads_as_json_lines_hold_the_ids_whole(tmp_path: Path, monkeypatch: p
     rows = [json.loads(line) for line in listed.stdout.splitlines() if line.strip()]
     assert listed.code == 0 and [r["thread"] for r in rows] == [thread], listed.stdout
     assert rows[0]["status"] == "registered" and rows[0]["next"] == [] and rows[0]["environment"]
+
+
+def test_run_on_a_thread_that_exists_is_refused_and_restart_starts_it_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run --thread-id T` on a thread with checkpoints ran on top of them: the old run's scenarios were judged
+    again without asking the Test Agent, and the registered environment's envgen.json held the old run's failing
+    report beside the new one (`reports` is appended to). Now it is refused; `--restart` starts over from nothing."""
+    import json
+
+    root = setup_project(tmp_path, monkeypatch, {"code/generate": [fenced(code("bug"))], "test/scenarios": [SCENARIOS]})
+    first = _cli("envgen", "run", "--metadata", str(METADATA), "--thread-id", "T", "--budget", "0")
+    assert first.code == 1 and "rejected" in first.stdout, first.stdout + first.stderr
+    # the next run's script (each run reads it from the top): good code, and scenarios only if they are asked for
+    script = {"code/generate": [fenced(code("good"))], "test/scenarios": [SCENARIOS]}
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(script, sort_keys=False))
+    again = _cli("envgen", "run", "--metadata", str(METADATA), "--thread-id", "T")
+    assert again.code == 1 and "thread 'T' already exists (rejected)" in again.stderr, again.stderr
+    assert "envfactory envgen resume T" in again.stderr
+    assert scripted_calls("code/generate") == []  # refused before any model call
+    alone = _cli("envgen", "run", "--metadata", str(METADATA), "--restart")
+    assert alone.code == 1 and "--restart starts over the thread --thread-id names" in alone.stderr
+    restarted = _cli("envgen", "run", "--metadata", str(METADATA), "--thread-id", "T", "--budget", "0", "--restart")
+    assert restarted.code == 0 and "registered" in restarted.stdout, restarted.stdout + restarted.stderr
+    assert len(scripted_calls("test/scenarios")) == 1  # the Test Agent was asked again
+    with open_checkpointer(get_settings()) as saver:
+        graph = build(saver)
+        values = graph.get_state({"configurable": {"thread_id": "T"}}).values
+        assert node_sequence(graph, "T") == ["search", "code", "test", "register"]  # the old run's nodes are gone
+    assert len(values["reports"]) == 1 and values["revision"] == 0
+    registered = json.loads((root / "envs" / "notebook" / "envgen.json").read_text())
+    assert len(registered["reports"]) == 1
+
+
+def test_a_resume_reads_the_prompt_file_the_run_named_and_says_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--prompt code/revise=rev.yaml` was kept as the relative path given: a resume from another folder read that
+    folder's rev.yaml, and an edited file was read silently. The path is kept whole, with the file's sha256."""
+    setup_project(
+        tmp_path,
+        monkeypatch,
+        {"code/generate": [fenced(code("bug"))], "test/scenarios": [SCENARIOS], "code/revise": [fenced(code("good"))]},
+    )
+    source = yaml.safe_load((ROOT / "prompts" / "code" / "revise.yaml").read_text())
+
+    def marked(marker: str) -> str:
+        messages = [dict(m) for m in source["messages"]]
+        messages[0]["content"] = f"{marker}. {messages[0]['content']}"
+        return yaml.safe_dump({**source, "messages": messages})
+
+    first, second = tmp_path / "A", tmp_path / "B"
+    for folder, marker in ((first, "PROMPT FROM FOLDER A"), (second, "PROMPT FROM FOLDER B")):
+        folder.mkdir()
+        (folder / "rev.yaml").write_text(marked(marker))
+    monkeypatch.chdir(first)
+    started = _cli(
+        "envgen", "run", "--metadata", str(METADATA), "--thread-id", "P", "--prompt", "code/revise=rev.yaml",
+        "--interrupt-before", "revise",
+    )  # fmt: skip
+    assert "interrupted before revise" in started.stdout, started.stdout + started.stderr
+    monkeypatch.chdir(second)
+    resumed = _cli("envgen", "resume", "P")
+    assert resumed.code == 0 and "registered" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert "has changed since" not in resumed.stdout
+    [revise] = scripted_calls("code/revise")
+    assert "PROMPT FROM FOLDER A" in revise and "FOLDER B" not in revise
+
+    (first / "rev.yaml").write_text(marked("EDITED"))
+    monkeypatch.chdir(first)
+    other = _cli(
+        "envgen", "run", "--metadata", str(METADATA), "--thread-id", "Q", "--prompt", "code/revise=rev.yaml",
+        "--interrupt-before", "revise",
+    )  # fmt: skip
+    assert other.code == 0
+    (first / "rev.yaml").write_text(marked("EDITED AGAIN"))
+    said = _cli("envgen", "resume", "Q")
+    assert f"--prompt code/revise={first / 'rev.yaml'}, which has changed since" in " ".join(said.stdout.split())
