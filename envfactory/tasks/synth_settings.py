@@ -1,14 +1,16 @@
 """What shapes a synth run's conversations, recorded in its folder (`settings.json`, `envfactory.run_settings`).
 
 Compared on a resume: the config less what only says where and how fast (`out`, `concurrency`, `plot`), and in
-llm mode each QueryGen role's model and sampling. Recorded, not compared: the config file and the tool graph
-with their sha256s (the graph may be built by the run itself, so the first run cannot fingerprint it in advance).
+llm mode each QueryGen role's model and sampling. Recorded, not compared: a `run_id` (new whenever the record is
+written anew; llm mode's checkpoint threads are named by it), the config file and the tool graph with their
+sha256s (the graph may be built by the run itself, so the first run cannot fingerprint it in advance).
 A resume into the same folder with other settings would write units of another plan, or of another model, beside
 those already there: it is refused before any unit runs, naming what differs.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,7 +63,8 @@ def synth_record(
     if config.mode == "llm":
         shaping["models"] = {r: model_identity(settings, r).model_dump() for r in QUERYGEN_ROLES}
     graph = graph_file(settings, config, envs, pool)
-    context: dict[str, Any] = {"tool_graph": str(graph)}
+    # names the run (its QueryGen threads, graphs.querygen.batch): kept while the record is, new with a new record
+    context: dict[str, Any] = {"run_id": uuid.uuid4().hex, "tool_graph": str(graph)}
     if graph.is_file():
         context["tool_graph_sha256"] = file_sha256([graph])
     if config_file is not None:

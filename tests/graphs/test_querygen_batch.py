@@ -50,3 +50,38 @@ def test_llm_mode_records_a_dropped_chain_with_the_graph_reason(
     [drop] = read_jsonl(out / "dropped.jsonl")
     assert drop["key"] == unit.key and drop["code"] == "querygen" and drop["tools"] == unit.chain.tools
     assert "verif" in drop["reason"]  # every branch's reason for failing the turn's goal
+
+
+def test_a_new_run_in_the_same_folder_gets_new_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A unit's thread was named by the folder alone: after the folder was removed, a run with other settings into
+    it got the old run's finished threads back, and wrote their conversations as its own without asking the model.
+    The threads are named by the run too (`run_id`, made when settings.json is first written, kept by a resume)."""
+    import shutil
+    import zlib
+
+    from envfactory.llm.scripted import reset_scripted_models
+    from envfactory.tasks.synth_settings import record_synth_settings
+    from envfactory_agents.common import reset_model_cache
+    from graphs.querygen.batch import thread_tag
+
+    probe = setup(tmp_path / "probe", monkeypatch, {})
+    script = base_script(pi_star(probe))
+    pool = setup(tmp_path, monkeypatch, script)
+    out = tmp_path / "run"
+    unit = Unit(key="hotels/t0/s0", env="hotels", task=0, state_variant=0, depth=1, seed=SEED, chain=hotels_chain())
+    first = SynthConfig.model_validate({"mode": "llm", "out": str(out), "querygen": {"pass_k": 1}, "S": 1})
+    assert thread_tag(first) == f"{zlib.crc32(str(out.resolve()).encode()):08x}"  # no record: as before
+    with sqlite_saver(tmp_path / "cp.sqlite") as saver:
+        record_synth_settings(first, get_settings(), envs=["hotels"], pool=pool)
+        tag = thread_tag(first)
+        assert run_units([unit], querygen_runner(pool, get_settings(), first, saver), out, concurrency=1) == (0, 1)
+        record_synth_settings(first, get_settings(), envs=["hotels"], pool=pool)  # a resume: the same run
+        assert thread_tag(first) == tag
+        shutil.rmtree(out)
+        reset_model_cache()  # the model's script from the top, its calls counted from zero
+        reset_scripted_models()
+        second = first.model_copy(update={"querygen": {"pass_k": 2}})
+        record_synth_settings(second, get_settings(), envs=["hotels"], pool=pool)
+        assert thread_tag(second) != tag
+        assert run_units([unit], querygen_runner(pool, get_settings(), second, saver), out, concurrency=1) == (0, 1)
+        assert model_calls("solver/solve")  # a new thread: the model was asked
