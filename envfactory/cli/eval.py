@@ -148,7 +148,8 @@ def evaluate(
         pool = EnvPool(settings)
         conversations = load_conversations(source, "heldout" if chosen == "heldout" else "train")
         items = items_from_conversations(conversations, pool, config.mode)
-        err.print(f"evaluating the {chosen} split of {safe(source)}: {len(items)} verified turns", highlight=False)
+        what = "conversations" if config.mode == "conversation" else "turns"
+        err.print(f"evaluating the {chosen} split of {safe(source)}: {len(items)} verified {what}", highlight=False)
         runner = cast(Runner[Any], TurnRunner(settings, limits, pool))
     total = len(chosen_items(items, config)) * attempts
     with Progress(
@@ -176,7 +177,8 @@ def evaluate(
             f"{lost} attempt(s) could not run (reasons in {safe(out_dir / FAILURES)}); rerun to try them again",
             highlight=False,
         )
-    out.print(summary_table(summary, "conversations" if config.mode == "conversation" else "turns"))
+    unit = "conversations" if config.mode == "conversation" else "turns"
+    out.print(summary_table(summary, unit))
     if summary.errors:  # a score of 0 from a model that never answered is not a model that answered wrong
         err.print(
             f"{summary.errors} of {summary.attempts} attempt(s) ended in an error, not an answer (the model or its "
@@ -190,7 +192,7 @@ def evaluate(
             f"pass@1 {ci.estimate:.3f}, 95% CI [{ci.low:.3f}, {ci.high:.3f}] (bootstrap over {ci.items} items, seed 0)",
             highlight=False,
         )
-    plot_summary(summary, out_dir / "eval.png")
+    plot_summary(summary, out_dir / "eval.png", unit)
     out.print(f"written to {safe(out_dir)} ({SETTINGS_FILE}, {ATTEMPTS}, {SUMMARY}, eval.png)", highlight=False)
 
 
@@ -199,14 +201,19 @@ def _data(source: Path | None, suite: str | None, split: str | None) -> tuple[Ev
     if suite is not None:
         if source is not None:
             raise EvalRunError("give either SOURCE (a synth run or a conversations file) or --suite, not both")
+        if split is not None:
+            raise EvalRunError("--split chooses a synth run's split; a --suite is evaluated whole")
         if suite not in SUITES:
             raise EvalRunError(f"unknown suite '{suite}'; suites: {', '.join(SUITES)}")
         return EvalData(source="suite", suite=suite, sha256=file_sha256(suite_files(suite))), "suite"
     if source is None:
         raise EvalRunError("give SOURCE (a synth run's folder or a conversations file) or --suite NAME")
-    chosen = split or ("heldout" if source.is_dir() and (source / HELDOUT).is_file() else "train")
+    named_heldout = source.name == HELDOUT and not source.is_dir()  # a run's held-out file, given itself
+    chosen = split or ("heldout" if named_heldout or (source.is_dir() and (source / HELDOUT).is_file()) else "train")
     if chosen not in ("train", "heldout"):
         raise EvalRunError(f"--split is train or heldout, not '{chosen}'")
+    if named_heldout and chosen != "heldout":
+        raise EvalRunError(f"{source} is a run's held-out split: --split {chosen} contradicts it")
     try:
         path = conversations_file(source, "heldout" if chosen == "heldout" else "train")
     except ExportError as e:
@@ -243,7 +250,7 @@ def summary_table(summary: EvalSummary, unit: str = "turns") -> Table:
     return table
 
 
-def plot_summary(summary: EvalSummary, path: Path) -> None:
+def plot_summary(summary: EvalSummary, path: Path, unit: str = "turns") -> None:
     """Success rate and mean reward per environment (a bar chart)."""
     import matplotlib
 
@@ -257,7 +264,7 @@ def plot_summary(summary: EvalSummary, path: Path) -> None:
     ax.bar([x + 0.2 for x in xs], [summary.by_env[n].mean_reward for n in names], width=0.4, label="reward")
     ax.set_xticks(list(xs), names, rotation=30, ha="right")
     ax.set_ylim(0, 1)
-    ax.set_title(f"{summary.items} turns × {summary.attempts // max(summary.items, 1)} attempts")
+    ax.set_title(f"{summary.items} {unit} × {summary.attempts // max(summary.items, 1)} attempts")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)

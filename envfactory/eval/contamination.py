@@ -30,7 +30,8 @@ class ContaminationReport(BaseModel):
     against: str = "bfcl"
     n: int
     requests: int
-    benchmark_requests: int
+    benchmark_requests: int = Field(description="BFCL multi-turn's user messages, over its four categories")
+    benchmark_distinct: int = Field(description="of them, different texts (the categories share their questions)")
     exact_matches: int
     requests_with_shared_ngram: int
     max_ngram_share: float
@@ -107,6 +108,7 @@ def check(conversations: list[Conversation], n: int = 8, examples: int = 5) -> C
         n=n,
         requests=len(requests),
         benchmark_requests=len(texts),
+        benchmark_distinct=len(set(texts)),
         exact_matches=exact,
         requests_with_shared_ngram=len(shared),
         max_ngram_share=round(best, 4),

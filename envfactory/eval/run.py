@@ -103,7 +103,7 @@ class AttemptRecord(BaseModel):
     """One line of attempts.jsonl."""
 
     item: str
-    attempt: int
+    attempt: int = Field(ge=0)
     success: bool
     reasons: list[str] = Field(default_factory=list)
     reward: float = 0.0

@@ -34,14 +34,6 @@ def training_conversations(source: Path) -> list[Conversation]:
     if path.name == HELDOUT:
         raise ExportError(f"{path} is a run's held-out split, kept for evaluation: export never emits it")
     conversations = load_conversations(path)
-    seen: dict[str, int] = {}
-    for row, c in enumerate(conversations, 1):
-        first = seen.setdefault(c.id, row)
-        if first != row:  # two runs concatenated, one run appended twice: each row would be trained on twice
-            raise ExportError(
-                f"{path}: conversation {c.id} is there twice (conversations {first} and {row}): a run's file holds "
-                "each once; export each run's file, or remove the copies"
-            )
     held = _heldout_ids(path.parent / SUMMARY)
     return in_id_order([c for c in conversations if c.id not in held])  # the same rows in the same order, run after run
 
@@ -59,8 +51,20 @@ def _heldout_ids(summary: Path) -> set[str]:
 
 
 def load_conversations(source: Path, split: Split = "train") -> list[Conversation]:
-    """Every conversation in the file; a torn last line (a run killed mid-write) is skipped, never repaired here."""
-    return read_conversations(conversations_file(source, split), error=ExportError)
+    """Every conversation in the file; a torn last line (a run killed mid-write) is skipped, never repaired here.
+    A file holding one conversation id twice is refused: two runs concatenated, or one appended twice, would be
+    trained on twice, and an evaluation would merge different turns under one item."""
+    path = conversations_file(source, split)
+    conversations = read_conversations(path, error=ExportError)
+    seen: dict[str, int] = {}
+    for row, c in enumerate(conversations, 1):
+        first = seen.setdefault(c.id, row)
+        if first != row:
+            raise ExportError(
+                f"{path}: conversation {c.id} is there twice (conversations {first} and {row}): a run's file holds "
+                "each once; give each run's file on its own, or remove the copies"
+            )
+    return conversations
 
 
 def write_jsonl(rows: Iterable[BaseModel], path: Path) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Generator = Literal["template", "llm"]
 StepRole = Literal["user", "assistant", "tool_call", "tool_result"]
@@ -230,6 +230,14 @@ class Conversation(BaseModel):
     nodes: list[Node]
     task: Task
     provenance: Provenance
+
+    @model_validator(mode="after")
+    def _one_node_an_index(self) -> Conversation:
+        indices = [n.index for n in self.nodes]
+        if len(set(indices)) != len(indices):  # turns are named by their index (an evaluation's items, a replay)
+            twice = sorted({i for i in indices if indices.count(i) > 1})
+            raise ValueError(f"conversation {self.id}: turn index {twice[0]} is given to two turns")
+        return self
 
     @property
     def generator(self) -> Generator:

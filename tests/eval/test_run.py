@@ -251,6 +251,42 @@ def test_a_source_that_is_not_conversations_is_one_clear_error(tmp_path: Path) -
         load_conversations(bad)
 
 
+def test_one_conversation_twice_or_one_turn_index_twice_is_refused(run_dir: Path, tmp_path: Path) -> None:
+    """Two runs concatenated (both use ids hotels/t0/s0, ...) merged different turns into one item: 21 turns ran,
+    reported as 12 items with 21 attempts at k=1, and a resume kept one record an (item, attempt) and reported
+    12/12. A repeated turn index in one conversation did the same."""
+    rows = (run_dir / "conversations.jsonl").read_text().splitlines()
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("\n".join([*rows, rows[0]]) + "\n")
+    with pytest.raises(EvalSourceError, match=rf"is there twice \(conversations 1 and {len(rows) + 1}\)"):
+        load_conversations(twice)
+    row = json.loads(rows[0])
+    row["nodes"] = [row["nodes"][0], {**row["nodes"][0]}]
+    same_index = tmp_path / "index.jsonl"
+    same_index.write_text(json.dumps(row) + "\n")
+    with pytest.raises(EvalSourceError, match=r"turn index \d+ is given to two turns"):
+        load_conversations(same_index)
+
+
+def test_the_split_is_what_the_data_is(run_dir: Path, tmp_path: Path) -> None:
+    """A run's heldout.jsonl given itself was evaluated and recorded as the train split; --split beside --suite was
+    ignored (its split recorded as null); an attempt numbered below 0 was counted as one more attempt."""
+    from envfactory.cli.eval import _data
+    from envfactory.eval.run import AttemptRecord
+    from envfactory.records.run_folder import HELDOUT
+
+    held = tmp_path / HELDOUT
+    held.write_text((run_dir / "conversations.jsonl").read_text())
+    assert _data(held, None, None)[1] == "heldout"
+    with pytest.raises(EvalRunError, match="held-out split: --split train contradicts it"):
+        _data(held, None, "train")
+    assert _data(run_dir / "conversations.jsonl", None, None)[1] == "train"
+    with pytest.raises(EvalRunError, match="a --suite is evaluated whole"):
+        _data(None, "bfcl-multi-turn-base", "heldout")
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        AttemptRecord.model_validate({"item": "x", "attempt": -5, "success": True})
+
+
 def test_the_command_runs_resumes_and_prints_one_line_errors(
     run_dir: Path, items: list[EvalItem], tmp_path: Path
 ) -> None:
