@@ -46,17 +46,20 @@ def contamination(
     if not conversations:
         raise EnvFactoryError(f"{source}: nothing to check: it holds no conversation")
     report = check(conversations, n=n)
-    table = Table("measure", "value", title=f"overlap with BFCL multi-turn ({report.benchmark_requests} user messages)")
+    title = (
+        f"overlap with BFCL multi-turn ({report.benchmark_requests:,} user messages, "
+        f"{report.benchmark_distinct:,} distinct)"
+    )
+    table = Table("measure", "value", title=title)
     table.add_row("our requests", str(report.requests))
     table.add_row("exact matches", str(report.exact_matches))
     table.add_row(f"requests sharing a {n}-gram", str(report.requests_with_shared_ngram))
     table.add_row(f"largest share of one request's {n}-grams", f"{report.max_ngram_share:.2%}")
     table.add_row("tool names also BFCL's", f"{len(report.shared_tool_names)} of {report.tools}")
-    table.add_row(
-        "argument values in BFCL's calls", f"{len(report.shared_argument_values)} of {report.argument_values}"
-    )
+    table.add_row("argument values in BFCL's calls", f"{report.shared_argument_count} of {report.argument_values}")
     out.print(table)
     for example in report.examples:
         out.print(f"  shares a {n}-gram: {safe(example[:160])}", highlight=False, soft_wrap=True)
     if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)  # (`out_file_option` checked it can be made)
         write_atomic(json_out, report.model_dump_json(indent=2) + "\n")

@@ -45,10 +45,30 @@ def test_planted_copies_are_found(run: Path) -> None:
     assert ngrams(["a", "b", "c"], 2) == {("a", "b"), ("b", "c")}
 
 
-def test_the_command(run: Path) -> None:
+def test_the_command(run: Path, tmp_path: Path) -> None:
+    """The table counts every shared argument value (it showed the 50 the report lists: "50 of 64" for 60 shared),
+    and a --json in a folder that does not exist yet is written there (the folder was checked, then not made)."""
+    import json
+
+    from envfactory.eval.contamination import _bfcl_texts
+
+    _, _, values = _bfcl_texts()
+    planted = sorted(v for v in values if len(v) >= 6)[:60]
+    row = json.loads((run / "conversations.jsonl").read_text().splitlines()[0])
+    row["nodes"][0]["raw_tool_call"][0]["arguments"]["extra"] = planted
+    data = tmp_path / "planted.jsonl"
+    data.write_text(json.dumps(row) + "\n")
     env = {**os.environ, "ENVFACTORY_ROOT": str(ROOT), "COLUMNS": "200"}
-    cmd = [sys.executable, "-m", "envfactory.cli", "contamination", str(run)]
+    report = tmp_path / "new" / "report.json"
+    cmd = [sys.executable, "-m", "envfactory.cli", "contamination", str(data), "--json", str(report)]
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "exact matches" in res.stdout, res.stderr
+    written = json.loads(report.read_text())
+    assert written["shared_argument_count"] >= 60 and len(written["shared_argument_values"]) == 50
+    shown = next(line for line in res.stdout.splitlines() if "argument values in BFCL's calls" in line)
+    assert f"{written['shared_argument_count']} of {written['argument_values']}" in shown
+    assert f"{written['benchmark_distinct']:,} distinct" in res.stdout
+    assert written["benchmark_distinct"] < written["benchmark_requests"]
+    cmd = [sys.executable, "-m", "envfactory.cli", "contamination", str(run)]
     bad = subprocess.run([*cmd, "--against", "tau2"], env=env, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "only 'bfcl' is known" in bad.stderr and bad.stderr.count("\n") == 1
