@@ -23,6 +23,7 @@ _SUMMARY_CHARS = 200
 # (pattern over the licence's url, pattern over its name) → id; the first match wins, so the
 # restricted Creative Commons variants come before plain CC-BY
 _LICENCES: tuple[tuple[str, str, str], ...] = (
+    ("CC-BY-NC-ND-4.0", r"by-nc-nd/4\.0", r"\bBY-NC-ND[- ]4\.0\b"),
     ("CC-BY-NC-ND-2.0", r"by-nc-nd/2\.0", r"\bBY-NC-ND\b"),
     ("CC-BY-NC-SA-4.0", r"by-nc-sa/4\.0", r"NonCommercial-ShareAlike"),
     ("CC-BY-NC-4.0", r"by-nc/4\.0", r"\bBY-NC\b|NonCommercial"),
@@ -48,9 +49,12 @@ _LICENCES: tuple[tuple[str, str, str], ...] = (
 def licence_id(name: str | None, url: str | None) -> str | None:
     """The licence a spec states, recognised (an SPDX id, `CC-BY` when no version is given, `public-domain`),
     or None when it is absent or not one of these."""
-    for spdx, url_pattern, name_pattern in _LICENCES:
+    # the URL first, over every rule: it names one licence and version, where a name's words may fit an older rule
+    # ("CC BY-NC-ND 4.0" at /by-nc-nd/4.0/ was CC-BY-NC-ND-2.0)
+    for spdx, url_pattern, _ in _LICENCES:
         if url and re.search(url_pattern, url, re.IGNORECASE):
             return spdx
+    for spdx, _, name_pattern in _LICENCES:
         if name and re.search(name_pattern, name, re.IGNORECASE):
             return spdx
     return None

@@ -32,7 +32,7 @@ from envfactory.corpus.archive import read_specs
 from envfactory.corpus.fetch import FetchedTarball, fetch_tarball
 from envfactory.corpus.models import CorpusError, Manifest, Operation, Skipped, SpecEntry
 from envfactory.corpus.settings import CorpusSettings
-from envfactory.corpus.specs import operations_of, parse_spec, spec_entry
+from envfactory.corpus.specs import licence_id, operations_of, parse_spec, spec_entry
 from envfactory.inputs import read_file_bytes, read_json, read_json_model, write_atomic, write_new_file
 
 Progress = Callable[[str, int, int], None]
@@ -160,8 +160,10 @@ class Corpus:
         if self._manifest is None:
             if not self.manifest_path.is_file():
                 raise CorpusError(f"the corpus ({self.cs.label}) is not fetched yet: run `envfactory corpus fetch`")
-            self._manifest = self._read_manifest()
-            self._by_id = {e.id: e for e in self._manifest.specs}
+            manifest = self._read_manifest()
+            for e in manifest.specs:  # recognised by today's rules: a manifest extracted before keeps no old verdict
+                e.licence_id = licence_id(e.licence, e.licence_url)
+            self._manifest, self._by_id = manifest, {e.id: e for e in manifest.specs}
         return self._manifest
 
     def entries(
@@ -169,8 +171,9 @@ class Corpus:
     ) -> list[SpecEntry]:
         """The specs, by id; filtered by an APIs.guru category, a licence and a domain when given.
 
-        `licence` matches the recognised licence id (`MIT`, `Apache-2.0`, `CC-BY-3.0`; case ignored), a
-        part of the licence's name as the spec states it, or `none` for the specs that state none.
+        `licence` matches the recognised licence id (`MIT`, `Apache-2.0`, `CC-BY-3.0`, `CC-BY` for the family; case
+        ignored), for a licence not recognised the words of its name as the spec states it, or `none` for the specs
+        that state none.
         """
         out = self.manifest().specs
         if category is not None:
@@ -222,6 +225,9 @@ def _licence_matches(entry: SpecEntry, wanted: str) -> bool:
     if want == "none":
         return entry.licence is None
     # `cc-by` names the family: CC-BY-3.0 and CC-BY-4.0, not CC-BY-SA or CC-BY-NC
-    if entry.licence_id is not None and re.fullmatch(rf"{re.escape(want)}(-\d[\d.]*)?", entry.licence_id.lower()):
-        return True
-    return entry.licence is not None and want in entry.licence.lower()
+    if entry.licence_id is not None:  # recognised: its id decides (a CC-BY-NC spec's name holds "CC-BY" too)
+        return re.fullmatch(rf"{re.escape(want)}(-\d[\d.]*)?", entry.licence_id.lower()) is not None
+    # not recognised: the wanted licence as words of its name, a version after it at most ("mit" is not in
+    # "limited" or "Commit"; "cc-by" is not "CC-BY-SA")
+    pattern = rf"(?<![a-z0-9-]){re.escape(want)}(?![a-z0-9]|-[a-z])"
+    return entry.licence is not None and re.search(pattern, entry.licence.lower()) is not None

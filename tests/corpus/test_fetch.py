@@ -201,6 +201,41 @@ def test_licence_ids() -> None:
     assert licence_id("CC0 1.0", None) == "CC0-1.0"
     assert licence_id("eBay API License Agreement", "https://go.developer.ebay.com/api-license-agreement") is None
     assert licence_id(None, None) is None
+    # the URL decides over every rule's name words (it was CC-BY-NC-ND-2.0: that rule's name words came first)
+    assert licence_id("CC BY-NC-ND 4.0", "https://creativecommons.org/licenses/by-nc-nd/4.0/") == "CC-BY-NC-ND-4.0"
+    assert licence_id("CC BY-NC-SA 4.0", "https://creativecommons.org/licenses/by-nc-sa/4.0/") == "CC-BY-NC-SA-4.0"
+    assert licence_id("CC BY-NC-ND", "https://creativecommons.org/licenses/by-nc-nd/2.0/") == "CC-BY-NC-ND-2.0"
+
+
+@pytest.mark.parametrize(
+    ("name", "url", "wanted", "kept"),
+    [
+        ("Proprietary, limited use only, all rights reserved", None, "MIT", False),  # "li-mit-ed"
+        ("Submitted under the Commit terms", None, "mit", False),
+        ("The MIT License (Expat)", None, "MIT", True),
+        ("CC BY-NC 4.0", "https://creativecommons.org/licenses/by-nc/4.0/", "CC-BY", False),  # recognised as NC
+        ("CC-BY-SA-4.0", None, "CC-BY", False),  # not recognised: its name's words decide
+        ("CC-BY-4.0 international", None, "cc-by", True),
+        ("Creative Commons Attribution 3.0", None, "CC-BY", True),
+        ("Our own licence", None, "our own licence", True),
+        (None, None, "none", True),
+        ("MIT", None, "none", False),
+    ],
+)
+def test_licence_filter_matches_licences_not_letters(
+    name: str | None, url: str | None, wanted: str, kept: bool
+) -> None:
+    """`--licence MIT` kept "limited use only" and "Commit terms" (a substring of the name), and `--licence CC-BY`
+    kept a spec recognised as CC-BY-NC-4.0 (its name holds "CC-BY"): `list`, `gaps` and `compile` took them."""
+    from envfactory.corpus.models import SpecEntry
+    from envfactory.corpus.store import _licence_matches
+
+    entry = SpecEntry(
+        id="h.test/x", provider="h.test", title="x", version="1", spec_format="openapi", spec_version="3.0.0",
+        licence=name, licence_url=url, licence_id=licence_id(name, url), domain="utilities", sha256="0" * 64,
+        bytes=1, operations=1, file="specs/h.test/x.json",
+    )  # fmt: skip
+    assert _licence_matches(entry, wanted) is kept
 
 
 def test_filters(fetched: Corpus) -> None:
