@@ -302,7 +302,7 @@ def compile_corpus(
         )
     )
     build = BuildSettings(keep_rejected=keep_rejected, rebuild_stale=rebuild_stale)
-    key, _, _ = check_build(target, build)  # a folder another build made: refused before the bar starts
+    key, _, _ = check_build(target, build, jobs)  # a folder another build made: refused before the bar starts
     columns = (TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err) as bars:
         task = bars.add_task("compile", total=None)

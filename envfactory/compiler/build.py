@@ -56,6 +56,7 @@ class SpecJob(BaseModel):
 
     spec_id: str
     path: Path
+    sha256: str | None = Field(default=None, description="the spec's bytes as recorded (a corpus spec's): checked")
     name: str
     domain: Domain = "utilities"
     description: str | None = None
@@ -119,6 +120,7 @@ class BuildReport(BaseModel):
     seconds: float = 0.0  # wall clock of the unit
     cpu_seconds: float = 0.0  # CPU time of the unit (its thread's): what a batch costs, whatever else runs
     build: str | None = None  # `build_key` of the batch that made it (None: a version that recorded none)
+    spec_sha256: str | None = None  # the spec's bytes it was made from, where recorded (a corpus spec's)
 
 
 class BuildResult(BaseModel):
@@ -186,7 +188,7 @@ def _build(job: SpecJob, tmp: Path, settings: BuildSettings) -> BuildResult:
     report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed")
     files: dict[str, str] = {}
     try:
-        doc = load_openapi(job.path)
+        doc = load_openapi(job.path, sha256=job.sha256)
         plan, skipped = compile_spec(
             doc,
             name=job.name,
@@ -291,7 +293,7 @@ def _build_many(
     if len(set(names)) != len(names):
         raise EnvFactoryError("two specs would make environments of the same name: give them distinct names")
     read_jsonl_log(log)  # a torn last row (a killed batch's) cut off, now that this batch holds the folder
-    key, last, stale = check_build(out, s)
+    key, last, stale = check_build(out, s, jobs)
     # the spec whose environment each folder of the pool is (a healthy latest row): never overwritten by another's
     owner = {str(row.get("name")): spec for spec, row in last.items() if row.get("status") == "healthy"}
     todo = [j for j in jobs if j.spec_id not in last or j.spec_id in stale]
@@ -316,7 +318,7 @@ def _build_many(
         else:
             why = result.reason if isinstance(result, WorkerLost) else f"{type(result).__name__}: {result}"
             report = BuildReport(spec_id=job.spec_id, name=job.name, status="failed", reason=why[:500])
-        report.build = key
+        report.build, report.spec_sha256 = key, job.sha256
         appender.write(report.model_dump_json())
         if progress is not None:
             progress(finished, len(todo))
@@ -324,19 +326,34 @@ def _build_many(
     shutil.rmtree(out / STAGING_DIR, ignore_errors=True)
 
 
-def check_build(out: Path, settings: BuildSettings) -> tuple[str, dict[str, dict[str, Any]], set[str]]:
-    """This build's key, `out`'s latest row of each spec, and the specs another build made; raises
-    `EnvFactoryError` when there are such specs and `settings.rebuild_stale` is off (a CLI asks before it starts)."""
+def check_build(
+    out: Path, settings: BuildSettings, jobs: Sequence[SpecJob] = ()
+) -> tuple[str, dict[str, dict[str, Any]], set[str]]:
+    """This build's key, `out`'s latest row of each spec, and the stale specs: those another build made, and of
+    `jobs` those whose spec's bytes are not the ones their row was made from (a new corpus version: its specs
+    would never be compiled again, old and new mixed in one pool folder). Raises `EnvFactoryError` when there
+    are such specs and `settings.rebuild_stale` is off (a CLI asks before it starts)."""
     key = build_key(settings)
     last = _last_rows(read_jsonl_log(out / REPORT_FILE, repair=False))  # (read-only: no lock is needed)
     stale = {spec for spec, row in last.items() if row.get("build") != key}
-    if stale and not settings.rebuild_stale:
+    changed = {
+        j.spec_id
+        for j in jobs
+        if j.sha256 is not None and j.spec_id in last and last[j.spec_id].get("spec_sha256") != j.sha256
+    }
+    if (stale or changed) and not settings.rebuild_stale:
+        why = (
+            [f"{len(stale)} spec(s) compiled by another build (other compiler code or settings; first: {min(stale)})"]
+            if stale
+            else []
+        )
+        if changed:
+            why.append(f"{len(changed)} spec(s) compiled from other bytes than the spec's now (first: {min(changed)})")
         raise EnvFactoryError(
-            f"{out} holds {len(stale)} spec(s) compiled by another build (other compiler code or settings; "
-            f"first: {min(stale)}), and one pool folder should not mix two: compile into a new --out, "
+            f"{out} holds {' and '.join(why)}, and one pool folder should not mix two: compile into a new --out, "
             "or pass --rebuild-stale to compile them again here"
         )
-    return key, last, stale
+    return key, last, stale | changed
 
 
 def _last_rows(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -356,7 +373,7 @@ def _remove_environment(out: Path, name: object) -> None:
 def corpus_jobs(corpus: Corpus, ids: Sequence[str] | None = None) -> list[SpecJob]:
     """One job per corpus spec (all, or `ids`), named from its id (`amazonaws_com_rbin`), with its domain,
     its title and description, and its provenance (provider, version, licence, origin, sha256)."""
-    entries = [corpus.entry(i) for i in ids] if ids else corpus.entries()
+    entries = [corpus.entry(i) for i in dict.fromkeys(ids)] if ids else corpus.entries()  # `--id X --id X`: once
     names = _names(corpus)
     jobs: list[SpecJob] = []
     for e in entries:
@@ -378,6 +395,7 @@ def corpus_jobs(corpus: Corpus, ids: Sequence[str] | None = None) -> list[SpecJo
             SpecJob(
                 spec_id=e.id,
                 path=corpus.spec_path(e.id),
+                sha256=e.sha256,
                 name=name,
                 domain=e.domain,
                 description=description,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import json
 import keyword
 import re
@@ -25,7 +26,7 @@ from urllib.parse import unquote
 
 from envfactory.env.metadata import Domain, EnvMetadata, parse_metadata
 from envfactory.errors import EnvFactoryError, MetadataError
-from envfactory.inputs import MAX_DEPTH, parse_json, parse_yaml, read_text
+from envfactory.inputs import MAX_DEPTH, parse_json, parse_yaml, read_file_bytes
 from envfactory.words import snake_case
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -101,14 +102,28 @@ def _key(path: str, key: str | int) -> str:
     return f"{path}[{json.dumps(key)}]"
 
 
-def load_openapi(path: str | Path) -> dict[str, Any]:
-    """Read an OpenAPI document from a JSON or YAML file."""
+class SpecChangedError(EnvFactoryError):
+    """A spec file whose bytes are not the ones recorded for it (a cached corpus spec edited since extraction)."""
+
+
+def load_openapi(path: str | Path, *, sha256: str | None = None) -> dict[str, Any]:
+    """Read an OpenAPI document from a JSON or YAML file; with `sha256`, only the very bytes recorded (the ones read
+    are the ones checked and parsed)."""
     p = Path(path)
-    text = read_text(
-        p,
-        what="OpenAPI document",
-        error=lambda m: OpenAPIError(str(p), "<file>", "cannot read: " + m.removeprefix(f"{p}: ")),
-    )
+
+    def cannot_read(message: str) -> OpenAPIError:
+        return OpenAPIError(str(p), "<file>", "cannot read: " + message.removeprefix(f"{p}: "))
+
+    data = read_file_bytes(p, what="OpenAPI document", error=cannot_read)
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise SpecChangedError(
+            f"{p}: the spec changed since it was recorded (sha256 {sha256[:12]}…): "
+            "run `envfactory corpus fetch --force`"
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise cannot_read(f"not valid UTF-8 (byte {e.start})") from None
     kind = "JSON" if p.suffix.lower() == ".json" else "YAML"
 
     def invalid(message: str) -> OpenAPIError:

@@ -989,3 +989,32 @@ def test_what_a_killed_unit_leaves_goes_with_its_batch(tmp_path: Path) -> None:
 
     list(build_many([_jobs()[0]], tmp_path / "out", QUICK, Killed()))  # type: ignore[arg-type]
     assert seen and not seen[0].exists() and not seen[0].parent.exists()
+
+
+def test_a_spec_is_compiled_from_the_bytes_recorded_and_again_when_they_change(tmp_path: Path) -> None:
+    """`corpus compile` re-read a cached spec without its sha256 (`corpus show` refused the edited file; compile
+    built it, recording the manifest's old sha256 as its provenance), and a spec whose bytes changed (a new corpus
+    version) was skipped as done, with or without --rebuild-stale: old and new specs mixed in one pool folder."""
+    import hashlib
+
+    spec = tmp_path / "apod.json"
+    spec.write_bytes((CORPUS / "nasa.gov" / "apod.json").read_bytes())
+    recorded = hashlib.sha256(spec.read_bytes()).hexdigest()
+    job = SpecJob(spec_id="nasa.gov/apod", path=spec, sha256=recorded, name="apod")
+    out = tmp_path / "compiled"
+    [first] = build_many([job], out, QUICK)
+    assert first.spec_sha256 == recorded and first.status != "failed", first
+    assert list(build_many([job], out, QUICK)) == []  # done: skipped
+
+    doc = json.loads(spec.read_text())
+    doc["info"]["title"] = "APOD, edited"
+    spec.write_text(json.dumps(doc))
+    [edited] = build_many([job], tmp_path / "other", QUICK)  # the file is not the one recorded: not compiled
+    assert edited.status == "failed" and "the spec changed since it was recorded" in (edited.reason or "")
+
+    newer = job.model_copy(update={"sha256": hashlib.sha256(spec.read_bytes()).hexdigest()})
+    with pytest.raises(EnvFactoryError, match=r"1 spec\(s\) compiled from other bytes .*first: nasa.gov/apod"):
+        list(build_many([newer], out, QUICK))
+    [again] = build_many([newer], out, QUICK.model_copy(update={"rebuild_stale": True}))
+    assert again.spec_sha256 == newer.sha256 and again.status == first.status
+    assert list(build_many([newer], out, QUICK)) == []
