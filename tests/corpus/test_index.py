@@ -229,6 +229,9 @@ def test_cli_a_blank_query_and_a_compile_that_makes_nothing_are_one_line_errors(
     lines = res.stderr.strip().splitlines()
     assert res.code == 1 and lines[-1].startswith("error: no spec compiled into a healthy environment"), res.stderr
     assert str(out / "compile-report.jsonl") in lines[-1] and (out / "compile-report.jsonl").is_file()
+    twice = _cli(monkeypatch, data_dir, *argv[:-4], "--id", "nasa.gov/apod", "--out", str(tmp_path / "twice"))
+    assert "two specs would make environments of the same name" not in twice.stderr  # one spec, named twice
+    assert len((tmp_path / "twice" / "compile-report.jsonl").read_text().splitlines()) == 1, twice.stderr
     # --licence keeps the specs under one licence (a reviewer found no way to keep the unlicensed ones out)
     res = _cli(monkeypatch, data_dir, *argv, "--licence", "MIT")
     assert res.code == 1 and res.stderr.strip().splitlines() == [
