@@ -29,6 +29,12 @@ class ServerEntry(BaseModel):
     write_tools: int
     source: str
     scenarios: list[str] = Field(default_factory=list)
+    env: dict[str, str] | None = Field(
+        default=None,
+        description="variables the server needs, set by the MCP client that starts it: the folder of an environment "
+        "outside the project's envs/ (ENVFACTORY_COMPILED_DIR, ENVFACTORY_ENVS_DIR; without it `envfactory serve "
+        "NAME` finds no such environment)",
+    )
 
 
 class Registry(BaseModel):
@@ -80,4 +86,8 @@ def save_registry(path: Path, registry: Registry) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     ordered = Registry(mcpServers=dict(sorted(registry.mcpServers.items())))
     # atomic: a crash never leaves a half-written registry (callers hold registry_lock)
-    write_atomic(path, json.dumps(ordered.model_dump(mode="json"), indent=2) + "\n", error=RegistryError)
+    data = ordered.model_dump(mode="json")
+    for entry in data["mcpServers"].values():
+        if entry.get("env") is None:
+            entry.pop("env", None)  # (an in-pool environment's entry as it always was)
+    write_atomic(path, json.dumps(data, indent=2) + "\n", error=RegistryError)

@@ -82,10 +82,26 @@ def sync_registry(pool: EnvPool, reports: list[EnvReport]) -> None:
     """Add every verified environment to the registry; drop the ones that failed."""
     path = pool.settings.registry_file
     with registry_lock(path):
-        _sync(path, reports)
+        _sync(path, reports, {r.name: _variables(pool, r.name) for r in reports if r.ok})
 
 
-def _sync(path: Path, reports: list[EnvReport]) -> None:
+def _variables(pool: EnvPool, name: str) -> dict[str, str] | None:
+    """What a client must set for `envfactory serve NAME` to find the environment: the folder it lives in when that
+    is not the project's `envs/` (a compiled environment's folder, a pool folder of the user's), which the server
+    knows only from the setting."""
+    folder = pool.folder_of(name)
+    if folder is None:  # an imported suite's: found by name
+        return None
+    where = folder.resolve().parent
+    compiled = pool.settings.compiled_dir
+    if compiled is not None and where == compiled.resolve():
+        return {"ENVFACTORY_COMPILED_DIR": str(where)}
+    if where != (pool.settings.root / "envs").resolve():
+        return {"ENVFACTORY_ENVS_DIR": str(where)}
+    return None
+
+
+def _sync(path: Path, reports: list[EnvReport], variables: dict[str, dict[str, str] | None]) -> None:
     registry = load_registry(path)
     for r in reports:
         if r.ok:
@@ -96,6 +112,7 @@ def _sync(path: Path, reports: list[EnvReport]) -> None:
                 write_tools=r.write_tools,
                 source=r.source or "",
                 scenarios=r.scenarios,
+                env=variables.get(r.name),
             )
         else:
             registry.mcpServers.pop(r.name, None)

@@ -27,12 +27,15 @@ class ClientConfigError(ConfigError):
     """The configuration cannot be made (an unknown client or environment, HTTP asked where a client has none)."""
 
 
-def _stdio(args: list[str], settings: Settings) -> dict[str, Any]:
-    return {
-        "command": sys.executable,
-        "args": ["-m", "envfactory.cli", *args],
-        "env": {"ENVFACTORY_ROOT": str(settings.root.resolve())},
-    }
+def _stdio(args: list[str], settings: Settings, variables: dict[str, str] | None = None) -> dict[str, Any]:
+    """A stdio entry: this interpreter running `envfactory ARGS` on this project and the pool this process sees (its
+    pool and compiled folders where set), with the variables an environment's registry entry names over them."""
+    pool = {"ENVFACTORY_ROOT": str(settings.root.resolve())}
+    if settings.envs_dir is not None:
+        pool["ENVFACTORY_ENVS_DIR"] = str(settings.envs_dir.expanduser().resolve())
+    if settings.compiled_dir is not None:
+        pool["ENVFACTORY_COMPILED_DIR"] = str(settings.compiled_dir.expanduser().resolve())
+    return {"command": sys.executable, "args": ["-m", "envfactory.cli", *args], "env": {**pool, **(variables or {})}}
 
 
 def _check_url(url: str, names: list[str] | None, hub: bool) -> None:
@@ -63,6 +66,11 @@ def client_config(
         _check_url(url, names, hub)
     registered = load_registry(settings.registry_file).mcpServers
     chosen = names if names else sorted(registered)
+    if not chosen and not hub and url is None:
+        raise ClientConfigError(
+            f"no environment is registered in {settings.registry_file}: `envfactory envs validate` registers the "
+            "pool's (or give --hub)"
+        )
     unknown = [n for n in chosen if n not in registered]
     if unknown:
         known = ", ".join(sorted(registered))
@@ -76,8 +84,8 @@ def client_config(
         servers[key] = {"type": "http", "url": url} if client == "vscode" else {"url": url}
     else:
         for name in chosen:
-            servers[name] = _stdio(["serve", name, "--transport", "stdio"], settings)
-        if hub:
+            servers[name] = _stdio(["serve", name, "--transport", "stdio"], settings, registered[name].env)
+        if hub:  # the hub serves the pool this process sees
             servers[HUB] = _stdio(["hub", "serve", "--transport", "stdio"], settings)
         if client == "vscode":
             servers = {k: {"type": "stdio", **v} for k, v in servers.items()}

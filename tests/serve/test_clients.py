@@ -53,6 +53,62 @@ def test_bad_requests_are_one_clear_error() -> None:
     assert list(client_config(settings, "Cursor", ["hotels"])["mcpServers"]) == ["hotels"]  # any case
 
 
+def _starts(entry: dict[str, object], folder: Path) -> None:
+    """What a client does with an entry: run it with a bare PATH in some folder, and speak MCP over stdio."""
+    request = {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    }  # fmt: skip
+    res = subprocess.run(
+        [entry["command"], *entry["args"]],  # type: ignore[misc]
+        input=json.dumps(request) + "\n", cwd=folder, capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", **entry["env"]},  # type: ignore[dict-item]
+    )  # fmt: skip
+    assert res.stdout, res.stderr[-1000:]
+    first = json.loads(res.stdout.splitlines()[0])
+    assert first["id"] == 1 and first["result"]["serverInfo"]["name"], res.stderr[-1000:]
+
+
+def test_environments_outside_the_projects_envs_start_from_their_entries(tmp_path: Path) -> None:
+    """A compiled environment's registry entry, or one of a pool folder of the user's, was `serve NAME` alone: started
+    by a client, the server found no such environment (those folders are known only from ENVFACTORY_COMPILED_DIR
+    and ENVFACTORY_ENVS_DIR), and the hub's entry served the bundled pool. The entries now carry them."""
+    import shutil
+
+    from envfactory.compiler.build import write_compiled
+    from envfactory.compiler.compile import compile_spec
+    from envfactory.compiler.scenarios import generate_scenarios
+    from envfactory.env.pool import EnvPool
+    from envfactory.env.registry import load_registry
+    from envfactory.envgen.openapi import load_openapi
+    from envfactory.envgen.validate import sync_registry, validate_env
+    from tests.support.paths import TEST_DATA
+
+    spec = load_openapi(TEST_DATA / "corpus" / "api" / "googleapis.com" / "tasks.json")
+    plan, _ = compile_spec(spec, name="tasks", domain="office", source="openapi:googleapis.com/tasks")
+    compiled = tmp_path / "compiled"
+    write_compiled(compiled / "tasks", plan, generate_scenarios(plan))
+    mine = tmp_path / "myenvs"
+    shutil.copytree(ROOT / "envs" / "hotels", mine / "hotels")  # trusted: its hash is pinned in the trust file
+    registry = tmp_path / "mcp_server.json"
+    with pytest.raises(ClientConfigError, match=r"no environment is registered in .*envs validate"):
+        client_config(Settings(root=ROOT, registry_path=registry))
+    settings = Settings(root=ROOT, compiled_dir=compiled, registry_path=registry, bfcl=False)
+    pool = EnvPool(settings)
+    sync_registry(pool, [validate_env(pool, "tasks"), validate_env(pool, "banking")])
+    entries = load_registry(registry).mcpServers
+    assert entries["tasks"].env == {"ENVFACTORY_COMPILED_DIR": str(compiled.resolve())}
+    assert entries["banking"].env is None and "env" not in json.loads(registry.read_text())["mcpServers"]["banking"]
+    users = Settings(root=ROOT, envs_dir=mine, registry_path=registry, bfcl=False)
+    sync_registry(EnvPool(users), [validate_env(EnvPool(users), "hotels")])
+    assert load_registry(registry).mcpServers["hotels"].env == {"ENVFACTORY_ENVS_DIR": str(mine.resolve())}
+    config = client_config(Settings(root=ROOT, registry_path=registry), "generic", ["tasks", "hotels"])["mcpServers"]
+    _starts(config["tasks"], tmp_path)
+    _starts(config["hotels"], tmp_path)
+    hub = client_config(settings, "generic", ["tasks"], hub=True)["mcpServers"][HUB]
+    assert hub["env"]["ENVFACTORY_COMPILED_DIR"] == str(compiled.resolve())
+
+
 def test_the_printed_command_starts_the_server_from_another_folder(tmp_path: Path) -> None:
     """What a client does with the entry: run it with a bare PATH in some folder, and speak MCP over stdio."""
     entry = client_config(Settings(root=ROOT), "generic", ["hotels"])["mcpServers"]["hotels"]
