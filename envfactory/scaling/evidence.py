@@ -8,18 +8,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from envfactory.inputs import read_json, read_jsonl_log
 from envfactory.records.run_folder import ATTEMPTS, CONVERSATIONS, FAILURES, HELDOUT
 from envfactory.run_settings import SETTINGS_FILE, file_sha256
 from envfactory.scaling.errors import RunTableError
-from envfactory.scaling.table import Run, RunTable, load_table, write_table
+from envfactory.scaling.table import Run, RunTable, ignored_columns, load_table, write_table
 
 Metric = Literal["success_rate", "mean_reward", "pass_hat_max"]
 
 
 class _Composition(BaseModel):
+    model_config = ConfigDict(strict=True)  # `"A": true` is no count of apps
+
     A: int
     T: int
     S: int
@@ -43,7 +45,7 @@ def score_of(evaluation: dict[str, Any], metric: Metric, where: Path) -> tuple[f
         k = max(hats, key=int)
         return float(hats[k]), f"pass^{k}"
     value = evaluation.get(metric)
-    if not isinstance(value, int | float):
+    if not isinstance(value, int | float) or isinstance(value, bool):
         raise RunTableError(f"{where}: the evaluation summary has no '{metric}'")
     return float(value), metric
 
@@ -64,9 +66,15 @@ def run_from(synth: Path, evaluation: Path, *, metric: Metric, model: str | None
     record = _eval_settings(evaluation)
     _check_evaluated(synth, evaluation, record)
     _check_complete(evaluation, summary, record)
-    return Run(
-        apps=comp.A, tasks=comp.T, states=comp.S, depth=comp.D, score=score, model=model, label=label, metric=what
-    )
+    try:
+        return Run(
+            apps=comp.A, tasks=comp.T, states=comp.S, depth=comp.D, score=score, model=model, label=label, metric=what
+        )
+    except ValidationError as e:  # a damaged or hand-edited summary: a score outside [0, 1], NaN
+        problem = e.errors()[0]
+        raise RunTableError(
+            f"{evaluation}: its {what} {score!r} is no run table score ({problem['msg'].removeprefix('Value error, ')})"
+        ) from None
 
 
 def _eval_settings(evaluation: Path) -> dict[str, Any] | None:
@@ -156,6 +164,12 @@ def add_run(table: Path, run: Run) -> RunTable:
     same composition, score, model and label: the same evaluation added twice) is refused; give a `label` to
     add a repeat that scored the same."""
     runs = list(load_table(table).runs) if table.exists() else []
+    dropped = ignored_columns(table) if table.exists() else []
+    if dropped:  # the file is written again from its runs: what they do not hold would be lost
+        raise RunTableError(
+            f"{table}: it holds {', '.join(dropped)}, which a run table does not keep and `scaling add` would drop "
+            "when it writes the file again: add the row by hand, or give another table"
+        )
     if run in runs:
         raise RunTableError(
             f"{table}: row {runs.index(run) + 1} is this run already (the same composition, score, model and "
@@ -167,6 +181,13 @@ def add_run(table: Path, run: Run) -> RunTable:
             f"{table}: its runs are scored by {other}, this evaluation by {run.metric}: one table, one metric "
             f"(--metric to choose; or start another table)"
         )
-    updated = RunTable(runs=[*runs, run])
+    try:
+        updated = RunTable(runs=[*runs, run])
+    except ValidationError as e:  # the table-wide rule: its runs give compute, and an evaluation gives none
+        problem = e.errors()[0]["msg"].removeprefix("Value error, ")
+        raise RunTableError(
+            f"{table}: {problem}: `scaling add` has no compute to give this run; add the row by hand with its "
+            "compute, or give another table"
+        ) from None
     write_table(updated, table)
     return updated

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from envfactory.scaling.budget import CompositionLimits, suggest_compositions
+from envfactory.scaling.budget import MAX_BUDGET, CompositionLimits, suggest_compositions
 from envfactory.scaling.errors import ScalingError
 from envfactory.scaling.fit import HoldoutReport
 from envfactory.scaling.laws import CompositionParams
@@ -42,7 +42,8 @@ def limits_from_report(report: HoldoutReport) -> CompositionLimits:
 def frontier(
     params: CompositionParams, report: HoldoutReport, computes: np.ndarray, limits: CompositionLimits
 ) -> np.ndarray:
-    """The best predicted score at each compute (NaN where no composition is that cheap)."""
+    """The best predicted score at each compute (NaN where no composition is that cheap, or past the largest budget a
+    suggestion searches, `budget.MAX_BUDGET` instances)."""
     by_n = report.compute_name.startswith("N (")
     ratios = [r.compute / (r.n * (1 if by_n else r.depth)) for r in report.rows]
     scale = float(np.exp(np.mean(np.log(ratios))))
@@ -50,7 +51,7 @@ def frontier(
     for i, c in enumerate(computes):
         for d in limits.depths:
             budget = int(c / (scale * (1 if by_n else d)) + 1e-9)
-            if budget < 1:
+            if budget < 1 or budget > MAX_BUDGET:  # past what a suggestion searches: the curve stops there
                 continue
             capped = limits.model_copy(update={"depths": [d]})
             top = suggest_compositions(params, budget, capped, top=1)[0]

@@ -203,6 +203,30 @@ def load_table(path: Path) -> RunTable:
     return parse_records([(item, None) for item in data], source)
 
 
+def ignored_columns(path: Path) -> list[str]:
+    """What of a (readable) run table file its runs do not hold, which writing it again would drop: the columns or
+    keys no run field reads (other columns are allowed and ignored when it is read), a JSON object's keys beside
+    `runs`."""
+    text = read_file_bytes(path, error=RunTableError).decode("utf-8-sig")
+    suffix = path.suffix.lower()
+    keys: list[str] = []
+    if suffix == ".csv":
+        keys = next((row for row in csv.reader(text.splitlines()) if any(c.strip() for c in row)), [])
+    elif suffix == ".jsonl":
+        for line_no, line in json_lines(text):
+            record = _parse_json(line, f"{path}: line {line_no}")
+            keys += list(record) if isinstance(record, dict) else []
+    else:
+        data = _parse_json(text, str(path))
+        if isinstance(data, dict) and "runs" in data:
+            keys += [f"'{k}' beside runs" for k in data if k != "runs"]
+            data = data["runs"]
+        for record in data if isinstance(data, list) else []:
+            keys += list(record) if isinstance(record, dict) else []
+    unknown = (k if " beside " in k else f"column '{k}'" for k in keys if ALIASES.get(str(k).strip().lower()) is None)
+    return list(dict.fromkeys(unknown))
+
+
 def _parse_json(text: str, where: str) -> Any:
     def invalid(message: str) -> RunTableError:
         problem = message.removeprefix(f"{where}: ").removeprefix("invalid JSON ")

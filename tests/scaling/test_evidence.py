@@ -175,3 +175,38 @@ def test_a_row_needs_a_whole_evaluation_of_held_out_tasks_in_one_metric(
     assert load_table(table).runs[0].metric == "success_rate"
     mixed = _cli("add", str(table), "--run", str(run), "--eval", str(evaluation), "--metric", "mean_reward")
     assert mixed.returncode == 1 and "one table, one metric" in mixed.stderr, mixed.stderr
+
+
+def test_a_table_add_would_damage_or_a_score_that_is_none_is_refused(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    """`scaling add` rewrote a table without its other columns ('notes' and its values gone), died in a traceback on a
+    table with a compute column (an evaluation gives none) and on a summary's score outside [0, 1] or NaN, and took
+    `"success_rate": true` as 1.0."""
+    from envfactory.scaling.errors import RunTableError
+    from envfactory.scaling.evidence import add_run, run_from
+
+    run, evaluation = runs
+    row = run_from(run, evaluation, metric="success_rate", model=None, label=None)
+    noted = tmp_path / "noted.csv"
+    noted.write_text("apps,tasks,states,depth,score,notes\n1,2,1,1,0.1,first try\n")
+    with pytest.raises(RunTableError, match="holds column 'notes', which a run table does not keep"):
+        add_run(noted, row)
+    assert "first try" in noted.read_text()
+    beside = tmp_path / "beside.json"
+    beside.write_text(json.dumps({"runs": [{"A": 1, "T": 2, "S": 1, "D": 1, "score": 0.1}], "notes": "mine"}))
+    with pytest.raises(RunTableError, match="holds 'notes' beside runs"):
+        add_run(beside, row)
+    costed = tmp_path / "costed.csv"
+    costed.write_text("A,T,S,D,score,compute\n1,2,1,1,0.1,1e18\n")
+    with pytest.raises(RunTableError, match="no compute to give this run"):
+        add_run(costed, row)
+    plain = tmp_path / "plain.csv"
+    plain.write_text("apps,tasks,states,depth,score\n1,2,1,1,0.1\n")
+    assert len(add_run(plain, row).runs) == 2  # known columns only: nothing is lost
+
+    damaged = tmp_path / "damaged"
+    shutil.copytree(evaluation, damaged)
+    summary = json.loads((damaged / "summary.json").read_text())
+    for value, needle in ((1.5, "is no run table score"), (float("nan"), "is no run table score"), (True, "has no")):
+        (damaged / "summary.json").write_text(json.dumps({**summary, "success_rate": value}))
+        with pytest.raises(RunTableError, match=needle):
+            run_from(run, damaged, metric="success_rate", model=None, label=None)

@@ -293,6 +293,15 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
     assert width > height > 400
 
 
+def test_a_plot_of_runs_past_the_largest_budget_is_drawn(tmp_path: Path) -> None:
+    """The frontier reaches 16x the largest compute and asked for budgets a suggestion refuses (over 1e12 instances):
+    on a table whose largest N is 1e11, `scaling fit --plot` printed the fit, then failed without a plot."""
+    grid = SimulationGrid(apps=[1, 100, 10_000], tasks=[1, 1_000, 1_000_000], states=[1, 10], depths=[1])
+    report = evaluate_holdout(simulate_table(DEFAULT_PARAMS, grid, noise=0.01, seed=2))
+    assert max(r.n for r in report.rows) == 10**11
+    assert plot_holdout(report, tmp_path / "big.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 # -- bad tables and unfittable tables ------------------------------------------------------------------
 
 
