@@ -96,6 +96,9 @@ def envs_list(
     out.print(table)
     for name, hidden in pool.shadowed().items():  # the pool folder's comes first: the other is never loaded
         out.print(f"note: {safe(name)} in {safe(str(hidden.parent))} is hidden by {safe(str(pool.folder / name))}")
+    if not native_only:
+        for name, folder in pool.hidden_imported().items():
+            out.print(f"note: the imported suite's {safe(name)} is hidden by {safe(str(folder))}", highlight=False)
 
 
 class HubFormatOption(StrEnum):

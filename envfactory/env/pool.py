@@ -374,10 +374,22 @@ class EnvPool:
         return self._imported
 
     def names(self, include_imported: bool = True) -> list[str]:
+        """Every environment once: those with a folder, then the imported suites' that no folder hides (`folder_of`
+        finds the folder first, so a suite's environment of the same name is never reached: `hidden_imported`)."""
         names = self.native_names()
         if include_imported:
-            names += sorted(self.imported_factories())
+            native = set(names)
+            names += sorted(n for n in self.imported_factories() if n not in native)
         return names
+
+    def hidden_imported(self) -> dict[str, Path]:
+        """Imported suites' environments that a folder of the same name hides, by name: the folder used instead."""
+        hidden: dict[str, Path] = {}
+        for name in sorted(self.imported_factories()):
+            folder = self.folder_of(name)
+            if folder is not None:
+                hidden[name] = folder
+        return hidden
 
     def trusted(self, name: str) -> bool:
         """True if `name` may run in-process: a folder whose current code is pinned in the trust file, a

@@ -324,3 +324,30 @@ def test_a_compiled_environment_named_like_a_pool_folder_is_hidden_and_envs_list
     os.symlink(envs, tmp_path / "link")
     for same in (tmp_path / "link", tmp_path / "compiled" / ".." / "envs"):
         assert EnvPool(Settings(root=ROOT, envs_dir=envs, compiled_dir=same, bfcl=False)).shadowed() == {}
+
+
+def test_a_folder_named_like_an_imported_suites_environment_is_listed_once_and_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool folder `bfcl_math` was listed twice (envs list, validate, the hub's list_apps) and the suite's
+    environment of that name was hidden without a word: every call reached the folder's."""
+    pytest.importorskip("bfcl_eval")
+    envs = tmp_path / "envs"
+    plan, scenarios = _plan()
+    write_compiled(envs / "bfcl_math", plan.model_copy(update={"name": "bfcl_math"}), scenarios)
+    pool = EnvPool(Settings(root=ROOT, envs_dir=envs, bfcl=True))
+    assert "bfcl_math" in pool.imported_factories()
+    names = pool.names()
+    assert names.count("bfcl_math") == 1 and len(names) == len(set(names))
+    assert pool.hidden_imported() == {"bfcl_math": envs / "bfcl_math"}
+    assert isinstance(pool.get("bfcl_math"), CompiledEnvironment)
+    apps = [a.name for a in Hub(pool).list_apps()]
+    assert apps.count("bfcl_math") == 1
+    monkeypatch.setenv("ENVFACTORY_ROOT", str(ROOT))
+    monkeypatch.setenv("ENVFACTORY_ENVS_DIR", str(envs))
+    monkeypatch.setenv("ENVFACTORY_BFCL", "true")
+    monkeypatch.setenv("COLUMNS", "300")
+    listed = run_cli(["envs", "list"])
+    assert listed.code == 0, listed.stderr
+    assert f"note: the imported suite's bfcl_math is hidden by {envs / 'bfcl_math'}" in listed.stdout
+    assert sum(line.startswith("│ bfcl_math ") for line in listed.stdout.splitlines()) == 1
