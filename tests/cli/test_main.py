@@ -145,9 +145,11 @@ def test_out_dash_prints_where_a_command_prints_and_is_refused_where_it_writes_a
         command = [sys.executable, "-m", "envfactory.cli", *args]
         return subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
 
-    printed = cli("mcp", "config", "--out", "-")
+    printed = cli("mcp", "config", "--hub", "--out", "-")
     assert printed.returncode == 0, printed.stderr
-    assert "mcpServers" in json.loads(printed.stdout)
+    assert "envfactory-hub" in json.loads(printed.stdout)["mcpServers"]
+    empty = cli("mcp", "config", "--out", "-")  # nothing registered in this project: said, not an empty config
+    assert empty.returncode == 1 and "no environment is registered" in empty.stderr
     one_line_error_2 = cli("scaling", "simulate", "--out", "-")
     assert one_line_error_2.returncode == 2 and "is not a file this option writes" in one_line_error_2.stderr
     assert not (tmp_path / "-").exists()  # neither wrote a file named '-'
