@@ -30,8 +30,8 @@ def env_name(name: str) -> str:
 
 
 def env_names(names: Iterable[str] | None) -> list[str]:
-    """Each of `names` checked by `env_name` (none: an empty list)."""
-    return [env_name(n) for n in names or []]
+    """Each of `names` checked by `env_name`, once each in the order given (none: an empty list)."""
+    return list(dict.fromkeys(env_name(n) for n in names or []))
 
 
 def _create_probe(folder: Path, shown: Path, option: str) -> None:

@@ -20,7 +20,7 @@ from envfactory.config import Settings, get_settings
 from envfactory.terminal import SafeConsole, Table, json_text, safe, visible
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
-from envfactory.toolgraph.settings import graph_path
+from envfactory.toolgraph.settings import graph_path, sampling_for
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The dependency tool graph and chain sampling.")
 out = SafeConsole()
@@ -56,14 +56,14 @@ def _mtime(path: Path) -> int:
 
 
 def parse_length(text: str) -> tuple[int, int]:
-    """`3..6` → (3, 6); `4` → (4, 4)."""
+    """`3..6` → (3, 6); `4` → (4, 4). A bad value is a usage error (exit 2), as any other option's."""
     lo, sep, hi = text.partition("..")
     try:
         bounds = (int(lo), int(hi)) if sep else (int(lo), int(lo))
     except ValueError:
-        raise ToolGraphError(f"--length expects N or MIN..MAX (e.g. 3..6), got '{text}'") from None
+        raise typer.BadParameter(f"expects N or MIN..MAX (e.g. 3..6), got '{text}'", param_hint="--length") from None
     if bounds[0] < 1 or bounds[1] < bounds[0]:
-        raise ToolGraphError(f"--length {text}: needs 1 <= MIN <= MAX")
+        raise typer.BadParameter(f"{text}: needs 1 <= MIN <= MAX", param_hint="--length")
     return bounds
 
 
@@ -129,14 +129,17 @@ def stats(graph_file: GraphOption = None) -> None:
     """Per environment: tools, inputs (user-provided / internal), dependencies."""
     graph = _load(get_settings(), graph_file)
     table = Table("env", "tools", "read", "write", "inputs", "user", "internal", "depend", "cross-env", "isolated")
+    depend = graph.depend_edges()
+    linked = {a for a, _, _ in depend} | {b for _, b, _ in depend}  # a cross-environment edge links its tools too
     for env in graph.envs():
         s = graph.subgraph(env).stats()
+        isolated = sum(t not in linked for t in graph.tools(env))
         cross = sum(
             1 for a, b, d in graph.depend_edges() if d["cross_env"] and env in (graph.env_of(a), graph.env_of(b))
         )
         table.add_row(
             safe(env), str(s.tools), str(s.read_tools), str(s.write_tools), str(s.inputs), str(s.user_provided),
-            str(s.internal), str(s.tool_depend), str(cross), str(s.isolated_tools),
+            str(s.internal), str(s.tool_depend), str(cross), str(isolated),
         )  # fmt: skip
     s = graph.stats()
     table.add_row(
@@ -169,6 +172,7 @@ def show(
 
     settings = get_settings()
     env = env_name(env)  # a path below: <data dir>/toolgraph/ENV.html
+    refuse_overwriting_input(html, "--html", graph_file or graph_path(settings))
     graph = _load(settings, graph_file)
     if env not in graph.envs():
         raise ToolGraphError(f"no environment '{env}' in the graph (known: {', '.join(graph.envs())})")
@@ -214,7 +218,7 @@ def sample(
     settings = get_settings()
     refuse_overwriting_input(out_path, "--out", graph_file or graph_path(settings))
     graph = _load(settings, graph_file)
-    chains = TopologySampler(graph).sample(n, span, seed=seed)
+    chains = TopologySampler(graph, sampling_for(graph, settings.toolgraph)).sample(n, span, seed=seed)
     if not chains:  # nothing written: an empty file would pass for a result
         raise ToolGraphError(
             f"no chain of length {length} can be sampled from this graph (its longest dependency chains are shorter;"

@@ -54,7 +54,10 @@ def test_build_writes_to_the_data_dir(data: Path) -> None:
 
 
 def test_rebuild_hits_the_embedding_cache(data: Path, tmp_path: Path) -> None:
-    res = run(data, "build", "--out", str(tmp_path / "again.json"), "--env", "hotels", "--env", "flights")
+    # an environment named twice is built once (it was "tool 'hotels.search_hotels' is given twice")
+    res = run(
+        data, "build", "--out", str(tmp_path / "again.json"), "--env", "hotels", "--env", "flights", "--env", "hotels"
+    )
     assert res.code == 0, res.stderr
     assert "model ran on 0" in res.stdout  # every text was cached by the first build
     assert (tmp_path / "again.json").is_file()
@@ -99,8 +102,9 @@ def test_export_graphml(data: Path, tmp_path: Path) -> None:
 
 def test_errors_are_one_line(data: Path, tmp_path: Path) -> None:
     one_line_error(run(data, "show", "nope"), "no environment 'nope'")
-    one_line_error(run(data, "sample", "--length", "5..2"), "--length 5..2")
-    one_line_error(run(data, "sample", "--length", "x"), "MIN..MAX")
+    for length, needle in (("5..2", "5..2: needs 1 <= MIN <= MAX"), ("x", "MIN..MAX"), ("0..2", "needs 1 <=")):
+        bad = run(data, "sample", "--length", length)  # a usage error, as any other option's (it exited 1)
+        assert bad.code == 2 and needle in bad.stderr and "--length" in bad.stderr, bad.stderr
     one_line_error(run(tmp_path, "stats"), "envfactory graph build")  # no graph built in this data dir
     wrong = tmp_path / "v9.json"
     wrong.write_text(json.dumps({"format": "envfactory-toolgraph", "format_version": 9, "graph": {}}))
@@ -134,3 +138,83 @@ def test_build_with_the_scripted_llm(data: Path, tmp_path: Path) -> None:
     assert guest["user_provided_source"] == "llm" and guest["user_provided"] is False, guest
     heuristic = run(data, "build", "--env", "hotels", "--out", str(tmp_path / "h.json"), "--no-llm", extra_env=llm)
     assert heuristic.code == 0 and "classification: heuristic" in heuristic.stdout, heuristic.stdout
+
+
+def test_show_never_writes_over_the_graph_it_reads(data: Path, tmp_path: Path) -> None:
+    """`graph show ENV --graph g.json --html g.json` wrote the HTML over the graph (and through a link to it)."""
+    graph = tmp_path / "g.json"
+    graph.write_bytes((data / "toolgraph" / "graph.json").read_bytes())
+    link = tmp_path / "link.json"
+    link.symlink_to(graph)
+    for html in (graph, link):
+        one_line_error(run(data, "show", "banking", "--graph", str(graph), "--html", str(html)), "--html")
+    assert graph.read_bytes() == (data / "toolgraph" / "graph.json").read_bytes()
+    one_line_error(run(data, "show", "banking", "--html", str(data / "toolgraph" / "graph.json")), "--html")
+
+
+def _edited(data: Path, tmp_path: Path, edit: str) -> Path:
+    saved = json.loads((data / "toolgraph" / "graph.json").read_text())
+    nodes, edges = saved["graph"]["nodes"], saved["graph"]["edges"]
+    tool = next(n for n in nodes if n.get("type") == "tool")
+    depend = next(e for e in edges if e.get("type") == "Tool_Depend")
+    if edit == "no env":
+        del tool["env"]
+    elif edit == "no kind":
+        del tool["kind"]
+    elif edit == "env a list":
+        tool["env"] = ["a", "b"]
+    elif edit == "no cross_env":
+        del depend["cross_env"]
+    elif edit == "no type":
+        del depend["type"]
+    elif edit == "dangling":
+        edges.append({**depend, "target": "ghost.tool"})
+    elif edit == "relate between tools":
+        edges.append({"source": depend["source"], "target": depend["target"], "type": "Parameter_Relate"})
+    path = tmp_path / f"{edit.replace(' ', '_')}.json"
+    path.write_text(json.dumps(saved))
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit", ["no env", "no kind", "env a list", "no cross_env", "no type", "dangling", "relate between tools"]
+)
+def test_a_hand_edited_graph_is_one_line_not_a_traceback(data: Path, tmp_path: Path, edit: str) -> None:
+    """A graph file whose node lacks its env or kind, or an edge its type, or one pointing at a node the file does not
+    hold, loaded, then `stats`, `sample` and `show` died in KeyError/TypeError tracebacks (or counted it silently)."""
+    path = _edited(data, tmp_path, edit)
+    for command in (["stats"], ["sample", "--n", "5", "--out", str(tmp_path / "c.jsonl")], ["show", "banking"]):
+        one_line_error(run(data, *command, "--graph", str(path)), "malformed graph data")
+
+
+def test_stats_counts_a_tool_linked_across_environments_as_linked(data: Path) -> None:
+    """Per environment, a tool whose only dependencies cross environments was counted isolated (its subgraph drops
+    those edges), so the rows summed to more than the whole graph's count."""
+    from envfactory.toolgraph.io import load_graph
+
+    graph = load_graph(data / "toolgraph" / "graph.json")
+    res = run(data, "stats")
+    rows = {
+        cells[0]: cells[1:]
+        for line in res.stdout.splitlines()
+        if len(cells := [c.strip() for c in line.strip("│┃ ").split("│")]) == 10
+    }
+    depend = graph.depend_edges()
+    linked = {a for a, _, _ in depend} | {b for _, b, _ in depend}
+    for env in graph.envs():
+        assert int(rows[env][-1]) == sum(t not in linked for t in graph.tools(env)), env
+    assert sum(int(rows[env][-1]) for env in graph.envs()) == graph.stats().isolated_tools
+
+
+def test_sampling_settings_set_now_count_whatever_the_graph_was_built_with(data: Path, tmp_path: Path) -> None:
+    """ENVFACTORY_TOOLGRAPH__MAX_SERVERS=1 sampled chains over 2-3 environments: the sampler took the settings the
+    graph was built with, frozen in graph.json."""
+    out = tmp_path / "one.jsonl"
+    res = run(data, "sample", "--n", "200", "--seed", "3", "--out", str(out),
+              extra_env={"ENVFACTORY_TOOLGRAPH__MAX_SERVERS": "1"})  # fmt: skip
+    assert res.code == 0, res.stderr
+    chains = [ToolChain.model_validate_json(line) for line in out.read_text().splitlines()]
+    assert chains and all(len(c.servers) == 1 for c in chains)
+    free = run(data, "sample", "--n", "200", "--seed", "3", "--out", str(tmp_path / "free.jsonl"))
+    assert free.code == 0
+    assert any(len(ToolChain.model_validate_json(line).servers) > 1 for line in (tmp_path / "free.jsonl").open())
