@@ -247,6 +247,10 @@ def test_a_synth_resume_with_other_environments_or_other_wording_is_refused(tmp_
     wording.write_text(wording.read_text() + "\n# another wording\n")
     with pytest.raises(RunSettingsError, match="prompts_sha256"):
         record_synth_settings(config, settings.model_copy(update={"prompts_dir": prompts}), envs=["hotels", "banking"])
+    # how chains are sampled shapes them too (ENVFACTORY_TOOLGRAPH__MAX_SERVERS...): recorded where not the default
+    one_server = settings.model_copy(update={"toolgraph": settings.toolgraph.model_copy(update={"max_servers": 1})})
+    with pytest.raises(RunSettingsError, match=r"sampling\.max_servers: \(none\) → 1"):
+        record_synth_settings(config, one_server, envs=["hotels", "banking"])
 
 
 def test_a_relative_synth_out_lands_under_the_working_directory(

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from envfactory.config import ToolGraphSettings
 from envfactory.env.pool import EnvPool
 from envfactory.errors import ConfigError, DataError, first_error
 from envfactory.executor import Executor, LocalExecutor, WorkerLost
@@ -32,6 +33,7 @@ from envfactory.tasks.offline import Dropped, UnitOutcome, stable_seed
 from envfactory.tasks.stats import ConversationFacts, facts_of
 from envfactory.toolgraph.graph import ToolGraph
 from envfactory.toolgraph.sampler import ToolChain, TopologySampler, split_into
+from envfactory.toolgraph.settings import sampling_for
 
 
 class SynthError(DataError):
@@ -201,14 +203,16 @@ def choose_envs(config: SynthConfig, pool: EnvPool) -> list[str]:
     return list(envs)
 
 
-def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph) -> Plan:
+def plan_units(config: SynthConfig, pool: EnvPool, graph: ToolGraph, sampling: ToolGraphSettings | None = None) -> Plan:
     envs = choose_envs(config, pool)
     units: list[Unit] = []
     shortfall: dict[str, int] = {}
     for env in envs:
         if env not in graph.envs():
             raise SynthConfigError(f"the tool graph has no tools of '{env}': rebuild it (`envfactory graph build`)")
-        sampler = TopologySampler(graph if config.cross_env else graph.subgraph(env))
+        over = graph if config.cross_env else graph.subgraph(env)
+        # the caller's sampling settings (the run's), not the ones a kept graph was built with
+        sampler = TopologySampler(over, sampling_for(over, sampling) if sampling is not None else None)
         offline = config.mode == "offline"
         # offline: each conversation joins several chains into `turns` goal turns; llm: its chain is cut into them
         pool_of = _chains_from(sampler, graph, env, config, config.tasks * 4 if offline else config.tasks)

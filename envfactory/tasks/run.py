@@ -104,7 +104,8 @@ def plan_batch(config: SynthConfig, settings: Settings, pool: EnvPool, err: Cons
     """The batch's units, over the run's tool graph; a plan with no unit is a `SynthError` saying why, before
     the run's folder holds anything of it."""
     envs = choose_envs(config, pool)
-    plan = plan_units(config, pool, tool_graph(settings, config, envs, err=err or SafeConsole(stderr=True), pool=pool))
+    graph = tool_graph(settings, config, envs, err=err or SafeConsole(stderr=True), pool=pool)
+    plan = plan_units(config, pool, graph, settings.toolgraph)
     if not plan.units:  # the graph gave no chain of these lengths
         short = ", ".join(f"{env} {n}" for env, n in plan.shortfall.items())
         why = f" (chains the tool graph could not give: {short}; try a shorter chain_length)" if short else ""

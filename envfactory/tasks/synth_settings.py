@@ -20,7 +20,7 @@ from envfactory.env.pool import EnvPool
 from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT
 from envfactory.run_settings import RunRecord, file_sha256, has_lines, model_identity, read_record, record_or_check
 from envfactory.tasks.plan import SynthConfig
-from envfactory.toolgraph.settings import envs_graph_path, graph_path
+from envfactory.toolgraph.settings import SAMPLING, envs_graph_path, graph_path
 
 
 def graph_file(
@@ -60,6 +60,11 @@ def synth_record(
         shaping["environments"] = list(envs)
     # the wording and prompts the run reads: a resume with other ones would mix two wordings in one dataset
     shaping["prompts_sha256"] = file_sha256(sorted(p for p in settings.prompts_path.rglob("*.yaml") if p.is_file()))
+    # how chains are sampled (`ENVFACTORY_TOOLGRAPH__MAX_SERVERS`...), where it is not the default: a resume with
+    # others would plan other chains under the same unit keys (left out at the defaults, as runs before recorded)
+    sampling = settings.toolgraph.model_dump(mode="json", include=set(SAMPLING), exclude_defaults=True)
+    if sampling:
+        shaping["sampling"] = sampling
     if config.mode == "llm":
         shaping["models"] = {r: model_identity(settings, r).model_dump() for r in QUERYGEN_ROLES}
     graph = graph_file(settings, config, envs, pool)

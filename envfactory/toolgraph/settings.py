@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from envfactory.config import Settings
+    from envfactory.config import Settings, ToolGraphSettings
     from envfactory.env.pool import EnvPool
+    from envfactory.toolgraph.graph import ToolGraph
 
 # the `ToolGraphSettings` a build reads that change the graph (the rest say how fast it embeds, or shape sampling);
 # `use_llm` and `llm_role` count only where an LLM is configured (`graph_inputs`)
@@ -25,6 +26,25 @@ GRAPH_SHAPING = (
     "schema_edges",
     "lean_internal_threshold",
 )
+# the `ToolGraphSettings` that shape sampled chains, not the graph: a sampler takes them from its caller's settings,
+# not from the ones the graph was built with (`sampling_for`), so a kept graph does not fix them
+SAMPLING = (
+    "skip_optional_p",
+    "skip_satisfied_p",
+    "max_servers",
+    "max_depth",
+    "turn_min",
+    "turn_max",
+    "attempts_per_chain",
+)
+
+
+def sampling_for(graph: ToolGraph, settings: ToolGraphSettings) -> ToolGraphSettings:
+    """The settings a sampler of `graph` runs with: those the graph was built with, its sampling ones (`SAMPLING`)
+    the caller's (`ENVFACTORY_TOOLGRAPH__MAX_SERVERS` set now counts, whenever the graph was built)."""
+    return graph.settings.model_copy(update={key: getattr(settings, key) for key in SAMPLING})
+
+
 # the prompt folders an LLM-made graph reads (classification, refinement, the structured answers' repair)
 GRAPH_PROMPTS = ("toolgraph", "common")
 # a pool's environments' tools as the builder sees them, digested once per pool and set of environments: a synth run
