@@ -41,6 +41,8 @@ def _context(prompt: list[str], budget: int | None, threshold: float | None, dra
         name, sep, value = item.partition("=")
         if not sep or not name or not value:
             raise EnvFactoryError(f"--prompt takes NAME=FILE (e.g. code/generate=my_prompt.yaml), got '{item}'")
+        if not value.lower().endswith((".yaml", ".yml")):  # (a text that is not a file name is a system message)
+            raise EnvFactoryError(f"--prompt {item}: a prompt file is YAML (.yaml or .yml), as prompts/ holds them")
         overrides[name] = str(Path(value).expanduser().resolve())  # a resume from another folder reads this file
     return EnvGenContext(prompt_overrides=overrides, revision_budget=budget, pass_threshold=threshold, draft=draft)
 

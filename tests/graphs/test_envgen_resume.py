@@ -359,5 +359,9 @@ def test_a_resume_reads_the_prompt_file_the_run_named_and_says_when_it_changed(
     )  # fmt: skip
     assert other.code == 0
     (first / "rev.yaml").write_text(marked("EDITED AGAIN"))
+    # a file that is not YAML was taken for the system message's text (its path sent to the model)
+    for value in ("my_prompt.txt", "does_not_exist.json"):
+        refused = _cli("envgen", "run", "--metadata", str(METADATA), "--prompt", f"code/revise={value}")
+        assert refused.code == 1 and "a prompt file is YAML (.yaml or .yml)" in refused.stderr, refused.stderr
     said = _cli("envgen", "resume", "Q")
     assert f"--prompt code/revise={first / 'rev.yaml'}, which has changed since" in " ".join(said.stdout.split())
