@@ -86,16 +86,34 @@ class RolloutTool:
         return params if isinstance(params, dict) else {"type": "object", "properties": {}}
 
 
+def _json(value: str | bytes, column: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError as e:  # (a JSONDecodeError; bytes that are not UTF-8)
+        raise EnvironmentSetupError(f"{column} is not JSON ({str(e).splitlines()[0]})") from None
+
+
 def parse_tools(value: Any) -> list[dict[str, Any]]:
     """The `tools` column: a JSON string (as exported) or a list of OpenAI-style tool entries."""
-    data = json.loads(value) if isinstance(value, str | bytes) else value
+    data = _json(value, "tools") if isinstance(value, str | bytes) else value
     if not isinstance(data, list) or not all(isinstance(t, dict) for t in data):
         raise EnvironmentSetupError("the tools column must be a list of tool entries (JSON)")
     return data
 
 
+def parse_initial(value: Any) -> dict[str, Any]:
+    """The `initial_config` column: a JSON object (as exported) of environment → state, or a mapping; none: {}."""
+    data = _json(value, "initial_config") if isinstance(value, str | bytes) else value
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise EnvironmentSetupError("initial_config must be an object of environment states (JSON)")
+    return dict(data)
+
+
 def parse_servers(value: Any) -> list[str]:
-    data = json.loads(value) if isinstance(value, str | bytes) and str(value).lstrip().startswith("[") else value
+    listed = isinstance(value, str | bytes) and str(value).lstrip().startswith("[")
+    data = _json(value, "mcp_servers") if listed else value
     if isinstance(data, str):
         return [data]
     if not isinstance(data, list) or not all(isinstance(s, str) for s in data):
@@ -301,8 +319,7 @@ class ToolEnvironment:
     def reset(self, **row: Any) -> None:
         """Fork a fresh episode from the row's `initial_config` (environments without one start from their
         default scenario); nothing is appended to the prompt."""
-        initial_raw = row.get("initial_config")
-        initial = json.loads(initial_raw) if isinstance(initial_raw, str | bytes) else dict(initial_raw or {})
+        initial = parse_initial(row.get("initial_config"))
         servers = parse_servers(row.get("mcp_servers") or [])
         self._episode = Episode(self._pool, initial, servers)
         self._calls = []
@@ -411,8 +428,19 @@ class EnvironmentRegistry:
         return key
 
     def add_environment_column(self, dataset: Any) -> Any:
-        """`dataset` (a `datasets.Dataset`) with the `environment` column TRL routes rows by."""
-        keys = [self.key_for(t, s) for t, s in zip(dataset["tools"], dataset["mcp_servers"], strict=True)]
+        """`dataset` (a `datasets.Dataset`) with the `environment` column TRL routes rows by; every row's tools,
+        environments and initial state read first, so a bad one is an error naming its row before training, not a
+        traceback in a rollout's reset."""
+        initial = dataset["initial_config"] if "initial_config" in dataset.column_names else [None] * len(dataset)
+        keys: list[str] = []
+        for row, (tools, servers, state) in enumerate(
+            zip(dataset["tools"], dataset["mcp_servers"], initial, strict=True), start=1
+        ):
+            try:
+                keys.append(self.key_for(tools, servers))
+                parse_initial(state)
+            except EnvironmentSetupError as e:
+                raise EnvironmentSetupError(f"row {row}: {e}") from None
         if ENVIRONMENT_COLUMN in dataset.column_names:
             dataset = dataset.remove_columns(ENVIRONMENT_COLUMN)
         return dataset.add_column(ENVIRONMENT_COLUMN, keys)

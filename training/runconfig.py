@@ -43,14 +43,33 @@ class RunConfig(BaseModel):
     trainer: dict[str, Any] = Field(default_factory=dict, description="TRL SFTConfig / GRPOConfig arguments")
 
 
+class _Unset:
+    """`--set KEY=null`: the key is taken away (its default applies), where a None override means "not given"."""
+
+    def __repr__(self) -> str:
+        return "null"
+
+
+UNSET = _Unset()
+
+
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if value is UNSET:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = deep_merge(out[key], value)
         else:
-            out[key] = value
+            out[key] = _without_unset(value)
     return out
+
+
+def _without_unset(value: Any) -> Any:
+    """A mapping set whole, less its `UNSET` keys (nothing to take them from)."""
+    if isinstance(value, dict):
+        return {k: _without_unset(v) for k, v in value.items() if v is not UNSET}
+    return value
 
 
 def read_config_file(path: Path, profile: str | None = None) -> dict[str, Any]:
@@ -79,9 +98,15 @@ def read_config_file(path: Path, profile: str | None = None) -> dict[str, Any]:
 def load_run_config(
     cls: type[C], path: Path | None, profile: str | None = None, overrides: dict[str, Any] | None = None
 ) -> C:
-    """`cls` from the file (and profile) with `overrides` (None values ignored) merged over it."""
+    """`cls` from the file (and profile) with `overrides` (None values ignored; `UNSET`, a `--set KEY=null`, takes the
+    key away so its default applies) merged over it."""
     raw = read_config_file(path, profile) if path is not None else {}
     raw = deep_merge(raw, {k: v for k, v in (overrides or {}).items() if v is not None})
+    trainer = raw.get("trainer")
+    if isinstance(trainer, dict) and "seed" in trainer and "seed" in raw and trainer["seed"] != raw["seed"]:
+        raise RunConfigError(  # the trainer's would win in silence
+            f"{path or 'config'}: seed {raw['seed']} and trainer.seed {trainer['seed']} differ: set one of them"
+        )
     try:
         return cls.model_validate(raw)
     except ValidationError as e:
@@ -120,7 +145,8 @@ def add_common_arguments(parser: argparse.ArgumentParser, default_config: Path) 
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override any config key, dotted, value read as YAML (e.g. trainer.vllm_mode=server); repeatable",
+        help="override any config key, dotted, value read as YAML (e.g. trainer.vllm_mode=server; KEY=null takes the "
+        "key away, its default applies; a quoted value stays text); repeatable",
     )
 
 
@@ -148,9 +174,11 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
             if not isinstance(node, dict):
                 raise RunConfigError(f"--set {item!r}: '{part}' is set to a value and a mapping")
         try:
-            node[leaf] = _number(parse_yaml(value, f"--set {item!r}"))
+            parsed = parse_yaml(value, f"--set {item!r}")
         except InputError as e:
             raise RunConfigError(str(e)) from None
+        quoted = value.strip()[:1] in ("'", '"')  # `--set 'trainer.run_name="1e3"'`: the text, as given
+        node[leaf] = UNSET if parsed is None else parsed if quoted else _number(parsed)
     flags: dict[str, Any] = {
         "data": args.data,
         "model": args.model,

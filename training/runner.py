@@ -152,9 +152,19 @@ def print_log(result: TrainResult, title: str) -> None:
 
 
 def train_and_save(trainer: Any, output: Path, **extra: Any) -> TrainResult:
-    """Train, then save the final model + tokenizer and `training_summary.json` (with `extra`) in `output`."""
+    """Train, then save the final model + tokenizer and `training_summary.json` (with `extra`) in `output`. A
+    `trainer.resume_from_checkpoint` (a checkpoint folder) is resumed from — transformers leaves that field to the
+    training script, so it was accepted and ignored — and recorded as `resumed_from`."""
+    resume = getattr(trainer.args, "resume_from_checkpoint", None)
+    if resume is not None:
+        if not (Path(resume) / "trainer_state.json").is_file():
+            raise RunConfigError(
+                f"trainer.resume_from_checkpoint {resume}: no checkpoint there (a checkpoint-N folder of an earlier "
+                "run's output, holding trainer_state.json)"
+            )
+        extra = {**extra, "resumed_from": str(resume)}
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume)
     result = summarize(trainer, output, time.perf_counter() - start)
     result.extra.update(extra)
     save_final(trainer, result)

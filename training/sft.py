@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Sized
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from training.fingerprint import lean_tokenizer_hashing
 from training.fused_head import score_only_completions
@@ -74,14 +75,31 @@ def build_trainer(
     lean_tokenizer_hashing(tokenizer)  # TRL's dataset maps hash the tokenizer: not its 262k-entry Python vocab
     score_only_completions()  # CPU: the fused LM head projects the assistant tokens, not the prompt
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    kept = trained_rows(trainer)  # TRL drops the rows that `max_length` cut down to no assistant token
+    if kept == 0:
+        raise RunConfigError(
+            f"{config.data}: none of its {len(dataset)} rows keeps an assistant token within trainer.max_length "
+            f"{args.max_length} ({args.truncation_mode}): raise trainer.max_length"
+        )
+    if kept < len(dataset):
+        log.warning(
+            "%d of %d rows dropped: cut at trainer.max_length %s (%s) they keep no assistant token",
+            len(dataset) - kept, len(dataset), args.max_length, args.truncation_mode,
+        )  # fmt: skip
     return trainer, setup
 
 
+def trained_rows(trainer: SFTTrainer) -> int:
+    """The rows the trainer kept of its dataset (a map-style `datasets.Dataset`)."""
+    return len(cast(Sized, trainer.train_dataset))
+
+
 def run(config: SFTRunConfig) -> TrainResult:
-    trainer, setup = build_trainer(config)
+    dataset = load_dataset_rows(config, REQUIRED_COLUMNS, "trl-sft")
+    trainer, setup = build_trainer(config, dataset=dataset)
     if setup is not None:
         log.info("tokenizer: %s", setup.model_dump_json())
-    return train_and_save(trainer, config.output)
+    return train_and_save(trainer, config.output, rows=len(dataset), rows_trained=trained_rows(trainer))
 
 
 def main(argv: list[str] | None = None) -> int:

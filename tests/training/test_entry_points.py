@@ -15,6 +15,7 @@ import inspect
 import json
 import math
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,19 @@ def rows(folder: Path) -> list[dict[str, Any]]:
 # ---- configs and environment classes (no model) --------------------------------------------------------------
 
 
+def tmp_config(extra: dict[str, Any]) -> Path:
+    """sft.yaml's cpu profile as a file of its own, with `extra` over it."""
+    import tempfile
+
+    raw = yaml.safe_load((CONFIGS / "sft.yaml").read_text())
+    merged = {k: v for k, v in raw.items() if k != "profiles"}
+    for key, value in {**raw["profiles"]["cpu"], **extra}.items():
+        merged[key] = {**merged.get(key, {}), **value} if isinstance(value, dict) else value
+    path = Path(tempfile.mkdtemp()) / "run.yaml"
+    path.write_text(yaml.safe_dump(merged))
+    return path
+
+
 def test_configs_load_with_profiles_and_overrides() -> None:
     from training.grpo import GRPORunConfig
     from training.sft import SFTRunConfig
@@ -127,6 +141,18 @@ def test_configs_load_with_profiles_and_overrides() -> None:
     )  # YAML 1.1 reads 5e-05 as text
     with pytest.raises(RunConfigError, match="KEY=VALUE"):
         overrides_from(parser.parse_args(["--set", "nothing"]))
+    # KEY=null takes a key away (a limit a profile set was kept), a quoted value stays text, two seeds are refused
+    limited = {"max_samples": 2, "trainer": {"max_steps": 5, "run_name": "x"}}
+    config = tmp_config(limited)
+    unset = overrides_from(parser.parse_args(["--set", "max_samples=null", "--set", "trainer.max_steps=null"]))
+    lifted = load_run_config(SFTRunConfig, config, None, unset)
+    assert lifted.max_samples is None and "max_steps" not in lifted.trainer and lifted.trainer["run_name"] == "x"
+    text = overrides_from(parser.parse_args(["--set", 'trainer.run_name="1e3"', "--set", "trainer.warmup_ratio=1e-1"]))
+    typed = load_run_config(SFTRunConfig, config, None, text)
+    assert typed.trainer["run_name"] == "1e3" and typed.trainer["warmup_ratio"] == 0.1
+    seeds = overrides_from(parser.parse_args(["--set", "trainer.seed=9", "--set", "seed=7"]))
+    with pytest.raises(RunConfigError, match=r"seed 7 and trainer\.seed 9 differ"):
+        load_run_config(SFTRunConfig, config, None, seeds)
     # every trainer key is a real TRL config field (TRL validates them; a typo would fail a GPU run late)
     from trl import GRPOConfig, SFTConfig
 
@@ -555,3 +581,44 @@ def test_an_unknown_or_missing_provider_is_a_clear_error(tmp_path: Path) -> None
 
     with pytest.raises(LLMConfigError, match="not installed"):
         _entry_point_model("eval", LLMSettings.model_construct(provider="nope"), Settings(root=ROOT), [])  # type: ignore[arg-type]
+
+
+def test_bad_rows_are_one_line_before_training(
+    tmp_path: Path, exported: dict[str, Path], tiny_model: Path, pool: EnvPool
+) -> None:
+    """A GRPO row whose tools are not JSON died in a JSONDecodeError traceback (and a bad initial_config would have,
+    in the middle of training, at a rollout's reset); an SFT run whose every row max_length cuts to no assistant token
+    died in TRL ("num_samples=0"), and fewer rows than given were trained on without a word; a
+    trainer.resume_from_checkpoint was accepted and ignored."""
+    from training.grpo import GRPORunConfig, load_grpo_dataset
+    from training.runner import train_and_save
+    from training.sft import SFTRunConfig, build_trainer
+
+    good = rows(exported["trl-grpo"])
+    for column, value, needle in (
+        ("tools", "not json{", "row 2: tools is not JSON"),
+        ("initial_config", "[1, 2]", "row 2: initial_config must be an object"),
+        ("mcp_servers", "[nope", "row 2: mcp_servers is not JSON"),
+    ):
+        bad = tmp_path / f"bad-{column}"
+        bad.mkdir()
+        edited = [good[0], {**good[1], column: value}, *good[2:]]
+        (bad / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in edited))
+        config = load_run_config(GRPORunConfig, CONFIGS / "grpo.yaml", "cpu", {"data": bad, "output": tmp_path / "o"})
+        with pytest.raises(RunConfigError, match=re.escape(needle)):
+            load_grpo_dataset(config, EnvironmentRegistry(pool))
+
+    def sft(**trainer: Any) -> SFTRunConfig:
+        return load_run_config(
+            SFTRunConfig, CONFIGS / "sft.yaml", "cpu",
+            {"model": str(tiny_model), "data": exported["trl-sft"], "output": tmp_path / "sft",
+             "trainer": {"max_steps": 1, "activation_checkpointing": False, **trainer}},
+        )  # fmt: skip
+
+    dropped = r"none of its \d+ rows keeps an assistant token within trainer\.max_length 8"
+    with pytest.raises(RunConfigError, match=dropped):
+        build_trainer(sft(max_length=8, truncation_mode="keep_start"))
+    trainer, _ = build_trainer(sft(resume_from_checkpoint=str(tmp_path / "nowhere"), max_length=256,
+                                   truncation_mode="keep_end"))  # fmt: skip
+    with pytest.raises(RunConfigError, match=r"resume_from_checkpoint .*nowhere: no checkpoint there"):
+        train_and_save(trainer, tmp_path / "sft")
