@@ -31,7 +31,7 @@ Boundary classes and every class under each (module under `envfactory.`, or `tra
     (reward.settings), `RunSettingsError` (run_settings), `SynthError` (tasks.plan), `EvalRunError` (eval.run),
     `EvalSourceError` (eval.items), `StatsError` (eval.stats), `MetricError` (eval.metrics), `ScalingError`,
     `BudgetError`, `FitError`, `RunTableError` (scaling.errors), `ToolGraphError` (toolgraph.errors),
-    `EnvironmentSetupError` (training.environment).
+    `EnvironmentSetupError` (training.environment), `SpecChangedError` (envgen.openapi).
 
 `ServiceError`: a server, an HTTP peer or an LLM endpoint.
     `LLMCallError`, `LLMRequestRefused` (llm.errors), `ScriptExhaustedError` (llm.scripted), `ExtractionError`

@@ -25,7 +25,7 @@ from typing import Any, NoReturn
 from urllib.parse import unquote
 
 from envfactory.env.metadata import Domain, EnvMetadata, parse_metadata
-from envfactory.errors import EnvFactoryError, MetadataError
+from envfactory.errors import DataError, EnvFactoryError, MetadataError
 from envfactory.inputs import MAX_DEPTH, parse_json, parse_yaml, read_file_bytes
 from envfactory.words import snake_case
 
@@ -102,7 +102,7 @@ def _key(path: str, key: str | int) -> str:
     return f"{path}[{json.dumps(key)}]"
 
 
-class SpecChangedError(EnvFactoryError):
+class SpecChangedError(DataError):
     """A spec file whose bytes are not the ones recorded for it (a cached corpus spec edited since extraction)."""
 
 
