@@ -51,16 +51,20 @@ def graph_to_data(graph: ToolGraph) -> dict[str, Any]:
     }
 
 
-class _Tool(BaseModel):
+class _Shape(BaseModel):
+    """What a node or edge must hold; the rest of its attributes pass as they are."""
+
     model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _Tool(_Shape):
     type: Literal["tool"]
     env: StrictStr
     name: StrictStr
     kind: Literal["read", "write"]
 
 
-class _Parameter(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+class _Parameter(_Shape):
     type: Literal["parameter"]
     tool: StrictStr
     env: StrictStr
@@ -68,8 +72,7 @@ class _Parameter(BaseModel):
     direction: Literal["input", "output"]
 
 
-class _Depend(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+class _Depend(_Shape):
     type: Literal["Tool_Depend"]
     cross_env: StrictBool
     via: list[list[Any]]
@@ -77,8 +80,7 @@ class _Depend(BaseModel):
     found_by: FoundBy
 
 
-class _Relate(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+class _Relate(_Shape):
     type: Literal["Parameter_Relate"]
     flow: StrictBool
     found_by: FoundBy

@@ -28,7 +28,7 @@ from envfactory.envgen.openapi import load_openapi
 from envfactory.errors import EnvLoadError, MetadataError
 from envfactory.metatools import Hub
 from envfactory.tasks.plan import SynthConfig, choose_envs
-from tests.support.cli import run_cli
+from tests.support.cli import CliRun, run_cli
 from tests.support.paths import ROOT, TEST_DATA
 
 SPEC = TEST_DATA / "corpus" / "api" / "googleapis.com" / "tasks.json"
@@ -296,6 +296,19 @@ def test_the_bounds_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
         Settings(pool_cache_envs=0)
 
 
+def _envs_list(monkeypatch: pytest.MonkeyPatch, envs: Path, compiled: Path | None, *, bfcl: bool) -> CliRun:
+    """`envfactory envs list` over this pool folder (and compiled folder), wide enough for whole rows."""
+    monkeypatch.setenv("ENVFACTORY_ROOT", str(ROOT))
+    monkeypatch.setenv("ENVFACTORY_ENVS_DIR", str(envs))
+    if compiled is not None:
+        monkeypatch.setenv("ENVFACTORY_COMPILED_DIR", str(compiled))
+    monkeypatch.setenv("ENVFACTORY_BFCL", str(bfcl).lower())
+    monkeypatch.setenv("COLUMNS", "300")
+    listed = run_cli(["envs", "list"])
+    assert listed.code == 0, listed.stderr
+    return listed
+
+
 def test_a_compiled_environment_named_like_a_pool_folder_is_hidden_and_envs_list_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -311,13 +324,7 @@ def test_a_compiled_environment_named_like_a_pool_folder_is_hidden_and_envs_list
     assert pool.shadowed() == {"hotels": compiled / "hotels"}
     assert not isinstance(pool.get("hotels"), CompiledEnvironment)
     assert isinstance(pool.get("tasks_a"), CompiledEnvironment)
-    monkeypatch.setenv("ENVFACTORY_ROOT", str(ROOT))
-    monkeypatch.setenv("ENVFACTORY_ENVS_DIR", str(envs))
-    monkeypatch.setenv("ENVFACTORY_COMPILED_DIR", str(compiled))
-    monkeypatch.setenv("ENVFACTORY_BFCL", "false")
-    monkeypatch.setenv("COLUMNS", "300")
-    listed = run_cli(["envs", "list"])
-    assert listed.code == 0, listed.stderr
+    listed = _envs_list(monkeypatch, envs, compiled, bfcl=False)
     assert f"note: hotels in {compiled} is hidden by {envs / 'hotels'}" in listed.stdout
     assert EnvPool(Settings(root=ROOT, compiled_dir=compiled, envs_dir=tmp_path / "none", bfcl=False)).shadowed() == {}
     # the pool folder itself, written another way, hides nothing (it once hid every environment from itself)
@@ -343,11 +350,6 @@ def test_a_folder_named_like_an_imported_suites_environment_is_listed_once_and_s
     assert isinstance(pool.get("bfcl_math"), CompiledEnvironment)
     apps = [a.name for a in Hub(pool).list_apps()]
     assert apps.count("bfcl_math") == 1
-    monkeypatch.setenv("ENVFACTORY_ROOT", str(ROOT))
-    monkeypatch.setenv("ENVFACTORY_ENVS_DIR", str(envs))
-    monkeypatch.setenv("ENVFACTORY_BFCL", "true")
-    monkeypatch.setenv("COLUMNS", "300")
-    listed = run_cli(["envs", "list"])
-    assert listed.code == 0, listed.stderr
+    listed = _envs_list(monkeypatch, envs, None, bfcl=True)
     assert f"note: the imported suite's bfcl_math is hidden by {envs / 'bfcl_math'}" in listed.stdout
     assert sum(line.startswith("│ bfcl_math ") for line in listed.stdout.splitlines()) == 1
