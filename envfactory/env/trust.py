@@ -121,13 +121,18 @@ def is_trusted(path: Path, name: str, folder: Path) -> bool:
         return False
 
 
-def pinned(path: Path, name: str) -> str | None:
-    """The hash `name` was trusted with (None: not trusted, or the trust file does not read)."""
+def trusted_entry(path: Path, name: str) -> TrustedEnv | None:
+    """`name`'s trust entry (None: not trusted, or the trust file does not read)."""
     try:
-        entry = load_trust(path).environments.get(name)
+        return load_trust(path).environments.get(name)
     except TrustError as e:
         _warn_unreadable(path, e)
         return None
+
+
+def pinned(path: Path, name: str) -> str | None:
+    """The hash `name` was trusted with (None: not trusted, or the trust file does not read)."""
+    entry = trusted_entry(path, name)
     return entry.sha256 if entry is not None else None
 
 
@@ -145,8 +150,11 @@ def _warn_unreadable(path: Path, error: TrustError) -> None:
 MIN_EXPECT = 12  # hex digits of a reviewed hash given to `trust(expect=...)`
 
 
-def trust(path: Path, name: str, folder: Path, note: str = "", expect: str | None = None) -> TrustedEnv:
-    """Pin `folder`'s current code as trusted under `name`.
+def trust(
+    path: Path, name: str, folder: Path, note: str = "", expect: str | None = None, at: str | None = None
+) -> TrustedEnv:
+    """Pin `folder`'s current code as trusted under `name` (`at`: when a person trusted it, if not now: an export
+    carries the pool's own trust over, and with it the same bytes on every export).
 
     `expect`: the hash (at least its first `MIN_EXPECT` hex digits) of the files the person reviewed, as
     `envs trust NAME --show` printed it: a folder changed between the review and this call (an EnvGen run
@@ -165,7 +173,8 @@ def trust(path: Path, name: str, folder: Path, note: str = "", expect: str | Non
             "something changed them since: review them again (envs trust NAME --show)"
         )
     data = load_trust(path)
-    entry = TrustedEnv(sha256=snap.sha256, trusted_at=datetime.now(UTC).isoformat(timespec="seconds"), note=note)
+    when = at if at is not None else datetime.now(UTC).isoformat(timespec="seconds")
+    entry = TrustedEnv(sha256=snap.sha256, trusted_at=when, note=note)
     data.environments[name] = entry
     _save(path, data)
     return entry

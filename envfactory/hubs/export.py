@@ -17,7 +17,7 @@ from typing import Literal
 
 from envfactory.env.folder import FolderError, read_bytes, walk, write_files
 from envfactory.env.pool import EnvPool
-from envfactory.env.trust import code_hash, pinned, trust
+from envfactory.env.trust import code_hash, trust, trusted_entry
 from envfactory.errors import DataError
 from envfactory.export.rl import RLSample
 from envfactory.hubs.episode import Task, task_id, tasks_jsonl
@@ -178,8 +178,9 @@ def _write_package(
             write_files(copy, copied)
         except FolderError as e:
             raise HubExportError(f"cannot export '{env_name}': {e}") from None
-        if pinned(pool.settings.trust_file, env_name) == code_hash(copy):  # what was copied is what was trusted
-            trust(trust_file, env_name, copy, note="trusted where it was exported")
+        kept = trusted_entry(pool.settings.trust_file, env_name)
+        if kept is not None and kept.sha256 == code_hash(copy):  # what was copied is what was trusted
+            trust(trust_file, env_name, copy, note="trusted where it was exported", at=kept.trusted_at)
     data.mkdir(parents=True, exist_ok=True)
     write_atomic(data / TASKS_FILE, tasks_jsonl(tasks))
     description = f"EnvFactory environments {', '.join(names)} with {len(tasks)} tasks"

@@ -404,7 +404,14 @@ def test_a_reexport_in_another_format_is_refused(run: Path, tmp_path: Path) -> N
     """Exporting again into a folder replaces an export of the same format; one of the other format would leave
     the first one's files (OpenEnv's server, verifiers' environment) beside the new ones, so it is refused."""
     out = _export(run, tmp_path / "pkg", "openenv", "hotels")
+    first = {f.relative_to(out): f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()}
     _export(run, out, "openenv", "hotels")  # the same format again: replaced in place
+    # the same bytes (the package's trust pin carries the pool's own time; it was the export's, new each time)
+    assert {f.relative_to(out): f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()} == first
+    from envfactory.env.trust import load_trust
+
+    [pins] = [load_trust(f).environments for f in out.rglob("trusted.json")]
+    assert pins["hotels"].trusted_at == load_trust(ROOT / "configs" / "trusted.json").environments["hotels"].trusted_at
     result = CliRunner().invoke(app, ["envs", "export", "hotels", "--format", "verifiers", "--out", str(out)])
     assert isinstance(result.exception, HubExportError) and "earlier openenv export" in str(result.exception)
     assert not (out / "hotels_env" / "environment.py").exists()
