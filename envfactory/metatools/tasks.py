@@ -33,6 +33,12 @@ def load_tasks(path: str | Path) -> dict[str, Task]:
         if not isinstance(data, dict):
             raise HubError("invalid_tasks_file", f"{where}: expected a JSON object (a Conversation or a Task)")
         is_conversation = "task" in data and "nodes" in data
+        if set(data) == {"id", "record"}:  # an `envs export` package's row: its environment reads it, not the hub
+            raise HubError(
+                "invalid_tasks_file",
+                f"{where}: a row of an exported package's tasks.jsonl (envs export), which that package's environment "
+                "serves; the hub takes a synth run's conversations.jsonl, or Task records",
+            )
         try:
             task = Conversation.model_validate(data).task if is_conversation else Task.model_validate(data)
         except ValidationError as e:

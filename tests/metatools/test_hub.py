@@ -218,6 +218,9 @@ def test_tasks_file(tmp_path: Path, tasks_file: Path, tasks: dict[str, Task], po
     bad.write_text(f'{{"id": "c", "nodes": [], "task": {{"id": "t"}}}}\n{tasks["cancel-bk1"].model_dump_json()}')
     with pytest.raises(HubError, match=r"line 1: not a valid Conversation record"):
         load_tasks(bad)
+    bad.write_text('{"id": "hotels/t0/s0/0", "record": {"prompt": []}}\n')  # an `envs export` package's row
+    with pytest.raises(HubError, match=r"line 1: a row of an exported package's tasks.jsonl \(envs export\)"):
+        load_tasks(bad)
     line = tasks["cancel-bk1"].model_dump_json()
     bad.write_text(f"{line}\n{line}\n")
     with pytest.raises(HubError, match="line 2: task id 'cancel-bk1' appears twice"):
