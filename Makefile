@@ -36,7 +36,7 @@ system:
 test-system:
 	@command -v haproxy >/dev/null 2>&1 || $(SUDO) apt-get install -y -qq haproxy >/dev/null 2>&1 || \
 	  { $(SUDO) apt-get update -qq >/dev/null && $(SUDO) apt-get install -y -qq haproxy >/dev/null; } || \
-	  echo "warning: could not install haproxy; the sticky-sessions test is skipped (see README: Serving at trainer scale)"
+	  echo "warning: could not install haproxy; the sticky-sessions test is skipped (see docs/serving.md: Serving at trainer scale)"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
