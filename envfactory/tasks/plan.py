@@ -133,6 +133,13 @@ class SynthConfig(BaseModel):
         lo, hi = self.turns
         if lo < 1 or hi < lo:
             raise ValueError(f"turns {list(self.turns)} must be [MIN, MAX] with 1 <= MIN <= MAX")
+        if self.mode == "llm":  # a bad preset or override: said here, not as an error drop of every unit after the
+            from envfactory.querygen.records import QueryGenError, preset_config  # run's settings were recorded
+
+            try:
+                preset_config(self.preset, self.querygen)
+            except QueryGenError as e:
+                raise ValueError(str(e)) from None
         return self
 
 

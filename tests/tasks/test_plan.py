@@ -266,3 +266,20 @@ def test_a_runs_size_counts_the_environments_it_will_use(pool: EnvPool) -> None:
         with pytest.raises(ValueError):
             SynthConfig.model_validate(bad)
     assert SynthConfig.model_validate({"out": "~/runs/a"}).folder() == Path.home() / "runs" / "a"
+
+
+def test_an_llm_runs_preset_and_overrides_are_checked_with_the_config(tmp_path: Path) -> None:
+    """`preset: NOPE` or `querygen: {pass_kk: 2}` loaded, recorded settings.json, then dropped every unit as an error
+    — which the next run, refused for other settings, could not retry: one line at load now."""
+    for extra, needle in (
+        ("preset: NOPE", "unknown QueryGen preset 'NOPE'"),
+        ("querygen: {pass_kk: 2}", "QueryGen override 'pass_kk'"),
+    ):
+        path = tmp_path / "c.yaml"
+        path.write_text(f"mode: llm\n{extra}\n")
+        with pytest.raises(SynthConfigError, match=needle):
+            load_config(path)
+    path.write_text("mode: offline\npreset: NOPE\n")  # offline runs ask no model: nothing to check
+    assert load_config(path).preset == "NOPE"
+    path.write_text("mode: llm\npreset: RL_NON_CONV\nquerygen: {pass_k: 2}\n")
+    assert load_config(path).querygen == {"pass_k": 2}
