@@ -140,6 +140,17 @@ def _normalize_user_tools(prep: Preparation, chain: ToolChain) -> tuple[list[str
     return list(dict.fromkeys(out)), None
 
 
+def user_tools_problem(tools: list[str], chain: ToolChain, pool: EnvPool) -> str | None:
+    """Why the chain's tools named as the user's own (qualified) leave no conversation to train on, else None: a read
+    (the assistant can always look something up), or every tool of the chain (the assistant would do nothing)."""
+    reads = [t for t in tools if pool.get(t.split(".", 1)[0]).metadata.tool(t.split(".", 1)[1]).kind == "read"]
+    if reads:
+        return f"user_tools names {', '.join(reads)}, a read: the assistant reads; name only what a human must do"
+    if tools and set(tools) >= set(chain.tools):
+        return "user_tools names every tool of the chain: the assistant would do nothing; most chains have none"
+    return None
+
+
 def prepare(deps: AgentDeps, pool: EnvPool, chain: ToolChain, config: QueryGenConfig) -> Structured[Preparation]:
     messages = deps.prompts.get("querygen/prepare").render(
         environments=environments_view(pool, chain.servers),
@@ -150,6 +161,9 @@ def prepare(deps: AgentDeps, pool: EnvPool, chain: ToolChain, config: QueryGenCo
 
     def check(prep: Preparation) -> str | None:
         tools, problem = _normalize_user_tools(prep, chain)
+        if problem:
+            return problem
+        problem = user_tools_problem(tools, chain, pool)
         if problem:
             return problem
         prep.user_tools = tools

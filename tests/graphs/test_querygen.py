@@ -423,6 +423,27 @@ def test_prepare_rejects_unknown_user_tools_and_bad_turn_splits(
     assert conv.nodes[0].final_scenario == conv.nodes[0].initial_scenario  # a read-only first turn
 
 
+def test_prepare_refuses_user_tools_that_leave_the_assistant_nothing_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plan: Plan
+) -> None:
+    """SFT_CONV kept a conversation whose user did every call (the model named every tool of the chain, a search
+    among them, as the user's own): no assistant call to train on. A read, or the whole chain, is re-asked."""
+    from envfactory.toolgraph.sampler import ChainStep, ToolChain
+    from envfactory_agents.query import user_tools_problem
+
+    script = base_script(plan, {"querygen/prepare": [prepare_answer(["search_hotels"]), PREPARE]})
+    pool = setup(tmp_path, monkeypatch, script)
+    conv = _kept(run(pool, tmp_path / "cp.sqlite"))
+    _, retry = (text_of(c) for c in model_calls("querygen/prepare"))
+    assert "user_tools names hotels.search_hotels, a read" in retry, retry
+    assert conv.profile["user_tools"] == []
+    both = ["hotels.book_room", "hotels.cancel_booking"]
+    steps = [ChainStep(tool=t, inputs=[]) for t in both]
+    writes = ToolChain(tools=both, servers=["hotels"], turns=[both], seed=0, target_length=2, steps=steps)
+    assert "every tool of the chain" in (user_tools_problem(list(writes.tools), writes, pool) or "")
+    assert user_tools_problem(["hotels.cancel_booking"], writes, pool) is None
+
+
 # ---- configuration ------------------------------------------------------------------------------
 
 
