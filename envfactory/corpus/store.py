@@ -225,9 +225,13 @@ def _licence_matches(entry: SpecEntry, wanted: str) -> bool:
     if want == "none":
         return entry.licence is None
     # `cc-by` names the family: CC-BY-3.0 and CC-BY-4.0, not CC-BY-SA or CC-BY-NC
-    if entry.licence_id is not None:  # recognised: its id decides (a CC-BY-NC spec's name holds "CC-BY" too)
-        return re.fullmatch(rf"{re.escape(want)}(-\d[\d.]*)?", entry.licence_id.lower()) is not None
-    # not recognised: the wanted licence as words of its name, a version after it at most ("mit" is not in
-    # "limited" or "Commit"; "cc-by" is not "CC-BY-SA")
+    if entry.licence_id is not None:
+        if re.fullmatch(rf"{re.escape(want)}(-\d[\d.]*)?", entry.licence_id.lower()):
+            return True
+        named = licence_id(wanted, None)
+        if named is not None and named != entry.licence_id:  # a CC-BY-NC spec's name holds "CC-BY" too
+            return False
+    # the wanted licence as words of the name the spec states, a version after it at most ("mit" is not in
+    # "limited" or "Commit"; "cc-by" is not "CC-BY-SA"; "MIT License", "Apache 2.0" find their own)
     pattern = rf"(?<![a-z0-9-]){re.escape(want)}(?![a-z0-9]|-[a-z])"
     return entry.licence is not None and re.search(pattern, entry.licence.lower()) is not None

@@ -220,6 +220,10 @@ def test_licence_ids() -> None:
         ("CC-BY-4.0 international", None, "cc-by", True),
         ("Creative Commons Attribution 3.0", None, "CC-BY", True),
         ("Our own licence", None, "our own licence", True),
+        ("MIT License", None, "MIT License", True),  # a recognised spec found by its own stated name too
+        ("Apache 2.0", "http://www.apache.org/licenses/LICENSE-2.0", "Apache 2.0", True),
+        ("Creative Commons Attribution 3.0", None, "Creative Commons", True),
+        ("CC BY-NC 4.0", None, "CC BY-NC", True),
         (None, None, "none", True),
         ("MIT", None, "none", False),
     ],
