@@ -44,7 +44,8 @@ class RunConfig(BaseModel):
 
 
 class _Unset:
-    """`--set KEY=null`: the key is taken away (its default applies), where a None override means "not given"."""
+    """`--set KEY=null` of a run's own key (`max_samples`): taken away, its default applies, where a None override
+    means "not given"; a trainer argument's null stays None (what TRL reads as none: no truncation)."""
 
     def __repr__(self) -> str:
         return "null"
@@ -105,7 +106,8 @@ def load_run_config(
     trainer = raw.get("trainer")
     if isinstance(trainer, dict) and "seed" in trainer and "seed" in raw and trainer["seed"] != raw["seed"]:
         raise RunConfigError(  # the trainer's would win in silence
-            f"{path or 'config'}: seed {raw['seed']} and trainer.seed {trainer['seed']} differ: set one of them"
+            f"seed {raw['seed']} ({path or 'config'} or --set) and trainer.seed {trainer['seed']} differ: set `seed` "
+            "alone (--set seed=N), the trainer takes it"
         )
     try:
         return cls.model_validate(raw)
@@ -178,7 +180,10 @@ def overrides_from(args: argparse.Namespace) -> dict[str, Any]:
         except InputError as e:
             raise RunConfigError(str(e)) from None
         quoted = value.strip()[:1] in ("'", '"')  # `--set 'trainer.run_name="1e3"'`: the text, as given
-        node[leaf] = UNSET if parsed is None else parsed if quoted else _number(parsed)
+        if parsed is None:  # a run's own key: taken away (its default); a trainer argument: None, which TRL reads
+            node[leaf] = None if parents else UNSET  # (`trainer.max_length=null`: no truncation)
+        else:
+            node[leaf] = parsed if quoted else _number(parsed)
     flags: dict[str, Any] = {
         "data": args.data,
         "model": args.model,

@@ -144,14 +144,15 @@ def test_configs_load_with_profiles_and_overrides() -> None:
     # KEY=null takes a key away (a limit a profile set was kept), a quoted value stays text, two seeds are refused
     limited = {"max_samples": 2, "trainer": {"max_steps": 5, "run_name": "x"}}
     config = tmp_config(limited)
-    unset = overrides_from(parser.parse_args(["--set", "max_samples=null", "--set", "trainer.max_steps=null"]))
+    unset = overrides_from(parser.parse_args(["--set", "max_samples=null", "--set", "trainer.max_length=null"]))
     lifted = load_run_config(SFTRunConfig, config, None, unset)
-    assert lifted.max_samples is None and "max_steps" not in lifted.trainer and lifted.trainer["run_name"] == "x"
+    assert lifted.max_samples is None and lifted.trainer["max_steps"] == 5 and lifted.trainer["run_name"] == "x"
+    assert "max_length" in lifted.trainer and lifted.trainer["max_length"] is None  # TRL: no truncation
     text = overrides_from(parser.parse_args(["--set", 'trainer.run_name="1e3"', "--set", "trainer.warmup_ratio=1e-1"]))
     typed = load_run_config(SFTRunConfig, config, None, text)
     assert typed.trainer["run_name"] == "1e3" and typed.trainer["warmup_ratio"] == 0.1
     seeds = overrides_from(parser.parse_args(["--set", "trainer.seed=9", "--set", "seed=7"]))
-    with pytest.raises(RunConfigError, match=r"seed 7 and trainer\.seed 9 differ"):
+    with pytest.raises(RunConfigError, match=r"seed 7 .* and trainer\.seed 9 differ: set `seed` alone"):
         load_run_config(SFTRunConfig, config, None, seeds)
     # every trainer key is a real TRL config field (TRL validates them; a typo would fail a GPU run late)
     from trl import GRPOConfig, SFTConfig
