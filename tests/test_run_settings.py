@@ -251,6 +251,14 @@ def test_a_synth_resume_with_other_environments_or_other_wording_is_refused(tmp_
     one_server = settings.model_copy(update={"toolgraph": settings.toolgraph.model_copy(update={"max_servers": 1})})
     with pytest.raises(RunSettingsError, match=r"sampling\.max_servers: \(none\) → 1"):
         record_synth_settings(config, one_server, envs=["hotels", "banking"])
+    # a record from before sampling was recorded (no run_id either) does not say how its run sampled: not refused
+    import json
+
+    path = tmp_path / "run" / "settings.json"
+    old = json.loads(path.read_text())
+    old["context"].pop("run_id")
+    path.write_text(json.dumps(old))
+    record_synth_settings(config, one_server, envs=["hotels", "banking"])
 
 
 def test_a_relative_synth_out_lands_under_the_working_directory(

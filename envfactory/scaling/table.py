@@ -211,7 +211,14 @@ def ignored_columns(path: Path) -> list[str]:
     suffix = path.suffix.lower()
     keys: list[str] = []
     if suffix == ".csv":
-        keys = next((row for row in csv.reader(text.splitlines()) if any(c.strip() for c in row)), [])
+        rows = [row for row in csv.reader(text.splitlines()) if any(c.strip() for c in row)]
+        header = rows[0] if rows else []
+        # a column with no name and no value (a spreadsheet's trailing comma) holds nothing to lose
+        keys = [
+            name
+            for i, name in enumerate(header)
+            if name.strip() or any(i < len(row) and row[i].strip() for row in rows[1:])
+        ]
     elif suffix == ".jsonl":
         for line_no, line in json_lines(text):
             record = _parse_json(line, f"{path}: line {line_no}")

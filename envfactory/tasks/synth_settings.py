@@ -88,5 +88,11 @@ def record_synth_settings(
     folder, or refuse a resume made otherwise. Returns the folder."""
     folder = config.folder()
     holds = any(has_lines(folder / name) for name in (CONVERSATIONS, HELDOUT, DROPPED))
-    record_or_check(folder, synth_record(config, settings, config_file, envs, pool), holds_results=holds)
+    record = synth_record(config, settings, config_file, envs, pool)
+    earlier = read_record(folder)
+    if earlier is not None and earlier.command == "synth" and "run_id" not in earlier.context:
+        # recorded before runs kept their sampling settings (or a run_id): how that run sampled is not known, so a
+        # resume is not refused for it (it was refused with "sampling...: (none) → 100", though it sampled so)
+        record.settings.pop("sampling", None)
+    record_or_check(folder, record, holds_results=holds)
     return folder

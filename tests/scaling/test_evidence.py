@@ -202,6 +202,13 @@ def test_a_table_add_would_damage_or_a_score_that_is_none_is_refused(runs: tuple
     plain = tmp_path / "plain.csv"
     plain.write_text("apps,tasks,states,depth,score\n1,2,1,1,0.1\n")
     assert len(add_run(plain, row).runs) == 2  # known columns only: nothing is lost
+    trailing = tmp_path / "trailing.csv"  # a spreadsheet's export: an empty last column, nothing in it to lose
+    trailing.write_text("A,T,S,D,score,\n1,2,1,1,0.1,\n")
+    assert len(add_run(trailing, row).runs) == 2
+    unnamed = tmp_path / "unnamed.csv"
+    unnamed.write_text("A,T,S,D,score,\n1,2,1,1,0.1,kept\n")
+    with pytest.raises(RunTableError, match="holds column ''"):
+        add_run(unnamed, row)
 
     damaged = tmp_path / "damaged"
     shutil.copytree(evaluation, damaged)
