@@ -134,9 +134,7 @@ def stats(graph_file: GraphOption = None) -> None:
     for env in graph.envs():
         s = graph.subgraph(env).stats()
         isolated = sum(t not in linked for t in graph.tools(env))
-        cross = sum(
-            1 for a, b, d in graph.depend_edges() if d["cross_env"] and env in (graph.env_of(a), graph.env_of(b))
-        )
+        cross = sum(1 for a, b, d in depend if d["cross_env"] and env in (graph.env_of(a), graph.env_of(b)))
         table.add_row(
             safe(env), str(s.tools), str(s.read_tools), str(s.write_tools), str(s.inputs), str(s.user_provided),
             str(s.internal), str(s.tool_depend), str(cross), str(isolated),
