@@ -538,8 +538,10 @@ def test_a_failing_environment_cannot_forge_a_pass(meta: EnvMetadata, how: str) 
         assert any(e.dimension == "results" for e in report.errors)
     else:  # a frame out of turn, or none: the worker is dead and the run failed
         assert result.status == "crashed", (result.status, result.detail)
-        if how == "protocol_pipe":  # the forged frames were read as answers: the desync after them was caught
-            assert steps[1].result == "pong" and "answered request" in result.detail, (steps, result.detail)
+        if how == "protocol_pipe":  # the first forged frame is read as the attack call's answer; the frames after
+            # it were sent before their requests: refused before the next request goes, none taken as an answer
+            assert "no request asked for" in result.detail, result.detail
+            assert len(steps) < 2 or steps[1].result != "pong", steps
         assert any(e.severity == "critical" for e in report.errors), report.summary()
 
 
@@ -701,6 +703,8 @@ HOSTILE_FRAMES = """
         "another request's id": frame_of({"id": rid + 7, "ok": True, "result": "pong"}),
         "wrong types": frame_of({"id": rid, "ok": "yes", "result": 1, "diff": "none", "changes": 5}),
         "a duplicate answer": frame_of({"id": rid, "ok": True, "result": 1}) * 2,
+        "a float id": frame_of(b'{"id": %d.0, "ok": true, "result": "pong"}' % rid),
+        "a boolean id": frame_of({"id": True, "ok": True, "result": "pong"}),
     }
     kind = values["kind"]
     os.write(worker.wfd, frames[kind] if kind in frames else head(">I", 1000) + b'{"id": 1')
@@ -721,6 +725,8 @@ FRAME_KINDS = [
     "another request's id",
     "wrong types",
     "a duplicate answer",
+    "a float id",
+    "a boolean id",
     "silence after a partial frame",
 ]
 
@@ -730,6 +736,8 @@ def test_hostile_frames_do_not_crash_or_fool_the_parent(meta: EnvMetadata, kind:
     s = scenario(ATTACK_STEP, ExpectedCall(tool="ping", expect_result="pong"))
     result, _ = run_round(hostile_env(HOSTILE_FRAMES, values={"kind": kind}), meta, [s], FORGE)
     assert result.status in ("crashed", "timeout"), (result.status, result.detail)
+    if kind in ("a float id", "a boolean id"):  # equal to the request's id in Python, but not its id
+        assert "answered request" in result.detail, result.detail
     report = judge(meta, [s], result, 1.0)
     assert not report.passed() and report.summary()
     json.dumps(result.output)
@@ -843,6 +851,7 @@ def test_memory_outside_the_address_space_limit_is_bounded(meta: EnvMetadata, wh
 
 KERNEL_PAYLOAD = """
     import ctypes
+    import fcntl
     libc = ctypes.CDLL(None, use_errno=True)
 
     def call(name, *args):
@@ -860,6 +869,7 @@ KERNEL_PAYLOAD = """
     attempt("hard link to the log", lambda: os.link("/proc/self/fd/2", "/tmp/log"))
     attempt("open /dev/tty", lambda: os.open("/dev/tty", os.O_RDWR))
     attempt("kernel log", lambda: open("/proc/kmsg", "rb").read(10))
+    attempt("grow a pipe", lambda: fcntl.fcntl(os.pipe()[0], 1031, 1 << 20))  # F_SETPIPE_SZ: unaccounted memory
     if platform_machine == "x86_64":
         for name, nr in NR.items():
             attempt(name, lambda nr=nr: call("syscall", nr, 0, 0, 0, 0, 0))
@@ -876,6 +886,7 @@ def test_the_kernels_other_doors_are_shut(meta: EnvMetadata) -> None:
     refused(out, "hard link to the log", "PermissionError", "OSError", "FileNotFoundError")
     refused(out, "open /dev/tty", "OSError", "PermissionError", "FileNotFoundError")
     refused(out, "kernel log", "PermissionError")
+    refused(out, "grow a pipe", "PermissionError")
     if platform.machine() == "x86_64":
         for key in ("bpf", "userfaultfd", "io_uring_setup", "keyctl", "perf_event_open"):
             refused(out, key, "PermissionError")

@@ -391,7 +391,7 @@ class SandboxProcess:
             rid = self._next_id
             self._idle_base = None
             reply = self._exchange({"op": op, "id": rid, "closed": list(closed), **fields}, timeout_s, spin=spin)
-            if reply.get("id") != rid:
+            if type(reply.get("id")) is not int or reply["id"] != rid:  # (True and 1.0 equal 1)
                 raise self._die("protocol", f"the worker answered request {reply.get('id')!r}, not {rid}")
             self._idle_base, self._idle_at = self._cpu_now(), time.monotonic()
             return reply
@@ -404,6 +404,11 @@ class SandboxProcess:
             frame = encode(message)
         except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"the request cannot be encoded as JSON: {e}") from None
+        left = self._reader.unasked()
+        if left == "data":
+            raise self._die("protocol", "the worker sent a frame no request asked for")
+        if left == "eof":
+            raise self._die("crashed", "the worker exited")
         try:
             write_frame(proc.stdin.fileno(), frame, deadline)
         except WireError:

@@ -39,6 +39,8 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -50,6 +52,7 @@ _UID_BASE = 1_000_000_000  # host uids of workers started by root: far above any
 _TMP_INODES = 4096  # files the worker's /tmp may hold: an inode costs kernel memory no size limit counts
 _PR_SET_PDEATHSIG = 1
 _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
+_F_SETPIPE_SZ = 1031
 RUNTIME_MOUNT = "/opt/envfactory-runtime"  # where the runtime package appears inside the sandbox
 UNSAFE_FLAG = "ENVFACTORY_UNSAFE_NO_OS_SANDBOX"
 
@@ -164,9 +167,10 @@ def _seccomp_program(names: tuple[str, ...]) -> bytes:
     if "clone" in names:
         f.add_rule(pyseccomp.ERRNO(errno.ENOSYS), "clone3")
         # a parent-death signal cleared would let the worker outlive us; an fcntl owner would route a
-        # signal (even SIGKILL) to another process past the kill rules
+        # signal (even SIGKILL) to another process past the kill rules; a pipe grown to 1 MiB pins kernel
+        # memory the address-space limit does not count (64 descriptors: ~30 MB a worker; 64 KiB pipes: 2 MB)
         f.add_rule(pyseccomp.ERRNO(errno.EPERM), "prctl", pyseccomp.Arg(0, pyseccomp.EQ, _PR_SET_PDEATHSIG))
-        for cmd in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX):
+        for cmd in (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETPIPE_SZ):
             for call in ("fcntl", "fcntl64"):
                 with contextlib.suppress(OSError, ValueError):
                     f.add_rule(pyseccomp.ERRNO(errno.EPERM), call, pyseccomp.Arg(1, pyseccomp.EQ, cmd))
@@ -268,10 +272,49 @@ def _stage_root() -> str:
     return _stage
 
 
+_UID_SLOTS = 1000  # host uids per parent process
+_UID_HELD_S = 60.0  # a uid handed out this recently counts as taken (its worker may not be up yet)
+_uid_lock = threading.Lock()
+_uid_handed: dict[int, float] = {}
+
+
+def _uids_in_use(lo: int, hi: int) -> set[int]:
+    """The real uids in [lo, hi) some process has now, read from /proc."""
+    used: set[int] = set()
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry.name}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"Uid:"):
+                        uid = int(line.split()[1])
+                        if lo <= uid < hi:
+                            used.add(uid)
+                        break
+    return used
+
+
 def _host_uid() -> int:
     """A host uid of its own for each worker (no account has it): no two sandboxes, and no other process,
-    share a uid, so none can read another's memory through /proc or use up its per-uid kernel quotas."""
-    return _UID_BASE + (os.getpid() % 1_000_000) * 1000 + next(_uid_counter) % 1000
+    share a uid, so none can read another's memory through /proc or use up its per-uid kernel quotas.
+
+    A parent has `_UID_SLOTS` of them; after that many starts a slot is reused only when no process holds its
+    uid (a long-lived worker keeps its own while others come and go) and none was handed out in the last minute."""
+    base = _UID_BASE + (os.getpid() % 1_000_000) * _UID_SLOTS
+    with _uid_lock:
+        n = next(_uid_counter)
+        now = time.monotonic()
+        for uid, at in list(_uid_handed.items()):
+            if now - at > _UID_HELD_S:
+                del _uid_handed[uid]
+        taken = _uids_in_use(base, base + _UID_SLOTS) if n >= _UID_SLOTS else set()
+        for k in range(_UID_SLOTS):
+            uid = base + (n + k) % _UID_SLOTS
+            if uid not in taken and uid not in _uid_handed:
+                _uid_handed[uid] = now
+                return uid
+    raise SandboxUnavailable(f"every one of this process's {_UID_SLOTS} sandbox uids is held by a live worker")
 
 
 # Run as root by the parent. In a private mount namespace: a tmpfs over the stage folder; the worker's

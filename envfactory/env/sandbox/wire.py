@@ -156,6 +156,18 @@ class FrameReader:
                 raise WireError("eof", "the other side closed the pipe")
             self._buf += chunk
 
+    def unasked(self) -> str | None:
+        """What the other side sent that nothing asked for, looked at before a request goes: None (nothing),
+        "eof" (it closed the pipe) or "data" (a frame, or part of one, ahead of its request: one request gets
+        one answer, so an answer written before its request was read is refused, not taken as that answer)."""
+        if self._buf:
+            return "data"
+        if not select.select([self.fd], [], [], 0)[0]:
+            return None
+        chunk = os.read(self.fd, 1 << 16)
+        self._buf += chunk
+        return "data" if chunk else "eof"
+
     def read(self, *, max_bytes: int, deadline: float | None = None, spin: bool = False) -> bytes:
         """The body of the next frame; `deadline` is a `time.monotonic()` value (None: wait forever); `spin`: poll
         for up to `spin_s` (in all) before sleeping on the pipe."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -765,3 +766,31 @@ def test_the_parent_refuses_an_answer_holding_a_number_json_has_not(constant: st
     with pytest.raises(WireError) as caught:
         decode(b'{"id": 1, "ok": true, "result": ' + constant.encode() + b"}", 100)
     assert caught.value.kind == "malformed" and "is not a JSON number" in str(caught.value)
+
+
+@pytest.mark.skipif(not IS_ROOT or not shutil.which("setpriv"), reason="host uids are only handed out by root")
+def test_a_host_uid_a_live_process_holds_is_not_handed_out_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a parent's first `_UID_SLOTS` workers, a slot is reused only where no process holds its uid: a worker
+    that outlives a thousand others keeps its uid to itself."""
+    import itertools
+
+    from envfactory.env.sandbox import wall
+
+    base = wall._UID_BASE + (os.getpid() % 1_000_000) * wall._UID_SLOTS
+    monkeypatch.setattr(wall, "_uid_counter", itertools.count(wall._UID_SLOTS * 3))  # wrapped: slot 0 comes next
+    monkeypatch.setattr(wall, "_uid_handed", {})
+    holder = subprocess.Popen(["setpriv", f"--reuid={base}", f"--regid={base}", "--clear-groups", "sleep", "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while base not in wall._uids_in_use(base, base + 1) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert base in wall._uids_in_use(base, base + 1)
+        first, second = wall._host_uid(), wall._host_uid()
+        assert first == base + 1 and second == base + 2  # slot 0 is held; 1 and 2 are free, and now handed out
+        monkeypatch.setattr(wall, "_uid_counter", itertools.count(wall._UID_SLOTS * 4 + 1))
+        assert wall._host_uid() == base + 3  # slot 1 was handed out a moment ago: its worker may not be up yet
+    finally:
+        holder.kill()
+        holder.wait()
+    monkeypatch.setattr(wall, "_uid_counter", itertools.count(wall._UID_SLOTS * 5))
+    assert wall._host_uid() == base  # free again
