@@ -62,8 +62,13 @@ def first_error(e: ValidationError, root: str = "") -> tuple[str, str]:
     return ".".join(str(x) for x in err["loc"]) or root, str(err["msg"]).removeprefix("Value error, ")
 
 
-class EnvFactoryError(Exception):
-    """Root of every error envfactory names: the CLI prints the message on one line and exits non-zero."""
+class EnvFactoryError(RuntimeError):
+    """Root of every error envfactory names: the CLI prints the message on one line and exits non-zero.
+
+    A `RuntimeError`, so that LangGraph's server (`langgraph dev`, Studio) shows a failed run its message: it
+    passes on the message of the builtin errors (`ValueError`, `RuntimeError`...) and answers "An internal error
+    occurred" for any other class. Not a `ValueError`: pydantic would turn one raised in a validator into a
+    `ValidationError`."""
 
 
 class InputError(EnvFactoryError):

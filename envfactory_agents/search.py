@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from envfactory.config import Settings
 from envfactory.env.metadata import Domain, EnvMetadata, ToolKind, load_metadata
@@ -67,7 +67,10 @@ class SearchOutcome(BaseModel):
 
 
 class EnvGenRequest(BaseModel):
-    """How to start: from the pool's gaps (search), a metadata file, an OpenAPI document, or a corpus spec."""
+    """How to start: from the pool's gaps (search), a metadata file, an OpenAPI document, or a corpus spec. A key it
+    does not know is refused (a Studio input's `metadata_path_` was a search, and called the model)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     metadata_path: str | None = None
     openapi_path: str | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
@@ -29,11 +29,16 @@ def open_checkpointer(settings: Settings | None = None) -> Iterator[BaseCheckpoi
     settings = settings or get_settings()
     if settings.postgres_dsn:
         try:
+            import psycopg
             from langgraph.checkpoint.postgres import PostgresSaver
         except ImportError:
-            raise EnvFactoryError("a Postgres DSN is set: pip install 'envfactory[postgres]'") from None
-        with PostgresSaver.from_conn_string(settings.postgres_dsn) as pg:
-            pg.setup()
+            raise EnvFactoryError(_PG_MISSING) from None
+        with ExitStack() as stack:
+            try:  # connected and set up here: a bad DSN or an unreachable server is one line, not a traceback
+                pg = stack.enter_context(PostgresSaver.from_conn_string(settings.postgres_dsn))
+                pg.setup()
+            except psycopg.Error as e:
+                raise EnvFactoryError(_pg_problem(e)) from None
             yield pg
         return
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -60,6 +65,14 @@ def open_checkpointer(settings: Settings | None = None) -> Iterator[BaseCheckpoi
 
 
 _ASIDE = "move it aside (its threads cannot be resumed), or set ENVFACTORY_DATA_DIR to another folder"
+_PG_MISSING = "ENVFACTORY_POSTGRES_DSN is set, and the Postgres saver is missing: pip install 'envfactory[postgres]'"
+
+
+def _pg_problem(e: Exception) -> str:
+    """One line on why the checkpoint database of ENVFACTORY_POSTGRES_DSN cannot be used (psycopg's messages name
+    the host and port, never the password)."""
+    first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+    return f"the checkpoint database of ENVFACTORY_POSTGRES_DSN cannot be used: {first}"
 
 
 def process_checkpointer(runner: Shipped, settings: Settings) -> BaseCheckpointSaver[str]:
@@ -81,11 +94,18 @@ async def dev_checkpointer() -> AsyncIterator[BaseCheckpointSaver[str]]:
     path is under the user's cache unless `ENVFACTORY_DATA_DIR` says otherwise.
     """
     settings = get_settings()
-    if settings.postgres_dsn:
-        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-
-        async with AsyncPostgresSaver.from_conn_string(settings.postgres_dsn) as pg:
-            await pg.setup()
+    if settings.postgres_dsn:  # the CLI's database and tables: Studio lists the CLI's threads, and the CLI Studio's
+        try:
+            import psycopg
+            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        except ImportError:
+            raise EnvFactoryError(_PG_MISSING) from None
+        async with AsyncExitStack() as stack:
+            try:
+                pg = await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(settings.postgres_dsn))
+                await pg.setup()
+            except psycopg.Error as e:
+                raise EnvFactoryError(_pg_problem(e)) from None
             yield pg
         return
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver

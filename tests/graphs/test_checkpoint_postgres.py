@@ -40,3 +40,39 @@ def test_envgen_checkpoints_in_postgres_and_resumes(
     with open_checkpointer(get_settings()) as saver:
         graph = build(saver)
         assert node_sequence(graph, "pg-1") == ["search", "code", "test", "revise", "test", "register"]
+
+
+@pytest.mark.parametrize(
+    ("dsn", "says"),
+    [
+        ("postgresql://postgres@127.0.0.1:1/postgres", "Connection refused"),  # nothing listens there
+        ("not a dsn", "missing"),  # psycopg: 'missing "=" after "not" in connection info string'
+    ],
+)
+def test_a_checkpoint_database_that_cannot_be_used_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dsn: str, says: str
+) -> None:
+    """A bad DSN or a server that is not there: the saver and the CLI say so in one line (a 50-line psycopg
+    traceback before), the Studio saver too."""
+    import asyncio
+
+    from envfactory.errors import EnvFactoryError
+    from graphs.checkpoint import dev_checkpointer
+    from tests.support.cli import run_cli
+
+    setup_project(tmp_path, monkeypatch, {})
+    monkeypatch.setenv("ENVFACTORY_POSTGRES_DSN", dsn)
+    refused = pytest.raises(EnvFactoryError, match=f"ENVFACTORY_POSTGRES_DSN cannot be used: .*{says}")
+    with refused, open_checkpointer(get_settings()):
+        pass
+
+    async def studio() -> None:
+        async with dev_checkpointer():
+            pass
+
+    with pytest.raises(EnvFactoryError, match="ENVFACTORY_POSTGRES_DSN cannot be used"):
+        asyncio.run(studio())
+    run = run_cli(["envgen", "threads"])
+    assert run.code == 1 and "Traceback" not in run.stderr + run.stdout, run
+    lines = [line for line in (run.stderr + run.stdout).splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0] and "postgres@" not in lines[0], lines

@@ -10,7 +10,16 @@ import pytest
 from envfactory.config import get_settings
 from envfactory.env.pool import EnvPool
 from graphs.envgen import EnvGenContext
-from tests.support.envgen import SCENARIOS, code, fenced, metadata_request, run_graph, scripted_calls, setup_project
+from tests.support.envgen import (
+    METADATA,
+    SCENARIOS,
+    code,
+    fenced,
+    metadata_request,
+    run_graph,
+    scripted_calls,
+    setup_project,
+)
 from tests.support.paths import ROOT, TEST_DATA
 
 FULL_LOOP = ["search", "code", "test", "revise", "test", "register"]
@@ -192,3 +201,16 @@ def test_search_rejects_a_near_duplicate_and_grounds_the_next_proposal(
     assert values["metadata"]["source"] == "envgen"
     _, second = scripted_calls("search/propose")
     assert "hotel_rooms" in second  # the rejected proposal and its similarity went back to the model
+
+
+def test_a_request_key_it_does_not_know_is_refused_before_the_model_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`metadata_path_` (a typo in Studio's input form) was dropped and the run searched the pool's gaps instead,
+    calling the model."""
+    from pydantic import ValidationError
+
+    setup_project(tmp_path, monkeypatch, {})  # no scripted answers: asking the model would fail differently
+    with pytest.raises(ValidationError, match="metadata_path_"):
+        run_graph({"metadata_path_": str(METADATA)})
+    assert scripted_calls("search/propose") == []

@@ -61,3 +61,23 @@ def test_every_graph_of_langgraph_json_gives_studio_its_schemas(name: str) -> No
     spec.loader.exec_module(module)
     graph = getattr(module, attr)
     assert graph.get_input_jsonschema()["properties"] and graph.get_output_jsonschema()["properties"]
+
+
+def test_studio_shows_a_failed_runs_own_message() -> None:
+    """LangGraph's server answers a failed run with `{"error": class, "message": ...}` through this encoder, which
+    hid the message of every class but the builtin errors ("An internal error occurred"): Studio showed a
+    QueryGen run with an unknown preset failing without saying why. Every envfactory error is a RuntimeError."""
+    import inspect
+
+    from langgraph_api.serde import default
+
+    import envfactory.errors as errors
+    from envfactory.querygen.records import QueryGenError
+
+    message = "unknown QueryGen preset 'NOPE' (known: SFT_NON_CONV, SFT_CONV, RL_NON_CONV)"
+    assert default(QueryGenError(message)) == {"error": "QueryGenError", "message": message}
+    for name, cls in inspect.getmembers(errors, inspect.isclass):
+        if issubclass(cls, errors.EnvFactoryError):
+            error = cls.__new__(cls)  # (some take more than a message)
+            Exception.__init__(error, "why")
+            assert default(error) == {"error": name, "message": "why"}, name
