@@ -14,7 +14,7 @@ from envfactory.inputs import read_json, read_jsonl_log
 from envfactory.records.run_folder import ATTEMPTS, CONVERSATIONS, FAILURES, HELDOUT
 from envfactory.run_settings import SETTINGS_FILE, file_sha256
 from envfactory.scaling.errors import RunTableError
-from envfactory.scaling.table import Run, RunTable, ignored_columns, load_table, write_table
+from envfactory.scaling.table import Run, RunTable, load_table, write_table
 
 Metric = Literal["success_rate", "mean_reward", "pass_hat_max"]
 
@@ -163,8 +163,9 @@ def add_run(table: Path, run: Run) -> RunTable:
     """Append `run` to the table file (created when missing) and return the table. The very same row again (the
     same composition, score, model and label: the same evaluation added twice) is refused; give a `label` to
     add a repeat that scored the same."""
-    runs = list(load_table(table).runs) if table.exists() else []
-    dropped = ignored_columns(table) if table.exists() else []
+    existing = load_table(table) if table.exists() else None
+    runs = list(existing.runs) if existing is not None else []
+    dropped = existing.ignored if existing is not None else []
     if dropped:  # the file is written again from its runs: what they do not hold would be lost
         raise RunTableError(
             f"{table}: it holds {', '.join(dropped)}, which a run table does not keep and `scaling add` would drop "

@@ -100,6 +100,9 @@ class RunTable(BaseModel):
 
     source: str = "<table>"
     runs: list[Run]
+    # what of the file its runs do not hold (columns or keys no run field reads, a JSON object's keys beside
+    # `runs`): allowed when it is read, lost if it were written again from its runs (`scaling add` refuses)
+    ignored: list[str] = Field(default_factory=list, exclude=True)
 
     @model_validator(mode="after")
     def _compute_all_or_none(self) -> RunTable:
@@ -196,42 +199,14 @@ def load_table(path: Path) -> RunTable:
             records.append((_parse_json(line, f"{source}: line {line_no}"), line_no))
         return parse_records(records, source)
     data = _parse_json(text, source)
+    beside: list[str] = []
     if isinstance(data, dict) and "runs" in data:
+        beside = [f"'{k}' beside runs" for k in data if k != "runs"]
         data = data["runs"]
     if not isinstance(data, list):
         raise RunTableError(f'{source}: expected a list of runs (or {{"runs": [...]}}), got {type(data).__name__}')
-    return parse_records([(item, None) for item in data], source)
-
-
-def ignored_columns(path: Path) -> list[str]:
-    """What of a (readable) run table file its runs do not hold, which writing it again would drop: the columns or
-    keys no run field reads (other columns are allowed and ignored when it is read), a JSON object's keys beside
-    `runs`."""
-    text = read_file_bytes(path, error=RunTableError).decode("utf-8-sig")
-    suffix = path.suffix.lower()
-    keys: list[str] = []
-    if suffix == ".csv":
-        rows = [row for row in csv.reader(text.splitlines()) if any(c.strip() for c in row)]
-        header = rows[0] if rows else []
-        # a column with no name and no value (a spreadsheet's trailing comma) holds nothing to lose
-        keys = [
-            name
-            for i, name in enumerate(header)
-            if name.strip() or any(i < len(row) and row[i].strip() for row in rows[1:])
-        ]
-    elif suffix == ".jsonl":
-        for line_no, line in json_lines(text):
-            record = _parse_json(line, f"{path}: line {line_no}")
-            keys += list(record) if isinstance(record, dict) else []
-    else:
-        data = _parse_json(text, str(path))
-        if isinstance(data, dict) and "runs" in data:
-            keys += [f"'{k}' beside runs" for k in data if k != "runs"]
-            data = data["runs"]
-        for record in data if isinstance(data, list) else []:
-            keys += list(record) if isinstance(record, dict) else []
-    unknown = (k if " beside " in k else f"column '{k}'" for k in keys if ALIASES.get(str(k).strip().lower()) is None)
-    return list(dict.fromkeys(unknown))
+    table = parse_records([(item, None) for item in data], source)
+    return table.model_copy(update={"ignored": beside + table.ignored}) if beside else table
 
 
 def _parse_json(text: str, where: str) -> Any:
@@ -247,6 +222,7 @@ def parse_csv(text: str, source: str = "<csv>") -> RunTable:
     reader = csv.reader(text.splitlines())
     header: list[str] | None = None
     runs: list[Run] = []
+    filled: set[int] = set()  # columns some row has a value in
     for row in reader:
         if not any(cell.strip() for cell in row):
             continue
@@ -258,29 +234,39 @@ def parse_csv(text: str, source: str = "<csv>") -> RunTable:
         where = f"{source}: row {row_no} (line {line})"
         if len(row) > len(header):
             raise RunTableError(f"{where}: {len(row)} cells but the header has {len(header)} columns")
+        filled.update(i for i, cell in enumerate(row) if cell.strip())
         record = dict(zip(header, row, strict=False))
         runs.append(_run(record, columns, where))
     if header is None:
         raise RunTableError(f"{source}: empty file; a run table needs a header row ({', '.join(REQUIRED)})")
-    return _table(runs, source)
+    # a column with no name and no value (a spreadsheet's trailing comma) holds nothing to lose
+    kept = [name for i, name in enumerate(header) if name.strip() or i in filled]
+    return _table(runs, source, _unknown(kept))
 
 
 def parse_records(records: Sequence[tuple[Any, int | None]], source: str = "<records>") -> RunTable:
     """Run objects (JSON or JSONL), each with the line it came from when the format has lines."""
     runs: list[Run] = []
+    keys: list[Any] = []
     for i, (record, line) in enumerate(records, start=1):
         where = f"{source}: row {i}" + (f" (line {line})" if line is not None else "")
         if not isinstance(record, dict):
             raise RunTableError(f"{where}: expected an object with {', '.join(REQUIRED)}, got {type(record).__name__}")
+        keys += record
         runs.append(_run(record, _columns(list(record), where), where))
-    return _table(runs, source)
+    return _table(runs, source, _unknown(keys))
 
 
-def _table(runs: list[Run], source: str) -> RunTable:
+def _unknown(keys: Sequence[Any]) -> list[str]:
+    """The columns among `keys` no run field reads, once each, in order."""
+    return list(dict.fromkeys(f"column '{k}'" for k in keys if ALIASES.get(str(k).strip().lower()) is None))
+
+
+def _table(runs: list[Run], source: str, ignored: list[str] | None = None) -> RunTable:
     if not runs:
         raise RunTableError(f"{source}: no runs; a run table needs at least one row of {', '.join(REQUIRED)}")
     try:
-        return RunTable(source=source, runs=runs)
+        return RunTable(source=source, runs=runs, ignored=ignored or [])
     except ValidationError as e:  # the table-wide rule (compute for all runs or none); cells are checked above
         raise RunTableError(f"{source}: {e.errors()[0]['msg'].removeprefix('Value error, ')}") from None
 
