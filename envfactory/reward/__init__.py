@@ -22,8 +22,9 @@ that is not text/messages at all, or that tried to call tools but none could be 
   order, objects key by key;
 - order: ground-truth calls form a partial order — call i must stay before call j (i < j) when they
   *conflict*: same server and at least one of them is a `write` tool (an unknown tool counts as a
-  write). Reads, and calls on different servers, may be reordered freely; two writes on one server
-  keep their order (conservatively: a commuting swap of two creates loses trajectory credit but
+  write). Two reads of one server, and calls on different servers, may be reordered freely; a read and a
+  write of one server keep their order (a search moved after the booking it found reads another state), as
+  two writes on one server do (conservatively: a commuting swap of two creates loses trajectory credit but
   keeps full state credit, generated ids being masked);
 - M = the largest set of one-to-one (ground truth, prediction) matches such that no conflicting
   pair appears in the opposite order (exact search over matched-set bitmasks, pred by pred; beam

@@ -121,6 +121,7 @@ class CompositeReward:
         self._initial_states: dict[tuple[str, Any], InitialState] = {}  # by (server, initial_config's key)
         self._forks = 0  # sessions forked from templates (`_template_intact`)
         self._spoiled: dict[int, State] = {}  # templates a tool changed, by id (held: the id stays theirs)
+        self._no_goal: set[str] = set()  # servers a record gave no final state for, logged once each
         s = self.settings
         # the pool's lookup, not a method of this scorer: the matcher holding the scorer would make every scorer
         # (and its cached records) a reference cycle, freed only by a full collection of the cyclic GC
@@ -300,6 +301,13 @@ class CompositeReward:
             goal_raw = final_raw.get(name)
             if goal_raw is None:
                 problems.append(f"{name}: no final state in final_config; not scored")
+                if name not in self._no_goal:  # a reason on each result, and one line in the log: R_state is
+                    self._no_goal.add(name)  # left out of such rows' rewards, which a broken export makes silently
+                    log.warning(
+                        "reward: a record gives no final state for '%s' (final_config lacks it, or is null): its "
+                        "state term is not scored, the calls alone are; later ones are not logged",
+                        name,
+                    )
                 blanks[name] = []
                 init_canon[name] = start.canon
                 continue

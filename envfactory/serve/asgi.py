@@ -271,7 +271,9 @@ class BoundedJSONBody:
 class SessionBudget:
     """Room for a new MCP session before the SDK opens it: at most `max_sessions` open and resident memory
     under `memory_mb`; when full, the session idle the longest (at least `evict_idle_s`) is ended to make
-    room, else the request gets a 503 whose JSON-RPC error says the server is full."""
+    room, else the request gets a 503 whose JSON-RPC error says the server is full. A new session whose
+    connection chose a start the server does not have (an unknown scenario or task) gets a 400 saying so:
+    opened, its every call would have answered that error, to a trainer that took them for the tools'."""
 
     def __init__(self, app: Any, server: SessionServer[Any]) -> None:
         self.app, self.server = app, server
@@ -284,6 +286,11 @@ class SessionBudget:
             and scope.get("path") == self.path
             and _header(scope.get("headers") or [], MCP_SESSION_ID_HEADER.encode()) is None
         ):
+            problem = self.server.choice_problem(self.server.choice_of(Request(scope)))
+            if problem is not None:
+                body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": problem}}
+                await JSONResponse(body, status_code=400)(scope, _no_receive, send)
+                return
             full = await self.server.make_room()
             if full is not None:
                 body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32000, "message": full}}

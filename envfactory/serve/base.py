@@ -248,6 +248,11 @@ class SessionServer(FastMCP, Generic[H]):
                 return str(chosen)
         return self.default_choice
 
+    def choice_problem(self, choice: Any) -> str | None:
+        """Why a new session cannot start from `choice` (an unknown scenario or task), checked when the session is
+        opened: its first call would fail, and every call after it. None: it can (or the server cannot tell)."""
+        return None
+
     def held(self, key: Any, choice: Any) -> H:
         """The object of MCP session `key`, created from `choice` on its first call."""
         value = self._held.get(key)

@@ -165,6 +165,11 @@ class HubMCPServer(SessionServer[HubEpisode]):
                 raise HubError(e.code, f"{e.message}; given by this connection's task parameter") from None
             raise
 
+    def choice_problem(self, choice: Any) -> str | None:
+        if isinstance(choice, str) and choice != self.default_choice and choice not in self.hub.tasks:
+            return f"unknown task '{choice}' given by this connection's task parameter"
+        return None
+
     def limiter_keys(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> list[str]:
         """Each app's calls run under that app's own limiter, so a slow app cannot hold the threads another
         app's calls need; a call touching several apps (a task's state, its verdict) holds each of theirs."""

@@ -138,6 +138,15 @@ class EnvMCPServer(SessionServer[Session]):
     def create(self, choice: Any) -> Session:
         return Session.fork(self.env, choice)
 
+    def choice_problem(self, choice: Any) -> str | None:
+        if choice is self.default_choice:
+            return None
+        try:
+            self.env.resolve_config(choice)
+        except EnvFactoryError as e:
+            return str(e)
+        return None
+
     def dispatch(
         self, key: Any, choice: Any, name: str, arguments: dict[str, Any], size: int = 0
     ) -> types.CallToolResult:

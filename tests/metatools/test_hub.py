@@ -314,10 +314,14 @@ async def test_http_two_sessions_load_tasks_solve_and_complete(hub_url: str) -> 
 
 
 async def test_http_task_errors_and_task_object(hub_url: str, tasks: dict[str, Task]) -> None:
-    async with streamable_http_client(hub_url + "?task=nope") as (r, w, _), ClientSession(r, w) as s:
+    # a connection whose task the hub lacks is refused when its session opens (it opened, and every call of it
+    # answered the unknown task as a tool error)
+    from envfactory.serve.trainer_client import ServerHTTPError, TrainerSession
+
+    with pytest.raises(ServerHTTPError, match="unknown task 'nope' given by this connection's task parameter"):
+        await TrainerSession.open(hub_url, task="nope")
+    async with streamable_http_client(hub_url) as (r, w, _), ClientSession(r, w) as s:
         await s.initialize()
-        bad = await s.call_tool("list_apps", {})
-        assert bad.isError and "given by this connection's task parameter" in _payload(bad)["error"]["message"]
         none = await s.call_tool(LOAD_TASK_TOOL, {"task_id": "nope"})
         assert none.isError and "known: book-and-quote, book-porto, cancel-bk1" in _payload(none)["error"]["message"]
         invalid = await s.call_tool(LOAD_TASK_TOOL, {"task": {"id": "t"}})

@@ -636,3 +636,19 @@ def test_trl_grpo_calls_the_reward_function(pool: EnvPool, hotel: dict[str, str]
     assert rewards[:, 0].tolist() == [1.0, 0.0, 0.0]
     assert metrics[f"{reward.__name__}/unparseable"] == pytest.approx(1 / 3)
     assert extra[f"{reward.__name__}_why"][2].startswith("unparseable")
+
+
+def test_a_record_without_a_goal_state_is_logged_once_per_server(
+    pool: EnvPool, hotel: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row whose final state is null loses its state term (the documented rule: scored on its calls), which a
+    broken export did silently: a wrong argument scored 0.5 where it scores ~0.25 with the state term."""
+    scorer = CompositeReward(pool)
+    wrong = hermes([(n, {**a, "guest_name": "Nobody"} if "guest_name" in a else a) for n, a in HOTEL_GT])
+    full = scorer.score(wrong, **hotel)
+    with caplog.at_level("WARNING", logger="envfactory.reward"):
+        for goal in ("null", "{}"):
+            bare = scorer.score(wrong, **{**hotel, "final_config": goal})
+            assert bare.reward > full.reward and any("hotels: no final state" in r for r in bare.reasons)
+    said = [r for r in caplog.records if "no final state for 'hotels'" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]

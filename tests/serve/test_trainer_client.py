@@ -140,6 +140,20 @@ async def test_scenario_reset_and_tools(served: tuple[EnvMCPServer, str], hotels
             await env.reset(scenario="no-such-scenario")
 
 
+async def test_a_session_on_a_scenario_the_server_lacks_is_refused_when_it_opens(
+    served: tuple[EnvMCPServer, str],
+) -> None:
+    """It opened, and each of its calls answered the scenario's error as a tool result, which a rollout hands the
+    model as the tool's answer: a whole GRPO group spent on a typo."""
+    server, url = served
+    before = server.open_sessions
+    with pytest.raises(ServerHTTPError, match=r"no scenario 'nope'.*default") as refused:
+        await TrainerSession.open(url, scenario="nope")
+    assert refused.value.status == 400 and server.open_sessions == before
+    async with await TrainerSession.open(url, scenario="busy") as env:  # one it has
+        assert not (await env.call("search_hotels", {"city": "Lisbon"})).is_error
+
+
 async def test_a_tools_failure_is_a_result_until_raised(served: tuple[EnvMCPServer, str]) -> None:
     _, url = served
     async with await TrainerSession.open(url) as env:
