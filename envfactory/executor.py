@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import socket
 import threading
 import time
@@ -251,6 +252,17 @@ def _run_held(job: Any) -> Any:
     return _HELD[0](job)
 
 
+def _portable(e: Exception) -> Exception:
+    """`e` where it survives the pickling that takes it to the driver, else a `RuntimeError` with its type and message:
+    a unit's exception that could not be pickled (one holding a lock) or rebuilt (a required keyword-only argument,
+    as a client library's errors have) failed every unit of its task."""
+    try:
+        pickle.loads(pickle.dumps(e))
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
+    return e
+
+
 class _Worker:
     """The actor body: one runner per worker process, built on arrival and kept."""
 
@@ -264,7 +276,9 @@ class _Worker:
         try:
             return self.runner(job)
         except Exception as e:  # returned, not raised: a unit's own failure is not a worker failure to retry
-            return e
+            return _portable(e)
+        except SystemExit as e:  # the unit's, not the worker's: it would die, be retried, and die again
+            return RuntimeError(f"the unit exited the interpreter (SystemExit: {e.code})")
 
     def run_many(self, jobs: list[Any]) -> list[Any]:
         """Several units in one task: Ray's per-task cost (milliseconds) paid once for all of them."""
@@ -493,6 +507,40 @@ def _reachable(address: str) -> None:
             pass
     except OSError as e:
         raise ExecutorError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
+    if not address.startswith("ray://"):
+        why = _not_a_gcs(host, int(port))
+        if why is not None:
+            raise ExecutorError(f"--ray-address {address}: {why}")
+
+
+_GCS_PROBE = "/ray.rpc.NodeInfoGcsService/GetClusterId"  # the first call `ray.init` makes of a head's GCS
+
+
+def _not_a_gcs(host: str, port: int, timeout_s: float = 5.0) -> str | None:
+    """Why what listens at host:port is not a Ray head's GCS (None: it is, or grpc is not there to ask). `ray.init`
+    given another server's port (the dashboard's, the client server's without ray://) waited for ever, past SIGTERM."""
+    try:
+        import grpc
+    except ImportError:
+        return None
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    try:
+        channel.unary_unary(_GCS_PROBE)(b"", timeout=timeout_s)
+    except grpc.RpcError as e:
+        code = e.code() if callable(getattr(e, "code", None)) else None
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return None  # a GCS that wants a token: ray.init has it
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            return (
+                "a gRPC server that is not a Ray head's GCS answers there (the Ray client's port? give ray://HOST:PORT)"
+            )
+        return (
+            "no Ray head's GCS answers there (the dashboard, or another server?): give the head's GCS address "
+            "(port 6379 by default) or ray://HOST:10001 for its client server"
+        )
+    finally:
+        channel.close()
+    return None
 
 
 def make_executor(settings: ExecutorSettings) -> Executor:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -190,6 +191,28 @@ def test_an_unreachable_cluster_is_one_clear_line(tmp_path: Path) -> None:
     assert len(lines) == 1 and "cannot reach the Ray cluster at ray://127.0.0.1:1" in lines[0], res.stderr
 
 
+def test_an_address_where_no_ray_head_answers_is_one_line_in_seconds() -> None:
+    """A reachable port that is not a head's GCS (the dashboard's, an HTTP server, the client server's without
+    ray://): `ray.init` waited on it for ever, past SIGTERM. The running instance's own GCS address passes."""
+    import http.server
+
+    import ray
+
+    from envfactory.executor import _reachable
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        start = time.monotonic()
+        with pytest.raises(ExecutorError, match="no Ray head's GCS answers there"):
+            executor_from("ray", f"127.0.0.1:{httpd.server_address[1]}", None, 2)
+        assert time.monotonic() - start < 30
+    finally:
+        httpd.shutdown()
+    _reachable(ray.get_runtime_context().gcs_address)  # a head's GCS: no refusal
+
+
 def test_an_evaluation_on_ray_records_what_a_local_one_does(plan: Plan, settings: Settings, tmp_path: Path) -> None:
     from envfactory.eval.agent import AgentLimits
     from envfactory.eval.items import items_from_conversations, load_conversations
@@ -338,3 +361,18 @@ def test_more_workers_than_the_cluster_has_cpus_still_finish() -> None:
     executor = RayExecutor(ExecutorSettings(kind="ray", workers=4, in_flight=2))
     assert dict(executor.map(DiesOn(fatal=-1), list(range(20)))) == {unit: unit * 10 for unit in range(20)}
     assert executor.actors == []
+
+
+def test_a_units_exception_that_cannot_travel_fails_that_unit_alone() -> None:
+    """A unit's exception is returned to the driver, pickled: one that could not be pickled (or rebuilt) failed every
+    unit of its task (up to `batch`), its own message lost; a unit's `sys.exit` killed the worker three times over
+    and came back as 'ActorDiedError'. Each is now that unit's failure, with its type and message."""
+    from tests.support.ray_runners import FailsOddly
+
+    jobs = list(range(1, 21))
+    out = dict(RayExecutor(ExecutorSettings(kind="ray", workers=2, batch=16)).map(FailsOddly(), jobs))
+    assert sorted(out) == jobs
+    assert {j: r for j, r in out.items() if j not in (5, 7, 9)} == {j: j * 10 for j in jobs if j not in (5, 7, 9)}
+    for job, says in ((5, "_HoldsALock: job 5 holds a lock"), (7, "_NeedsAKeyword: job 7 needs a keyword")):
+        assert isinstance(out[job], RuntimeError) and str(out[job]) == says, out[job]
+    assert isinstance(out[9], RuntimeError) and "SystemExit" in str(out[9]) and "3" in str(out[9]), out[9]

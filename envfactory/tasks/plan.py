@@ -351,8 +351,23 @@ class RunLog:
         runs) and kept as what the statistics read of it; without, as its id."""
         log = cls()
         path = out / CONVERSATIONS
-        log.train = [_facts_of_row(path, n, row) if facts else row["id"] for n, row in _rows_with(path, ("id",))]
-        log.heldout_ids = [r["id"] for _, r in _rows_with(out / HELDOUT, ("id",))]
+        seen: dict[str, str] = {}  # conversation id -> where it is
+
+        def once(where: Path, n: int, cid: str) -> str:
+            at = f"{where.name} row {n}"
+            if cid in seen:  # two runs' lines in one file, or an edit: the summary would count it twice
+                raise SynthConfigError(
+                    f"{out}: conversation {cid} is there twice ({seen[cid]} and {at}); remove one to resume"
+                )
+            seen[cid] = at
+            return cid
+
+        log.train = [
+            _facts_of_row(path, n, row) if facts else row["id"]
+            for n, row in _rows_with(path, ("id",))
+            if once(path, n, row["id"])
+        ]
+        log.heldout_ids = [once(out / HELDOUT, n, r["id"]) for n, r in _rows_with(out / HELDOUT, ("id",))]
         log.drops = [(r["key"], r["code"]) for _, r in _rows_with(out / DROPPED, ("key", "code"))]
         return log
 

@@ -54,3 +54,35 @@ class SlowToStart:
 
     def __call__(self, unit: int) -> int:
         return unit * 10
+
+
+class _HoldsALock(Exception):
+    """An exception that cannot be pickled (as a client library's, holding its connection or lock, can be)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        import threading
+
+        self.lock = threading.Lock()
+
+
+class _NeedsAKeyword(Exception):
+    """Pickles, but cannot be rebuilt from its args (a required keyword-only argument, as openai's errors have)."""
+
+    def __init__(self, message: str, *, response: object) -> None:
+        super().__init__(message)
+        self.response = response
+
+
+class FailsOddly:
+    """Returns ten times its job; job 5 raises an exception that cannot be pickled, job 7 one that cannot be
+    unpickled, job 9 exits the worker's interpreter (`sys.exit`)."""
+
+    def __call__(self, job: int) -> int:
+        if job == 5:
+            raise _HoldsALock("job 5 holds a lock")
+        if job == 7:
+            raise _NeedsAKeyword("job 7 needs a keyword", response=None)
+        if job == 9:
+            raise SystemExit(3)
+        return job * 10

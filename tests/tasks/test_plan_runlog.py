@@ -146,3 +146,27 @@ def test_a_resume_keeps_facts_of_the_earlier_lines_and_names_a_line_that_is_no_c
     with pytest.raises(SynthConfigError, match=r"row 1 is not a conversation: .*fix or remove it to resume"):
         run_units(plan.units, runner, bad, executor=Serial(), progress=ran.append, log=RunLog())
     assert ran == [] and not (bad / DROPPED).exists()
+
+
+def test_a_conversation_twice_in_a_run_folder_stops_the_resume(tmp_path: Path, pool: EnvPool, graph: ToolGraph) -> None:
+    """A line copied twice into conversations.jsonl (or one conversation in both splits) was counted twice by the
+    resumed run's summary (25 of 24 units), which export then refused: the resume stops first, naming both rows."""
+    config = SynthConfig.model_validate({"A": 2, "T": 2, "S": 1, "D": 2, "seed": 5, "out": tmp_path})
+    plan = plan_units(config, pool, graph)
+    runner = OfflineRunner(Settings(root=ROOT, bfcl=False), pool)
+    run_units(plan.units, runner, tmp_path, executor=Serial())
+    path = tmp_path / CONVERSATIONS
+    lines = path.read_text().splitlines(keepends=True)
+    assert lines
+    cid = RunLog.read(tmp_path, facts=False).train_ids()[0]
+    for twice, where in ((lines[0], CONVERSATIONS), (None, HELDOUT)):
+        if twice is not None:
+            path.write_text("".join(lines) + twice)
+        else:
+            path.write_text("".join(lines))
+            (tmp_path / HELDOUT).write_text(lines[0])
+        for facts in (True, False):
+            with pytest.raises(SynthConfigError, match=rf"conversation {cid} is there twice \(.*{where} row \d+\)"):
+                RunLog.read(tmp_path, facts=facts)
+        with pytest.raises(SynthConfigError, match="is there twice"):
+            run_units(plan.units, runner, tmp_path, executor=Serial(), log=RunLog())
