@@ -572,6 +572,7 @@ class ConversationWriter:
         self._earlier_forms: set[str] = set()  # how a request has referred to earlier records (`request`)
         self.style = rng.randrange(DATE_STYLES)  # one user writes dates one way throughout
         self._goal_says: set[str] = set()
+        self._goal_asks: frozenset[str] = frozenset()  # the fields a read goal reads back: asked, not known
 
     # ---- requests -------------------------------------------------------------------------------
 
@@ -604,10 +605,23 @@ class ConversationWriter:
         parts = []
         for b in call.bindings:
             if b.source == "output" and b.call is not None and b.call >= turn.start:
-                record = _record_with(all_results[b.call].result, b.value) or {}
+                found = all_results[b.call].result
+                record = _record_with(found, b.value) or {}
                 labelled = label_of(record)
                 if labelled is not None and labelled[1].lower() not in label.lower():
-                    parts.append(f'of the {self._noun(call, b.parameter)} "{labelled[1]}"')
+                    part = f'of the {self._noun(call, b.parameter)} "{labelled[1]}"'
+                    # a name the lookup's other records share (three accounts of one owner) picks none of them
+                    # out: what only this one has goes with it, or the request leaves the choice to a guess
+                    others = (
+                        [r for r in found if isinstance(r, dict) and r is not record] if isinstance(found, list) else []
+                    )
+                    if any(r.get(labelled[0]) == labelled[1] for r in others):
+                        detail = self._distinguishing(record, [record, *others], self._goal_says, self._goal_asks)
+                        if detail is not None:
+                            part += " " + self.rng.choice(self.wording.distinguish).format(
+                                field=spoken_name(detail[0]), value=say(detail[1], self.style)
+                            )
+                    parts.append(part)
                 elif labelled is None and depth < 2:  # a booking has no name: say what found it
                     parts.append(self._criteria(turn.calls[b.call - turn.start], label, turn, all_results, depth + 1))
                 continue
@@ -641,12 +655,14 @@ class ConversationWriter:
             return form.format(noun=noun)
         provider = turn.calls[source_call - turn.start]
         result = all_results[source_call].result
+        found = source_call  # the call whose result the record is read from (and a clarification follows)
         record = _record_with(result, value) or {}
         if not record:  # named inside another result (a balance's account): an earlier lookup may list it
             for earlier in range(turn.start, source_call):
                 direct = _record_with(all_results[earlier].result, value)
                 if direct is not None:
                     provider, result, record = turn.calls[earlier - turn.start], all_results[earlier].result, direct
+                    found = earlier
                     break
         labelled = label_of(record)
         label = f'"{labelled[1]}"' if labelled else ""
@@ -668,6 +684,7 @@ class ConversationWriter:
                 record,
                 [record, *(r for r in result if isinstance(r, dict))] if isinstance(result, list) else [record],
                 self._goal_says,
+                self._goal_asks,
             )
             if detail is not None:
                 label, told = f"with {spoken_name(detail[0])} {say(detail[1], self.style)}", detail[0]
@@ -683,12 +700,14 @@ class ConversationWriter:
             detail = (
                 (labelled[0], labelled[1])
                 if unique and labelled
-                else self._distinguishing(record, candidates, self._goal_says)
+                else self._distinguishing(record, candidates, self._goal_says, self._goal_asks)
             )
             if detail is not None and self.clarification is None and self.rng.random() < self.ambiguity:
                 # ambiguity introduction: the request says only what several records share (the lookup's
                 # criteria); the assistant asks which, and the user answers with what tells it apart
-                self.clarification = self._clarify(noun, criteria, detail, candidates, source_call - turn.start)
+                # asked right after the lookup that listed them, before any call takes the one the user means (it
+                # followed the call the id was read from, which can come later: an availability check of it)
+                self.clarification = self._clarify(noun, criteria, detail, candidates, found - turn.start)
                 vague = self.rng.choice(self.wording.vague_reference).format(
                     noun=noun, nouns=plural(noun), criteria=criteria
                 )
@@ -720,7 +739,10 @@ class ConversationWriter:
 
     @staticmethod
     def _distinguishing(
-        record: dict[str, Any], candidates: list[dict[str, Any]], said: set[str] | frozenset[str] = frozenset()
+        record: dict[str, Any],
+        candidates: list[dict[str, Any]],
+        said: set[str] | frozenset[str] = frozenset(),
+        asked: frozenset[str] = frozenset(),
     ) -> tuple[str, Any] | None:
         """A field of `record` whose value no other candidate shares (not an id, nor a value the request
         already says: a resource group the call names anyway, nor what no user says: a response's bookkeeping,
@@ -731,7 +753,8 @@ class ConversationWriter:
         for field in ordered:
             value = record[field]
             if (
-                not isinstance(value, str | int | float)
+                field in asked
+                or not isinstance(value, str | int | float)
                 or isinstance(value, bool)
                 or not _sayable(field, value)
                 or say(value).lower() in said
@@ -747,6 +770,11 @@ class ConversationWriter:
         values: dict[str, str] = {}
         # what the goal says itself (its cabin, its date): a lookup's criteria do not repeat it
         self._goal_says = {say(b.value, self.style).lower() for b in call.bindings if b.source != "output"}
+        # what a read goal reads back is what the user asks for: it picks out no record ("check the balance of the
+        # account with balance 5089.75")
+        at = next((i for i, c in enumerate(turn.calls) if c is call), None)
+        read = turn.results[at].result if at is not None and call.kind == "read" else None
+        self._goal_asks = frozenset(read) if isinstance(read, dict) else frozenset()
         for b in call.bindings:
             if b.source == "output":
                 noun = self._noun(call, b.parameter)

@@ -287,6 +287,98 @@ def test_ambiguity_leaves_the_choice_open_and_the_user_settles_it(pool: EnvPool)
     assert none.clarification is None
 
 
+def test_the_question_follows_the_lookup_that_listed_the_look_alikes_not_a_later_call_of_one(pool: EnvPool) -> None:
+    """search_hotels lists two hotels in Lisbon, check_availability takes one, get_hotel reads its id from the
+    availability: the question was asked after check_availability (the call the id was read from), so the
+    conversation checked a hotel before asking which one the user meant."""
+    hotels = [
+        {"id": "HT-LIS-01", "name": "Casa Rio", "city": "Lisbon", "stars": 3, "price_per_night": 90.0},
+        {"id": "HT-LIS-02", "name": "Casa do Rio", "city": "Lisbon", "stars": 3, "price_per_night": 160.0},
+    ]
+    availability = {"hotel_id": "HT-LIS-02", "check_in": "2026-01-19", "nights": 2, "rooms_free": 0}
+    calls = [
+        PlannedCall(
+            call=ToolCall(server="hotels", name="search_hotels", arguments={"city": "Lisbon"}),
+            bindings=[Binding(parameter="city", source="state", value="Lisbon")],
+            kind="read",
+        ),
+        PlannedCall(
+            call=ToolCall(
+                server="hotels",
+                name="check_availability",
+                arguments={"hotel_id": "HT-LIS-02", "check_in": "2026-01-19", "nights": 2},
+            ),
+            bindings=[
+                Binding(parameter="hotel_id", source="output", value="HT-LIS-02", path="[1].id", call=0),
+                Binding(parameter="check_in", source="state", value="2026-01-19"),
+                Binding(parameter="nights", source="state", value=2),
+            ],
+            kind="read",
+        ),
+        PlannedCall(
+            call=ToolCall(server="hotels", name="get_hotel", arguments={"hotel_id": "HT-LIS-02"}),
+            bindings=[Binding(parameter="hotel_id", source="output", value="HT-LIS-02", path="hotel_id", call=1)],
+            kind="read",
+        ),
+    ]
+    results = [
+        ToolResult(server="hotels", name="search_hotels", ok=True, result=hotels),
+        ToolResult(server="hotels", name="check_availability", ok=True, result=availability),
+        ToolResult(server="hotels", name="get_hotel", ok=True, result={**hotels[1], "rooms_total": 1}),
+    ]
+    meta = {"hotels": pool.get("hotels").metadata}
+    asked = 0
+    for seed in range(10):
+        writer = ConversationWriter(PROMPTS, meta, random.Random(seed), ambiguity=1.0)
+        writer.request(Turn(calls=calls, results=results, start=0))
+        if writer.clarification is not None:
+            asked += 1
+            assert writer.clarification[0] == 0, writer.clarification  # after search_hotels, before the check
+    assert asked
+
+
+def test_a_record_an_earlier_lookup_found_among_look_alikes_is_named_with_what_only_it_has(pool: EnvPool) -> None:
+    """ "Freeze the card of the account "Cynthia Holland"": she has three accounts (one in GBP), the chain froze the
+    card of the GBP one, and nothing in the request said which: SFT learnt to guess, the reward scored the other
+    account's card as wrong."""
+    accounts = [
+        {"id": f"AC-000{i}", "owner": "Cynthia Holland", "type": "checking", "currency": cur, "status": "open"}
+        for i, cur in ((1, "EUR"), (2, "GBP"), (3, "EUR"))
+    ]
+    card = {"id": "CD-0002", "account_id": "AC-0002", "kind": "credit", "last4": "8411", "status": "active"}
+    calls = [
+        PlannedCall(
+            call=ToolCall(server="banking", name="list_accounts", arguments={"owner": "Cynthia Holland"}),
+            bindings=[Binding(parameter="owner", source="state", value="Cynthia Holland")],
+            kind="read",
+        ),
+        PlannedCall(
+            call=ToolCall(server="banking", name="list_cards", arguments={"account_id": "AC-0002"}),
+            bindings=[Binding(parameter="account_id", source="output", value="AC-0002", path="[1].id", call=0)],
+            kind="read",
+        ),
+        PlannedCall(
+            call=ToolCall(server="banking", name="freeze_card", arguments={"card_id": "CD-0002", "reason": "lost"}),
+            bindings=[
+                Binding(parameter="card_id", source="output", value="CD-0002", path="[0].id", call=1),
+                Binding(parameter="reason", source="generated", value="lost"),
+            ],
+            kind="write",
+        ),
+    ]
+    results = [
+        ToolResult(server="banking", name="list_accounts", ok=True, result=accounts),
+        ToolResult(server="banking", name="list_cards", ok=True, result=[card]),
+        ToolResult(server="banking", name="freeze_card", ok=True, result={**card, "status": "frozen"}),
+    ]
+    meta = {"banking": pool.get("banking").metadata}
+    for seed in range(10):
+        writer = ConversationWriter(PROMPTS, meta, random.Random(seed), ambiguity=0.0)
+        text = writer.request(Turn(calls=calls, results=results, start=0))
+        assert "Cynthia Holland" in text and "GBP" in text, text
+        assert "AC-0002" not in text and "CD-0002" not in text
+
+
 def _at(result: Any, path: str) -> Any:
     """The value at a binding's path inside a result (`[0].id`, `author_ids[1]`, `.` for the result itself)."""
     node = result
@@ -479,3 +571,23 @@ def test_a_request_refers_to_each_earlier_record_its_own_way(pool: EnvPool) -> N
             used += [form] * len(re.findall(pattern, text, flags=re.IGNORECASE))
             text = re.sub(pattern, "#", text, flags=re.IGNORECASE)
         assert len(used) == 2 and len(set(used)) == 2, (seed, used)
+
+
+def test_a_clarifying_question_comes_before_any_call_takes_the_record_it_asks_about(
+    batch: tuple[list[Conversation], list[dict[str, Any]], EnvPool],
+) -> None:
+    """The question followed the call the goal's id was read from, which can come after the lookup that listed the
+    look-alikes: "which hotel do you mean?" asked after checking one hotel's availability (7 of 21 clarifying turns
+    of a T=40 run). It follows the lookup now, and no call before it takes any of the records it lists."""
+    from tests.tasks.test_offline import check_clarification
+
+    conversations, _, _ = batch
+    asked = 0
+    for conv in conversations:
+        for node in conv.nodes:
+            roles = [s.role for s in node.steps]
+            inner = roles[1:-1]
+            if "assistant" in inner:
+                asked += 1
+                check_clarification(node.steps[1 : inner.index("assistant") + 1])
+    assert asked > 0  # the batch has clarifications to look at

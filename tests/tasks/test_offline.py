@@ -25,6 +25,28 @@ from tests.support.paths import ROOT
 PROMPTS = ROOT / "prompts"
 
 
+def check_clarification(before: list[Any]) -> None:
+    """The steps before a clarifying question: the last one lists the look-alikes the assistant asks about, and no
+    call before the question takes any of them (it took the one the user had not yet said: a hotel's availability
+    checked, then "which hotel do you mean?")."""
+    listed = [r for step in before[-1:] for res in step.results() for r in _listed(res.result)]
+    assert len(listed) > 1, before[-1]
+    ids = {r["id"] for r in listed if isinstance(r.get("id"), str | int) and not isinstance(r.get("id"), bool)}
+    for step in before:
+        for call in step.calls() if step.role == "tool_call" else []:
+            args = call.arguments.items()
+            named = {v for k, v in args if k.lower().endswith("id") and isinstance(v, str | int) and v in ids}
+            assert not named, f"{call.name} takes {named} before the user says which one"
+
+
+def _listed(result: Any) -> list[dict[str, Any]]:
+    if isinstance(result, list):
+        return [r for r in result if isinstance(r, dict)]
+    if isinstance(result, dict):  # a page of records
+        return next((_listed(v) for v in result.values() if isinstance(v, list) and len(v) > 1), [])
+    return []
+
+
 def check_conversation(pool: EnvPool, conv: Conversation) -> None:
     """Everything a kept conversation must satisfy."""
     assert Conversation.model_validate_json(conv.model_dump_json()) == conv
@@ -40,6 +62,7 @@ def check_conversation(pool: EnvPool, conv: Conversation) -> None:
         if "assistant" in inner:  # a clarification: the assistant asks which record, after a call, and the user says
             at = inner.index("assistant")
             assert inner[at : at + 2] == ["assistant", "user"] and at % 2 == 0 and at > 0
+            check_clarification(node.steps[1 : at + 1])
             inner = inner[:at] + inner[at + 2 :]
         assert inner == ["tool_call", "tool_result"] * len(node.raw_tool_call)
         assert node.tool_calls() == node.raw_tool_call
