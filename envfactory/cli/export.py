@@ -91,7 +91,7 @@ def export(
     from envfactory.env.pool import EnvPool
     from envfactory.export.errors import ExportError
     from envfactory.export.export import ExportSource, check_earlier, export_conversations
-    from envfactory.export.files import conversations_file, training_conversations
+    from envfactory.export.files import conversations_file, training_conversations, unfinished
     from envfactory.export.options import ExportOptions, default_per
     from envfactory.export.tools_schema import catalog_for
     from envfactory.run_settings import file_sha256, read_record
@@ -122,6 +122,12 @@ def export(
         raise ExportError(f"{out_dir} is an `envfactory {recorded.command}` folder: give another --out")
     check_earlier(out_dir, fmt.value)  # before the source is read
     conversations = training_conversations(source)
+    if unfinished(source):
+        err.print(
+            f"note: {source} has no summary.json: the run did not finish (killed, or still running); what it wrote "
+            "so far is exported (a line cut off mid-write is left out)",
+            highlight=False,
+        )
     if not conversations:  # nothing to train on: said before anything is written
         raise ExportError(
             f"{source}: nothing to export: it holds no conversation (give a synth run or its conversations.jsonl)"

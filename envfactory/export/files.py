@@ -9,9 +9,10 @@ from typing import Literal
 from pydantic import BaseModel
 
 from envfactory.export.errors import ExportError
-from envfactory.inputs import read_json, writing
+from envfactory.inputs import iter_jsonl_log, read_json, writing
 from envfactory.records.models import Conversation
-from envfactory.records.run_folder import CONVERSATIONS, HELDOUT, SUMMARY, in_id_order, read_conversations
+from envfactory.records.run_folder import CONVERSATIONS, DROPPED, HELDOUT, SUMMARY, in_id_order, read_conversations
+from envfactory.run_settings import SETTINGS_FILE
 
 Split = Literal["train", "heldout"]
 SPLIT_FILES: dict[str, str] = {"train": CONVERSATIONS, "heldout": HELDOUT}
@@ -29,13 +30,33 @@ def conversations_file(source: Path, split: Split = "train") -> Path:
 
 def training_conversations(source: Path) -> list[Conversation]:
     """The conversations export may train on: never the held-out split. A `heldout.jsonl` is refused, and
-    a conversation the run's `summary.json` lists as held out is left out wherever it is found."""
+    a conversation the run's `summary.json` lists as held out, or its `heldout.jsonl` holds (a killed run has no
+    summary yet), is left out wherever it is found."""
     path = conversations_file(source)
     if path.name == HELDOUT:
         raise ExportError(f"{path} is a run's held-out split, kept for evaluation: export never emits it")
     conversations = load_conversations(path)
-    held = _heldout_ids(path.parent / SUMMARY)
+    held = _heldout_ids(path.parent / SUMMARY) | _ids_in(path.parent / HELDOUT)
     return in_id_order([c for c in conversations if c.id not in held])  # the same rows in the same order, run after run
+
+
+def unfinished(source: Path) -> bool:
+    """Whether `source` is a synth run folder (or its conversations.jsonl) without the summary a finished run writes:
+    killed, or still running. (A run folder: its conversations beside what synth writes with them.)"""
+    path = source / CONVERSATIONS if source.is_dir() else source
+    folder = path.parent
+    run = path.name == CONVERSATIONS and any((folder / n).is_file() for n in (SETTINGS_FILE, DROPPED, HELDOUT))
+    return run and not (folder / SUMMARY).is_file()
+
+
+def _ids_in(path: Path) -> set[str]:
+    """The conversation ids of a run log, read a line at a time (nothing repaired on disk: export only reads)."""
+    error = lambda m: ExportError(f"{path}: cannot tell the held-out conversations: {m}")  # noqa: E731
+    return {
+        row["id"]
+        for row in iter_jsonl_log(path, repair=False, error=error)
+        if isinstance(row, dict) and isinstance(row.get("id"), str)
+    }
 
 
 def _heldout_ids(summary: Path) -> set[str]:

@@ -51,6 +51,29 @@ def test_export_never_emits_held_out_conversations(run: Path, tmp_path: Path) ->
     assert not {c.id for c in training_conversations(mixed)} & held
 
 
+def test_a_killed_runs_held_out_lines_stay_out_of_export_and_the_cli_says_the_run_is_unfinished(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A killed run has no summary.json yet: its heldout.jsonl was ignored, so held-out lines in the training file
+    were exported; and such a run was exported without a word that it had not finished."""
+    import shutil
+
+    from tests.support.cli import run_cli
+
+    killed = tmp_path / "killed"
+    shutil.copytree(run, killed)
+    (killed / "summary.json").unlink()
+    with (killed / CONVERSATIONS).open("a") as f:
+        f.write((killed / HELDOUT).read_text())
+    held = {r["id"] for r in read_jsonl(run / HELDOUT)}
+    assert held and not {c.id for c in training_conversations(killed)} & held
+    monkeypatch.setenv("ENVFACTORY_DATA_DIR", str(tmp_path / "data"))
+    done = run_cli(["export", str(killed), "--format", "trl-sft", "--out", str(tmp_path / "sft")])
+    assert done.code == 0 and "has no summary.json: the run did not finish" in done.stderr, done
+    finished = run_cli(["export", str(run), "--format", "trl-sft", "--out", str(tmp_path / "sft2")])
+    assert finished.code == 0 and "did not finish" not in finished.stderr, finished
+
+
 def test_evaluation_reads_the_held_out_split(run: Path) -> None:
     assert {c.id for c in eval_conversations(run, "heldout")} == {r["id"] for r in read_jsonl(run / HELDOUT)}
 
