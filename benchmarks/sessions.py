@@ -50,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 from envfactory.config import Settings  # noqa: E402
 from envfactory.env.pool import EnvPool, load_untrusted_folder  # noqa: E402
 from envfactory.env.sandbox.limits import worker_limits  # noqa: E402
+from envfactory.env.session import Session  # noqa: E402
 from envfactory.serve.net import free_port  # noqa: E402
 
 LEAN_TARGET = 5_000  # issue 29: tool calls/s from the trainers' client against one server process
@@ -129,6 +130,27 @@ def bench_worker_start(sandboxed: Any, env_name: str, n: int = 5) -> tuple[float
         load_env_folder(ROOT / "envs" / env_name).session("default")
         inproc.append(time.perf_counter() - t)
     return tuple(statistics.median(x) for x in (cold, warm, use, inproc))  # type: ignore[return-value]
+
+
+def bench_session_worker(env_name: str, n: int = 10) -> float:
+    """Median seconds to open a session on a worker of its own (`sandbox_session_workers`: a hand-over from the warm
+    spare, the code's load, its judged canary) and close it (the worker ends with it)."""
+    from envfactory.env.sandboxed import release_pool
+
+    env = load_untrusted_folder(
+        ROOT / "envs" / env_name, Settings(root=ROOT, bfcl=False, sandbox_workers=1, sandbox_session_workers=True)
+    )
+    times: list[float] = []
+    try:
+        for _ in range(n):
+            t = time.perf_counter()
+            session = Session.fork(env, "default")
+            session.close()
+            times.append(time.perf_counter() - t)
+            time.sleep(0.3)  # the next spare comes up, as between a server's sessions
+    finally:
+        release_pool(env.pool)
+    return statistics.median(times)
 
 
 def bench_pipe_round_trip(poll: bool, n: int = 20_000) -> float:
@@ -468,6 +490,7 @@ def main() -> None:
     sb_calls = bench_inprocess(sandboxed, calls, a.seconds)
     trip_sleep, trip_poll = bench_pipe_round_trip(False), bench_pipe_round_trip(True)
     cold_start, spare_start, spare_use, inproc_use = bench_worker_start(sandboxed, a.env)
+    own_worker = bench_session_worker(a.env)
     sandbox_rows = [
         ("sandboxed worker start + code load (first use)", f"{sb_start * 1e3:.0f} ms", "", None),
         ("worker start, cold (bubblewrap, seccomp, imports)", f"{cold_start * 1e3:.0f} ms", "", None),
@@ -479,6 +502,12 @@ def main() -> None:
             None,
         ),
         ("session fork, sandboxed (median)", f"{sb_fork * 1e6:.0f} µs", "< 5 ms", sb_fork < 5e-3),
+        (
+            "  a session on a worker of its own (sandbox_session_workers), open + close",
+            f"{own_worker * 1e3:.0f} ms",
+            "",
+            None,
+        ),
         ("tool calls, sandboxed, 1 worker", f"{sb_calls:,.0f} /s", ">= 2,000 /s", sb_calls >= 2_000),
         ("  the same, pipe not polled (sandbox_spin_us=0)", f"{sb_calls_unpolled:,.0f} /s", "", None),
         (

@@ -244,6 +244,12 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="a sandboxed worker that does not start and load its code in time fails"
     )
     sandbox_workers: int = Field(default=2, ge=1, description="sandboxed worker processes per untrusted environment")
+    sandbox_session_workers: bool = Field(
+        default=False,
+        description="a sandboxed worker of its own for each session of an untrusted environment, ended with it: "
+        "nothing one session's calls leave in a worker (module globals, its /tmp) reaches another client's; costs a "
+        "worker start (~25 ms from the warm spare) and a worker's memory per open session (sandbox_workers ignored)",
+    )
     sandbox_spare: bool = Field(
         default=True,
         description="keep one sandboxed worker started ahead (walled, no code yet): a new worker is a hand-over",

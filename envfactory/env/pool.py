@@ -185,6 +185,7 @@ def load_untrusted_folder(folder: Path, settings: Settings, snap: CodeSnapshot |
         canary_s=settings.sandbox_canary_s,
         spare=settings.sandbox_spare,
         spin_us=settings.sandbox_spin_us,
+        dedicated=settings.sandbox_session_workers,
     )
     return load_sandboxed_folder(folder, meta, source, pool_settings, snap.sha256)
 

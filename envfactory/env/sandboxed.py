@@ -99,6 +99,7 @@ class PoolSettings:
         canary_s: float = 60.0,
         spare: bool = False,
         spin_us: int = WORKER_SPIN_US,
+        dedicated: bool = False,
     ) -> None:
         self.wall = wall
         self.memory_mb = memory_mb
@@ -111,6 +112,9 @@ class PoolSettings:
         self.canary_s = canary_s
         self.spare = spare  # start workers from a warm spare (`sandbox/spare.py`) and keep one ready
         self.spin_us = spin_us  # parent and worker poll their pipe this long before sleeping (`FrameReader`)
+        # a worker of its own for each session (and each stateless request), ended with it; no served session is
+        # recorded as a canary (its calls would be replayed on another client's worker)
+        self.dedicated = dedicated
 
 
 _SERIALS = itertools.count(1)
@@ -150,6 +154,7 @@ class _Pooled:
         self.process = process
         self.generation = generation
         self.sessions = 0
+        self.served = False  # has held a session (a dedicated pool's worker holds one, then ends)
         self.closed: list[int] = []  # appended from finalizers: list.append is atomic
         self.retired = False  # closed near its CPU limit: its sessions move, a call cut short is retried
         self.seen: set[int] = set()  # references replayed here (serial)
@@ -175,7 +180,7 @@ class WorkerPool:
         self.canaries = 0  # canaries replayed
         self.channel = SESSION_CHANNEL
         self.users = 0  # `pool_for`'s count of the loads sharing it
-        self.key: tuple[str, str] | None = None
+        self.key: tuple[str, str, bool] | None = None  # (name, code hash, dedicated)
         self.unhealthy: str | None = None  # why this code is no longer served
         self.references: list[_Reference] = []
         self._recorded = 0  # served sessions recorded so far
@@ -190,7 +195,7 @@ class WorkerPool:
         if self.unhealthy is None:
             self.unhealthy = reason
             if self.key is not None:
-                _UNHEALTHY.setdefault(self.key, reason)
+                _UNHEALTHY.setdefault(self.key[:2], reason)
         for w in list(self._workers):
             w.process.close()
 
@@ -258,17 +263,39 @@ class WorkerPool:
         return True
 
     def acquire(self) -> tuple[_Pooled, int]:
-        """The live worker holding the fewest sessions (a new one while below the pool size), and a new sid."""
+        """The live worker holding the fewest sessions (a new one while below the pool size), and a new sid. A
+        dedicated pool's: a worker no session has held (one started for the code's load), else a new one."""
         with self._lock:
             self._refuse()
-            self._workers = [w for w in self._workers if w.process.alive and not self._spent(w)]
-            if len(self._workers) < self.settings.workers and (
-                not self._workers or min(w.sessions for w in self._workers) > 0
-            ):
-                self._workers.append(self._start())
-            worker = min(self._workers, key=lambda w: w.sessions)
+            self._workers = [w for w in self._workers if w.process.alive and not self._spent(w) and not self._ended(w)]
+            if self.settings.dedicated:
+                worker = next((w for w in self._workers if not w.served), None)
+                if worker is None:
+                    worker = self._start()
+                    self._workers.append(worker)
+            else:
+                if len(self._workers) < self.settings.workers and (
+                    not self._workers or min(w.sessions for w in self._workers) > 0
+                ):
+                    self._workers.append(self._start())
+                worker = min(self._workers, key=lambda w: w.sessions)
             worker.sessions += 1
+            worker.served = True
             return worker, next(self._sids)
+
+    def _ended(self, worker: _Pooled) -> bool:
+        """A dedicated pool's worker whose session is gone: closed now (never handed to another)."""
+        if not (self.settings.dedicated and worker.served and worker.sessions <= 0):
+            return False
+        worker.process.close()
+        return True
+
+    def reap(self) -> None:
+        """End a dedicated pool's workers whose sessions are gone (a session's `close`; a session dropped without
+        one is reaped at the next `acquire`, as a finalizer does no I/O)."""
+        if self.settings.dedicated:
+            with self._lock:
+                self._workers = [w for w in self._workers if not self._ended(w)]
 
     def ensure_loaded(self) -> LoadAnswer:
         with self._lock:
@@ -322,6 +349,8 @@ class WorkerPool:
         sessions, then about one in `SAMPLE_ONE_IN` (the newest `MAX_SAMPLED` of those kept) — judged sessions
         or not. A canary replays its calls back to back, as a round sends them, so code that answers a round
         (or a judged canary) right and a client who thinks between calls otherwise shows itself."""
+        if self.settings.dedicated:  # its calls would be replayed on another client's worker
+            return None
         recorded = [r for r in self.references if not r.judged]
         first = len(recorded) < MAX_RECORDED
         if not first and self._rng.randrange(SAMPLE_ONE_IN):
@@ -517,19 +546,19 @@ def _release(worker: _Pooled, sid: int) -> None:
     worker.closed.append(sid)
 
 
-_POOLS: dict[tuple[str, str], WorkerPool] = {}
+_POOLS: dict[tuple[str, str, bool], WorkerPool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
 def pool_for(name: str, source: str, code_hash: str, settings: PoolSettings) -> WorkerPool:
     """One pool per environment code per process, shared by every `EnvPool` that loads it (each load
     counts as a user until `release_pool`)."""
-    key = (name, code_hash)
+    key = (name, code_hash, settings.dedicated)
     with _POOLS_LOCK:
         pool = _POOLS.get(key)
         if pool is None:
             pool = _POOLS[key] = WorkerPool(name, source, settings)
-            pool.unhealthy = _UNHEALTHY.get(key)  # code that showed itself unhealthy is not started again
+            pool.unhealthy = _UNHEALTHY.get(key[:2])  # code that showed itself unhealthy is not started again
         pool.users += 1
         pool.key = key
         return pool
@@ -625,6 +654,7 @@ class SandboxedEnvironment(BaseEnvironment):
             return {"failure": str(e)}
         finally:
             worker.sessions -= 1
+            self.pool.reap()
 
     def binding(self, tool: str) -> _RemoteBinding | None:
         kind = self.kinds.get(tool)
@@ -725,6 +755,7 @@ class SandboxedSession(Session):
 
     def close(self) -> None:
         self._unbind()
+        self.env.pool.reap()
 
     # ---- the Session API ---------------------------------------------------------------------
     def reset(self, config: dict[str, Any] | str | Path | None = None) -> None:
