@@ -256,8 +256,13 @@ def _portable(e: Exception) -> Exception:
     """`e` where it survives the pickling that takes it to the driver, else a `RuntimeError` with its type and message:
     a unit's exception that could not be pickled (one holding a lock) or rebuilt (a required keyword-only argument,
     as a client library's errors have) failed every unit of its task."""
+    dumps: Callable[[Any], bytes] = pickle.dumps
+    with contextlib.suppress(ImportError):  # as Ray ships it: cloudpickle (a class defined in a function travels)
+        from ray import cloudpickle
+
+        dumps = cloudpickle.dumps
     try:
-        pickle.loads(pickle.dumps(e))
+        pickle.loads(dumps(e))
     except Exception:
         return RuntimeError(f"{type(e).__name__}: {e}")
     return e
@@ -523,7 +528,16 @@ def _not_a_gcs(host: str, port: int, timeout_s: float = 5.0) -> str | None:
         import grpc
     except ImportError:
         return None
-    channel = grpc.insecure_channel(f"{host}:{port}")
+    target = f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+    # opened as Ray opens its own: no HTTP proxy (unless RAY_grpc_enable_http_proxy), TLS where RAY_USE_TLS says,
+    # its token where token auth is on
+    options = [] if os.environ.get("RAY_grpc_enable_http_proxy") == "1" else [("grpc.enable_http_proxy", 0)]  # noqa: SIM112 - Ray's own name
+    try:
+        from ray._private.grpc_utils import init_grpc_channel
+
+        channel = init_grpc_channel(target, options)
+    except ImportError:  # (a Ray that moved it: a plain channel, which a TLS head refuses)
+        channel = grpc.insecure_channel(target, options)
     try:
         channel.unary_unary(_GCS_PROBE)(b"", timeout=timeout_s)
     except grpc.RpcError as e:

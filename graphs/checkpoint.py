@@ -7,10 +7,12 @@ writers from several connections). `langgraph dev` gets its own persistent saver
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from pathlib import Path
+from urllib.parse import unquote
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
@@ -38,7 +40,7 @@ def open_checkpointer(settings: Settings | None = None) -> Iterator[BaseCheckpoi
                 pg = stack.enter_context(PostgresSaver.from_conn_string(settings.postgres_dsn))
                 pg.setup()
             except psycopg.Error as e:
-                raise EnvFactoryError(_pg_problem(e)) from None
+                raise EnvFactoryError(_pg_problem(e, settings.postgres_dsn)) from None
             yield pg
         return
     from langgraph.checkpoint.sqlite import SqliteSaver
@@ -68,11 +70,22 @@ _ASIDE = "move it aside (its threads cannot be resumed), or set ENVFACTORY_DATA_
 _PG_MISSING = "ENVFACTORY_POSTGRES_DSN is set, and the Postgres saver is missing: pip install 'envfactory[postgres]'"
 
 
-def _pg_problem(e: Exception) -> str:
-    """One line on why the checkpoint database of ENVFACTORY_POSTGRES_DSN cannot be used (psycopg's messages name
-    the host and port, never the password)."""
+def _pg_problem(e: Exception, dsn: str) -> str:
+    """One line on why the checkpoint database of ENVFACTORY_POSTGRES_DSN cannot be used, its password left out
+    (psycopg quotes a part of the DSN it cannot read: a badly percent-encoded password, whole)."""
     first = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+    for secret in _passwords(dsn):
+        first = first.replace(secret, "***")
     return f"the checkpoint database of ENVFACTORY_POSTGRES_DSN cannot be used: {first}"
+
+
+def _passwords(dsn: str) -> list[str]:
+    """The password a DSN holds, as written and decoded (a URL's `user:password@`, a `password=` key), longest first."""
+    found = re.findall(r"^[A-Za-z][\w+.-]*://[^/@?#]*?:([^/@?#]*)@", dsn) + re.findall(
+        r"(?:^|[\s&?])password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]+)", dsn
+    )
+    out = {v for raw in found if (v := raw.strip("'"))} | {unquote(v) for v in found if v}
+    return sorted((v for v in out if v), key=len, reverse=True)
 
 
 def process_checkpointer(runner: Shipped, settings: Settings) -> BaseCheckpointSaver[str]:
@@ -105,7 +118,7 @@ async def dev_checkpointer() -> AsyncIterator[BaseCheckpointSaver[str]]:
                 pg = await stack.enter_async_context(AsyncPostgresSaver.from_conn_string(settings.postgres_dsn))
                 await pg.setup()
             except psycopg.Error as e:
-                raise EnvFactoryError(_pg_problem(e)) from None
+                raise EnvFactoryError(_pg_problem(e, settings.postgres_dsn)) from None
             yield pg
         return
     from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver

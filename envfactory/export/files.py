@@ -36,7 +36,8 @@ def training_conversations(source: Path) -> list[Conversation]:
     if path.name == HELDOUT:
         raise ExportError(f"{path} is a run's held-out split, kept for evaluation: export never emits it")
     conversations = load_conversations(path)
-    held = _heldout_ids(path.parent / SUMMARY) | _ids_in(path.parent / HELDOUT)
+    summary = path.parent / SUMMARY  # a finished run's record; a killed run's held-out ids are in heldout.jsonl
+    held = _heldout_ids(summary) if summary.is_file() else _ids_in(path.parent / HELDOUT)
     return in_id_order([c for c in conversations if c.id not in held])  # the same rows in the same order, run after run
 
 
@@ -51,7 +52,11 @@ def unfinished(source: Path) -> bool:
 
 def _ids_in(path: Path) -> set[str]:
     """The conversation ids of a run log, read a line at a time (nothing repaired on disk: export only reads)."""
-    error = lambda m: ExportError(f"{path}: cannot tell the held-out conversations: {m}")  # noqa: E731
+
+    def error(message: str) -> ExportError:
+        why = message.removesuffix("; fix or remove it to resume")
+        return ExportError(f"cannot tell the held-out conversations of an unfinished run: {why}; fix or remove it")
+
     return {
         row["id"]
         for row in iter_jsonl_log(path, repair=False, error=error)

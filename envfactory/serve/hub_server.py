@@ -41,6 +41,7 @@ from envfactory.serve.answers import answer_bytes, tool_result
 from envfactory.serve.base import STATE_TOOL, SessionServer, unknown_arguments
 from envfactory.serve.fair import OffLoop
 from envfactory.serve.limits import ServeLimits, drop
+from envfactory.terminal import shorten
 
 LOAD_TASK_TOOL = "envfactory_load_task"
 TASK_HEADER = "x-envfactory-task"
@@ -167,7 +168,11 @@ class HubMCPServer(SessionServer[HubEpisode]):
 
     def choice_problem(self, choice: Any) -> str | None:
         if isinstance(choice, str) and choice != self.default_choice and choice not in self.hub.tasks:
-            return f"unknown task '{choice}' given by this connection's task parameter"
+            try:
+                self.hub.task(shorten(choice))  # its message: the task, cut to 80 characters, and the tasks it has
+            except HubError as e:
+                return f"{e.message}; given by this connection's task parameter"
+            return f"no task {shorten(choice)!r}; given by this connection's task parameter"
         return None
 
     def limiter_keys(self, key: Any, choice: Any, name: str, args: dict[str, Any]) -> list[str]:

@@ -746,7 +746,8 @@ class ConversationWriter:
     ) -> tuple[str, Any] | None:
         """A field of `record` whose value no other candidate shares (not an id, nor a value the request
         already says: a resource group the call names anyway, nor what no user says: a response's bookkeeping,
-        an envelope's "status code 200", a uuid; free text last): what picks it out."""
+        an envelope's "status code 200", a uuid; free text last): what picks it out. A field the goal reads back
+        (`asked`) only where no other field does."""
         # a field of free text only where nothing else tells the record apart: "the transaction with message Seem
         # reach glass own ten child..." is what no one says while a shorter value does it
         ordered = sorted(record, key=lambda k: (is_free_text(k), 0 if _SALIENT.search(k) else 1, k))
@@ -762,6 +763,8 @@ class ConversationWriter:
                 continue
             if sum(1 for c in candidates if c.get(field) == value) == 1:
                 return field, value
+        if asked:  # what the goal reads back is all that tells them apart (a get returns the whole record): said
+            return ConversationWriter._distinguishing(record, candidates, said)
         return None
 
     def _values(

@@ -357,16 +357,17 @@ class RunLog:
             at = f"{where.name} row {n}"
             if cid in seen:  # two runs' lines in one file, or an edit: the summary would count it twice
                 raise SynthConfigError(
-                    f"{out}: conversation {cid} is there twice ({seen[cid]} and {at}); remove one to resume"
+                    f"{out}: conversation {cid!r} is there twice ({seen[cid]} and {at}); remove one to resume"
                 )
             seen[cid] = at
             return cid
 
         log.train = [
-            _facts_of_row(path, n, row) if facts else row["id"]
-            for n, row in _rows_with(path, ("id",))
-            if once(path, n, row["id"])
+            _facts_of_row(path, n, row) if facts else once(path, n, row["id"]) for n, row in _rows_with(path, ("id",))
         ]
+        if facts:
+            for n, fact in enumerate(log.train, 1):
+                once(path, n, fact.id if isinstance(fact, ConversationFacts) else fact)
         log.heldout_ids = [once(out / HELDOUT, n, r["id"]) for n, r in _rows_with(out / HELDOUT, ("id",))]
         log.drops = [(r["key"], r["code"]) for _, r in _rows_with(out / DROPPED, ("key", "code"))]
         return log

@@ -47,6 +47,7 @@ def test_envgen_checkpoints_in_postgres_and_resumes(
     [
         ("postgresql://postgres@127.0.0.1:1/postgres", "Connection refused"),  # nothing listens there
         ("not a dsn", "missing"),  # psycopg: 'missing "=" after "not" in connection info string'
+        ("postgresql://bob:s3cr%zzet@127.0.0.1:1/postgres", "percent"),  # psycopg quotes the password it cannot read
     ],
 )
 def test_a_checkpoint_database_that_cannot_be_used_is_one_line(
@@ -76,3 +77,4 @@ def test_a_checkpoint_database_that_cannot_be_used_is_one_line(
     assert run.code == 1 and "Traceback" not in run.stderr + run.stdout, run
     lines = [line for line in (run.stderr + run.stdout).splitlines() if line.strip()]
     assert len(lines) == 1 and says in lines[0] and "postgres@" not in lines[0], lines
+    assert "s3cr" not in lines[0], lines  # never the password

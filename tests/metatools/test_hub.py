@@ -318,8 +318,11 @@ async def test_http_task_errors_and_task_object(hub_url: str, tasks: dict[str, T
     # answered the unknown task as a tool error)
     from envfactory.serve.trainer_client import ServerHTTPError, TrainerSession
 
-    with pytest.raises(ServerHTTPError, match="unknown task 'nope' given by this connection's task parameter"):
+    with pytest.raises(ServerHTTPError, match=r"no task 'nope' \(known: book-and-quote, book-porto, cancel-bk1\)"):
         await TrainerSession.open(hub_url, task="nope")
+    with pytest.raises(ServerHTTPError) as long:  # a client's value is not sent back whole
+        await TrainerSession.open(hub_url, task="x" * 12_000)
+    assert len(long.value.message) < 400, len(long.value.message)
     async with streamable_http_client(hub_url) as (r, w, _), ClientSession(r, w) as s:
         await s.initialize()
         none = await s.call_tool(LOAD_TASK_TOOL, {"task_id": "nope"})

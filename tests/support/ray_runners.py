@@ -76,7 +76,7 @@ class _NeedsAKeyword(Exception):
 
 class FailsOddly:
     """Returns ten times its job; job 5 raises an exception that cannot be pickled, job 7 one that cannot be
-    unpickled, job 9 exits the worker's interpreter (`sys.exit`)."""
+    unpickled, job 9 exits the worker's interpreter (`sys.exit`), job 11 raises an exception of a local class."""
 
     def __call__(self, job: int) -> int:
         if job == 5:
@@ -85,4 +85,10 @@ class FailsOddly:
             raise _NeedsAKeyword("job 7 needs a keyword", response=None)
         if job == 9:
             raise SystemExit(3)
+        if job == 11:  # plain pickle cannot take a class defined here; Ray's cloudpickle can: it travels as it is
+
+            class LocalError(Exception):
+                pass
+
+            raise LocalError("job 11 is local")
         return job * 10

@@ -379,6 +379,38 @@ def test_a_record_an_earlier_lookup_found_among_look_alikes_is_named_with_what_o
         assert "AC-0002" not in text and "CD-0002" not in text
 
 
+def test_a_look_alike_read_whole_is_still_told_apart(pool: EnvPool) -> None:
+    """A get returns the whole record, so every field of it is 'read back': excluding them all left "Tell me about
+    "Casa Rio" in Lisbon" where two hotels have that name (a reviewer's case). What it reads back tells it apart
+    only where nothing else does: here, all there is."""
+    hotels = [
+        {"id": "HT-LIS-01", "name": "Casa Rio", "city": "Lisbon", "stars": 3, "price_per_night": 90.0},
+        {"id": "HT-LIS-02", "name": "Casa Rio", "city": "Lisbon", "stars": 4, "price_per_night": 160.0},
+    ]
+    calls = [
+        PlannedCall(
+            call=ToolCall(server="hotels", name="search_hotels", arguments={"city": "Lisbon"}),
+            bindings=[Binding(parameter="city", source="state", value="Lisbon")],
+            kind="read",
+        ),
+        PlannedCall(
+            call=ToolCall(server="hotels", name="get_hotel", arguments={"hotel_id": "HT-LIS-02"}),
+            bindings=[Binding(parameter="hotel_id", source="output", value="HT-LIS-02", path="[1].id", call=0)],
+            kind="read",
+        ),
+    ]
+    results = [
+        ToolResult(server="hotels", name="search_hotels", ok=True, result=hotels),
+        ToolResult(server="hotels", name="get_hotel", ok=True, result={**hotels[1], "rooms_total": 5}),
+    ]
+    meta = {"hotels": pool.get("hotels").metadata}
+    for seed in range(4):
+        text = ConversationWriter(PROMPTS, meta, random.Random(seed), ambiguity=0.0).request(
+            Turn(calls=calls, results=results, start=0)
+        )
+        assert "Casa Rio" in text and ("160" in text or "4" in text), text
+
+
 def _at(result: Any, path: str) -> Any:
     """The value at a binding's path inside a result (`[0].id`, `author_ids[1]`, `.` for the result itself)."""
     node = result

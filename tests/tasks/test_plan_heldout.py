@@ -74,6 +74,24 @@ def test_a_killed_runs_held_out_lines_stay_out_of_export_and_the_cli_says_the_ru
     assert finished.code == 0 and "did not finish" not in finished.stderr, finished
 
 
+def test_a_finished_runs_summary_decides_and_a_killed_runs_damaged_heldout_is_one_line(
+    run: Path, tmp_path: Path
+) -> None:
+    """A finished run's held-out ids come from its summary: a damaged heldout.jsonl beside it does not stop its export
+    (it did, once export read that file too); a killed run's damaged one is one line that says what to do."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run, copy)
+    (copy / HELDOUT).write_text('{"id": "a"}\n{not json\n{"id": "b"}\n')
+    assert {c.id for c in training_conversations(copy)} == {r["id"] for r in read_jsonl(run / CONVERSATIONS)}
+    (copy / "summary.json").unlink()
+    with pytest.raises(
+        ExportError, match=r"held-out conversations of an unfinished run: .*heldout.jsonl:2: .*fix or remove it$"
+    ):
+        training_conversations(copy)
+
+
 def test_evaluation_reads_the_held_out_split(run: Path) -> None:
     assert {c.id for c in eval_conversations(run, "heldout")} == {r["id"] for r in read_jsonl(run / HELDOUT)}
 

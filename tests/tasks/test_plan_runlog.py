@@ -166,7 +166,7 @@ def test_a_conversation_twice_in_a_run_folder_stops_the_resume(tmp_path: Path, p
             path.write_text("".join(lines))
             (tmp_path / HELDOUT).write_text(lines[0])
         for facts in (True, False):
-            with pytest.raises(SynthConfigError, match=rf"conversation {cid} is there twice \(.*{where} row \d+\)"):
+            with pytest.raises(SynthConfigError, match=rf"conversation '{cid}' is there twice \(.*{where} row \d+\)"):
                 RunLog.read(tmp_path, facts=facts)
         with pytest.raises(SynthConfigError, match="is there twice"):
             run_units(plan.units, runner, tmp_path, executor=Serial(), log=RunLog())

@@ -273,7 +273,7 @@ def _stage_root() -> str:
 
 
 _UID_SLOTS = 1000  # host uids per parent process
-_UID_HELD_S = 60.0  # a uid handed out this recently counts as taken (its worker may not be up yet)
+_UID_HELD_S = 5.0  # a uid handed out this recently, not yet seen in /proc, counts as taken (its worker is starting)
 _uid_lock = threading.Lock()
 _uid_handed: dict[int, float] = {}
 
@@ -300,21 +300,25 @@ def _host_uid() -> int:
     share a uid, so none can read another's memory through /proc or use up its per-uid kernel quotas.
 
     A parent has `_UID_SLOTS` of them; after that many starts a slot is reused only when no process holds its
-    uid (a long-lived worker keeps its own while others come and go) and none was handed out in the last minute."""
+    uid (a long-lived worker keeps its own while others come and go) and it was not handed out in the last
+    `_UID_HELD_S` to a worker not yet seen running (`setpriv` takes the uid within milliseconds of the launch)."""
     base = _UID_BASE + (os.getpid() % 1_000_000) * _UID_SLOTS
     with _uid_lock:
         n = next(_uid_counter)
         now = time.monotonic()
-        for uid, at in list(_uid_handed.items()):
-            if now - at > _UID_HELD_S:
-                del _uid_handed[uid]
         taken = _uids_in_use(base, base + _UID_SLOTS) if n >= _UID_SLOTS else set()
+        for uid, at in list(_uid_handed.items()):
+            if now - at > _UID_HELD_S or uid in taken:  # up (/proc covers it from now on), or long since started
+                del _uid_handed[uid]
         for k in range(_UID_SLOTS):
             uid = base + (n + k) % _UID_SLOTS
             if uid not in taken and uid not in _uid_handed:
                 _uid_handed[uid] = now
                 return uid
-    raise SandboxUnavailable(f"every one of this process's {_UID_SLOTS} sandbox uids is held by a live worker")
+    raise SandboxUnavailable(
+        f"every one of this process's {_UID_SLOTS} sandbox uids is held by a running worker or one starting "
+        f"(started in the last {_UID_HELD_S:g} s): too many sandboxed workers at once"
+    )
 
 
 # Run as root by the parent. In a private mount namespace: a tmpfs over the stage folder; the worker's

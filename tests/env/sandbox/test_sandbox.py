@@ -794,3 +794,12 @@ def test_a_host_uid_a_live_process_holds_is_not_handed_out_again(monkeypatch: py
         holder.wait()
     monkeypatch.setattr(wall, "_uid_counter", itertools.count(wall._UID_SLOTS * 5))
     assert wall._host_uid() == base  # free again
+    # a reservation lasts while a worker starts, not a minute: a process starting workers fast (a worker per
+    # session) handed out its thousand and then refused every start though none of them was running
+    monkeypatch.setattr(wall, "_uid_handed", dict.fromkeys(range(base, base + wall._UID_SLOTS), time.monotonic()))
+    with pytest.raises(wall.SandboxUnavailable, match="running worker or one starting"):
+        wall._host_uid()  # a thousand starting at once: none free
+    assert wall._UID_HELD_S <= 10
+    monkeypatch.setattr(wall, "_UID_HELD_S", 0.05)
+    time.sleep(0.1)
+    assert base <= wall._host_uid() < base + wall._UID_SLOTS  # started long enough ago: free unless seen running
