@@ -44,6 +44,7 @@ import atexit
 import contextlib
 import itertools
 import json
+import logging
 import random
 import threading
 import time
@@ -72,6 +73,8 @@ SAMPLE_ONE_IN = 8  # after the first ones, about one served session in this many
 MAX_RECORDED_CALLS = 10  # calls kept of each
 MAX_REFERENCE_BYTES = 256 * 1024  # a recorded session bigger than this (config and results) is not kept
 CANARY_BUDGET_S = 0.25  # the most the kept calls of a recorded session took (and a quarter of a call limit)
+
+_LOG = logging.getLogger(__name__)
 
 # code marked unhealthy in this process (name, code hash) -> why: never started again
 _UNHEALTHY: dict[tuple[str, str], str] = {}
@@ -190,10 +193,14 @@ class WorkerPool:
     def refusal(self) -> str:
         return f"environment '{self.name}' is unhealthy and serves no more calls: {self.unhealthy}"
 
-    def mark_unhealthy(self, reason: str) -> None:
-        """The code showed itself unhealthy: every worker ends, nothing starts it again in this process."""
+    def mark_unhealthy(self, reason: str, detail: str | None = None) -> None:
+        """The code showed itself unhealthy: every worker ends, nothing starts it again in this process. `reason` is
+        what every client is told from now on, so it holds nothing the worker wrote (a canary's answer could carry
+        one client's data to all of them); `detail`, what it wrote, goes to the operator's log only."""
         if self.unhealthy is None:
             self.unhealthy = reason
+            if detail is not None:
+                _LOG.warning("environment '%s' is unhealthy: %s: %s", self.name, reason, detail)
             if self.key is not None:
                 _UNHEALTHY.setdefault(self.key[:2], reason)
         for w in list(self._workers):
@@ -462,7 +469,7 @@ class WorkerPool:
         changed = raw.get("tampering")
         if changed and isinstance(changed, list):
             shown = ", ".join(str(c)[:100] for c in changed[:3])
-            self.mark_unhealthy(f"the code changed the runtime it runs in, while serving: {shown}")
+            self.mark_unhealthy("the code changed the runtime it runs in, while serving", shown)
 
     def _picks(self, worker: _Pooled) -> list[_Reference]:
         """What one canary replays: a judged session (one this worker has not replayed first), and a recorded
@@ -493,7 +500,9 @@ class WorkerPool:
             self.canaries += 1
             why = self._replay(worker, ref)
             if why is not None:
-                self.mark_unhealthy(f"a canary ({ref.describe()}, replayed as an ordinary session) {why}")
+                self.mark_unhealthy(
+                    f"a canary ({ref.describe()}, replayed as an ordinary session) came out otherwise", why
+                )
                 return
 
     def _replay(self, worker: _Pooled, ref: _Reference) -> str | None:

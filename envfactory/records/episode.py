@@ -40,6 +40,11 @@ class Episode:
         for name in dict.fromkeys([*initial, *servers]):
             self.start(name, initial.get(name))
 
+    def close(self) -> None:
+        """Let go of every session's resources (a sandboxed worker's copy of its state); idempotent."""
+        for session in self.sessions.values():
+            session.close()
+
     def start(self, server: str, config: dict[str, Any] | str | None = None) -> Session:
         """(Re)start `server`'s session from `config` (None: its default scenario)."""
         env = self.pool.get(server)

@@ -38,6 +38,7 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from starlette.applications import Starlette
 
+from envfactory.env.sandbox.process import workers_resident_mb
 from envfactory.serve.answers import answer_bytes, response_body, timed_body
 from envfactory.serve.asgi import (
     DISCONNECT_FILTER,
@@ -185,6 +186,8 @@ class SessionServer(FastMCP, Generic[H]):
             return None
         limits = self.limits
         resident = resident_mb()
+        if resident is not None:  # and the sandboxed workers this process started (a worker per session can be most)
+            resident += workers_resident_mb()
         over_memory = resident is not None and limits.memory_mb is not None and resident > limits.memory_mb
         if len(open_) < limits.max_sessions and not over_memory:
             return None
@@ -219,6 +222,23 @@ class SessionServer(FastMCP, Generic[H]):
             if since <= latest and since < best_since:
                 best, best_since = (session_id, transport), since
         return best
+
+    def drop_ended(self) -> int:
+        """Let go of the objects of the HTTP sessions that ended (a DELETE, the idle timeout, an eviction), closing
+        them; returns how many. They were held by a weak key the SDK keeps referenced after its session ends: the
+        state of every ended session stayed, and with `sandbox_session_workers` its worker process too."""
+        open_ = self._open_sessions()
+        if open_ is None:
+            return 0
+        live = {id(t) for t in open_.values()}
+        ended = [k for k in list(self._held.keys()) if hasattr(k, "is_terminated") and id(k) not in live]
+        for key in ended:
+            held = self._held.pop(key, None)
+            close = getattr(held, "close", None)
+            if callable(close):
+                with contextlib.suppress(Exception):  # (one that fails to close is let go all the same)
+                    close()
+        return len(ended)
 
     def transport_of(self, session_id: str | None) -> Any:
         """The SDK's transport of the open streamable-HTTP session `session_id` (None if there is none): the key

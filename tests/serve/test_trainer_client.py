@@ -149,7 +149,7 @@ async def test_a_session_on_a_scenario_the_server_lacks_is_refused_when_it_opens
     before = server.open_sessions
     with pytest.raises(ServerHTTPError, match=r"no scenario 'nope'.*default") as refused:
         await TrainerSession.open(url, scenario="nope")
-    assert refused.value.status == 400 and server.open_sessions == before
+    assert refused.value.status == 400 and server.open_sessions <= before  # (ended ones let go meanwhile)
     async with await TrainerSession.open(url, scenario="busy") as env:  # one it has
         assert not (await env.call("search_hotels", {"city": "Lisbon"})).is_error
 

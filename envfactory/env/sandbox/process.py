@@ -490,3 +490,21 @@ class _IdleMonitor:
 
 
 _MONITOR = _IdleMonitor()
+
+
+def workers_resident_mb() -> float:
+    """The resident memory of this process's live sandboxed workers (every monitored one: pooled and spare), in MB,
+    read from /proc: a server's memory budget counts them (they are processes of their own)."""
+    with _MONITOR._lock:
+        procs = [p for p in _MONITOR._procs if p.died is None]
+    pages = 0
+    for p in procs:
+        pid = p.child_pid if p.wall.kind == "bubblewrap" else (p.proc.pid if p.proc is not None else None)
+        if pid is None:
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/statm", "rb") as fh:
+            pages += int(fh.read().split()[1])
+    return pages * _PAGE / 2**20
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
