@@ -287,6 +287,28 @@ def test_ambiguity_leaves_the_choice_open_and_the_user_settles_it(pool: EnvPool)
     assert none.clarification is None
 
 
+def _lisbon(hotels: list[dict[str, Any]], *later: tuple[PlannedCall, Any]) -> Turn:
+    """A turn that searches hotels in Lisbon (finding `hotels`), then makes the `later` calls (with their results)."""
+    search = PlannedCall(
+        call=ToolCall(server="hotels", name="search_hotels", arguments={"city": "Lisbon"}),
+        bindings=[Binding(parameter="city", source="state", value="Lisbon")],
+        kind="read",
+    )
+    calls = [search, *(c for c, _ in later)]
+    results = [
+        ToolResult(server=c.call.server, name=c.call.name, ok=True, result=r) for c, r in [(search, hotels), *later]
+    ]
+    return Turn(calls=calls, results=results, start=0)
+
+
+def _get_hotel(hotel_id: str, path: str, call: int) -> PlannedCall:
+    return PlannedCall(
+        call=ToolCall(server="hotels", name="get_hotel", arguments={"hotel_id": hotel_id}),
+        bindings=[Binding(parameter="hotel_id", source="output", value=hotel_id, path=path, call=call)],
+        kind="read",
+    )
+
+
 def test_the_question_follows_the_lookup_that_listed_the_look_alikes_not_a_later_call_of_one(pool: EnvPool) -> None:
     """search_hotels lists two hotels in Lisbon, check_availability takes one, get_hotel reads its id from the
     availability: the question was asked after check_availability (the call the id was read from), so the
@@ -295,42 +317,28 @@ def test_the_question_follows_the_lookup_that_listed_the_look_alikes_not_a_later
         {"id": "HT-LIS-01", "name": "Casa Rio", "city": "Lisbon", "stars": 3, "price_per_night": 90.0},
         {"id": "HT-LIS-02", "name": "Casa do Rio", "city": "Lisbon", "stars": 3, "price_per_night": 160.0},
     ]
+    check = PlannedCall(
+        call=ToolCall(
+            server="hotels",
+            name="check_availability",
+            arguments={"hotel_id": "HT-LIS-02", "check_in": "2026-01-19", "nights": 2},
+        ),
+        bindings=[
+            Binding(parameter="hotel_id", source="output", value="HT-LIS-02", path="[1].id", call=0),
+            Binding(parameter="check_in", source="state", value="2026-01-19"),
+            Binding(parameter="nights", source="state", value=2),
+        ],
+        kind="read",
+    )
     availability = {"hotel_id": "HT-LIS-02", "check_in": "2026-01-19", "nights": 2, "rooms_free": 0}
-    calls = [
-        PlannedCall(
-            call=ToolCall(server="hotels", name="search_hotels", arguments={"city": "Lisbon"}),
-            bindings=[Binding(parameter="city", source="state", value="Lisbon")],
-            kind="read",
-        ),
-        PlannedCall(
-            call=ToolCall(
-                server="hotels",
-                name="check_availability",
-                arguments={"hotel_id": "HT-LIS-02", "check_in": "2026-01-19", "nights": 2},
-            ),
-            bindings=[
-                Binding(parameter="hotel_id", source="output", value="HT-LIS-02", path="[1].id", call=0),
-                Binding(parameter="check_in", source="state", value="2026-01-19"),
-                Binding(parameter="nights", source="state", value=2),
-            ],
-            kind="read",
-        ),
-        PlannedCall(
-            call=ToolCall(server="hotels", name="get_hotel", arguments={"hotel_id": "HT-LIS-02"}),
-            bindings=[Binding(parameter="hotel_id", source="output", value="HT-LIS-02", path="hotel_id", call=1)],
-            kind="read",
-        ),
-    ]
-    results = [
-        ToolResult(server="hotels", name="search_hotels", ok=True, result=hotels),
-        ToolResult(server="hotels", name="check_availability", ok=True, result=availability),
-        ToolResult(server="hotels", name="get_hotel", ok=True, result={**hotels[1], "rooms_total": 1}),
-    ]
+    turn = _lisbon(
+        hotels, (check, availability), (_get_hotel("HT-LIS-02", "hotel_id", 1), {**hotels[1], "rooms_total": 1})
+    )
     meta = {"hotels": pool.get("hotels").metadata}
     asked = 0
     for seed in range(10):
         writer = ConversationWriter(PROMPTS, meta, random.Random(seed), ambiguity=1.0)
-        writer.request(Turn(calls=calls, results=results, start=0))
+        writer.request(turn)
         if writer.clarification is not None:
             asked += 1
             assert writer.clarification[0] == 0, writer.clarification  # after search_hotels, before the check
@@ -387,27 +395,10 @@ def test_a_look_alike_read_whole_is_still_told_apart(pool: EnvPool) -> None:
         {"id": "HT-LIS-01", "name": "Casa Rio", "city": "Lisbon", "stars": 3, "price_per_night": 90.0},
         {"id": "HT-LIS-02", "name": "Casa Rio", "city": "Lisbon", "stars": 4, "price_per_night": 160.0},
     ]
-    calls = [
-        PlannedCall(
-            call=ToolCall(server="hotels", name="search_hotels", arguments={"city": "Lisbon"}),
-            bindings=[Binding(parameter="city", source="state", value="Lisbon")],
-            kind="read",
-        ),
-        PlannedCall(
-            call=ToolCall(server="hotels", name="get_hotel", arguments={"hotel_id": "HT-LIS-02"}),
-            bindings=[Binding(parameter="hotel_id", source="output", value="HT-LIS-02", path="[1].id", call=0)],
-            kind="read",
-        ),
-    ]
-    results = [
-        ToolResult(server="hotels", name="search_hotels", ok=True, result=hotels),
-        ToolResult(server="hotels", name="get_hotel", ok=True, result={**hotels[1], "rooms_total": 5}),
-    ]
+    turn = _lisbon(hotels, (_get_hotel("HT-LIS-02", "[1].id", 0), {**hotels[1], "rooms_total": 5}))
     meta = {"hotels": pool.get("hotels").metadata}
     for seed in range(4):
-        text = ConversationWriter(PROMPTS, meta, random.Random(seed), ambiguity=0.0).request(
-            Turn(calls=calls, results=results, start=0)
-        )
+        text = ConversationWriter(PROMPTS, meta, random.Random(seed), ambiguity=0.0).request(turn)
         assert "Casa Rio" in text and ("160" in text or "4" in text), text
 
 
