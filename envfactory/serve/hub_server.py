@@ -22,6 +22,7 @@ from mcp import types
 from pydantic import ValidationError
 
 from envfactory.env.pool import EnvPool
+from envfactory.env.sandbox.process import workers_resident_mb
 from envfactory.errors import EnvFactoryError, first_error
 from envfactory.metatools import (
     CALL_TOOL,
@@ -165,6 +166,9 @@ class HubMCPServer(SessionServer[HubEpisode]):
             if e.code == "unknown_task":
                 raise HubError(e.code, f"{e.message}; given by this connection's task parameter") from None
             raise
+
+    def helpers_resident_mb(self) -> float:
+        return workers_resident_mb()  # the sandboxed workers of this process (untrusted environments)
 
     def choice_problem(self, choice: Any) -> str | None:
         if isinstance(choice, str) and choice != self.default_choice and choice not in self.hub.tasks:

@@ -18,6 +18,7 @@ from typing import Any
 from mcp import types
 
 from envfactory.env.environment import BaseEnvironment
+from envfactory.env.sandbox.process import workers_resident_mb
 from envfactory.env.session import Session
 from envfactory.errors import EnvFactoryError
 from envfactory.serve.answers import answer_bytes, tool_result
@@ -137,6 +138,9 @@ class EnvMCPServer(SessionServer[Session]):
 
     def create(self, choice: Any) -> Session:
         return Session.fork(self.env, choice)
+
+    def helpers_resident_mb(self) -> float:
+        return workers_resident_mb()  # the sandboxed workers of this process (untrusted environments)
 
     def choice_problem(self, choice: Any) -> str | None:
         if choice is self.default_choice:

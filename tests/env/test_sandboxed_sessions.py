@@ -506,4 +506,55 @@ def test_served_sessions_that_ended_let_go_of_their_workers(tmp_path: Path) -> N
         asyncio.run(churn(url, 6))
         assert alive() <= 2  # the last session's worker at most (and one started for the code's load)
         assert server.open_held <= 1
-        assert workers_resident_mb() > 0
+        assert workers_resident_mb() > 0 and server.helpers_resident_mb() > 0  # the budget counts the workers
+
+
+_SLOW_GET_HOTEL = """
+    if hotel_id == "slow":  # ~2 s of work
+        n = 0
+        for i in range(25_000_000):
+            n += i
+        hotel_id = "HT-LIS-01"
+    return db.get("hotels", hotel_id, "hotel")
+"""
+
+
+def test_a_session_ended_mid_call_is_let_go_after_its_call_not_under_it(tmp_path: Path) -> None:
+    """A session DELETEd while its call runs, then a new session opened: its worker was closed under the running
+    call (the call answered "[Errno 9] Bad file descriptor", and a spare's pipes could take the freed descriptor
+    numbers the call went on reading). A session with a call running is let go at a later open; the call ends."""
+    import httpx
+
+    from envfactory.serve.mcp_server import EnvMCPServer
+    from envfactory.serve.trainer_client import TrainerSession
+    from tests.support.serve import serving
+
+    _hotels_with_get_hotel(tmp_path, _SLOW_GET_HOTEL)
+    (tmp_path / "envs" / "hotels" / "envgen.json").unlink(missing_ok=True)
+    env = EnvPool(Settings(root=tmp_path, bfcl=False, sandbox_session_workers=True)).get("hotels")
+    assert isinstance(env, SandboxedEnvironment)
+    server = EnvMCPServer(env, default_config="default")
+
+    async def race(url: str) -> tuple[Any, int]:
+        a = await TrainerSession.open(url)
+        await a.call("search_hotels", {"city": "Lisbon"})
+        slow = asyncio.create_task(a.call("get_hotel", {"hotel_id": "slow"}))
+        await asyncio.sleep(0.15)  # the call runs in a's worker now
+        async with httpx.AsyncClient() as http:  # another client ends a's session
+            assert a.session_id is not None
+            gone = await http.delete(
+                url, headers={"mcp-session-id": a.session_id, "mcp-protocol-version": "2025-06-18"}
+            )
+        b = await TrainerSession.open(url)  # its open looks for ended sessions
+        assert not (await b.call("search_hotels", {"city": "Lisbon"})).is_error
+        result = await asyncio.wait_for(slow, 30)
+        await b.close()
+        c = await TrainerSession.open(url)  # a's session is let go now, its call over
+        await c.close()
+        return result, gone.status_code
+
+    with serving(server) as url:
+        result, status = asyncio.run(race(url))
+    assert status in (200, 202, 204)
+    assert "Errno" not in result.text and "Bad file descriptor" not in result.text, result.text
+    assert server.open_held == 0 and sum(w.process.alive for w in env.pool._workers) <= 1

@@ -640,4 +640,5 @@ def test_the_offline_instruct_model_is_an_alias_a_newcomer_can_name() -> None:
     source = resolve_model(SMOLLM2_GGUF)
     path = source.gguf_path
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.is_file()
-    assert path.read_bytes()[:4] == b"GGUF"
+    with path.open("rb") as f:
+        assert f.read(4) == b"GGUF"

@@ -125,6 +125,11 @@ class SandboxProcess:
         self._reader: FrameReader | None = None
         self._next_id = 0
         self._lock = threading.Lock()
+        # the thread with a request out (None: none): another thread's close kills the worker but leaves the pipes
+        # to it, which reads the end of the worker's output and closes them (closed under a reading thread, a pipe's
+        # descriptor number could be another worker's by its next read)
+        self._asking: int | None = None
+        self._pipes_left = False
         self.died: WorkerDied | None = None
         self._closing = False
         self.monitor = monitor  # watched while idle by the monitor thread (pooled workers)
@@ -332,6 +337,14 @@ class SandboxProcess:
             proc.kill()
         with contextlib.suppress(Exception):
             proc.wait(timeout=10)
+        asking = self._asking
+        if asking is not None and asking != threading.get_ident():
+            self._pipes_left = True  # (the asking thread closes them: `_request`)
+            return
+        self._close_pipes(proc)
+
+    @staticmethod
+    def _close_pipes(proc: subprocess.Popen[bytes]) -> None:
         for stream in (proc.stdin, proc.stdout):
             with contextlib.suppress(Exception):
                 stream.close()  # type: ignore[union-attr]
@@ -390,7 +403,16 @@ class SandboxProcess:
             self._next_id += 1
             rid = self._next_id
             self._idle_base = None
-            reply = self._exchange({"op": op, "id": rid, "closed": list(closed), **fields}, timeout_s, spin=spin)
+            self._asking = threading.get_ident()
+            try:
+                reply = self._exchange({"op": op, "id": rid, "closed": list(closed), **fields}, timeout_s, spin=spin)
+            finally:
+                self._asking = None
+                if self._pipes_left and self.proc is not None:  # closed by another thread meanwhile
+                    self._pipes_left = False
+                    self._close_pipes(self.proc)
+            if self.died is not None:  # closed by another thread while its answer came: not served
+                raise self.died
             if type(reply.get("id")) is not int or reply["id"] != rid:  # (True and 1.0 equal 1)
                 raise self._die("protocol", f"the worker answered request {reply.get('id')!r}, not {rid}")
             self._idle_base, self._idle_at = self._cpu_now(), time.monotonic()
@@ -404,7 +426,10 @@ class SandboxProcess:
             frame = encode(message)
         except (ValueError, TypeError, RecursionError) as e:
             raise ValueError(f"the request cannot be encoded as JSON: {e}") from None
-        left = self._reader.unasked()
+        try:
+            left = self._reader.unasked()
+        except (OSError, ValueError):  # its pipe closed already
+            raise self._die("crashed", "the worker is gone") from None
         if left == "data":
             raise self._die("protocol", "the worker sent a frame no request asked for")
         if left == "eof":
@@ -424,6 +449,8 @@ class SandboxProcess:
             if e.kind == "eof":
                 raise self._die("crashed", "the worker exited") from None
             raise self._die("protocol", str(e)) from None
+        except (OSError, ValueError):  # its pipe closed under the read (a close from another thread before it was
+            raise self._die("crashed", "the worker is gone") from None  # kept from doing so)
         if not isinstance(reply, dict):
             raise self._die("protocol", "the worker's answer is not a JSON object")
         if time.monotonic() > deadline + 0.5:  # an answer sent at the last moment and slow to parse
