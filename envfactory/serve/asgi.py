@@ -286,9 +286,8 @@ class SessionBudget:
             and scope.get("path") == self.path
             and _header(scope.get("headers") or [], MCP_SESSION_ID_HEADER.encode()) is None
         ):
-            await (
-                self.server.drop_ended()
-            )  # the objects of sessions that ended since (each may hold a sandboxed worker)
+            # the objects of sessions that ended since (each may hold a sandboxed worker)
+            await self.server.drop_ended()
             problem = self.server.choice_problem(self.server.choice_of(Request(scope)))
             if problem is not None:
                 body = {"jsonrpc": "2.0", "id": None, "error": {"code": -32602, "message": problem}}

@@ -618,9 +618,7 @@ class ConversationWriter:
                     if any(r.get(labelled[0]) == labelled[1] for r in others):
                         detail = self._distinguishing(record, [record, *others], self._goal_says, self._goal_asks)
                         if detail is not None:
-                            part += " " + self.rng.choice(self.wording.distinguish).format(
-                                field=spoken_name(detail[0]), value=say(detail[1], self.style)
-                            )
+                            part += " " + self._told_apart(detail)
                     parts.append(part)
                 elif labelled is None and depth < 2:  # a booking has no name: say what found it
                     parts.append(self._criteria(turn.calls[b.call - turn.start], label, turn, all_results, depth + 1))
@@ -713,9 +711,7 @@ class ConversationWriter:
                 )
                 return re.sub(r"\s+", " ", vague).strip()
             if not unique and detail is not None and detail[0] != told:
-                phrase += " " + self.rng.choice(self.wording.distinguish).format(
-                    field=spoken_name(detail[0]), value=say(detail[1], self.style)
-                )
+                phrase += " " + self._told_apart(detail)
         return re.sub(r"\s+", " ", phrase).strip()
 
     def _clarify(
@@ -736,6 +732,12 @@ class ConversationWriter:
             field=spoken_name(field), value=say(detail[1], self.style)
         )
         return after, re.sub(r"\s+", " ", question).strip(), reply
+
+    def _told_apart(self, detail: tuple[str, Any]) -> str:
+        """What tells a record apart from its look-alikes, in words: "(the one with check in 2026-01-14)"."""
+        return self.rng.choice(self.wording.distinguish).format(
+            field=spoken_name(detail[0]), value=say(detail[1], self.style)
+        )
 
     @staticmethod
     def _distinguishing(

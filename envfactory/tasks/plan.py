@@ -362,12 +362,9 @@ class RunLog:
             seen[cid] = at
             return cid
 
-        log.train = [
-            _facts_of_row(path, n, row) if facts else once(path, n, row["id"]) for n, row in _rows_with(path, ("id",))
-        ]
-        if facts:
-            for n, fact in enumerate(log.train, 1):
-                once(path, n, fact.id if isinstance(fact, ConversationFacts) else fact)
+        for n, row in _rows_with(path, ("id",)):
+            once(path, n, row["id"])
+            log.train.append(_facts_of_row(path, n, row) if facts else row["id"])
         log.heldout_ids = [once(out / HELDOUT, n, r["id"]) for n, r in _rows_with(out / HELDOUT, ("id",))]
         log.drops = [(r["key"], r["code"]) for _, r in _rows_with(out / DROPPED, ("key", "code"))]
         return log

@@ -36,7 +36,7 @@ from typing import IO, Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from envfactory.env.sandbox.protocol import Hello, Isolation, WorkerLimits
-from envfactory.env.sandbox.wall import Wall, bwrap_args, child_env, startup_filter, worker_filter
+from envfactory.env.sandbox.wall import Wall, bwrap_args, child_env, real_uid, startup_filter, worker_filter
 from envfactory.env.sandbox.wire import FrameReader, WireError, decode, encode, write_frame
 from envfactory.errors import EnvError
 
@@ -220,8 +220,13 @@ class SandboxProcess:
         return self.isolation
 
     # ---- CPU, read from outside --------------------------------------------------------------
+    @property
+    def host_pid(self) -> int | None:
+        """The worker's pid on the host: bwrap's child under bubblewrap, else the process started."""
+        return self.child_pid if self.wall.kind == "bubblewrap" else (self.proc.pid if self.proc else None)
+
     def _open_cpu(self) -> None:
-        host_pid = self.child_pid if self.wall.kind == "bubblewrap" else (self.proc.pid if self.proc else None)
+        host_pid = self.host_pid
         if host_pid is None:
             return
         for name, schedstat in (("schedstat", True), ("stat", False)):
@@ -305,16 +310,7 @@ class SandboxProcess:
 
     def _host_uid(self) -> int | None:
         """The worker's real uid as the host sees it (nested user namespaces make the inside view relative)."""
-        if self.child_pid is None:
-            return None
-        try:
-            with open(f"/proc/{self.child_pid}/status", encoding="ascii", errors="replace") as f:
-                for line in f:
-                    if line.startswith("Uid:"):
-                        return int(line.split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
-        return None
+        return None if self.child_pid is None else real_uid(self.child_pid)
 
     def kill(self) -> None:
         self._idle_base = None
@@ -526,7 +522,7 @@ def workers_resident_mb() -> float:
         procs = [p for p in _MONITOR._procs if p.died is None]
     pages = 0
     for p in procs:
-        pid = p.child_pid if p.wall.kind == "bubblewrap" else (p.proc.pid if p.proc is not None else None)
+        pid = p.host_pid
         if pid is None:
             continue
         with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/statm", "rb") as fh:

@@ -278,20 +278,26 @@ _uid_lock = threading.Lock()
 _uid_handed: dict[int, float] = {}
 
 
+def real_uid(pid: int | str) -> int | None:
+    """Process `pid`'s real uid as the host sees it (from /proc: nested user namespaces make a process's own view
+    relative), or None where it cannot be read (gone, or not readable)."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def _uids_in_use(lo: int, hi: int) -> set[int]:
     """The real uids in [lo, hi) some process has now, read from /proc."""
     used: set[int] = set()
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
-            if not entry.name.isdigit():
-                continue
-            with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{entry.name}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"Uid:"):
-                        uid = int(line.split()[1])
-                        if lo <= uid < hi:
-                            used.add(uid)
-                        break
+            if entry.name.isdigit() and (uid := real_uid(entry.name)) is not None and lo <= uid < hi:
+                used.add(uid)
     return used
 
 
