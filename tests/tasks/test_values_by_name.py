@@ -31,7 +31,7 @@ SHAPES = {
     "cidr_block": re.compile(r"\d+\.\d+\.\d+\.\d+/24"),
     "type": re.compile("|".join(_VOCABULARY["kind"])),
     "sku": re.compile(r"[A-Z]{3}-\d{4,5}"),  # a product's own code
-    "time_zone": re.compile(r"[A-Z][a-z]+(/[A-Za-z_]+)?|UTC"),
+    "time_zone": re.compile(r"[A-Z][a-z]+/[A-Za-z_]+|UTC"),  # an area and a city: one capitalized word is not a zone
     "self_link": re.compile(r"https://example\.com/[a-z0-9-]+"),  # an address ("self link hotel" before)
     "creation_timestamp": re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"),  # ("creation timestamp like")
     "logo": re.compile(r"https://example\.com/[a-z0-9-]+\.(png|jpg|svg)"),  # an image's address ("logo around")
