@@ -156,19 +156,21 @@ class LLMSettings(BaseModel):
     model: str = Field(default="gpt-4o-mini", description="the served model's name; transformers: the checkpoint")
     base_url: str | None = Field(default=None, description="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     api_key: str | None = Field(default=None, description="falls back to OPENAI_API_KEY; 'EMPTY' for local servers")
-    temperature: float = 0.7
-    top_p: float = 0.95
-    max_tokens: int | None = 4096
+    temperature: float = Field(default=0.7, ge=0)
+    top_p: float = Field(default=0.95, gt=0, le=1)
+    max_tokens: int | None = Field(
+        default=4096, gt=0, description="tokens a reply may have (None: the server's own cap)"
+    )
     max_tokens_field: Literal["auto", "max_completion_tokens", "max_tokens", "both"] = Field(
         default="auto",
         description="openai: the request field that carries max_tokens — max_completion_tokens (OpenAI's current "
         "name), max_tokens (the name llama-cpp-python's server and older servers read; they ignore the other), "
         "both; auto sends max_completion_tokens to OpenAI and Azure and both fields to any other endpoint",
     )
-    timeout_s: float = 120.0
-    max_retries: int = Field(default=5, description="retries with exponential backoff on rate limits and 5xx")
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=5, ge=0, description="retries with exponential backoff on rate limits and 5xx")
     gguf_path: Path | None = Field(default=None, description="local: the GGUF model file")
-    n_ctx: int = 8192
+    n_ctx: int = Field(default=8192, gt=0)
     script: Path | None = Field(default=None, description="scripted: a YAML/JSON file of responses")
     response_format: Literal["auto", "json_schema", "json_object", "none"] = Field(
         default="auto",

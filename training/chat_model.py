@@ -36,6 +36,7 @@ from training.loading import (
     ChatTemplateMode,
     Dtype,
     TokenizerSetup,
+    check_model,
     load_model_and_tokenizer,
     load_tokenizer,
     prepare_tokenizer,
@@ -221,17 +222,35 @@ def shared_llama(gguf: str, n_ctx: int) -> Any:
         return _LLAMAS[key]
 
 
-def from_settings(cfg: LLMSettings, settings: Settings, callbacks: list[BaseCallbackHandler]) -> BaseChatModel:
-    """The `transformers` provider: `cfg.model` is the checkpoint (folder, `.gguf` or alias)."""
+def _model_spec(cfg: LLMSettings, settings: Settings) -> str:
+    """`cfg.model` as the provider loads it: a relative path from the working directory, then the project root."""
     spec = Path(cfg.model).expanduser()
     if not spec.is_absolute() and not spec.exists() and (settings.root / spec).exists():
-        spec = settings.root / spec  # relative paths: from the working directory, then the project root
-    return TransformersChat(
-        spec=str(spec) if spec.exists() else cfg.model,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        max_tokens=cfg.max_tokens or 512,
-        gguf=str(cfg.gguf_path) if cfg.gguf_path is not None else None,
-        n_ctx=cfg.n_ctx,
-        callbacks=callbacks,
-    )
+        spec = settings.root / spec
+    return str(spec) if spec.exists() else cfg.model
+
+
+class TransformersProvider:
+    """The `transformers` provider (the `envfactory.chat_models` entry point): called, the chat model over
+    `cfg.model` (a checkpoint folder, `.gguf` file or alias); `check` raises what loading it would, without
+    loading anything (what a command runs before any work: `envfactory.llm.models.check_configured`)."""
+
+    def __call__(self, cfg: LLMSettings, settings: Settings, callbacks: list[BaseCallbackHandler]) -> BaseChatModel:
+        return TransformersChat(
+            spec=_model_spec(cfg, settings),
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=cfg.max_tokens or 512,
+            gguf=str(Path(cfg.gguf_path).expanduser()) if cfg.gguf_path is not None else None,
+            n_ctx=cfg.n_ctx,
+            callbacks=callbacks,
+        )
+
+    def check(self, cfg: LLMSettings, settings: Settings) -> None:
+        """FileNotFoundError when the model, or the role's `gguf_path`, is not here."""
+        check_model(_model_spec(cfg, settings))
+        if cfg.gguf_path is not None and not Path(cfg.gguf_path).expanduser().is_file():
+            raise FileNotFoundError(f"no GGUF file at {cfg.gguf_path} (gguf_path)")
+
+
+from_settings = TransformersProvider()

@@ -154,8 +154,13 @@ def resolve_model(spec: str | Path) -> ModelSource:
         if not path.is_file():
             raise FileNotFoundError(f"no GGUF file at {path}")
         return ModelSource(str(path.resolve().parent), path.name)
-    if path.exists():
+    if path.is_dir():
         return ModelSource(str(path))
+    if path.exists():
+        raise FileNotFoundError(
+            f"model {text}: a file that is not a .gguf (a model is a checkpoint folder, a .gguf file, a model in the"
+            " local Hugging Face cache or an alias; see training/README.md)"
+        )
     if path.is_absolute() or text.startswith((".", "~")) or text.count("/") != 1 or not _in_hub_cache(text):
         # never a hub download at run time: a model is a local folder, a GGUF file, or one the cache holds
         raise FileNotFoundError(

@@ -13,6 +13,7 @@ import typer
 from envfactory.env.metadata import ENV_NAME, ENV_NAME_MAX
 from envfactory.errors import EnvFactoryError
 from envfactory.inputs import missing_folders
+from envfactory.records.run_folder import RUN_FILES
 from envfactory.terminal import shorten
 
 
@@ -81,6 +82,8 @@ def output_file(path: Path, option: str = "--out") -> Path:
         raise EnvFactoryError(f"{option} {shorten(str(path))} is a folder: {option} names a file to write")
     if path.exists() and not path.is_file():
         raise EnvFactoryError(f"{option} {shorten(str(path))} is not a regular file")
+    if path.parent.exists() and not path.parent.is_dir():
+        raise EnvFactoryError(f"{option} {shorten(str(path))}: {shorten(str(path.parent))} is a file, not a folder")
     output_dir(path.parent, option=f"{option} {shorten(str(path))}: its folder")
     return path
 
@@ -125,9 +128,10 @@ def _resolved(path: Path) -> Path:
 
 
 def refuse_overwriting_input(out: Path | None, option: str, *inputs: Path | None) -> None:
-    """An output that would replace what the command reads: the same file as an input, or an existing file
-    inside an input folder (a run's conversations, a table's own file), is one line before any work. A new
-    file beside the inputs, or '-' (stdout), passes."""
+    """An output that would replace what the command reads: the same file as an input, an existing file
+    inside an input folder (a run's conversations, a table's own file), or a run's own file (`RUN_FILES`: its
+    summary, held-out split...) beside an input file, is one line before any work. A new file beside the
+    inputs, or '-' (stdout), passes."""
     if out is None or str(out) == "-":
         return
     target = _resolved(out)
@@ -135,7 +139,11 @@ def refuse_overwriting_input(out: Path | None, option: str, *inputs: Path | None
         if given is None:
             continue
         source = _resolved(given)
-        if target == source or (source.is_dir() and target.is_file() and source in target.parents):
+        if (
+            target == source
+            or (source.is_dir() and target.is_file() and source in target.parents)
+            or (source.is_file() and target.is_file() and target.parent == source.parent and target.name in RUN_FILES)
+        ):
             raise EnvFactoryError(
                 f"{option} {shorten(str(out))} would overwrite {shorten(str(given))}, "
                 "which this command reads or writes: write elsewhere"

@@ -11,6 +11,7 @@ from envfactory.cli.args import out_file_option, path_to_write, refuse_overwriti
 from envfactory.errors import EnvFactoryError
 from envfactory.eval.items import load_conversations
 from envfactory.inputs import write_atomic
+from envfactory.records.run_folder import HELDOUT
 from envfactory.terminal import SafeConsole, Table, safe
 
 app = typer.Typer(
@@ -41,7 +42,7 @@ def contamination(
     if not available():
         raise EnvFactoryError("--against bfcl needs bfcl-eval installed (pip install --no-deps bfcl-eval)")
     conversations = load_conversations(source)
-    if source.is_dir() and (source / "heldout.jsonl").is_file():
+    if source.is_dir() and (source / HELDOUT).is_file():
         conversations += load_conversations(source, "heldout")
     if not conversations:
         raise EnvFactoryError(f"{source}: nothing to check: it holds no conversation")

@@ -194,6 +194,11 @@ def evaluate(
         )
     plot_summary(summary, out_dir / "eval.png", unit)
     out.print(f"written to {safe(out_dir)} ({SETTINGS_FILE}, {ATTEMPTS}, {SUMMARY}, eval.png)", highlight=False)
+    if summary.attempts and summary.errors == summary.attempts:  # the model never answered: no score to trust
+        raise EvalRunError(
+            f"every attempt ended in an error, not an answer (see {safe(out_dir / ATTEMPTS)}): fix the model or its "
+            "server and run the command again (the failed model calls are tried again)"
+        )
 
 
 def _data(source: Path | None, suite: str | None, split: str | None) -> tuple[EvalData, str]:

@@ -23,7 +23,13 @@ def conversations_file(source: Path, split: Split = "train") -> Path:
     name = SPLIT_FILES[split]
     path = source / name if source.is_dir() else source
     if not path.is_file():
-        where = f"{source} has no {name}" if source.is_dir() else f"{source} does not exist"
+        where = (
+            f"{source} has no {name}"
+            if source.is_dir()
+            else f"{source} is not a regular file"
+            if source.exists()
+            else f"{source} does not exist"
+        )
         raise ExportError(f"{where}: give a synth run folder or a conversations JSONL file")
     return path
 

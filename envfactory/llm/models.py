@@ -12,6 +12,7 @@ import importlib.util
 from collections.abc import Iterable
 from importlib.metadata import EntryPoint
 from pathlib import Path
+from typing import Any
 
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models import BaseChatModel
@@ -49,17 +50,33 @@ def _provider_entry_point(role: Role, provider: str) -> EntryPoint:
     return found[0]
 
 
+def _load_provider(role: Role, provider: str) -> Any:
+    """The provider's factory, imported (`envfactory.chat_models` entry point)."""
+    try:
+        return _provider_entry_point(role, provider).load()
+    except ImportError as e:
+        raise LLMConfigError(f"role '{role}': provider {provider} cannot be imported: {e}") from None
+
+
 def _entry_point_model(
     role: Role, cfg: LLMSettings, settings: Settings, callbacks: list[BaseCallbackHandler]
 ) -> BaseChatModel:
     """A provider another package registers (`envfactory.chat_models` entry points: name -> factory taking the
     role's settings, the settings and the callbacks): the library never imports it itself."""
-    try:
-        factory = _provider_entry_point(role, cfg.provider).load()
-    except ImportError as e:
-        raise LLMConfigError(f"role '{role}': provider {cfg.provider} cannot be imported: {e}") from None
-    model: BaseChatModel = factory(cfg, settings, callbacks)
+    model: BaseChatModel = _load_provider(role, cfg.provider)(cfg, settings, callbacks)
     return model
+
+
+def _check_entry_point_model(role: Role, cfg: LLMSettings, settings: Settings) -> None:
+    """The provider found and imported, and its `check(cfg, settings)` run where it has one: what loading the model
+    would refuse (a checkpoint that is not here), said before any work, without loading it."""
+    check = getattr(_load_provider(role, cfg.provider), "check", None)
+    if not callable(check):
+        return
+    try:
+        check(cfg, settings)
+    except (OSError, ValueError) as e:
+        raise LLMConfigError(f"role '{role}': {e} (set {setting_var(role, 'MODEL')})") from None
 
 
 def _local_gguf(role: Role, cfg: LLMSettings, settings: Settings) -> Path:
@@ -84,7 +101,7 @@ def check_configured(roles: Iterable[Role], settings: Settings) -> None:
         if cfg.provider == "local":
             _local_gguf(role, cfg, settings)
         elif cfg.provider == "transformers":
-            _provider_entry_point(role, cfg.provider)  # found, not loaded: loading reads the checkpoint
+            _check_entry_point_model(role, cfg, settings)
         else:
             chat_model(role, settings)  # cheap: a client object or a parsed script; or "no LLM is configured"
 

@@ -23,6 +23,8 @@ SUMMARY = "summary.json"  # the run's counts and settings (and which units are h
 ATTEMPTS = "attempts.jsonl"  # an evaluation's attempts, one a line (`envfactory eval`)
 FAILURES = "failures.jsonl"  # an evaluation's attempts that could not run, until a rerun makes them
 
+RUN_FILES = (CONVERSATIONS, HELDOUT, DROPPED, SUMMARY, ATTEMPTS, FAILURES)  # what a run writes into its folder
+
 MAX_CONVERSATIONS_BYTES = 2 * 1024**3  # a large synth run, bounded
 
 

@@ -349,6 +349,21 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
     errors = [line for line in gone.stderr.splitlines() if line.startswith("error:")]
     assert gone.returncode == 1 and len(errors) == 1 and "Traceback" not in gone.stderr, gone.stderr
     assert last.startswith("error: the model did not answer the first 3 attempt(s) (model error: LLMCallError: cannot")
+    # a model that answers nothing (a script with no reply: every attempt an error, none a transport one): the
+    # scores say nothing, so the command does not end as a success either (it did: pass@1 0.000, exit 0)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("[]\n")
+    none = subprocess.run(
+        [*cmd[:6], str(tmp_path / "none"), *cmd[7:]],
+        env={**env, "ENVFACTORY_LLM_ROLES__EVAL__SCRIPT": str(empty)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    errors = [line for line in none.stderr.splitlines() if line.startswith("error:")]
+    assert none.returncode == 1 and len(errors) == 1 and "Traceback" not in none.stderr, none.stderr
+    assert errors[0].startswith("error: every attempt ended in an error, not an answer"), none.stderr
+    assert json.loads((tmp_path / "none" / "summary.json").read_text())["errors"] == 3  # what ran is kept
 
 
 def test_meta_tools_discovered_on_demand_solve_every_turn(items: list[EvalItem], pool: EnvPool) -> None:

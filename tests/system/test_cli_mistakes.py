@@ -33,6 +33,7 @@ RUN, T, NOWHERE = "{run}", "{tmp}", "/proc/envfactory-nowhere/x"
 
 
 SCRIPTED = {"ENVFACTORY_LLM__PROVIDER": "scripted", "ENVFACTORY_LLM__SCRIPT": "{script}"}  # a model is configured
+TRANSFORMERS = {"ENVFACTORY_LLM__PROVIDER": "transformers"}  # a checkpoint in-process (the `training` package's)
 
 
 def case(argv: str, needle: str, **env: str) -> tuple[str, str, dict[str, str]]:
@@ -160,6 +161,11 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("contamination {tmp}/nope", "does not exist"),
     case("contamination {tmp}/empty.jsonl", "no conversation"),
     case("contamination {run} --json {tmp}/adir", "is a folder"),
+    case("contamination /dev/null", "/dev/null is not a regular file"),
+    case("contamination {run} --json {tmp}/afile/x.json", "afile is a file, not a folder"),
+    # a model the eval role names that is not here: one line before any work (a reviewer's run scored 0 and exit 0)
+    case("eval {run} --out {tmp}/o", "no such folder or GGUF file", **TRANSFORMERS, ENVFACTORY_LLM__MODEL="{tmp}/nope"),
+    case("eval {run} --out {tmp}/o", "a file that is not a .gguf", **TRANSFORMERS, ENVFACTORY_LLM__MODEL="{tmp}/afile"),
     # a bad folder setting, an empty pool or prompt folder: one line, not a traceback or an empty table
     case("envgen threads", "/proc/envfactory-nowhere", ENVFACTORY_DATA_DIR="/proc/envfactory-nowhere/d"),
     case("envs list", "no environments in", ENVFACTORY_ENVS_DIR="{tmp}/adir"),
@@ -169,6 +175,7 @@ CASES: list[tuple[str, str, dict[str, str]]] = [
     case("serve hotels", "server limit 'max_sessions'", ENVFACTORY_SERVE_MAX_SESSIONS="0"),
     # an output that would replace what the command reads
     case("contamination {run} --json {run}/conversations.jsonl", "would overwrite"),
+    case("contamination {run}/conversations.jsonl --json {run}/summary.json", "would overwrite"),  # the run's own
     case("scaling fit {tmp}/t.csv --json {tmp}/t.csv", "would overwrite"),
     case("graph sample --graph {tmp}/bad.json --out {tmp}/bad.json", "would overwrite"),
     case("graph export --graph {tmp}/bad.json --graphml {tmp}/bad.json", "would overwrite"),
@@ -396,6 +403,10 @@ def test_sft_reads_both_trl_sft_formats(scratch: dict[str, str]) -> None:
     [
         ("ENVFACTORY_LLM__TEMPERATURE", "hot", "setting 'llm.temperature' (environment variable"),
         ("ENVFACTORY_HTTP_PORT", "0", "setting 'http_port'"),
+        ("ENVFACTORY_LLM__MAX_TOKENS", "-5", "setting 'llm.max_tokens'"),
+        ("ENVFACTORY_LLM__TOP_P", "7", "setting 'llm.top_p'"),
+        ("ENVFACTORY_LLM__TEMPERATURE", "-3", "setting 'llm.temperature'"),
+        ("ENVFACTORY_LLM__N_CTX", "-1", "setting 'llm.n_ctx'"),
         ("ENVFACTORY_TOOLGRAPH__EMBED_BACKEND", "bogus", "setting 'toolgraph.embed_backend'"),
         ("ENVFACTORY_TOOLGRAPH_EMBED_BACKEND", "bogus", "(environment variable ENVFACTORY_TOOLGRAPH_EMBED_BACKEND)"),
         ("ENVFACTORY_TOOLGRAPH__TURN_MIN", "6", "(environment variable ENVFACTORY_TOOLGRAPH__*)"),
