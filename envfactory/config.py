@@ -111,8 +111,9 @@ class ToolGraphSettings(BaseModel):
         default="onnx",
         description="how the embedding model runs: onnx (the model exported once to ONNX under the data dir, "
         "the same vectors as torch to float rounding, ~2x faster), torch (sentence-transformers), or onnx-int8 "
-        "(faster again, but moves about one edge in eight of a large graph); onnx falls back to torch where "
-        "its packages are missing",
+        "(faster again, but moves about one edge in eight of a large graph, and a text's vector depends on the "
+        "texts embedded beside it, so an int8 graph can differ by a few edges with what the embedding cache held "
+        "before: not for graphs that must be reproducible); onnx falls back to torch where its packages are missing",
     )
     embed_threads: int = Field(default=0, ge=0, description="cores the ONNX backend embeds on (0: all available)")
     onnx_export_min_texts: int = Field(

@@ -20,7 +20,7 @@ from envfactory.config import Settings, get_settings
 from envfactory.terminal import SafeConsole, Table, json_text, safe, visible
 from envfactory.toolgraph.errors import ToolGraphError
 from envfactory.toolgraph.graph import ToolGraph
-from envfactory.toolgraph.settings import graph_path, sampling_for
+from envfactory.toolgraph.settings import cache_path, graph_path, onnx_path, sampling_for
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="The dependency tool graph and chain sampling.")
 out = SafeConsole()
@@ -93,6 +93,8 @@ def build(
 
     settings = get_settings()
     refuse_overwriting_input(graphml, "--graphml", out_path or graph_path(settings))
+    for option, path in (("--out", out_path), ("--graphml", graphml)):  # the caches the build reads
+        refuse_overwriting_input(path, option, cache_path(settings), onnx_path(settings))
     env = env_names(env) if env is not None else None
     with phase_bars(err) as progress:
         graph, report = build_pool_graph(settings, env, no_llm=no_llm, threshold=threshold, progress=progress)

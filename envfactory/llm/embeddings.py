@@ -17,6 +17,7 @@ so they are imported only when a model is loaded or a collection is opened.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -24,6 +25,8 @@ import re
 import sqlite3
 import sys
 import threading
+import time
+from collections import Counter
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
@@ -159,6 +162,7 @@ class Embedder:
         self.export_min_texts = export_min_texts
         self._onnx: Any = None
         self._torch_for_now = False
+        self._space: str | None = None
 
     @property
     def model_name(self) -> str:
@@ -166,9 +170,19 @@ class Embedder:
 
     @property
     def vector_space(self) -> str:
-        """What the vectors are comparable within: the model, plus the precision where it moves them (int8).
+        """What the vectors are comparable within: the model — its name, and where it is a local folder (the
+        packaged model's included) the hash of its files, so a model changed in place, or a relative path
+        naming another folder from elsewhere, is another space — plus the precision where it moves them (int8).
         torch and fp32 ONNX share it (equal to float rounding); caches keep spaces apart."""
-        return f"{self._name}#int8" if self.backend == "onnx-int8" else self._name
+        if self._space is None:
+            from envfactory.llm.onnx_embed import model_files_hash
+
+            space = self._name
+            folder = Path(resolve_model(self._name))
+            if folder.is_dir():
+                space = f"{self._name}@{model_files_hash(folder)[:16]}"
+            self._space = f"{space}#int8" if self.backend == "onnx-int8" else space
+        return self._space
 
     @property
     def model(self) -> Any:
@@ -384,16 +398,40 @@ class EmbeddingCache:
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         self.file = folder / self.FILE
-        # one connection per cache, used from one thread at a time; other processes may write the same file
-        self._db = sqlite3.connect(self.file, timeout=60, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS vectors (space TEXT, id TEXT, vec BLOB, PRIMARY KEY (space, id)) WITHOUT ROWID"
-        )
-        self._db.commit()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as e:  # not a database, or a damaged one: a cache is disposable
+            self._db = self._set_aside(e)
+
+    def _open(self) -> sqlite3.Connection:
+        # one connection per cache, used from one thread at a time; other processes may write the same file
+        db = sqlite3.connect(self.file, timeout=60, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS vectors (space TEXT, id TEXT, vec BLOB, PRIMARY KEY (space, id)) "
+                "WITHOUT ROWID"
+            )
+            db.commit()
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    def _set_aside(self, error: sqlite3.DatabaseError) -> sqlite3.Connection:
+        """The damaged file moved aside (`vectors.sqlite.damaged-<time>`, for whoever wants to look) and an empty
+        cache in its place: its vectors are computed again."""
+        aside = self.file.with_name(f"{self.FILE}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+        log.warning(
+            "embedding cache %s is unreadable (%s): moved to %s; starting an empty one", self.file, error, aside
+        )
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                os.replace(f"{self.file}{suffix}", f"{aside}{suffix}")
+        return self._open()
 
     @property
     def model_name(self) -> str:
@@ -422,16 +460,32 @@ class EmbeddingCache:
                 (self.space, *part),
             )
             for id_, blob in rows:
-                found[id_] = np.frombuffer(blob, dtype=np.float32)
+                if isinstance(blob, bytes) and blob and len(blob) % 4 == 0:  # else a damaged row: a miss
+                    found[id_] = np.frombuffer(blob, dtype=np.float32)
+        if found:  # rows of another length than the rest are damaged too (the space fixes the model, so the length)
+            lengths = Counter(len(v) for v in found.values())
+            if len(lengths) > 1:
+                usual = lengths.most_common(1)[0][0]
+                found = {k: v for k, v in found.items() if len(v) == usual}
         return found
+
+    def _lookup(self, ids: list[str]) -> dict[str, np.ndarray]:
+        """`_get` under the lock; a file damaged since it was opened is set aside and the lookup finds nothing."""
+        with self._lock:
+            try:
+                return self._get(ids)
+            except sqlite3.DatabaseError as e:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.close()
+                self._db = self._set_aside(e)
+                return {}
 
     def will_embed(self, texts: Sequence[str]) -> None:
         """Tell the embedder how many of `texts` it will have to embed (those not cached)."""
         hint = getattr(self.embedder, "will_embed", None)
         if hint is not None:
             unique = list(dict.fromkeys(texts))
-            with self._lock:
-                found = self._get([text_hash(t) for t in unique])
+            found = self._lookup([text_hash(t) for t in unique])
             hint([t for t in unique if text_hash(t) not in found])
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -441,17 +495,23 @@ class EmbeddingCache:
             return np.zeros((0, self.dim), dtype=np.float32)
         unique = list(dict.fromkeys(texts))
         ids = [text_hash(t) for t in unique]
-        with self._lock:
-            found = self._get(ids)
+        found = self._lookup(ids)
         missing = [(i, t) for i, t in zip(ids, unique, strict=True) if i not in found]
         if missing:
             vectors = np.ascontiguousarray(self.embedder.embed([t for _, t in missing]), dtype=np.float32)
-            with self._lock, self._db:
-                # OR REPLACE: another process may have stored the same text meanwhile
-                self._db.executemany(
-                    "INSERT OR REPLACE INTO vectors (space, id, vec) VALUES (?, ?, ?)",
-                    [(self.space, i, vec.tobytes()) for (i, _), vec in zip(missing, vectors, strict=True)],
-                )
+            if found and len(next(iter(found.values()))) != vectors.shape[1]:  # every cached row damaged alike
+                found = {}
+                missing = list(zip(ids, unique, strict=True))
+                vectors = np.ascontiguousarray(self.embedder.embed(unique), dtype=np.float32)
+            rows = [(self.space, i, vec.tobytes()) for (i, _), vec in zip(missing, vectors, strict=True)]
+            with self._lock:
+                try:
+                    with self._db:  # OR REPLACE: another process may have stored the same text meanwhile
+                        self._db.executemany("INSERT OR REPLACE INTO vectors (space, id, vec) VALUES (?, ?, ?)", rows)
+                except sqlite3.DatabaseError as e:  # damaged since: the vectors are still this call's answer
+                    with contextlib.suppress(sqlite3.Error):
+                        self._db.close()
+                    self._db = self._set_aside(e)
             for (id_, _), vec in zip(missing, vectors, strict=True):
                 found[id_] = vec
         self.hits += len(unique) - len(missing)

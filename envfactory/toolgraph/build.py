@@ -43,7 +43,7 @@ from envfactory.toolgraph.refine import RefineReport, refine_env
 if TYPE_CHECKING:
     from envfactory.env.pool import EnvPool
 from envfactory.config import ToolGraphSettings
-from envfactory.toolgraph.schema_edges import add_schema_edges
+from envfactory.toolgraph.schema_edges import add_schema_edges, schema_pairs
 from envfactory.toolgraph.similarity import Pairs, SimilarityPlan, codes
 
 ProgressFn = Callable[[int, int], None]
@@ -206,15 +206,34 @@ def build_tool_graph(
     same_env = env_out[pairs.out_idx] == env_in[pairs.in_idx] if len(pairs) else np.zeros(0, dtype=bool)
     timings.similarity_s += time.perf_counter() - t
 
-    # 4. user_provided
+    # 4. user_provided: an input some output of its environment produces — by similarity, or by a schema rule
+    # (an id a similarity threshold set high misses: every `*_id` was "user-provided" at 1.0) — is internal
     t = time.perf_counter()
     same_rows = np.nonzero(same_env)[0]
     best = _best_producer(pairs, same_rows, inputs, outputs)
+    schema = (
+        schema_pairs(
+            outputs,
+            inputs,
+            {s.tool_id: s.spec.name for s in sources},
+            {s.tool_id: s.spec.description for s in sources},
+        )
+        if settings.schema_edges
+        else []
+    )
+    by_schema = {inputs[pair.in_idx].node_id for pair in schema}
     verdicts: dict[str, Verdict] = {
-        p.node_id: classify(p, float(best[j]) if np.isfinite(best[j]) else None, settings.lean_internal_threshold)
+        p.node_id: classify(
+            p,
+            float(best[j]) if np.isfinite(best[j]) else None,
+            settings.lean_internal_threshold,
+            schema_produced=p.node_id in by_schema,
+        )
         for j, p in enumerate(inputs)
     }
-    verdicts = ground_verdicts(verdicts, inputs, outputs, pairs.out_idx[same_rows], pairs.in_idx[same_rows])
+    produced_out = np.concatenate([pairs.out_idx[same_rows], np.array([q.out_idx for q in schema], dtype=np.int64)])
+    produced_in = np.concatenate([pairs.in_idx[same_rows], np.array([q.in_idx for q in schema], dtype=np.int64)])
+    verdicts = ground_verdicts(verdicts, inputs, outputs, produced_out, produced_in)
     reports: list[ClassifyReport] = []
     if model is not None and library is not None:
         produced_by: dict[str, list[tuple[float, str]]] = defaultdict(list)
@@ -279,7 +298,7 @@ def build_tool_graph(
 
     # 5b. schema edges
     t = time.perf_counter()
-    schema_relations = add_schema_edges(graph, (outputs, inputs)) if settings.schema_edges else 0
+    schema_relations = add_schema_edges(graph, (outputs, inputs), schema) if settings.schema_edges else 0
     schema_depend = sum(d["found_by"] == "schema" for _, _, d in graph.depend_edges())
     timings.schema_s = time.perf_counter() - t
 
@@ -370,7 +389,10 @@ def build_pool_graph(
         export_min_texts=tg.onnx_export_min_texts,
     )  # fmt: skip
     embedder = EmbeddingCache(cache_path(settings), base)
-    return build_tool_graph(
-        sources, embedder, tg, model=model, library=library, retries=settings.structured_retries, progress=progress,
-        usage=usage,
-    )  # fmt: skip
+    try:
+        return build_tool_graph(
+            sources, embedder, tg, model=model, library=library, retries=settings.structured_retries,
+            progress=progress, usage=usage,
+        )  # fmt: skip
+    finally:
+        embedder.close()  # its write-ahead log folded into the file, not left to the collector

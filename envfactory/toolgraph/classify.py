@@ -66,11 +66,14 @@ class Verdict(BaseModel):
     reason: str
 
 
-def classify(param: ParamSpec, producer_score: float | None, lean_internal_threshold: float) -> Verdict:
+def classify(
+    param: ParamSpec, producer_score: float | None, lean_internal_threshold: float, *, schema_produced: bool = False
+) -> Verdict:
     """The heuristic verdict for one input; `producer_score` is the best similarity of any output of
-    another tool of the same environment (None when no output matches above the edge threshold)."""
+    another tool of the same environment (None when no output matches above the edge threshold);
+    `schema_produced`: a schema rule relates an output of the environment to it (`schema_edges`)."""
     words = set(tokens(param.name))
-    produced = producer_score is not None
+    produced = producer_score is not None or schema_produced
     if words & ID_WORDS or words & COORDINATE_WORDS or _PRODUCED_CUE.search(param.description):
         kind = "coordinates" if words & COORDINATE_WORDS else "an identifier"
         if not produced:

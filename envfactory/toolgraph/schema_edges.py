@@ -540,19 +540,25 @@ def remove_schema_edges(graph: ToolGraph) -> int:
     return len(relate)
 
 
-def add_schema_edges(graph: ToolGraph, params: tuple[Sequence[ParamSpec], Sequence[ParamSpec]] | None = None) -> int:
+def add_schema_edges(
+    graph: ToolGraph,
+    params: tuple[Sequence[ParamSpec], Sequence[ParamSpec]] | None = None,
+    pairs: Sequence[SchemaPair] | None = None,
+) -> int:
     """Relate the pairs the rules find (replacing schema edges of an earlier run); the number added.
     `params`: the graph's (outputs, inputs) when the caller has them (the build), else read from its
-    nodes. Records the rules' version in the graph (`schema_rules`)."""
+    nodes; `pairs`: `schema_pairs` of those, when the caller found them already (the build, for its
+    classification). Records the rules' version in the graph (`schema_rules`)."""
     remove_schema_edges(graph)
     outputs, inputs = params if params is not None else _params(graph)
-    tools = {n: d for n, d in graph.g.nodes(data=True) if d.get("type") == TOOL}
-    pairs = schema_pairs(
-        outputs,
-        inputs,
-        {t: str(d.get("name", "")) for t, d in tools.items()},
-        {t: str(d.get("description", "")) for t, d in tools.items()},
-    )
+    if pairs is None:
+        tools = {n: d for n, d in graph.g.nodes(data=True) if d.get("type") == TOOL}
+        pairs = schema_pairs(
+            outputs,
+            inputs,
+            {t: str(d.get("name", "")) for t, d in tools.items()},
+            {t: str(d.get("description", "")) for t, d in tools.items()},
+        )
     added = 0
     for pair in pairs:
         o, i = outputs[pair.out_idx].node_id, inputs[pair.in_idx].node_id

