@@ -207,6 +207,18 @@ def test_long_integer_literals_are_refused_before_they_are_converted() -> None:
     _one_line(err.value)
     assert parse_json('"' + "1" * 10_000 + '"', "x") == "1" * 10_000  # digits in a string are only text
     assert parse_json("1." + "1" * 10_000, "x") > 1  # floats are read in linear time
+    # an OpenAPI YAML spec the same (a reviewer's 5,000-digit maxLength was an 84-line ValueError traceback)
+    from envfactory.envgen.openapi import parse_openapi_yaml
+
+    assert parse_openapi_yaml(f"a: {'9' * MAX_INT_DIGITS}\nb: 012\nc: !!int 0x1F", "s.yaml", error=InputError) == {
+        "a": int("9" * MAX_INT_DIGITS),
+        "b": 12,
+        "c": 31,
+    }
+    for text, needle in ((f"a: -{'9' * 5000}", "5000 digits"), ("a: !!int 0xZZ", "not an integer")):
+        with pytest.raises(InputError, match=needle) as err:
+            parse_openapi_yaml(text, "s.yaml", error=InputError)
+        _one_line(err.value)
 
 
 # ---- write_atomic -------------------------------------------------------------------------------------------

@@ -805,8 +805,13 @@ def _operation(
     if semantics in ("create", "update", "upsert"):
         bprops = body.get("properties") or {}
         breq = set(body.get("required") or []) if body_required else set()
+        # the record's own fields, and any body field whose argument name would read as one ("id " is `id`, and
+        # an agent setting `id` believes it set the record's id)
+        structural = {identifier(f) for f in (res.id_field, res.parent_field, *res.scope_fields) if f}
         for k in bprops:
             if k == res.id_field or k == res.parent_field or k in res.scope_fields or k not in props:
+                continue
+            if identifier(k) in structural:
                 continue
             required = k in breq and (semantics in ("create", "upsert") or o.method == "put")
             fields[tool.add(k, props[k], required, "body")] = k

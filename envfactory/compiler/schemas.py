@@ -17,8 +17,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from envfactory.env.compiled import type_of
-from envfactory.env.json_schema import parse_pattern
+from envfactory.env.compiled import type_of, validator_for
+from envfactory.env.json_schema import parse_pattern, pattern_budget
 
 _JSON_TYPES = frozenset({"string", "integer", "number", "boolean", "array", "object", "null"})
 _SCALARS = frozenset({"string", "integer", "number", "boolean"})
@@ -31,6 +31,7 @@ MAX_STRING = 10_000  # characters of a string argument or field whose schema sta
 MAX_ITEMS = 1_000  # items of a list argument or field whose schema states no limit
 MAX_PROPERTIES = 200  # properties an object schema keeps
 _COUNT_CAP = {"Length": MAX_STRING, "Items": MAX_ITEMS, "Properties": MAX_PROPERTIES}
+_LIST_READ = 2_000  # items of a spec's enum or required list read (an enum keeps 200, properties are 200 at most)
 # the node kinds of a parsed pattern (`parse_pattern`; a private module, the same since 3.11): what `_ambiguous` reads
 _c: Any = importlib.import_module("re._constants")
 # a group holding a quantifier, itself quantified: (a+)+, (\w*x)*, (a|aa){2,}
@@ -120,8 +121,8 @@ def clean(schema: Any, depth: int = 0) -> dict[str, Any]:
     t = schema.get("type")
     if isinstance(t, str) and t in _JSON_TYPES:
         out["type"] = t
-    elif isinstance(t, list) and t and all(isinstance(x, str) and x in _JSON_TYPES for x in t):
-        out["type"] = list(dict.fromkeys(t))
+    elif isinstance(t, list) and t and all(isinstance(x, str) and x in _JSON_TYPES for x in t[:16]):
+        out["type"] = list(dict.fromkeys(t[:16]))
     for key in _TEXT:
         if isinstance(schema.get(key), str):
             out[key] = plain_text(schema[key], 1000) if key != "format" else schema[key][:40]
@@ -135,9 +136,12 @@ def clean(schema: Any, depth: int = 0) -> dict[str, Any]:
         if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
             # a minimum past the bounds below (a spec asked for 400 million characters): no value is made to it
             out[key] = min(v, _COUNT_CAP[key[3:]]) if key.startswith("min") else v
+    # a list is read only as far as it is kept (and a little past: duplicates): one list a spec's schemas share by
+    # reference (an enum of 100k values in 1,000 properties) is otherwise scanned whole at every use (54 s)
     enum = schema.get("enum")
-    if isinstance(enum, list) and enum and all(isinstance(x, str | int | float | bool) or x is None for x in enum):
-        out["enum"] = list(dict.fromkeys(enum))[:200]  # 1 and True are one key (linear: a spec's enum had 200k values)
+    head = enum[:_LIST_READ] if isinstance(enum, list) else None
+    if head and all(isinstance(x, str | int | float | bool) or x is None for x in head):
+        out["enum"] = list(dict.fromkeys(head))[:200]  # 1 and True are one key
     if "default" in schema and isinstance(schema["default"], str | int | float | bool):
         out["default"] = schema["default"]
     pattern = safe_pattern(schema.get("pattern"))
@@ -148,7 +152,7 @@ def clean(schema: Any, depth: int = 0) -> dict[str, Any]:
         out["properties"] = {str(k): clean(v, depth + 1) for k, v in list(props.items())[:MAX_PROPERTIES] if str(k)}
     req = schema.get("required")
     if isinstance(req, list) and "properties" in out:
-        names = [r for r in req if isinstance(r, str)]
+        names = [r for r in req[:_LIST_READ] if isinstance(r, str)]
         out["required"] = [r for r in dict.fromkeys(names) if r in out["properties"]]
         if not out["required"]:
             del out["required"]
@@ -172,7 +176,16 @@ def clean(schema: Any, depth: int = 0) -> dict[str, Any]:
         out["maxLength"] = min(out.get("maxLength", MAX_STRING), MAX_STRING)
     if type_of(out) == "array":
         out["maxItems"] = min(out.get("maxItems", MAX_ITEMS), MAX_ITEMS)
+    if "default" in out and not _fits(out, out["default"]):
+        # a default its own schema refuses ("age": integer, default "notint"): filled into every record a create
+        # left it out of, it made the tool refuse calls its schema allows
+        del out["default"]
     return out
+
+
+def _fits(schema: dict[str, Any], value: Any) -> bool:
+    with pattern_budget():
+        return not any(True for _ in validator_for(schema).iter_errors(value))
 
 
 def checked(schema: dict[str, Any]) -> dict[str, Any] | None:

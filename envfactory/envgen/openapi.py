@@ -26,7 +26,7 @@ from urllib.parse import unquote
 
 from envfactory.env.metadata import Domain, EnvMetadata, parse_metadata
 from envfactory.errors import DataError, EnvFactoryError, MetadataError
-from envfactory.inputs import MAX_DEPTH, parse_json, parse_yaml, read_file_bytes
+from envfactory.inputs import MAX_DEPTH, MAX_INT_DIGITS, parse_json, parse_yaml, read_file_bytes
 from envfactory.words import snake_case
 
 HTTP_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
@@ -172,10 +172,17 @@ def _core_loader() -> Any:
 
     def decimal(loader: Any, node: Any) -> int:  # `012` is twelve (YAML 1.1's constructor reads it as octal)
         text = loader.construct_scalar(node)
+        digits = len(text.lstrip("+-").replace("_", ""))
+        if digits > MAX_INT_DIGITS:  # as JSON's reader refuses it (CPython reads one in quadratic time, or not)
+            problem = f"an integer of {digits} digits (at most {MAX_INT_DIGITS} are read)"
+            raise yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
         try:
             return int(text, 10)
         except ValueError:  # an explicit !!int 0x1F
-            return int(yaml.SafeLoader.construct_yaml_int(loader, node))
+            try:
+                return int(yaml.SafeLoader.construct_yaml_int(loader, node))
+            except ValueError as e:
+                raise yaml.constructor.ConstructorError(None, None, f"not an integer: {e}", node.start_mark) from None
 
     CoreLoader.add_constructor("tag:yaml.org,2002:int", decimal)
     CoreLoader.add_implicit_resolver(

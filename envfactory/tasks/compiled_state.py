@@ -37,6 +37,9 @@ class ScenarioSettings(BaseModel):
     seed: int = 0
 
 
+MAX_VALUE_SIZE = 200_000  # characters and items one generated field may hold (its nested lists' included)
+
+
 class ScenarioGenerationError(EnvError):
     """No valid record can be made for a resource (a required field whose schema the generator cannot meet)."""
 
@@ -48,8 +51,23 @@ class _Values:
         self.rng = rng
         self.maker = ValueMaker(rng, clock)
         self.clock = clock
+        self.left = MAX_VALUE_SIZE  # what the field being made may still hold (`_spend`)
+
+    def _spend(self, name: str, size: int) -> None:
+        """Count `size` (a string's characters, or 1 for any other value) against the field's bound: a schema's
+        minimum sizes multiply through nested lists (a 1.5 KB spec asked for 1000 x 1000 x 1000 integers, and
+        one list of 1,000 strings of 10,000 characters), which no single keyword's cap bounds."""
+        self.left -= size
+        if self.left < 0:
+            raise ScenarioGenerationError(
+                f"a value of '{name}' would hold more than {MAX_VALUE_SIZE:,} characters and items: its schema's "
+                "minimum sizes (minItems, minLength, minProperties) multiply through its nested lists"
+            )
 
     def make(self, name: str, schema: dict[str, Any], attempt: int, depth: int = 0) -> Any:
+        if depth == 0:
+            self.left = MAX_VALUE_SIZE
+        self._spend(name, 1)
         examples = [x for x in schema.get("examples", []) if x is not None]
         if "default" in schema and attempt == 0 and self.rng.random() < 0.3:
             return schema["default"]
@@ -88,6 +106,7 @@ class _Values:
                     out[key] = self.make(key, sub, attempt, depth + 1)
         want = schema.get("minProperties", 0)
         while len(out) < want:  # a free-form map: keys and values the schema does not describe
+            self._spend(name, 1)
             out[f"{singular(snake_case(name)) or 'key'}_{len(out) + 1}"] = self.maker.faker.word()
         return out
 
@@ -113,7 +132,10 @@ class _Values:
         if isinstance(hi, int) and len(value) > hi:
             value = value[:hi]
         if isinstance(lo, int) and len(value) < lo:
+            self._spend(name, lo)  # before the padding is made
             value = value + "x" * (lo - len(value))
+        else:
+            self._spend(name, len(value))
         return value
 
 
