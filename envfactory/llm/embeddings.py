@@ -380,6 +380,9 @@ class IndexSync(BaseModel):
     embedded: int = 0
 
 
+_DAMAGED = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB: a file no retry will read
+
+
 class EmbeddingCache:
     """Embeddings keyed by a hash of the text, persisted in a SQLite file in the folder `path`.
 
@@ -401,10 +404,11 @@ class EmbeddingCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self._inode: int | None = None  # the file this cache opened (another process may set it aside and start anew)
         try:
             self._db = self._open()
         except sqlite3.DatabaseError as e:  # not a database, or a damaged one: a cache is disposable
-            self._db = self._set_aside(e)
+            self._db = self._recover(e, None)
 
     def _open(self) -> sqlite3.Connection:
         # one connection per cache, used from one thread at a time; other processes may write the same file
@@ -416,22 +420,39 @@ class EmbeddingCache:
                 "WITHOUT ROWID"
             )
             db.commit()
-        except sqlite3.DatabaseError:
+            self._inode = os.stat(self.file).st_ino
+        except (sqlite3.DatabaseError, OSError):
             db.close()
             raise
         return db
 
-    def _set_aside(self, error: sqlite3.DatabaseError) -> sqlite3.Connection:
-        """The damaged file moved aside (`vectors.sqlite.damaged-<time>`, for whoever wants to look) and an empty
-        cache in its place: its vectors are computed again."""
-        aside = self.file.with_name(f"{self.FILE}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-        log.warning(
-            "embedding cache %s is unreadable (%s): moved to %s; starting an empty one", self.file, error, aside
-        )
-        for suffix in ("", "-wal", "-shm"):
-            with contextlib.suppress(OSError):
-                os.replace(f"{self.file}{suffix}", f"{aside}{suffix}")
-        return self._open()
+    def _recover(self, error: sqlite3.DatabaseError, db: sqlite3.Connection | None) -> sqlite3.Connection:
+        """After `error`: a damaged file (not a database, or a corrupt one) is moved aside
+        (`vectors.sqlite.damaged-<time>`, for whoever wants to look) and an empty cache opened in its place (its
+        vectors are computed again); a file another process already replaced so is just opened. Anything else (a
+        lock held past the timeout, a disk error, a folder not writable) leaves the file as it is and is an
+        `EmbeddingError`: a healthy cache is never moved aside for it."""
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
+        if (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF not in _DAMAGED:
+            raise EmbeddingError(f"embedding cache {self.file}: {error}") from None
+        try:
+            replaced = db is not None and os.stat(self.file).st_ino != self._inode
+        except OSError:
+            replaced = True  # moved away already
+        if not replaced:
+            aside = self.file.with_name(f"{self.FILE}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+            log.warning(
+                "embedding cache %s is unreadable (%s): moved to %s; starting an empty one", self.file, error, aside
+            )
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(OSError):
+                    os.replace(f"{self.file}{suffix}", f"{aside}{suffix}")
+        try:
+            return self._open()
+        except (sqlite3.DatabaseError, OSError) as e:
+            raise EmbeddingError(f"embedding cache {self.file}: {e}") from None
 
     @property
     def model_name(self) -> str:
@@ -475,9 +496,7 @@ class EmbeddingCache:
             try:
                 return self._get(ids)
             except sqlite3.DatabaseError as e:
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.close()
-                self._db = self._set_aside(e)
+                self._db = self._recover(e, self._db)
                 return {}
 
     def will_embed(self, texts: Sequence[str]) -> None:
@@ -509,9 +528,7 @@ class EmbeddingCache:
                     with self._db:  # OR REPLACE: another process may have stored the same text meanwhile
                         self._db.executemany("INSERT OR REPLACE INTO vectors (space, id, vec) VALUES (?, ?, ?)", rows)
                 except sqlite3.DatabaseError as e:  # damaged since: the vectors are still this call's answer
-                    with contextlib.suppress(sqlite3.Error):
-                        self._db.close()
-                    self._db = self._set_aside(e)
+                    self._db = self._recover(e, self._db)
             for (id_, _), vec in zip(missing, vectors, strict=True):
                 found[id_] = vec
         self.hits += len(unique) - len(missing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -174,6 +175,33 @@ def test_a_damaged_cache_file_or_row_is_computed_again(tmp_path: Path, caplog: p
     fake.embedded.clear()
     assert cache.embed(["x", "y", "z"]).tolist() == [[0.5] * 4] * 3 and fake.embedded == ["y"]
     assert EmbeddingCache(tmp_path, Fake()).embed(["y"]).tolist() == [[0.5] * 4]  # stored again, whole
+
+
+def test_a_transient_error_never_moves_a_healthy_cache_aside(tmp_path: Path) -> None:
+    """Only a file SQLite calls damaged (not a database, corrupt) is set aside: a lock held past the timeout or a
+    disk error is an `EmbeddingError` (one line), and the cache's vectors stay where they are."""
+
+    class Fake:
+        model_name, vector_space, dim = "m", "m", 4
+
+        def embed(self, texts: list[str]) -> np.ndarray:
+            return np.full((len(texts), 4), 0.5, dtype=np.float32)
+
+    cache = EmbeddingCache(tmp_path, Fake())
+    cache.embed(["x"])
+
+    class Locked:
+        def execute(self, *args: object) -> None:
+            raise sqlite3.OperationalError("database is locked")
+
+        def close(self) -> None:
+            pass
+
+    cache._db = Locked()  # type: ignore[assignment]
+    with pytest.raises(EmbeddingError, match="database is locked"):
+        cache.embed(["x", "y"])
+    assert list(tmp_path.glob("vectors.sqlite.damaged-*")) == []
+    assert EmbeddingCache(tmp_path, Fake()).embed(["x"]).tolist() == [[0.5] * 4]
 
 
 def test_a_model_folder_changed_in_place_is_another_vector_space(tmp_path: Path) -> None:
