@@ -129,9 +129,9 @@ def _resolved(path: Path) -> Path:
 
 def refuse_overwriting_input(out: Path | None, option: str, *inputs: Path | None) -> None:
     """An output that would replace what the command reads: the same file as an input, an existing file
-    inside an input folder (a run's conversations, a table's own file), or a run's own file (`RUN_FILES`: its
-    summary, held-out split...) beside an input file, is one line before any work. A new file beside the
-    inputs, or '-' (stdout), passes."""
+    inside an input folder (a run's conversations, a table's own file), or, where an input is a run's file
+    (`RUN_FILES`: its conversations...), another file of that run beside it (its summary, its held-out split), is
+    one line before any work. A new file beside the inputs, or '-' (stdout), passes."""
     if out is None or str(out) == "-":
         return
     target = _resolved(out)
@@ -139,11 +139,18 @@ def refuse_overwriting_input(out: Path | None, option: str, *inputs: Path | None
         if given is None:
             continue
         source = _resolved(given)
-        if (
-            target == source
-            or (source.is_dir() and target.is_file() and source in target.parents)
-            or (source.is_file() and target.is_file() and target.parent == source.parent and target.name in RUN_FILES)
+        if (  # a run's own file (its summary, its held-out split) beside the run's file this command reads
+            source.is_file()
+            and source.name in RUN_FILES
+            and target.is_file()
+            and target.parent == source.parent
+            and target.name in RUN_FILES
         ):
+            raise EnvFactoryError(
+                f"{option} {shorten(str(out))} would overwrite {target.name} of the run {shorten(str(source.parent))}, "
+                f"whose {source.name} this command reads: write elsewhere"
+            )
+        if target == source or (source.is_dir() and target.is_file() and source in target.parents):
             raise EnvFactoryError(
                 f"{option} {shorten(str(out))} would overwrite {shorten(str(given))}, "
                 "which this command reads or writes: write elsewhere"

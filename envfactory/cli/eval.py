@@ -194,10 +194,10 @@ def evaluate(
         )
     plot_summary(summary, out_dir / "eval.png", unit)
     out.print(f"written to {safe(out_dir)} ({SETTINGS_FILE}, {ATTEMPTS}, {SUMMARY}, eval.png)", highlight=False)
-    if summary.attempts and summary.errors == summary.attempts:  # the model never answered: no score to trust
+    if summary.attempts and summary.model_errors == summary.attempts:  # no model call ever answered: no score
         raise EvalRunError(
-            f"every attempt ended in an error, not an answer (see {safe(out_dir / ATTEMPTS)}): fix the model or its "
-            "server and run the command again (the failed model calls are tried again)"
+            f"every attempt's model call failed (see the errors in {safe(out_dir / ATTEMPTS)}): nothing is scored; "
+            "fix the model or its settings and run again with another --out (recorded attempts are kept)"
         )
 
 

@@ -37,6 +37,14 @@ from envfactory.reward.tool_calls import parse_tool_calls
 ROLE: Role = "eval"
 
 
+MODEL_ERROR = "model error: "  # how an attempt's error begins when the model call itself raised
+
+
+def model_error(e: BaseException) -> str:
+    """An attempt's `error` for a model call that raised (`MODEL_ERROR`, its type, the start of its message)."""
+    return f"{MODEL_ERROR}{type(e).__name__}: {str(e)[:300]}"
+
+
 class AgentLimits(BaseModel):
     """How an attempt runs: its budgets, and how the tools are shown."""
 
@@ -238,7 +246,7 @@ def run_agent(model: BaseChatModel, pool: EnvPool, item: EvalItem, limits: Agent
             reply = read_reply(message, f"s{step}", lambda c: _exposed(c, toolset))
         except Exception as e:  # a provider's failure is a failed attempt, whatever its type
             transport = isinstance(e, LLMCallError) and not isinstance(e, LLMRequestRefused)
-            return finish(error=f"model error: {type(e).__name__}: {str(e)[:300]}", transport_error=transport)
+            return finish(error=model_error(e), transport_error=transport)
         run.model_steps = step
         run.text_calls += reply.from_text
         text = reply.text

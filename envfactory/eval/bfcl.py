@@ -18,7 +18,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import BaseModel
 
-from envfactory.eval.agent import AgentLimits, calls_message, invoke, read_reply
+from envfactory.eval.agent import AgentLimits, calls_message, invoke, model_error, read_reply
 from envfactory.eval.run import AttemptRecord
 from envfactory.suites.bfcl.adapter import environment
 from envfactory.suites.bfcl.entries import BFCLEntry, entry_files, load_entries
@@ -98,7 +98,7 @@ def play_entry(model: BaseChatModel, entry: BFCLEntry, limits: AgentLimits) -> t
                 reply = read_reply(invoke(bound, messages, entry.id), f"t{turn}s{step}")
             except Exception as e:  # a provider's failure ends the attempt, recorded
                 answer.extend([] for _ in range(len(entry.question) - len(answer)))
-                return answer, f"model error: {type(e).__name__}: {str(e)[:300]}", steps_used
+                return answer, model_error(e), steps_used
             steps_used += 1
             calls = reply.calls  # calls whose arguments could not be read are not BFCL calls: left out
             if not calls:

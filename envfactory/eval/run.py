@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field, ValidationError
 from envfactory.config import Settings
 from envfactory.env.pool import EnvPool
 from envfactory.errors import DataError, first_error
-from envfactory.eval.agent import AgentLimits, run_agent
+from envfactory.eval.agent import MODEL_ERROR, AgentLimits, run_agent
 from envfactory.eval.items import EvalItem
 from envfactory.eval.metrics import PassRates, TaskOutcomes, pass_rates
 from envfactory.eval.score import score_attempt
@@ -139,6 +139,7 @@ class EvalSummary(Group):
     """The whole evaluation (its own figures as a `Group`), its errors and reward parts, and the breakdowns."""
 
     errors: int
+    model_errors: int = Field(default=0, description="of the errors, attempts whose model call itself raised")
     mean_r_traj: float
     mean_r_state: float
     by_env: dict[str, Group]
@@ -404,6 +405,7 @@ def summarize(records: list[AttemptRecord], k_max: int) -> EvalSummary:
     return EvalSummary(
         **_group(records, k_max).model_dump(),
         errors=sum(r.error is not None for r in records),
+        model_errors=sum(r.error is not None and r.error.startswith(MODEL_ERROR) for r in records),
         mean_r_traj=_mean(r.r_traj for r in records),
         mean_r_state=_mean(r.r_state for r in records),
         by_env=_by(records, lambda r: r.env, k_max),

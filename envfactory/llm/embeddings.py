@@ -383,6 +383,10 @@ class IndexSync(BaseModel):
 _DAMAGED = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB: a file no retry will read
 
 
+def _damaged(error: sqlite3.DatabaseError) -> bool:
+    return (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF in _DAMAGED
+
+
 class EmbeddingCache:
     """Embeddings keyed by a hash of the text, persisted in a SQLite file in the folder `path`.
 
@@ -405,12 +409,19 @@ class EmbeddingCache:
         self.hits = 0
         self.misses = 0
         self._inode: int | None = None  # the file this cache opened (another process may set it aside and start anew)
+        self._dim: int | None = None  # the length of this space's vectors, as stored beside them (`_stored_dim`)
         try:
             self._db = self._open()
         except sqlite3.DatabaseError as e:  # not a database, or a damaged one: a cache is disposable
-            self._db = self._recover(e, None)
+            if not _damaged(e):
+                raise EmbeddingError(f"embedding cache {self.file}: {e}") from None
+            self._db = self._set_aside(e)
 
     def _open(self) -> sqlite3.Connection:
+        try:
+            self._inode = os.stat(self.file).st_ino  # the file this connection reads (before it may create one)
+        except OSError:
+            self._inode = None
         # one connection per cache, used from one thread at a time; other processes may write the same file
         db = sqlite3.connect(self.file, timeout=60, check_same_thread=False)
         try:
@@ -419,29 +430,25 @@ class EmbeddingCache:
                 "CREATE TABLE IF NOT EXISTS vectors (space TEXT, id TEXT, vec BLOB, PRIMARY KEY (space, id)) "
                 "WITHOUT ROWID"
             )
+            db.execute("CREATE TABLE IF NOT EXISTS spaces (space TEXT PRIMARY KEY, dim INTEGER)")
             db.commit()
-            self._inode = os.stat(self.file).st_ino
+            if self._inode is None:
+                self._inode = os.stat(self.file).st_ino
         except (sqlite3.DatabaseError, OSError):
             db.close()
             raise
         return db
 
-    def _recover(self, error: sqlite3.DatabaseError, db: sqlite3.Connection | None) -> sqlite3.Connection:
-        """After `error`: a damaged file (not a database, or a corrupt one) is moved aside
-        (`vectors.sqlite.damaged-<time>`, for whoever wants to look) and an empty cache opened in its place (its
-        vectors are computed again); a file another process already replaced so is just opened. Anything else (a
-        lock held past the timeout, a disk error, a folder not writable) leaves the file as it is and is an
-        `EmbeddingError`: a healthy cache is never moved aside for it."""
-        if db is not None:
-            with contextlib.suppress(sqlite3.Error):
-                db.close()
-        if (getattr(error, "sqlite_errorcode", 0) or 0) & 0xFF not in _DAMAGED:
-            raise EmbeddingError(f"embedding cache {self.file}: {error}") from None
+    def _set_aside(self, error: sqlite3.DatabaseError) -> sqlite3.Connection:
+        """After a damaged file (`_damaged`): the file moved aside (`vectors.sqlite.damaged-<time>`, for whoever
+        wants to look) and an empty cache opened in its place, its vectors computed again; a file another process
+        already replaced so (it is not the one this cache opened) is opened as it is. (The caller has closed its
+        connection.)"""
         try:
-            replaced = db is not None and os.stat(self.file).st_ino != self._inode
+            still = os.stat(self.file).st_ino == self._inode
         except OSError:
-            replaced = True  # moved away already
-        if not replaced:
+            still = False  # moved away already
+        if still:
             aside = self.file.with_name(f"{self.FILE}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
             log.warning(
                 "embedding cache %s is unreadable (%s): moved to %s; starting an empty one", self.file, error, aside
@@ -449,10 +456,22 @@ class EmbeddingCache:
             for suffix in ("", "-wal", "-shm"):
                 with contextlib.suppress(OSError):
                     os.replace(f"{self.file}{suffix}", f"{aside}{suffix}")
+        self._dim = None
         try:
             return self._open()
         except (sqlite3.DatabaseError, OSError) as e:
             raise EmbeddingError(f"embedding cache {self.file}: {e}") from None
+
+    def _failed(self, error: sqlite3.DatabaseError, doing: str) -> None:
+        """A read or write of the cache failed (the lock held): a damaged file is set aside; anything else (a lock
+        held past the timeout, a disk error) leaves the file and the connection as they are, and this call goes on
+        without the cache (its vectors computed, not stored), said in the log."""
+        if _damaged(error):
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._db = self._set_aside(error)
+        else:
+            log.warning("embedding cache %s: %s failed (%s); going on without it", self.file, doing, error)
 
     @property
     def model_name(self) -> str:
@@ -483,20 +502,21 @@ class EmbeddingCache:
             for id_, blob in rows:
                 if isinstance(blob, bytes) and blob and len(blob) % 4 == 0:  # else a damaged row: a miss
                     found[id_] = np.frombuffer(blob, dtype=np.float32)
-        if found:  # rows of another length than the rest are damaged too (the space fixes the model, so the length)
-            lengths = Counter(len(v) for v in found.values())
-            if len(lengths) > 1:
-                usual = lengths.most_common(1)[0][0]
-                found = {k: v for k, v in found.items() if len(v) == usual}
+        if found:  # a row of another length than its space's vectors is damaged too: a miss
+            if self._dim is None:
+                row = self._db.execute("SELECT dim FROM spaces WHERE space = ?", (self.space,)).fetchone()
+                self._dim = int(row[0]) if row is not None and isinstance(row[0], int) else None
+            usual = self._dim or Counter(len(v) for v in found.values()).most_common(1)[0][0]  # (a file before it)
+            found = {k: v for k, v in found.items() if len(v) == usual}
         return found
 
     def _lookup(self, ids: list[str]) -> dict[str, np.ndarray]:
-        """`_get` under the lock; a file damaged since it was opened is set aside and the lookup finds nothing."""
+        """`_get` under the lock; a read that fails finds nothing (`_failed`)."""
         with self._lock:
             try:
                 return self._get(ids)
             except sqlite3.DatabaseError as e:
-                self._db = self._recover(e, self._db)
+                self._failed(e, "a read")
                 return {}
 
     def will_embed(self, texts: Sequence[str]) -> None:
@@ -527,8 +547,12 @@ class EmbeddingCache:
                 try:
                     with self._db:  # OR REPLACE: another process may have stored the same text meanwhile
                         self._db.executemany("INSERT OR REPLACE INTO vectors (space, id, vec) VALUES (?, ?, ?)", rows)
-                except sqlite3.DatabaseError as e:  # damaged since: the vectors are still this call's answer
-                    self._db = self._recover(e, self._db)
+                        self._db.execute(
+                            "INSERT OR REPLACE INTO spaces (space, dim) VALUES (?, ?)", (self.space, vectors.shape[1])
+                        )
+                    self._dim = int(vectors.shape[1])
+                except sqlite3.DatabaseError as e:  # the vectors are still this call's answer
+                    self._failed(e, "a write")
             for (id_, _), vec in zip(missing, vectors, strict=True):
                 found[id_] = vec
         self.hits += len(unique) - len(missing)

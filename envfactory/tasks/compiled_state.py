@@ -44,6 +44,10 @@ class ScenarioGenerationError(EnvError):
     """No valid record can be made for a resource (a required field whose schema the generator cannot meet)."""
 
 
+class _TooLarge(ScenarioGenerationError):
+    """A field's value would be larger than `MAX_VALUE_SIZE`."""
+
+
 class _Values:
     """Values for one scenario: seeded, shaped by each field's schema and name."""
 
@@ -51,7 +55,7 @@ class _Values:
         self.rng = rng
         self.maker = ValueMaker(rng, clock)
         self.clock = clock
-        self.left = MAX_VALUE_SIZE  # what the field being made may still hold (`_spend`)
+        self.left, self.field = MAX_VALUE_SIZE, ""  # the field being made, and what it may still hold (`_spend`)
 
     def _spend(self, name: str, size: int) -> None:
         """Count `size` (a string's characters, or 1 for any other value) against the field's bound: a schema's
@@ -59,14 +63,14 @@ class _Values:
         one list of 1,000 strings of 10,000 characters), which no single keyword's cap bounds."""
         self.left -= size
         if self.left < 0:
-            raise ScenarioGenerationError(
-                f"a value of '{name}' would hold more than {MAX_VALUE_SIZE:,} characters and items: its schema's "
-                "minimum sizes (minItems, minLength, minProperties) multiply through its nested lists"
+            raise _TooLarge(
+                f"a value of '{self.field}' would hold more than {MAX_VALUE_SIZE:,} characters and items: its "
+                "schema's minimum sizes (minItems, minLength, minProperties) multiply through its nested lists"
             )
 
     def make(self, name: str, schema: dict[str, Any], attempt: int, depth: int = 0) -> Any:
         if depth == 0:
-            self.left = MAX_VALUE_SIZE
+            self.left, self.field = MAX_VALUE_SIZE, name
         self._spend(name, 1)
         examples = [x for x in schema.get("examples", []) if x is not None]
         if "default" in schema and attempt == 0 and self.rng.random() < 0.3:
@@ -165,7 +169,12 @@ def _record(r: Resource, values: _Values, settings: ScenarioSettings) -> dict[st
         if name not in required and values.rng.random() >= settings.optional:
             continue
         for attempt in range(_TRIES):
-            value = values.make(name, schema, attempt)
+            try:
+                value = values.make(name, schema, attempt)
+            except _TooLarge:
+                if name in required:
+                    raise
+                break  # an optional field no value of a bounded size fits: left out
             if not schema_problems(validator_for(schema), value, name):
                 record[name] = value
                 break

@@ -228,3 +228,21 @@ def test_ctrl_c_while_a_command_is_still_loading_is_the_same_line(
         cli.main()
     said = capsys.readouterr().err
     assert stopped.value.code == 130 and "Traceback" not in said and said.strip().startswith("interrupted:")
+
+
+def test_a_runs_own_files_are_kept_only_beside_a_runs_file(tmp_path: Path) -> None:
+    """`contamination RUN/conversations.jsonl --json RUN/summary.json` replaced the run's summary; the rule that
+    refuses it must not refuse a `summary.json` beside any other input (`scaling fit runs.csv --json summary.json`)."""
+    from envfactory.cli.args import refuse_overwriting_input
+    from envfactory.errors import EnvFactoryError
+
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("conversations.jsonl", "summary.json", "heldout.jsonl", "runs.csv", "report.json"):
+        (run / name).write_text("x\n")
+    for out in ("summary.json", "heldout.jsonl"):
+        with pytest.raises(EnvFactoryError, match=f"would overwrite {out} of the run"):
+            refuse_overwriting_input(run / out, "--json", run / "conversations.jsonl")
+    refuse_overwriting_input(run / "report.json", "--json", run / "conversations.jsonl")  # not the run's: a rerun's
+    refuse_overwriting_input(run / "summary.json", "--json", run / "runs.csv")  # a table is not a run's file
+    refuse_overwriting_input(tmp_path / "new.json", "--json", run / "conversations.jsonl")

@@ -362,8 +362,15 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
     )
     errors = [line for line in none.stderr.splitlines() if line.startswith("error:")]
     assert none.returncode == 1 and len(errors) == 1 and "Traceback" not in none.stderr, none.stderr
-    assert errors[0].startswith("error: every attempt ended in an error, not an answer"), none.stderr
-    assert json.loads((tmp_path / "none" / "summary.json").read_text())["errors"] == 3  # what ran is kept
+    assert errors[0].startswith("error: every attempt's model call failed"), none.stderr
+    summary = json.loads((tmp_path / "none" / "summary.json").read_text())
+    assert summary["errors"] == summary["model_errors"] == 3  # what ran is kept
+    # a model that answers but never finishes in its steps fails every attempt too: its own failure, scored (exit 0)
+    steps = subprocess.run(
+        [*cmd[:6], str(tmp_path / "steps"), *cmd[7:], "--max-steps", "1"], env=env, capture_output=True, text=True
+    )
+    summary = json.loads((tmp_path / "steps" / "summary.json").read_text())
+    assert steps.returncode == 0 and summary["errors"] >= 2 and summary["model_errors"] == 0, steps.stderr
 
 
 def test_meta_tools_discovered_on_demand_solve_every_turn(items: list[EvalItem], pool: EnvPool) -> None:

@@ -175,11 +175,16 @@ def test_a_damaged_cache_file_or_row_is_computed_again(tmp_path: Path, caplog: p
     fake.embedded.clear()
     assert cache.embed(["x", "y", "z"]).tolist() == [[0.5] * 4] * 3 and fake.embedded == ["y"]
     assert EmbeddingCache(tmp_path, Fake()).embed(["y"]).tolist() == [[0.5] * 4]  # stored again, whole
+    with cache._db:  # every row damaged alike, and every text a hit: the stored length of the space's vectors tells
+        cache._db.execute("UPDATE vectors SET vec = ?", (b"\0" * 8,))
+    assert EmbeddingCache(tmp_path, Fake()).embed(["x", "y"]).shape == (2, 4)
 
 
-def test_a_transient_error_never_moves_a_healthy_cache_aside(tmp_path: Path) -> None:
+def test_a_transient_error_never_moves_a_healthy_cache_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """Only a file SQLite calls damaged (not a database, corrupt) is set aside: a lock held past the timeout or a
-    disk error is an `EmbeddingError` (one line), and the cache's vectors stay where they are."""
+    disk error is logged and the call goes on without the cache (its vectors computed, not stored), the file and
+    the connection kept (the first version closed the connection for good); a damaged file another process
+    already replaced is not moved again (it would move that process's new cache)."""
 
     class Fake:
         model_name, vector_space, dim = "m", "m", 4
@@ -189,19 +194,34 @@ def test_a_transient_error_never_moves_a_healthy_cache_aside(tmp_path: Path) -> 
 
     cache = EmbeddingCache(tmp_path, Fake())
     cache.embed(["x"])
+    real = cache._db
 
     class Locked:
         def execute(self, *args: object) -> None:
             raise sqlite3.OperationalError("database is locked")
 
-        def close(self) -> None:
+        executemany = execute
+
+        def __enter__(self) -> Locked:
+            return self
+
+        def __exit__(self, *args: object) -> None:
             pass
 
+        def close(self) -> None:
+            raise AssertionError("a transient error closed the connection")
+
     cache._db = Locked()  # type: ignore[assignment]
-    with pytest.raises(EmbeddingError, match="database is locked"):
-        cache.embed(["x", "y"])
-    assert list(tmp_path.glob("vectors.sqlite.damaged-*")) == []
-    assert EmbeddingCache(tmp_path, Fake()).embed(["x"]).tolist() == [[0.5] * 4]
+    with caplog.at_level("WARNING"):
+        assert cache.embed(["x", "y"]).tolist() == [[0.5] * 4] * 2
+    assert "database is locked" in caplog.text and list(tmp_path.glob("vectors.sqlite.damaged-*")) == []
+    cache._db = real  # the lock gone: the same cache goes on
+    assert cache.embed(["x", "y"]).shape == (2, 4) and len(cache) == 2
+    damaged = sqlite3.DatabaseError("file is not a database")
+    damaged.sqlite_errorcode = 26  # type: ignore[attr-defined]
+    cache._inode = -1  # the file at the path is not the one this cache opened: another process replaced it
+    cache._failed(damaged, "a read")
+    assert list(tmp_path.glob("vectors.sqlite.damaged-*")) == [] and len(cache) == 2
 
 
 def test_a_model_folder_changed_in_place_is_another_vector_space(tmp_path: Path) -> None:
