@@ -162,6 +162,16 @@ ENVELOPE: dict[str, tuple[str, int, int | None]] = {  # body, the JSON-RPC error
     "params a list": (_CALL.replace("ID", "7").replace("PARAMS", "[1]"), -32602, 7),
     "a tool name no UTF-8 can write": (_CALL.replace("ID", "2").replace("PARAMS", '{"name": "\\udfff"}'), -32602, 2),
     "a method no UTF-8 can write": ('{"jsonrpc": "2.0", "id": 3, "method": "\\ud800"}', -32600, 3),
+    # a method the SDK does not know, or known with params its model refuses: the SDK answered each with a warning
+    # printing every message type's validation error (~18 KB, ~20 ms on the loop), under no log budget
+    "an unknown method": ('{"jsonrpc": "2.0", "id": 4, "method": "foo/bar", "params": {}}', -32601, 4),
+    "an unknown notification": ('{"jsonrpc": "2.0", "method": "notifications/nope"}', -32601, None),
+    "resources/read without its uri": (
+        '{"jsonrpc": "2.0", "id": 5, "method": "resources/read", "params": {}}',
+        -32602,
+        5,
+    ),
+    "initialize without its fields": ('{"jsonrpc": "2.0", "id": 6, "method": "initialize", "params": {}}', -32602, 6),
     "NaN, which JSON has not": (
         _CALL.replace("ID", "1").replace("PARAMS", '{"name": "N", "arguments": {"p": NaN}}'),
         -32700,
