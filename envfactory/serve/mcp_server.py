@@ -161,7 +161,14 @@ class EnvMCPServer(SessionServer[Session]):
             if unknown is not None:  # a typo (`scenarios`) must not reset to the default and report success
                 return tool_result({"error": {"type": "invalid_arguments", "message": unknown}}, wrap=False, error=True)
             if self.control_tools and name == RESET_TOOL:
-                config = arguments.get("config") or arguments.get("scenario") or self.default_config
+                given, scenario = arguments.get("config"), arguments.get("scenario")
+                if given is not None and scenario is not None:  # (config won, silently)
+                    message = "give a config (a full state) or a scenario (a name), not both"
+                    return tool_result(
+                        {"error": {"type": "invalid_arguments", "message": message}}, wrap=False, error=True
+                    )
+                # an empty config is an empty state, not "no config" (it loaded the default scenario)
+                config = given if given is not None else scenario or self.default_config
                 too_large = self.config_too_large(arguments.get("config"), size, "config")
                 if too_large is not None:
                     error = {"error": {"type": "invalid_config", "message": too_large}}

@@ -537,3 +537,19 @@ async def test_close_after_a_timeout_is_bounded_by_close_timeout_s(slow_server: 
     started = time.monotonic()
     await env.close()
     assert time.monotonic() - started < 5 and env.closed
+
+
+async def test_reset_to_an_empty_config_is_an_empty_state_and_both_choices_are_refused(
+    served: tuple[EnvMCPServer, str],
+) -> None:
+    """`envfactory_reset {"config": {}}` loaded the default scenario (an empty dict read as "no config"), and a config
+    given with a scenario won silently."""
+    _, url = served
+    async with await TrainerSession.open(url) as env:
+        await env.reset(config={})
+        state = await env.state()
+        assert state["hotels"] == {} and state["bookings"] == {}, state
+        with pytest.raises(ToolCallError, match="not both"):
+            await env.reset(scenario="default", config={})
+        await env.reset()
+        assert (await env.state())["hotels"]  # neither: the server's default
