@@ -120,6 +120,13 @@ class Hub:
                 f"task '{task.id}' uses app '{unknown[0]}', which the hub does not serve"
                 f" (apps: {', '.join(self.apps)})",
             )
+        outside = sorted({a for a in [*task.initial_state, *task.verifier.goal] if a not in task.servers})
+        if outside:  # (an initial state of another app was ignored without a word)
+            raise HubError(
+                "invalid_task",
+                f"task '{task.id}' gives a state of app '{outside[0]}', which is not one of its servers"
+                f" ({', '.join(task.servers)}): name it in servers or leave its state out",
+            )
 
     # ---- the catalogue meta-tools ----------------------------------------------------------------
     def list_apps(self) -> list[AppInfo]:

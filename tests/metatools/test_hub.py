@@ -178,6 +178,10 @@ def test_task_apps_fork_from_the_task_others_from_default(hub: Hub, pool: EnvPoo
     bad = task.model_copy(update={"id": "odd", "servers": ["hotels", "nowhere"]})
     with pytest.raises(HubError, match="task 'odd' uses app 'nowhere'"):
         hub.load_task(ep, bad)
+    # a state of an app the hub serves but the task does not name was ignored without a word
+    stray = task.model_copy(update={"id": "stray", "initial_state": {**task.initial_state, "flights": {"x": 1}}})
+    with pytest.raises(HubError, match="task 'stray' gives a state of app 'flights', which is not one of its servers"):
+        hub.load_task(ep, stray)
 
 
 def test_invoke_dispatches_meta_tools_by_name(hub: Hub) -> None:
