@@ -196,7 +196,15 @@ class CompiledTool:
         unreadable = [p for name, value in args.items() if (p := _unreadable(value, name)) is not None]
         if unreadable:
             raise ArgumentError(unreadable[:5])
-        return dict(args)
+        kwargs = dict(args)
+        # paging that starts where leaving it out starts (offset 0, page 1) is read as left out: the same call,
+        # as a reward compares calls by what the tool reads (a policy that says `page: 1` scored 0 against one
+        # that did not)
+        op = self.op
+        for param, start in ((op.offset_param, 0), (op.page_param, 1)):
+            if param is not None and type(kwargs.get(param)) is int and kwargs[param] == start:
+                del kwargs[param]
+        return kwargs
 
     def invoke(self, state: Any, kwargs: dict[str, Any]) -> Any:
         return self.env.run(self.op, state, kwargs)

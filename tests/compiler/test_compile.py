@@ -356,6 +356,25 @@ def test_the_semantics_run_under_the_contract(shop: CompiledEnvironment) -> None
     assert Session.fork(shop, s.dump()).dump() == s.dump()
 
 
+def test_paging_that_starts_where_leaving_it_out_starts_is_the_same_call(shop: CompiledEnvironment) -> None:
+    """The reward compares calls by what the tool reads: `offset: 0` (or `page: 1`) named explicitly scored 0 against
+    a ground truth that left it out (the compiler keeps no spec default for paging), though the tool answers the
+    same."""
+    from envfactory.records.models import ToolCall
+    from envfactory.reward.matching import CallMatcher
+
+    matcher = CallMatcher(lambda server: shop if server == "shop" else None)
+    truth = ToolCall(server="shop", name="list_pets", arguments={"owner_id": "OWN-0001"})
+    for extra in ({"offset": 0}, {"limit": 5, "offset": 0}):
+        made = ToolCall(server="shop", name="list_pets", arguments={"owner_id": "OWN-0001", **extra})
+        assert matcher.same_call(truth, made) is ("limit" not in extra), extra
+    later = ToolCall(server="shop", name="list_pets", arguments={"owner_id": "OWN-0001", "offset": 1})
+    assert not matcher.same_call(truth, later)
+    s = shop.session()
+    plain = s.call("list_pets", {"owner_id": "OWN-0001"}).result
+    assert s.call("list_pets", {"owner_id": "OWN-0001", "offset": 0}).result == plain
+
+
 def test_a_failed_call_leaves_the_state_as_it_was(shop: CompiledEnvironment) -> None:
     s = Session.fork(shop, {})
     before = s.dump()
