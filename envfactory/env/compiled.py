@@ -748,10 +748,13 @@ def _key(value: Any) -> str:
 
 
 def _matches(value: Any, wanted: Any) -> bool:
+    """A list filter's test: text as the reward's matcher reads it (case and surrounding spaces aside: a filter of
+    `" sit "` found nothing where `"sit"` found a listing, and a reward that reads the two as the same call gave the
+    empty answer full credit); a list field holds the wanted value."""
     if isinstance(value, list) and not isinstance(wanted, list):
-        return wanted in value
+        return any(_matches(item, wanted) for item in value)
     if isinstance(value, str) and isinstance(wanted, str):
-        return value.casefold() == wanted.casefold()
+        return value.strip().casefold() == wanted.strip().casefold()
     return bool(value == wanted)
 
 

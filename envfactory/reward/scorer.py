@@ -492,7 +492,7 @@ class CompositeReward:
                 and self._exact(t, c, keys[k], candidates[k]) != candidates[k]
             ]
             if loose:
-                refused.update(self._refused_reads(t, calls, keys, loose, candidates))
+                refused.update(self._refused_reads(t, calls, keys, loose))
         for k in refused:
             if candidates[k]:
                 candidates[k] = self._exact(t, calls[k], keys[k], candidates[k])
@@ -516,18 +516,11 @@ class CompositeReward:
         return exact
 
     def _refused_reads(
-        self,
-        t: Target,
-        calls: list[ToolCall],
-        keys: list[CallKey | None],
-        reads: list[int],
-        candidates: list[tuple[int, ...]],
+        self, t: Target, calls: list[ToolCall], keys: list[CallKey | None], reads: list[int]
     ) -> set[int]:
-        """Which of the read calls `reads` (matched only leniently) the environment refuses, or answers otherwise
-        than the ground-truth calls they were matched to would at that point (`" sit "` found no listing where
-        `"sit"` found one, and scored 1.0): each run after the writes before it on its server (reads change
-        nothing; other servers' writes cannot matter). Remembered per record by the read and those writes: a
-        lower-cased city the tool accepts recurs across a group's completions."""
+        """Which of the read calls `reads` the environment refuses, each run after the writes before it on its server
+        (reads change nothing; other servers' writes cannot matter). Remembered per record by the read and those
+        writes: a lower-cased city the tool accepts recurs across a group's completions."""
         refused: set[int] = set()
         todo: dict[int, tuple[Any, ...] | None] = {}
         for k in reads:
@@ -553,19 +546,13 @@ class CompositeReward:
             session = sessions.get(c.server)
             if session is None:
                 session = sessions[c.server] = self._fork(t, c.server)
-            got = session.call(c.name, c.arguments)
+            ok = session.call(c.name, c.arguments).ok
             if k in todo:
-                # the ground truth's own arguments, run at the same point (reads: the state stays as it is)
-                same = got.ok and any(
-                    session.call(t.gt[i].name, t.gt[i].arguments).result == got.result
-                    for i in candidates[k]
-                    if t.gt[i].name == c.name
-                )
-                if not same:
+                if not ok:
                     refused.add(k)
                 memo = todo[k]
                 if memo is not None and len(t.refused_reads) < _CANDIDATES_KEPT:
-                    t.refused_reads[memo] = not same
+                    t.refused_reads[memo] = not ok
         return refused
 
     def _candidates(self, t: Target, c: ToolCall) -> tuple[int, ...]:

@@ -538,10 +538,11 @@ def test_a_failing_environment_cannot_forge_a_pass(meta: EnvMetadata, how: str) 
         assert any(e.dimension == "results" for e in report.errors)
     else:  # a frame out of turn, or none: the worker is dead and the run failed
         assert result.status == "crashed", (result.status, result.detail)
-        if how == "protocol_pipe":  # the first forged frame is read as the attack call's answer; the frames after
-            # it were sent before their requests: refused before the next request goes, none taken as an answer
+        if how == "protocol_pipe":  # the first forged frame is read as the attack call's answer; a frame already
+            # there when the next request goes is refused ("no request asked for"). (One the worker writes after the
+            # request went is that request's answer, as any answer of a hostile worker is: a fresh clone under load
+            # caught `ping` answered 'pong' so. The verdict below is what must hold, and did.)
             assert "no request asked for" in result.detail, result.detail
-            assert len(steps) < 2 or steps[1].result != "pong", steps
         assert any(e.severity == "critical" for e in report.errors), report.summary()
 
 
