@@ -201,8 +201,11 @@ class CompiledTool:
         # as a reward compares calls by what the tool reads (a policy that says `page: 1` scored 0 against one
         # that did not)
         op = self.op
-        for param, start in ((op.offset_param, 0), (op.page_param, 1)):
-            if param is not None and type(kwargs.get(param)) is int and kwargs[param] == start:
+        given = [p for p in (op.offset_param, op.page_param) if p is not None and p in kwargs]
+        if len(given) == 1:  # (with both, the offset wins: dropping one would let the other count)
+            param = given[0]
+            start = 0 if param == op.offset_param else 1
+            if type(kwargs[param]) in (int, float) and kwargs[param] == start:
                 del kwargs[param]
         return kwargs
 

@@ -112,6 +112,10 @@ class EnvelopeProblem(NamedTuple):
 
     message: str
     code: int  # -32600: not a valid request; -32602: a request whose params are not valid
+    # 400: refused, the connection closed; 200: a well-formed request answered with its JSON-RPC error (what a
+    # client's session reads as an error, not a failed transport: the SDK's client dies on a 400); 202: a
+    # notification accepted and dropped (JSON-RPC ignores one it cannot use)
+    status: int = 400
 
 
 def envelope_problem(message: Any) -> EnvelopeProblem | None:
@@ -161,10 +165,11 @@ def _method_problem(message: dict[str, Any], method: str) -> EnvelopeProblem | N
     log budget: a flood of them slowed every session 3-4x and filled the log by megabytes)."""
     requests, notifications = _client_messages()
     is_request = "id" in message
+    status = 200 if is_request else 202
     model = (requests if is_request else notifications).get(method)
     if model is None:
         kind = "method" if is_request else "notification"
-        return EnvelopeProblem(f"MCP has no client {kind} {method[:80]!r}", -32601)
+        return EnvelopeProblem(f"MCP has no client {kind} {method[:80]!r}", -32601, status)
     envelope = types.JSONRPCRequest if is_request else types.JSONRPCNotification
     try:
         read = envelope.model_validate(message).model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -174,7 +179,7 @@ def _method_problem(message: dict[str, Any], method: str) -> EnvelopeProblem | N
         model.model_validate(read)
     except ValidationError as e:
         where, what = first_error(e)
-        return EnvelopeProblem(f"{method}: {where}: {what}"[:300], -32602)
+        return EnvelopeProblem(f"{method}: {where}: {what}"[:300], -32602, status)
     return None
 
 
@@ -212,16 +217,19 @@ class BoundedJSONBody:
     async def _refuse(
         self, scope: Any, send: Any, status: int, message: str, *, code: int | None = None, rid: Any = None
     ) -> None:
-        client = scope.get("client") or ("?", 0)
-        dropped = self.log_budget.take()
-        if dropped is not None:
-            more = f" ({dropped} more refused since the last line)" if dropped else ""
-            _LOG.warning("refused a request from %s: %s%s", client[0], message, more)
+        self._log_refusal(scope, message)
         if code is None:
             code = -32700 if status == 400 else -32600
         body = {"jsonrpc": "2.0", "id": rid, "error": {"code": code, "message": message}}
         # the connection closes with the answer: a refused body is never read to its end
         await JSONResponse(body, status_code=status, headers={"connection": "close"})(scope, _no_receive, send)
+
+    def _log_refusal(self, scope: Any, message: str) -> None:
+        client = scope.get("client") or ("?", 0)
+        dropped = self.log_budget.take()
+        if dropped is not None:
+            more = f" ({dropped} more refused since the last line)" if dropped else ""
+            _LOG.warning("refused a request from %s: %s%s", client[0], message, more)
 
     def _over(self, containers: int, values: int) -> str | None:
         """Why a body holding this many arrays and objects, and values, is refused (None: it may be parsed)."""
@@ -291,6 +299,14 @@ class BoundedJSONBody:
             await self._refuse(scope, send, 400, str(e))
             return
         problem = envelope_problem(message)
+        if problem is not None and problem.status != 400:  # a well-formed message MCP has no use for
+            self._log_refusal(scope, problem.message)
+            if problem.status == 202:
+                await PlainTextResponse("", status_code=202)(scope, _no_receive, send)
+            else:
+                error = {"code": problem.code, "message": problem.message}
+                await JSONResponse({"jsonrpc": "2.0", "id": message["id"], "error": error})(scope, _no_receive, send)
+            return
         if problem is not None:  # JSON, but no JSON-RPC request MCP answers: its id kept where it can be written
             rid = message.get("id") if isinstance(message, dict) else None
             rid = rid if _writable_id(rid) else None

@@ -367,7 +367,7 @@ def test_paging_that_starts_where_leaving_it_out_starts_is_the_same_call(shop: C
 
     matcher = CallMatcher(lambda server: shop if server == "shop" else None)
     truth = ToolCall(server="shop", name="list_pets", arguments={"owner_id": "OWN-0001"})
-    for extra in ({"offset": 0}, {"limit": 5, "offset": 0}):
+    for extra in ({"offset": 0}, {"offset": 0.0}, {"limit": 5, "offset": 0}):
         made = ToolCall(server="shop", name="list_pets", arguments={"owner_id": "OWN-0001", **extra})
         assert matcher.same_call(truth, made) is ("limit" not in extra), extra
     later = ToolCall(server="shop", name="list_pets", arguments={"owner_id": "OWN-0001", "offset": 1})
