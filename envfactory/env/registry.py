@@ -13,10 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envfactory.errors import EnvError
 from envfactory.inputs import read_json_model, write_atomic
+
+SERVER_ENV = frozenset({"ENVFACTORY_COMPILED_DIR", "ENVFACTORY_ENVS_DIR"})  # what a registry entry's `env` may set
 
 
 class ServerEntry(BaseModel):
@@ -35,6 +37,19 @@ class ServerEntry(BaseModel):
         "outside the project's envs/ (ENVFACTORY_COMPILED_DIR, ENVFACTORY_ENVS_DIR; without it `envfactory serve "
         "NAME` finds no such environment)",
     )
+
+    @field_validator("env")
+    @classmethod
+    def _only_folders(cls, env: dict[str, str] | None) -> dict[str, str] | None:
+        """Only the folders an environment lives in: the entry's variables go into the MCP client configurations
+        `envfactory mcp config` writes, where any other (a trust file, the sandbox switched off, a preloaded
+        library) would change what the started server runs."""
+        for key, value in (env or {}).items():
+            if key not in SERVER_ENV:
+                raise ValueError(f"env may set only {' and '.join(sorted(SERVER_ENV))}, not {key[:60]!r}")
+            if not value.strip() or any(c in value for c in "\0\n\r"):
+                raise ValueError(f"env {key} must be a folder's path on one line")
+        return env
 
 
 class Registry(BaseModel):

@@ -124,3 +124,30 @@ def test_the_printed_command_starts_the_server_from_another_folder(tmp_path: Pat
     first = json.loads(res.stdout.splitlines()[0])
     assert first["id"] == 1 and first["result"]["serverInfo"]["name"], res.stderr[-1000:]
     assert os.path.isabs(entry["command"])
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("LD_PRELOAD", "/tmp/x.so"),
+        ("ENVFACTORY_UNSAFE_NO_OS_SANDBOX", "1"),
+        ("ENVFACTORY_TRUST_PATH", "/tmp/evil_trusted.json"),
+        ("PYTHONPATH", "/tmp"),
+        ("ENVFACTORY_ENVS_DIR", "/tmp/a\nLD_PRELOAD=/x"),
+    ],
+)
+def test_a_registry_entry_sets_only_the_folders_its_environment_lives_in(tmp_path: Path, key: str, value: str) -> None:
+    """An entry's `env` went unchecked into the configurations `mcp config` writes: a hand-edited registry could
+    switch the started server's sandbox off, point it at another trust file or preload a library. Only
+    ENVFACTORY_COMPILED_DIR and ENVFACTORY_ENVS_DIR, each a path on one line, are read now."""
+    from envfactory.env.registry import RegistryError
+
+    registry = tmp_path / "mcp_server.json"
+    entry = {"args": ["serve", "x"], "domain": "d", "tools": 1, "write_tools": 0, "source": "s", "env": {key: value}}
+    registry.write_text(json.dumps({"mcpServers": {"x": entry}}))
+    with pytest.raises(RegistryError, match="env"):
+        client_config(Settings(root=ROOT, registry_path=registry), "generic", ["x"])
+    entry["env"] = {"ENVFACTORY_ENVS_DIR": str(tmp_path)}
+    registry.write_text(json.dumps({"mcpServers": {"x": entry}}))
+    config = client_config(Settings(root=ROOT, registry_path=registry), "generic", ["x"])["mcpServers"]["x"]
+    assert config["env"]["ENVFACTORY_ENVS_DIR"] == str(tmp_path)
