@@ -51,6 +51,14 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9_]+", "_", text.lower()).strip("_")[:60] or "scenario"
 
 
+def _unique(name: str, files: dict[str, bytes], prefix: str) -> str:
+    """`name`, or `name_2`, `name_3`... : the first no file of `files` under `prefix` has."""
+    out, n = name, 2
+    while f"{prefix}{out}.json" in files:
+        out, n = f"{name}_{n}", n + 1
+    return out
+
+
 def write_environment(folder: Path, env: GeneratedEnvironment) -> None:
     """Write (or replace) the environment's folder.
 
@@ -61,10 +69,12 @@ def write_environment(folder: Path, env: GeneratedEnvironment) -> None:
         CODE_FILE: env.code.encode("utf-8"),
         "metadata.json": metadata_json(env.metadata).encode("utf-8"),
     }
-    for i, s in enumerate(env.scenarios):
-        name = "default" if i == 0 else _slug(s.name)
+    for i, s in enumerate(env.scenarios):  # each its own file: a later name that slugs alike (a second scenario
+        # named "Default") overwrote the first's state, the one judged as the default
+        name = _unique("default" if i == 0 else _slug(s.name), files, "scenarios/")
         files[f"scenarios/{name}.json"] = (json.dumps(s.initial_config, indent=2) + "\n").encode("utf-8")
-        files[f"scenarios/tests/{_slug(s.name)}.json"] = (s.model_dump_json(indent=2) + "\n").encode("utf-8")
+        test = _unique(_slug(s.name), files, "scenarios/tests/")
+        files[f"scenarios/tests/{test}.json"] = (s.model_dump_json(indent=2) + "\n").encode("utf-8")
     files[ENVGEN_FILE] = (json.dumps({"search": env.search, "reports": env.reports}, indent=2) + "\n").encode("utf-8")
     if folder.is_symlink() or folder.exists():
         shutil.rmtree(folder)  # refuses a link; removes links inside without following them

@@ -578,6 +578,37 @@ def test_envgen_never_writes_through_a_link(project: Path) -> None:
     assert list(elsewhere.iterdir()) == []
 
 
+def test_scenarios_whose_names_slug_alike_each_keep_their_file(project: Path) -> None:
+    """A second test scenario named "Default" (or two named "a b" and "a-b") overwrote the first's file: the state
+    judged as the default was replaced by another."""
+    from envfactory.envgen.checks import ExpectedCall, TestScenario
+    from envfactory.envgen.register import GeneratedEnvironment, write_environment
+
+    folder = project / "envs" / "notes"
+    meta = parse_metadata(json.loads((folder / "metadata.json").read_text(encoding="utf-8")), "metadata.json")
+    states = [{"notes": {}}, {"notes": {"n1": {"id": "n1", "text": "INJECTED"}}}, {"notes": {}}, {"notes": {}}]
+    names = ["first", "Default", "a b", "a-b"]
+    scenarios = [
+        TestScenario(name=n, initial_config=c, steps=[ExpectedCall(tool="answer")])
+        for n, c in zip(names, states, strict=True)
+    ]
+    write_environment(folder, GeneratedEnvironment(metadata=meta, code=code(EVIL), scenarios=scenarios))
+    assert json.loads((folder / "scenarios" / "default.json").read_text()) == states[0]
+    assert json.loads((folder / "scenarios" / "default_2.json").read_text()) == states[1]
+    assert {p.name for p in (folder / "scenarios").glob("*.json")} == {
+        "default.json",
+        "default_2.json",
+        "a_b.json",
+        "a_b_2.json",
+    }
+    assert {p.name for p in (folder / "scenarios" / "tests").glob("*.json")} == {
+        "first.json",
+        "default.json",
+        "a_b.json",
+        "a_b_2.json",
+    }
+
+
 def test_deep_trees_and_long_names_are_one_line_errors(tmp_path: Path) -> None:
     folder = tmp_path / "envs" / "notes"
     (folder / "scenarios").mkdir(parents=True)

@@ -184,6 +184,7 @@ FORBIDDEN_ATTRS: dict[str, str] = {
     "dump_json": "writes files (tools work on the state only)",
     "load_json": "reads files (tools work on the state only)",
     "resolve_config": "reads files (tools work on the state only)",
+    "parse_file": "reads files (tools work on the state only)",  # pydantic's BaseModel.parse_file (v1 API, kept)
 }
 
 # What module-level code may use of `env = Environment(...)`: registering tools and its labels.

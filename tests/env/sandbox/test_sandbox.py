@@ -153,6 +153,18 @@ def test_static_check_rejects_env_session_and_file_helpers() -> None:
     messages = " | ".join(p.message for p in static_check(code))
     assert "dump_json" in messages
     assert "'env.session' is forbidden" in messages
+    # pydantic's v1 API reads a file too (a reviewer's generated code read one unflagged; the OS wall held)
+    leak = tiny_env(
+        """
+        import pydantic
+
+        @env.tool(kind="read")
+        def peek(db: TinyDB) -> dict:
+            \"\"\"Peek.\"\"\"
+            return pydantic.BaseModel.parse_file("/etc/hostname").model_dump()
+        """
+    )
+    assert any("'parse_file' is forbidden: it reads files" in p.message for p in static_check(leak))
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "envs").iterdir() if (p / "env.py").is_file()))
