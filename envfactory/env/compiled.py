@@ -200,11 +200,9 @@ class CompiledTool:
         # paging that starts where leaving it out starts (offset 0, page 1) is read as left out: the same call,
         # as a reward compares calls by what the tool reads (a policy that says `page: 1` scored 0 against one
         # that did not)
-        op = self.op
-        given = [p for p in (op.offset_param, op.page_param) if p is not None and p in kwargs]
+        given = [(p, start) for p, start in ((self.op.offset_param, 0), (self.op.page_param, 1)) if p in kwargs]
         if len(given) == 1:  # (with both, the offset wins: dropping one would let the other count)
-            param = given[0]
-            start = 0 if param == op.offset_param else 1
+            param, start = given[0]
             if type(kwargs[param]) in (int, float) and kwargs[param] == start:
                 del kwargs[param]
         return kwargs

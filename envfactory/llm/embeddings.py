@@ -409,7 +409,7 @@ class EmbeddingCache:
         self.hits = 0
         self.misses = 0
         self._inode: int | None = None  # the file this cache opened (another process may set it aside and start anew)
-        self._dim: int | None = None  # the length of this space's vectors, as stored beside them (`_stored_dim`)
+        self._dim: int | None = None  # the length of this space's vectors, as stored beside them (`spaces`)
         try:
             self._db = self._open()
         except sqlite3.DatabaseError as e:  # not a database, or a damaged one: a cache is disposable

@@ -169,7 +169,7 @@ class EnvMCPServer(SessionServer[Session]):
                     )
                 # an empty config is an empty state, not "no config" (it loaded the default scenario)
                 config = given if given is not None else scenario or self.default_config
-                too_large = self.config_too_large(arguments.get("config"), size, "config")
+                too_large = self.config_too_large(given, size, "config")
                 if too_large is not None:
                     error = {"error": {"type": "invalid_config", "message": too_large}}
                     return tool_result(error, wrap=False, error=True)

@@ -57,7 +57,7 @@ class _Values:
         self.clock = clock
         self.left, self.field = MAX_VALUE_SIZE, ""  # the field being made, and what it may still hold (`_spend`)
 
-    def _spend(self, name: str, size: int) -> None:
+    def _spend(self, size: int) -> None:
         """Count `size` (a string's characters, or 1 for any other value) against the field's bound: a schema's
         minimum sizes multiply through nested lists (a 1.5 KB spec asked for 1000 x 1000 x 1000 integers, and
         one list of 1,000 strings of 10,000 characters), which no single keyword's cap bounds."""
@@ -71,7 +71,7 @@ class _Values:
     def make(self, name: str, schema: dict[str, Any], attempt: int, depth: int = 0) -> Any:
         if depth == 0:
             self.left, self.field = MAX_VALUE_SIZE, name
-        self._spend(name, 1)
+        self._spend(1)
         examples = [x for x in schema.get("examples", []) if x is not None]
         if "default" in schema and attempt == 0 and self.rng.random() < 0.3:
             return schema["default"]
@@ -110,7 +110,7 @@ class _Values:
                     out[key] = self.make(key, sub, attempt, depth + 1)
         want = schema.get("minProperties", 0)
         while len(out) < want:  # a free-form map: keys and values the schema does not describe
-            self._spend(name, 1)
+            self._spend(1)
             out[f"{singular(snake_case(name)) or 'key'}_{len(out) + 1}"] = self.maker.faker.word()
         return out
 
@@ -136,10 +136,10 @@ class _Values:
         if isinstance(hi, int) and len(value) > hi:
             value = value[:hi]
         if isinstance(lo, int) and len(value) < lo:
-            self._spend(name, lo)  # before the padding is made
+            self._spend(lo)  # before the padding is made
             value = value + "x" * (lo - len(value))
         else:
-            self._spend(name, len(value))
+            self._spend(len(value))
         return value
 
 

@@ -317,16 +317,16 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
     assert again.returncode == 0 and len((out / ATTEMPTS).read_text().splitlines()) == 3
     missing = subprocess.run([*cmd[:4], str(tmp_path / "nowhere"), *cmd[5:]], env=env, capture_output=True, text=True)
     assert missing.returncode == 1 and missing.stderr.count("\n") == 1 and "does not exist" in missing.stderr
+
+    def into(out: str, variables: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+        """The same command into `tmp_path / out`, with `variables` over the environment and `extra` options."""
+        argv = [*cmd[:6], str(tmp_path / out), *cmd[7:], *extra]
+        return subprocess.run(argv, env={**env, **variables}, capture_output=True, text=True, timeout=300)
+
     # a model that stops answering scores 0 like a wrong one: the console says how many attempts were errors
     short = tmp_path / "short.yaml"
     short.write_text(yaml.safe_dump(play(items[:1], 1)))
-    cut = subprocess.run(
-        [*cmd[:6], str(tmp_path / "cut"), *cmd[7:]],
-        env={**env, "ENVFACTORY_LLM_ROLES__EVAL__SCRIPT": str(short)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    cut = into("cut", {"ENVFACTORY_LLM_ROLES__EVAL__SCRIPT": str(short)})
     errors = json.loads((tmp_path / "cut" / "summary.json").read_text())["errors"]
     assert cut.returncode == 0 and errors >= 1, cut.stderr
     assert f"{errors} of 3 attempt(s) ended in an error, not an answer" in " ".join(cut.stderr.split())
@@ -335,16 +335,13 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     down = {
-        **env,
         "ENVFACTORY_LLM_ROLES__EVAL__PROVIDER": "openai",
         "ENVFACTORY_LLM_ROLES__EVAL__MODEL": "smollm2",
         "ENVFACTORY_LLM_ROLES__EVAL__BASE_URL": f"http://127.0.0.1:{port}/v1",
         "ENVFACTORY_LLM_ROLES__EVAL__API_KEY": "none",
         "ENVFACTORY_LLM_ROLES__EVAL__MAX_RETRIES": "0",
     }
-    gone = subprocess.run(
-        [*cmd[:6], str(tmp_path / "down"), *cmd[7:]], env=down, capture_output=True, text=True, timeout=300
-    )
+    gone = into("down", down)
     last = gone.stderr.strip().splitlines()[-1]
     errors = [line for line in gone.stderr.splitlines() if line.startswith("error:")]
     assert gone.returncode == 1 and len(errors) == 1 and "Traceback" not in gone.stderr, gone.stderr
@@ -353,22 +350,14 @@ def test_the_command_runs_resumes_and_prints_one_line_errors(
     # scores say nothing, so the command does not end as a success either (it did: pass@1 0.000, exit 0)
     empty = tmp_path / "empty.yaml"
     empty.write_text("[]\n")
-    none = subprocess.run(
-        [*cmd[:6], str(tmp_path / "none"), *cmd[7:]],
-        env={**env, "ENVFACTORY_LLM_ROLES__EVAL__SCRIPT": str(empty)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    none = into("none", {"ENVFACTORY_LLM_ROLES__EVAL__SCRIPT": str(empty)})
     errors = [line for line in none.stderr.splitlines() if line.startswith("error:")]
     assert none.returncode == 1 and len(errors) == 1 and "Traceback" not in none.stderr, none.stderr
     assert errors[0].startswith("error: every attempt's model call failed"), none.stderr
     summary = json.loads((tmp_path / "none" / "summary.json").read_text())
     assert summary["errors"] == summary["model_errors"] == 3  # what ran is kept
     # a model that answers but never finishes in its steps fails every attempt too: its own failure, scored (exit 0)
-    steps = subprocess.run(
-        [*cmd[:6], str(tmp_path / "steps"), *cmd[7:], "--max-steps", "1"], env=env, capture_output=True, text=True
-    )
+    steps = into("steps", {}, "--max-steps", "1")
     summary = json.loads((tmp_path / "steps" / "summary.json").read_text())
     assert steps.returncode == 0 and summary["errors"] >= 2 and summary["model_errors"] == 0, steps.stderr
 
